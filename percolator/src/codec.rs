@@ -1,0 +1,470 @@
+//! The order-preserving key layout (see `ARCHITECTURE.md`, "Key layout").
+//!
+//! Every key is `namespace ‖ space ‖ …`, where the namespace and every part of a cell
+//! (table, row, column) are *memcomparable*-encoded: each `0x00` byte becomes `0x00 0xFF` and
+//! the part ends with `0x00 0x01`. The encoding is self-delimiting and preserves order, so the
+//! keys of a namespace never collide with those of a namespace it is a prefix of ("app" vs
+//! "appN"), and cells sort by (table, row, column). Timestamps in version and data keys are
+//! stored as the big-endian bitwise NOT, so the newest version of a cell sorts first.
+
+use crate::kv::KeyRange;
+
+/// Byte that escapes a `0x00` inside an encoded part.
+const ESCAPE: u8 = 0xFF;
+/// Byte that, after a `0x00`, ends an encoded part.
+const TERMINATOR: u8 = 0x01;
+
+/// A key space: which kind of record a key holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    /// `D`: a large value written out of line at prewrite, keyed by the writer's start_ts.
+    Data,
+    /// `H`: the head record of a cell (latest version, lock, rollback mark). CAS only.
+    Head,
+    /// `M`: metadata (oracle window, GC safe point, worker registry, …).
+    Meta,
+    /// `N`: a notification marking a cell dirty.
+    Notify,
+    /// `V`: a committed version that is no longer the latest, keyed by commit_ts.
+    Version,
+}
+
+impl Space {
+    /// The tag byte of the space.
+    pub fn tag(self) -> u8 {
+        match self {
+            Space::Data => b'D',
+            Space::Head => b'H',
+            Space::Meta => b'M',
+            Space::Notify => b'N',
+            Space::Version => b'V',
+        }
+    }
+
+    /// The space with this tag byte.
+    pub fn from_tag(tag: u8) -> Option<Space> {
+        Some(match tag {
+            b'D' => Space::Data,
+            b'H' => Space::Head,
+            b'M' => Space::Meta,
+            b'N' => Space::Notify,
+            b'V' => Space::Version,
+            _ => return None,
+        })
+    }
+}
+
+/// A cell address: (table, row, column), each arbitrary bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cell {
+    /// Table name.
+    pub table: Vec<u8>,
+    /// Row key within the table.
+    pub row: Vec<u8>,
+    /// Column name within the row.
+    pub column: Vec<u8>,
+}
+
+impl Cell {
+    /// A cell from anything byte-like.
+    pub fn new(table: impl AsRef<[u8]>, row: impl AsRef<[u8]>, column: impl AsRef<[u8]>) -> Self {
+        Cell {
+            table: table.as_ref().to_vec(),
+            row: row.as_ref().to_vec(),
+            column: column.as_ref().to_vec(),
+        }
+    }
+}
+
+impl std::fmt::Display for Cell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.table.escape_ascii(),
+            self.row.escape_ascii(),
+            self.column.escape_ascii()
+        )
+    }
+}
+
+/// A decoded key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// The head record of a cell.
+    Head(Cell),
+    /// A committed version of a cell at `commit_ts`.
+    Version(Cell, u64),
+    /// An out-of-line value written by the transaction with this `start_ts`.
+    Data(Cell, u64),
+    /// A notification on a cell, at timestamp `ts`.
+    Notify(Cell, u64),
+    /// A metadata record.
+    Meta(Vec<u8>),
+}
+
+/// Why a key could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// The key does not start with this codec's namespace.
+    #[error("key is outside the namespace")]
+    WrongNamespace,
+    /// The key ends before a complete part or timestamp.
+    #[error("key is truncated")]
+    Truncated,
+    /// A `0x00` byte is followed by something other than the escape or terminator.
+    #[error("bad escape byte {byte:#04x} at offset {offset}")]
+    BadEscape {
+        /// Offset of the offending byte within the encoded part.
+        offset: usize,
+        /// The byte found.
+        byte: u8,
+    },
+    /// The space tag is unknown.
+    #[error("unknown key space tag {0:#04x}")]
+    UnknownSpace(u8),
+    /// Bytes are left after a complete key.
+    #[error("{0} trailing bytes after the key")]
+    TrailingBytes(usize),
+}
+
+/// Appends the memcomparable encoding of `part` to `out`.
+pub fn encode_part(out: &mut Vec<u8>, part: &[u8]) {
+    out.reserve(part.len() + 2);
+    for &b in part {
+        out.push(b);
+        if b == 0 {
+            out.push(ESCAPE);
+        }
+    }
+    out.push(0);
+    out.push(TERMINATOR);
+}
+
+/// Decodes one memcomparable part from the front of `input`; returns it and the rest.
+pub fn decode_part(input: &[u8]) -> Result<(Vec<u8>, &[u8]), CodecError> {
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        let b = input[i];
+        if b != 0 {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        match input.get(i + 1) {
+            None => return Err(CodecError::Truncated),
+            Some(&ESCAPE) => {
+                out.push(0);
+                i += 2;
+            }
+            Some(&TERMINATOR) => return Ok((out, &input[i + 2..])),
+            Some(&byte) => {
+                return Err(CodecError::BadEscape {
+                    offset: i + 1,
+                    byte,
+                })
+            }
+        }
+    }
+    Err(CodecError::Truncated)
+}
+
+/// Encodes a timestamp so that larger timestamps sort first.
+pub fn encode_desc_ts(out: &mut Vec<u8>, ts: u64) {
+    out.extend_from_slice(&(!ts).to_be_bytes());
+}
+
+fn take_u64(input: &[u8]) -> Result<(u64, &[u8]), CodecError> {
+    if input.len() < 8 {
+        return Err(CodecError::Truncated);
+    }
+    let (head, rest) = input.split_at(8);
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(head);
+    Ok((u64::from_be_bytes(bytes), rest))
+}
+
+/// Builds and parses the keys of one namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyCodec {
+    /// The encoded namespace, a prefix of every key of this codec.
+    prefix: Vec<u8>,
+}
+
+impl KeyCodec {
+    /// A codec for keys of the namespace `namespace` (any bytes, the empty name included).
+    pub fn new(namespace: impl AsRef<[u8]>) -> Self {
+        let mut prefix = Vec::new();
+        encode_part(&mut prefix, namespace.as_ref());
+        KeyCodec { prefix }
+    }
+
+    /// The bytes every key of this namespace starts with.
+    pub fn namespace_prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    fn start(&self, space: Space) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + 48);
+        key.extend_from_slice(&self.prefix);
+        key.push(space.tag());
+        key
+    }
+
+    fn cell_key(&self, space: Space, cell: &Cell) -> Vec<u8> {
+        let mut key = self.start(space);
+        encode_part(&mut key, &cell.table);
+        encode_part(&mut key, &cell.row);
+        encode_part(&mut key, &cell.column);
+        key
+    }
+
+    /// Encodes a key.
+    pub fn encode(&self, key: &Key) -> Vec<u8> {
+        match key {
+            Key::Head(cell) => self.cell_key(Space::Head, cell),
+            Key::Version(cell, ts) => {
+                let mut k = self.cell_key(Space::Version, cell);
+                encode_desc_ts(&mut k, *ts);
+                k
+            }
+            Key::Data(cell, ts) => {
+                let mut k = self.cell_key(Space::Data, cell);
+                encode_desc_ts(&mut k, *ts);
+                k
+            }
+            Key::Notify(cell, ts) => {
+                let mut k = self.cell_key(Space::Notify, cell);
+                k.extend_from_slice(&ts.to_be_bytes());
+                k
+            }
+            Key::Meta(name) => {
+                let mut k = self.start(Space::Meta);
+                encode_part(&mut k, name);
+                k
+            }
+        }
+    }
+
+    /// The head key of `cell`.
+    pub fn head(&self, cell: &Cell) -> Vec<u8> {
+        self.cell_key(Space::Head, cell)
+    }
+
+    /// The key of the version of `cell` committed at `commit_ts`.
+    pub fn version(&self, cell: &Cell, commit_ts: u64) -> Vec<u8> {
+        self.encode(&Key::Version(cell.clone(), commit_ts))
+    }
+
+    /// The key of the out-of-line value of `cell` written by transaction `start_ts`.
+    pub fn data(&self, cell: &Cell, start_ts: u64) -> Vec<u8> {
+        self.encode(&Key::Data(cell.clone(), start_ts))
+    }
+
+    /// The notify key of `cell` at `ts`.
+    pub fn notify(&self, cell: &Cell, ts: u64) -> Vec<u8> {
+        self.encode(&Key::Notify(cell.clone(), ts))
+    }
+
+    /// The key of metadata record `name`.
+    pub fn meta(&self, name: impl AsRef<[u8]>) -> Vec<u8> {
+        self.encode(&Key::Meta(name.as_ref().to_vec()))
+    }
+
+    /// Every key of the namespace.
+    pub fn namespace_range(&self) -> KeyRange {
+        KeyRange::prefix(&self.prefix)
+    }
+
+    /// Every key of one space of the namespace.
+    pub fn space_range(&self, space: Space) -> KeyRange {
+        KeyRange::prefix(&self.start(space))
+    }
+
+    /// Every key of `space` belonging to `cell` (e.g. all its versions, newest first).
+    pub fn cell_range(&self, space: Space, cell: &Cell) -> KeyRange {
+        KeyRange::prefix(&self.cell_key(space, cell))
+    }
+
+    /// The versions of `cell` with commit_ts at or below `ts`, newest first.
+    pub fn versions_at_or_below(&self, cell: &Cell, ts: u64) -> KeyRange {
+        let all = self.cell_range(Space::Version, cell);
+        KeyRange {
+            start: self.version(cell, ts),
+            end: all.end,
+        }
+    }
+
+    /// Every key of `space` in `table` whose row lies in `[row_start, row_end)`
+    /// (`row_end: None`: to the end of the table), in (row, column) order.
+    pub fn rows_range(
+        &self,
+        space: Space,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+    ) -> KeyRange {
+        let mut table_prefix = self.start(space);
+        encode_part(&mut table_prefix, table);
+        let mut start = table_prefix.clone();
+        encode_part(&mut start, row_start);
+        let end = match row_end {
+            Some(row_end) => {
+                let mut end = table_prefix;
+                encode_part(&mut end, row_end);
+                Some(end)
+            }
+            None => KeyRange::prefix(&table_prefix).end,
+        };
+        KeyRange { start, end }
+    }
+
+    /// Decodes a key of this namespace.
+    pub fn decode(&self, key: &[u8]) -> Result<Key, CodecError> {
+        let rest = key
+            .strip_prefix(self.prefix.as_slice())
+            .ok_or(CodecError::WrongNamespace)?;
+        let (&tag, rest) = rest.split_first().ok_or(CodecError::Truncated)?;
+        let space = Space::from_tag(tag).ok_or(CodecError::UnknownSpace(tag))?;
+        if space == Space::Meta {
+            let (name, rest) = decode_part(rest)?;
+            return finish(rest, Key::Meta(name));
+        }
+        let (table, rest) = decode_part(rest)?;
+        let (row, rest) = decode_part(rest)?;
+        let (column, rest) = decode_part(rest)?;
+        let cell = Cell { table, row, column };
+        match space {
+            Space::Head => finish(rest, Key::Head(cell)),
+            Space::Version => {
+                let (ts, rest) = take_u64(rest)?;
+                finish(rest, Key::Version(cell, !ts))
+            }
+            Space::Data => {
+                let (ts, rest) = take_u64(rest)?;
+                finish(rest, Key::Data(cell, !ts))
+            }
+            Space::Notify => {
+                let (ts, rest) = take_u64(rest)?;
+                finish(rest, Key::Notify(cell, ts))
+            }
+            Space::Meta => unreachable!("handled above"),
+        }
+    }
+}
+
+fn finish(rest: &[u8], key: Key) -> Result<Key, CodecError> {
+    if rest.is_empty() {
+        Ok(key)
+    } else {
+        Err(CodecError::TrailingBytes(rest.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        // Bias towards the bytes that matter for the escape scheme.
+        prop::collection::vec(
+            prop_oneof![Just(0u8), Just(1u8), Just(0xFFu8), any::<u8>()],
+            0..12,
+        )
+    }
+
+    fn cell() -> impl Strategy<Value = Cell> {
+        (bytes(), bytes(), bytes()).prop_map(|(table, row, column)| Cell { table, row, column })
+    }
+
+    fn key() -> impl Strategy<Value = Key> {
+        prop_oneof![
+            cell().prop_map(Key::Head),
+            (cell(), any::<u64>()).prop_map(|(c, t)| Key::Version(c, t)),
+            (cell(), any::<u64>()).prop_map(|(c, t)| Key::Data(c, t)),
+            (cell(), any::<u64>()).prop_map(|(c, t)| Key::Notify(c, t)),
+            bytes().prop_map(Key::Meta),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn keys_round_trip(ns in bytes(), k in key()) {
+            let codec = KeyCodec::new(&ns);
+            prop_assert_eq!(codec.decode(&codec.encode(&k)), Ok(k));
+        }
+
+        #[test]
+        fn parts_preserve_order(a in bytes(), b in bytes()) {
+            let (mut ea, mut eb) = (Vec::new(), Vec::new());
+            encode_part(&mut ea, &a);
+            encode_part(&mut eb, &b);
+            prop_assert_eq!(a.cmp(&b), ea.cmp(&eb));
+        }
+
+        #[test]
+        fn cells_sort_by_table_row_column(a in cell(), b in cell()) {
+            let codec = KeyCodec::new("ns");
+            prop_assert_eq!(a.cmp(&b), codec.head(&a).cmp(&codec.head(&b)));
+        }
+
+        #[test]
+        fn versions_sort_newest_first(c in cell(), t1 in any::<u64>(), t2 in any::<u64>()) {
+            let codec = KeyCodec::new("ns");
+            prop_assert_eq!(t2.cmp(&t1), codec.version(&c, t1).cmp(&codec.version(&c, t2)));
+            let all = codec.cell_range(Space::Version, &c);
+            prop_assert!(all.contains(&codec.version(&c, t1)));
+        }
+
+        #[test]
+        fn namespaces_never_overlap(a in bytes(), b in bytes(), k in key()) {
+            prop_assume!(a != b);
+            let (ca, cb) = (KeyCodec::new(&a), KeyCodec::new(&b));
+            prop_assert!(!cb.namespace_range().contains(&ca.encode(&k)));
+            prop_assert_eq!(cb.decode(&ca.encode(&k)), Err(CodecError::WrongNamespace));
+        }
+
+        #[test]
+        fn rows_range_holds_exactly_its_rows(
+            c in cell(), lo in bytes(), hi in bytes(), ts in any::<u64>()
+        ) {
+            let codec = KeyCodec::new("ns");
+            let range = codec.rows_range(Space::Head, &c.table, &lo, Some(&hi));
+            let inside = c.row >= lo && c.row < hi;
+            prop_assert_eq!(range.contains(&codec.head(&c)), inside);
+            let open = codec.rows_range(Space::Version, &c.table, &lo, None);
+            prop_assert_eq!(open.contains(&codec.version(&c, ts)), c.row >= lo);
+        }
+
+        #[test]
+        fn garbage_never_panics(ns in bytes(), garbage in prop::collection::vec(any::<u8>(), 0..64)) {
+            let codec = KeyCodec::new(&ns);
+            let mut key = codec.namespace_prefix().to_vec();
+            key.extend_from_slice(&garbage);
+            let _ = codec.decode(&key);
+            let _ = codec.decode(&garbage);
+        }
+    }
+
+    #[test]
+    fn prefix_namespaces_are_disjoint() {
+        let app = KeyCodec::new("app");
+        let app_n = KeyCodec::new("appN");
+        let cell = Cell::new("t", "r", "c");
+        assert!(!app.namespace_range().contains(&app_n.head(&cell)));
+        assert!(!app_n.namespace_range().contains(&app.head(&cell)));
+    }
+
+    #[test]
+    fn versions_at_or_below_starts_at_ts() {
+        let codec = KeyCodec::new("ns");
+        let cell = Cell::new("t", "r", "c");
+        let range = codec.versions_at_or_below(&cell, 10);
+        assert!(range.contains(&codec.version(&cell, 10)));
+        assert!(range.contains(&codec.version(&cell, 3)));
+        assert!(!range.contains(&codec.version(&cell, 11)));
+        assert!(!range.contains(&codec.head(&cell)));
+    }
+}

@@ -1,0 +1,439 @@
+//! The [`RawKv`] conformance suite, generic over backends (feature `testkit`).
+//!
+//! Every backend runs the same checks. Each check works under its own key prefix, so checks
+//! may share a store. Checks panic (with a message naming the check) on a violation, as tests do.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use percolator::kv::{conformance, MemoryKv};
+//! use std::sync::Arc;
+//! conformance::run_all(Arc::new(MemoryKv::new()), b"conformance/").await;
+//! # }
+//! ```
+
+use super::{
+    scan_all, CasOutcome, KeyRange, KvError, RangePager, RawKv, ScanOrder, MAX_SCAN_LIMIT,
+};
+use std::sync::Arc;
+
+fn key(prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(suffix);
+    k
+}
+
+/// Runs every check, each under `prefix` plus the check's name.
+pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
+    let p = |name: &str| key(prefix, name.as_bytes());
+    absent_vs_empty(kv.as_ref(), &p("absent/")).await;
+    binary_keys(kv.as_ref(), &p("binary/")).await;
+    large_values(kv.as_ref(), &p("large/")).await;
+    batch_calls(kv.as_ref(), &p("batch/")).await;
+    cas_semantics(kv.as_ref(), &p("cas/")).await;
+    cas_counter(kv.clone(), &p("counter/"), 16, 500).await;
+    scans(kv.as_ref(), &p("scan/")).await;
+    scan_limits_are_checked(kv.as_ref(), &p("limits/")).await;
+    paging(kv.as_ref(), &p("paging/"), 25_000).await;
+}
+
+/// An absent key reads as `None`; an empty value reads as `Some(empty)`; delete removes.
+pub async fn absent_vs_empty(kv: &dyn RawKv, prefix: &[u8]) {
+    let absent = key(prefix, b"absent");
+    let empty = key(prefix, b"empty");
+    assert_eq!(
+        kv.get(&absent).await.unwrap(),
+        None,
+        "absent key must read None"
+    );
+    kv.put(empty.clone(), Vec::new()).await.unwrap();
+    assert_eq!(
+        kv.get(&empty).await.unwrap(),
+        Some(Vec::new()),
+        "empty value must read Some(empty)"
+    );
+    let got = kv
+        .batch_get(&[absent.clone(), empty.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![None, Some(Vec::new())],
+        "batch_get keeps absent vs empty"
+    );
+    let scanned = scan_all(kv, KeyRange::prefix(prefix), ScanOrder::Forward)
+        .await
+        .unwrap();
+    assert_eq!(
+        scanned,
+        vec![(empty.clone(), Vec::new())],
+        "scan returns empty values"
+    );
+    kv.delete(empty.clone()).await.unwrap();
+    assert_eq!(
+        kv.get(&empty).await.unwrap(),
+        None,
+        "deleted key must read None"
+    );
+    kv.delete(absent).await.unwrap();
+}
+
+/// Keys and values with every byte value, `0x00` and `0xFF` included, round-trip and sort
+/// bytewise.
+pub async fn binary_keys(kv: &dyn RawKv, prefix: &[u8]) {
+    let suffixes: Vec<Vec<u8>> = vec![
+        vec![0x00],
+        vec![0x00, 0x00],
+        vec![0x00, 0xFF],
+        vec![0x01],
+        vec![0x7F, 0x80],
+        vec![0xFF],
+        vec![0xFF, 0x00],
+        vec![0xFF, 0xFF, 0xFF],
+    ];
+    for (i, s) in suffixes.iter().enumerate() {
+        let value: Vec<u8> = (0..=255u8).rev().chain([i as u8]).collect();
+        kv.put(key(prefix, s), value).await.unwrap();
+    }
+    for (i, s) in suffixes.iter().enumerate() {
+        let value: Vec<u8> = (0..=255u8).rev().chain([i as u8]).collect();
+        assert_eq!(
+            kv.get(&key(prefix, s)).await.unwrap(),
+            Some(value),
+            "binary key {s:?}"
+        );
+    }
+    let scanned = scan_all(kv, KeyRange::prefix(prefix), ScanOrder::Forward)
+        .await
+        .unwrap();
+    let keys: Vec<Vec<u8>> = scanned.into_iter().map(|(k, _)| k).collect();
+    let mut expected: Vec<Vec<u8>> = suffixes.iter().map(|s| key(prefix, s)).collect();
+    expected.sort();
+    assert_eq!(keys, expected, "binary keys must sort bytewise");
+}
+
+/// A 1 MiB value round-trips through put, get, scan and CAS.
+pub async fn large_values(kv: &dyn RawKv, prefix: &[u8]) {
+    let big: Vec<u8> = (0..1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let k = key(prefix, b"big");
+    kv.put(k.clone(), big.clone()).await.unwrap();
+    assert_eq!(
+        kv.get(&k).await.unwrap().as_deref(),
+        Some(big.as_slice()),
+        "1 MiB get"
+    );
+    let scanned = kv
+        .scan(KeyRange::prefix(prefix), 10, ScanOrder::Forward)
+        .await
+        .unwrap();
+    assert_eq!(scanned.len(), 1);
+    assert_eq!(scanned[0].1.len(), big.len(), "1 MiB scan");
+    let mut bigger = big.clone();
+    bigger.reverse();
+    let out = kv
+        .compare_and_swap(k.clone(), Some(big.clone()), bigger.clone())
+        .await
+        .unwrap();
+    assert!(out.swapped, "CAS with a matching 1 MiB value must swap");
+    assert_eq!(kv.get(&k).await.unwrap(), Some(bigger), "1 MiB CAS result");
+}
+
+/// batch_put, batch_get and batch_delete behave like their single-key forms.
+pub async fn batch_calls(kv: &dyn RawKv, prefix: &[u8]) {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..100u32)
+        .map(|i| (key(prefix, &i.to_be_bytes()), i.to_le_bytes().to_vec()))
+        .collect();
+    kv.batch_put(pairs.clone()).await.unwrap();
+    let mut keys: Vec<Vec<u8>> = pairs.iter().map(|(k, _)| k.clone()).collect();
+    keys.push(key(prefix, b"missing"));
+    let got = kv.batch_get(&keys).await.unwrap();
+    assert_eq!(got.len(), keys.len(), "batch_get answers every key");
+    for (i, (_, v)) in pairs.iter().enumerate() {
+        assert_eq!(got[i].as_ref(), Some(v), "batch_get value {i}");
+    }
+    assert_eq!(got[100], None, "batch_get of a missing key");
+    kv.batch_delete(keys[..50].to_vec()).await.unwrap();
+    let got = kv.batch_get(&keys).await.unwrap();
+    assert!(
+        got[..50].iter().all(Option::is_none),
+        "batch_delete removed"
+    );
+    assert!(
+        got[50..100].iter().all(Option::is_some),
+        "batch_delete kept the rest"
+    );
+    kv.batch_put(Vec::new()).await.unwrap();
+    kv.batch_delete(Vec::new()).await.unwrap();
+    assert!(kv.batch_get(&[]).await.unwrap().is_empty());
+}
+
+/// CAS on absent, matching and mismatching values, always returning the current value.
+pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
+    let k = key(prefix, b"k");
+    let cas = |expected: Option<&[u8]>, new: &[u8]| {
+        kv.compare_and_swap(k.clone(), expected.map(<[u8]>::to_vec), new.to_vec())
+    };
+    // Absent key, expecting a value: no swap, previous None.
+    assert_eq!(
+        cas(Some(b"x"), b"a").await.unwrap(),
+        CasOutcome {
+            previous: None,
+            swapped: false
+        },
+        "CAS expecting a value on an absent key"
+    );
+    assert_eq!(kv.get(&k).await.unwrap(), None);
+    // Absent key, expecting absent: swap.
+    assert_eq!(
+        cas(None, b"a").await.unwrap(),
+        CasOutcome {
+            previous: None,
+            swapped: true
+        },
+        "CAS expecting absent on an absent key"
+    );
+    // Present key, expecting absent: no swap, returns current.
+    assert_eq!(
+        cas(None, b"b").await.unwrap(),
+        CasOutcome {
+            previous: Some(b"a".to_vec()),
+            swapped: false
+        },
+        "CAS expecting absent on a present key"
+    );
+    // Mismatch.
+    assert_eq!(
+        cas(Some(b"zz"), b"b").await.unwrap(),
+        CasOutcome {
+            previous: Some(b"a".to_vec()),
+            swapped: false
+        },
+        "CAS with a mismatching value"
+    );
+    assert_eq!(kv.get(&k).await.unwrap(), Some(b"a".to_vec()));
+    // Match.
+    assert_eq!(
+        cas(Some(b"a"), b"b").await.unwrap(),
+        CasOutcome {
+            previous: Some(b"a".to_vec()),
+            swapped: true
+        },
+        "CAS with a matching value"
+    );
+    assert_eq!(kv.get(&k).await.unwrap(), Some(b"b".to_vec()));
+    // Empty values are values, distinct from absence.
+    assert!(
+        cas(Some(b"b"), b"").await.unwrap().swapped,
+        "CAS to an empty value"
+    );
+    assert_eq!(
+        cas(None, b"c").await.unwrap(),
+        CasOutcome {
+            previous: Some(Vec::new()),
+            swapped: false
+        },
+        "an empty value is not absent for CAS"
+    );
+    assert!(
+        cas(Some(b""), b"d").await.unwrap().swapped,
+        "CAS from an empty value"
+    );
+    // A CAS on a key written by put sees the put.
+    kv.put(k.clone(), b"p".to_vec()).await.unwrap();
+    assert!(
+        cas(Some(b"p"), b"q").await.unwrap().swapped,
+        "CAS after put"
+    );
+}
+
+/// `tasks` concurrent tasks each do `per_task` read-CAS increments of one counter; the
+/// counter must end at exactly `tasks * per_task`.
+pub async fn cas_counter(kv: Arc<dyn RawKv>, prefix: &[u8], tasks: u64, per_task: u64) {
+    let k = key(prefix, b"counter");
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let kv = kv.clone();
+        let k = k.clone();
+        handles.push(tokio::spawn(async move {
+            let mut current = kv.get(&k).await.unwrap();
+            let mut done = 0;
+            while done < per_task {
+                let n = current
+                    .as_deref()
+                    .map(|b| u64::from_be_bytes(b.try_into().expect("8-byte counter")))
+                    .unwrap_or(0);
+                let out = kv
+                    .compare_and_swap(k.clone(), current.clone(), (n + 1).to_be_bytes().to_vec())
+                    .await
+                    .unwrap();
+                if out.swapped {
+                    done += 1;
+                    current = Some((n + 1).to_be_bytes().to_vec());
+                } else {
+                    current = out.previous;
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let end = kv.get(&k).await.unwrap().expect("counter exists");
+    assert_eq!(
+        u64::from_be_bytes(end.try_into().expect("8-byte counter")),
+        tasks * per_task,
+        "concurrent CAS increments lost updates"
+    );
+}
+
+/// Bounded, empty, reverse and limited scans.
+pub async fn scans(kv: &dyn RawKv, prefix: &[u8]) {
+    let k = |i: u8| key(prefix, &[b'k', i]);
+    // Neighbours just outside the prefix must never show up.
+    let mut before = prefix.to_vec();
+    before.pop();
+    let pairs: Vec<_> = (0..20u8).map(|i| (k(i), vec![i])).collect();
+    kv.batch_put(pairs).await.unwrap();
+    let all = KeyRange::prefix(prefix);
+
+    let fwd = kv.scan(all.clone(), 100, ScanOrder::Forward).await.unwrap();
+    assert_eq!(fwd.len(), 20, "forward scan of the whole prefix");
+    assert!(
+        fwd.windows(2).all(|w| w[0].0 < w[1].0),
+        "forward scan is ascending"
+    );
+
+    let rev = kv.scan(all.clone(), 100, ScanOrder::Reverse).await.unwrap();
+    let mut expected = fwd.clone();
+    expected.reverse();
+    assert_eq!(rev, expected, "reverse scan is the forward scan reversed");
+
+    let bounded = kv
+        .scan(KeyRange::new(k(5), k(9)), 100, ScanOrder::Forward)
+        .await
+        .unwrap();
+    let got: Vec<u8> = bounded.iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(got, vec![5, 6, 7, 8], "bounded scan is [start, end)");
+
+    let bounded_rev = kv
+        .scan(KeyRange::new(k(5), k(9)), 100, ScanOrder::Reverse)
+        .await
+        .unwrap();
+    let got: Vec<u8> = bounded_rev.iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(
+        got,
+        vec![8, 7, 6, 5],
+        "bounded reverse scan starts below end"
+    );
+
+    let limited = kv.scan(all.clone(), 3, ScanOrder::Forward).await.unwrap();
+    let got: Vec<u8> = limited.iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(got, vec![0, 1, 2], "forward limit");
+    let limited = kv.scan(all.clone(), 3, ScanOrder::Reverse).await.unwrap();
+    let got: Vec<u8> = limited.iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(got, vec![19, 18, 17], "reverse limit");
+
+    // Empty ranges: nothing in them, inverted, and start == end.
+    let mut gap_start = k(19);
+    gap_start.push(0);
+    let empty = kv
+        .scan(
+            KeyRange::new(gap_start.clone(), key(prefix, b"l")),
+            10,
+            ScanOrder::Forward,
+        )
+        .await
+        .unwrap();
+    assert!(empty.is_empty(), "scan of a range holding no key");
+    let empty = kv
+        .scan(
+            KeyRange::new(gap_start, key(prefix, b"l")),
+            10,
+            ScanOrder::Reverse,
+        )
+        .await
+        .unwrap();
+    assert!(empty.is_empty(), "reverse scan of a range holding no key");
+    let inverted = kv
+        .scan(KeyRange::new(k(9), k(5)), 10, ScanOrder::Forward)
+        .await
+        .unwrap();
+    assert!(inverted.is_empty(), "scan of an inverted range");
+    let point = kv
+        .scan(KeyRange::new(k(7), k(7)), 10, ScanOrder::Forward)
+        .await
+        .unwrap();
+    assert!(point.is_empty(), "scan of [k, k)");
+
+    // An unbounded end still starts at start.
+    let open = kv
+        .scan(KeyRange::from(k(18)), 2, ScanOrder::Forward)
+        .await
+        .unwrap();
+    let got: Vec<u8> = open.iter().map(|(_, v)| v[0]).collect();
+    assert_eq!(got, vec![18, 19], "scan with an open end");
+}
+
+/// Scan limits outside `1..=MAX_SCAN_LIMIT` are refused with `InvalidArgument`.
+pub async fn scan_limits_are_checked(kv: &dyn RawKv, prefix: &[u8]) {
+    for limit in [0, MAX_SCAN_LIMIT + 1] {
+        match kv
+            .scan(KeyRange::prefix(prefix), limit, ScanOrder::Forward)
+            .await
+        {
+            Err(KvError::InvalidArgument { .. }) => {}
+            other => panic!("scan with limit {limit} must be refused, got {other:?}"),
+        }
+    }
+}
+
+/// A range of `count` keys (more than one scan returns) pages through completely, in both
+/// orders and with several page sizes.
+pub async fn paging(kv: &dyn RawKv, prefix: &[u8], count: u32) {
+    let pairs: Vec<_> = (0..count)
+        .map(|i| (key(prefix, &i.to_be_bytes()), i.to_be_bytes().to_vec()))
+        .collect();
+    for chunk in pairs.chunks(2000) {
+        kv.batch_put(chunk.to_vec()).await.unwrap();
+    }
+    let range = KeyRange::prefix(prefix);
+    let fwd = scan_all(kv, range.clone(), ScanOrder::Forward)
+        .await
+        .unwrap();
+    assert_eq!(fwd.len(), count as usize, "forward paging finds every key");
+    assert!(
+        fwd.iter()
+            .enumerate()
+            .all(|(i, (_, v))| v.as_slice() == (i as u32).to_be_bytes()),
+        "forward paging returns keys in order, none repeated"
+    );
+    let rev = scan_all(kv, range.clone(), ScanOrder::Reverse)
+        .await
+        .unwrap();
+    assert_eq!(rev.len(), count as usize, "reverse paging finds every key");
+    assert!(
+        rev.iter()
+            .enumerate()
+            .all(|(i, (_, v))| v.as_slice() == (count - 1 - i as u32).to_be_bytes()),
+        "reverse paging returns keys in reverse order, none repeated"
+    );
+    for page_size in [1usize, 7, MAX_SCAN_LIMIT] {
+        let sub = KeyRange::new(
+            key(prefix, &10u32.to_be_bytes()),
+            key(prefix, &40u32.to_be_bytes()),
+        );
+        for order in [ScanOrder::Forward, ScanOrder::Reverse] {
+            let mut pager = RangePager::new(kv, sub.clone(), order, page_size);
+            let mut seen = Vec::new();
+            while let Some(page) = pager.next_page().await.unwrap() {
+                assert!(page.len() <= page_size, "page larger than asked");
+                seen.extend(page.into_iter().map(|(_, v)| v));
+            }
+            let mut expected: Vec<Vec<u8>> =
+                (10..40u32).map(|i| i.to_be_bytes().to_vec()).collect();
+            if order == ScanOrder::Reverse {
+                expected.reverse();
+            }
+            assert_eq!(seen, expected, "pager {order:?} with page size {page_size}");
+        }
+    }
+}

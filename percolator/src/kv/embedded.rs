@@ -1,0 +1,280 @@
+//! The embedded persistent backend, on the fjall LSM engine.
+//!
+//! Layout of a data directory: `LOCK` (held with an exclusive `flock` while a store is open,
+//! so a second process gets [`KvError::DirectoryInUse`]) and `fjall/` (the engine's files).
+//!
+//! Every write goes to fjall's journal and is flushed to the operating system before the call
+//! returns, so an acknowledged write survives `kill -9` of the process; with
+//! [`Durability::Fsync`] it is also `fdatasync`ed and survives power loss.
+//!
+//! Compare-and-swap is made atomic by striped mutexes: every write of a key (put, delete,
+//! batch put, CAS) holds the stripe its key hashes to, so a CAS's read-compare-write cannot
+//! interleave with another write of the same key from any task of the process.
+
+use super::memory::range_bounds;
+use super::{check_scan_limit, CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder};
+use async_trait::async_trait;
+use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::hash::{BuildHasher, RandomState};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// Number of striped write locks; a power of two.
+const STRIPES: usize = 1024;
+
+/// How far an acknowledged write is guaranteed to survive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Flushed to the operating system: survives a crash or `kill -9` of the process, not a
+    /// power loss. The default.
+    #[default]
+    Process,
+    /// Also `fdatasync`ed before the write is acknowledged: survives power loss.
+    Fsync,
+}
+
+/// Options for [`EmbeddedKv::open`].
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    /// Durability of acknowledged writes.
+    pub durability: Durability,
+    /// Block cache size in bytes.
+    pub cache_bytes: u64,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            durability: Durability::Process,
+            cache_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A persistent [`RawKv`] in a local data directory.
+pub struct EmbeddedKv {
+    path: PathBuf,
+    keyspace: Keyspace,
+    data: PartitionHandle,
+    durability: Durability,
+    stripes: Box<[Mutex<()>]>,
+    hasher: RandomState,
+    /// Held (flock'ed) for as long as the store is open.
+    _lock: File,
+}
+
+impl std::fmt::Debug for EmbeddedKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedKv")
+            .field("path", &self.path)
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+fn engine(op: &'static str) -> impl FnOnce(fjall::Error) -> KvError {
+    move |e| KvError::Engine {
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KvError + '_ {
+    move |source| KvError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl EmbeddedKv {
+    /// Opens (creating if needed) the store in directory `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> KvResult<Self> {
+        Self::open_with(path, EmbeddedOptions::default())
+    }
+
+    /// Opens (creating if needed) the store in directory `path`.
+    ///
+    /// Fails with [`KvError::DirectoryInUse`] if another process (or another open handle)
+    /// holds the directory.
+    pub fn open_with(path: impl AsRef<Path>, options: EmbeddedOptions) -> KvResult<Self> {
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path).map_err(io(&path))?;
+        let lock_path = path.join("LOCK");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(KvError::DirectoryInUse {
+                    path,
+                    lock: lock_path,
+                })
+            }
+            Err(TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+        }
+        let keyspace = Config::new(path.join("fjall"))
+            .cache_size(options.cache_bytes)
+            .open()
+            .map_err(engine("open"))?;
+        let data = keyspace
+            .open_partition("kv", PartitionCreateOptions::default())
+            .map_err(engine("open"))?;
+        tracing::debug!(path = %path.display(), durability = ?options.durability, "opened embedded store");
+        Ok(EmbeddedKv {
+            path,
+            keyspace,
+            data,
+            durability: options.durability,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            hasher: RandomState::new(),
+            _lock: lock,
+        })
+    }
+
+    /// The data directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn stripe_of(&self, key: &[u8]) -> usize {
+        (self.hasher.hash_one(key) as usize) & (STRIPES - 1)
+    }
+
+    fn lock_stripe(&self, index: usize) -> MutexGuard<'_, ()> {
+        // The guarded value is `()`: a poisoned stripe protects no state, keep using it.
+        self.stripes[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Under [`Durability::Fsync`], waits until every write so far is on disk.
+    async fn sync(&self, op: &'static str) -> KvResult<()> {
+        if self.durability != Durability::Fsync {
+            return Ok(());
+        }
+        let keyspace = self.keyspace.clone();
+        tokio::task::spawn_blocking(move || keyspace.persist(PersistMode::SyncData))
+            .await
+            .map_err(|e| KvError::Engine {
+                op,
+                message: format!("fsync task failed: {e}"),
+            })?
+            .map_err(engine(op))
+    }
+
+    fn get_sync(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        Ok(self
+            .data
+            .get(key)
+            .map_err(engine("get"))?
+            .map(|v| v.to_vec()))
+    }
+}
+
+#[async_trait]
+impl RawKv for EmbeddedKv {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.get_sync(key)
+    }
+
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get_sync(k)).collect()
+    }
+
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        {
+            let _guard = self.lock_stripe(self.stripe_of(&key));
+            self.data.insert(key, value).map_err(engine("put"))?;
+        }
+        self.sync("put").await
+    }
+
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut stripes: Vec<usize> = pairs.iter().map(|(k, _)| self.stripe_of(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        {
+            // Stripes are taken in ascending order, so two batches cannot deadlock.
+            let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
+            let mut batch = self.keyspace.batch();
+            for (k, v) in pairs {
+                batch.insert(&self.data, k, v);
+            }
+            batch.commit().map_err(engine("batch_put"))?;
+        }
+        self.sync("batch_put").await
+    }
+
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        {
+            let _guard = self.lock_stripe(self.stripe_of(&key));
+            self.data.remove(key).map_err(engine("delete"))?;
+        }
+        self.sync("delete").await
+    }
+
+    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut stripes: Vec<usize> = keys.iter().map(|k| self.stripe_of(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        {
+            let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
+            let mut batch = self.keyspace.batch();
+            for k in keys {
+                batch.remove(&self.data, k);
+            }
+            batch.commit().map_err(engine("batch_delete"))?;
+        }
+        self.sync("batch_delete").await
+    }
+
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        check_scan_limit(limit)?;
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let iter = self.data.range::<&[u8], _>(range_bounds(&range));
+        let convert = |item: fjall::Result<(fjall::Slice, fjall::Slice)>| {
+            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(engine("scan"))
+        };
+        match order {
+            ScanOrder::Forward => iter.take(limit).map(convert).collect(),
+            ScanOrder::Reverse => iter.rev().take(limit).map(convert).collect(),
+        }
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
+        let outcome = {
+            let _guard = self.lock_stripe(self.stripe_of(&key));
+            let previous = self.get_sync(&key)?;
+            let swapped = previous == expected;
+            if swapped {
+                self.data
+                    .insert(key, new)
+                    .map_err(engine("compare_and_swap"))?;
+            }
+            CasOutcome { previous, swapped }
+        };
+        if outcome.swapped {
+            self.sync("compare_and_swap").await?;
+        }
+        Ok(outcome)
+    }
+}

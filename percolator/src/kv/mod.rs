@@ -1,0 +1,207 @@
+//! The raw key-value store contract ([`RawKv`]) and its backends.
+//!
+//! Everything the transaction protocol needs from a store is here: single-key reads and
+//! writes, batched reads and writes (not atomic across keys), bounded scans in either
+//! direction, and an atomic single-key compare-and-swap. The contract follows what TiKV's raw
+//! mode offers through `tikv-client` 0.4.0 (see `ARCHITECTURE.md`), so a CAS never deletes.
+
+mod embedded;
+mod memory;
+mod pager;
+
+#[cfg(feature = "testkit")]
+pub mod conformance;
+
+pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
+pub use memory::MemoryKv;
+pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
+
+use async_trait::async_trait;
+use std::path::PathBuf;
+
+/// A key and its value, as returned by scans.
+pub type KvPair = (Vec<u8>, Vec<u8>);
+
+/// Errors a [`RawKv`] backend reports.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    /// The storage engine failed; `op` names the call that failed.
+    #[error("storage engine error in {op}: {message}")]
+    Engine {
+        /// The failing call, e.g. `"put"` or `"compare_and_swap"`.
+        op: &'static str,
+        /// The engine's own description of the failure.
+        message: String,
+    },
+    /// An I/O error outside the engine proper (lock file, data directory).
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Another process (or another handle in this process) holds the data directory.
+    #[error(
+        "data directory {path} is already in use by another process (lock file {lock} is held)"
+    )]
+    DirectoryInUse {
+        /// The data directory.
+        path: PathBuf,
+        /// The lock file that is held.
+        lock: PathBuf,
+    },
+    /// The caller passed an argument the store cannot accept.
+    #[error("invalid argument to {op}: {message}")]
+    InvalidArgument {
+        /// The call that was refused.
+        op: &'static str,
+        /// What was wrong with the argument.
+        message: String,
+    },
+    /// The store could not be reached or did not answer in time (remote backends).
+    #[error("store unavailable in {op}: {message}")]
+    Unavailable {
+        /// The call that failed.
+        op: &'static str,
+        /// The transport's description of the failure.
+        message: String,
+    },
+}
+
+/// Shorthand for results of [`RawKv`] calls.
+pub type KvResult<T> = Result<T, KvError>;
+
+/// A half-open key range `[start, end)`; `end: None` means "to the end of the key space".
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyRange {
+    /// First key included.
+    pub start: Vec<u8>,
+    /// First key excluded; `None` for no upper bound.
+    pub end: Option<Vec<u8>>,
+}
+
+impl KeyRange {
+    /// The range `[start, end)`.
+    pub fn new(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> Self {
+        KeyRange {
+            start: start.into(),
+            end: Some(end.into()),
+        }
+    }
+
+    /// Every key starting at `start`, with no upper bound.
+    pub fn from(start: impl Into<Vec<u8>>) -> Self {
+        KeyRange {
+            start: start.into(),
+            end: None,
+        }
+    }
+
+    /// Every key that begins with `prefix`.
+    pub fn prefix(prefix: &[u8]) -> Self {
+        KeyRange {
+            start: prefix.to_vec(),
+            end: prefix_successor(prefix),
+        }
+    }
+
+    /// Whether `key` lies inside the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.start.as_slice() && self.end.as_deref().is_none_or(|end| key < end)
+    }
+
+    /// Whether the range can hold no key at all (`end <= start`).
+    pub fn is_empty(&self) -> bool {
+        self.end
+            .as_deref()
+            .is_some_and(|end| end <= self.start.as_slice())
+    }
+}
+
+/// The smallest key greater than every key with this prefix, or `None` if there is none
+/// (the prefix is empty or all `0xFF`).
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// Direction of a scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScanOrder {
+    /// Ascending keys, starting at the range's start.
+    Forward,
+    /// Descending keys, starting just below the range's end.
+    Reverse,
+}
+
+/// The result of [`RawKv::compare_and_swap`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasOutcome {
+    /// The value the key held when the CAS was evaluated (`None`: absent).
+    pub previous: Option<Vec<u8>>,
+    /// Whether the new value was written.
+    pub swapped: bool,
+}
+
+/// The raw store contract every backend implements.
+///
+/// Writes are durable when they return (to the backend's configured degree). Batched calls
+/// are not atomic across keys. Only [`RawKv::compare_and_swap`] is atomic, and only for its one
+/// key; it is atomic against every other write to that key through the same store.
+#[async_trait]
+pub trait RawKv: Send + Sync + 'static {
+    /// The value of `key`, or `None` if absent (an empty value is `Some(vec![])`).
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>>;
+
+    /// The values of `keys`, in the same order (`None` where absent).
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>>;
+
+    /// Writes `value` at `key`.
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()>;
+
+    /// Writes every pair; not atomic across keys.
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()>;
+
+    /// Removes `key` (no error if it is absent).
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()>;
+
+    /// Removes every key in `keys`; not atomic across keys.
+    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        for key in keys {
+            self.delete(key).await?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` pairs of `range` in `order` (reverse starts just below `range.end`).
+    /// `limit` must be between 1 and [`MAX_SCAN_LIMIT`]; use [`scan_all`] or [`RangePager`]
+    /// for larger ranges.
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>>;
+
+    /// Atomically: if the value of `key` equals `expected` (`None`: absent), write `new`.
+    /// Returns the value found and whether the swap happened. Never deletes.
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome>;
+}
+
+/// Checks the `limit` argument of a scan against the contract.
+pub(crate) fn check_scan_limit(limit: usize) -> KvResult<()> {
+    if limit == 0 || limit > MAX_SCAN_LIMIT {
+        return Err(KvError::InvalidArgument {
+            op: "scan",
+            message: format!("limit {limit} is outside 1..={MAX_SCAN_LIMIT}"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! Percolator-style snapshot-isolation transactions over a raw key-value store.
+//!
+//! - [`kv`]: the [`kv::RawKv`] store contract (get, batch get, put, delete, bounded scans and
+//!   single-key compare-and-swap) with an embedded persistent backend ([`kv::EmbeddedKv`], on
+//!   the fjall LSM engine) and an in-memory reference backend ([`kv::MemoryKv`]).
+//! - [`codec`]: the order-preserving key layout of cells, versions, locks and notifications.
+//! - [`ts`]: hybrid timestamps and the [`ts::TimestampSource`] trait the oracle implements.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the protocol and its invariants.
+
+pub mod codec;
+pub mod kv;
+pub mod ts;
+
+pub use codec::{Cell, KeyCodec};
+pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
+pub use ts::{Timestamp, TimestampError, TimestampSource};
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
