@@ -79,7 +79,7 @@ async fn measure(kv: Arc<dyn RawKv>, op: Op, tasks: usize, secs: f64) -> f64 {
                 }
                 n += 1;
                 // The in-process backends never yield; let the other tasks (and the timer) run.
-                if n % 32 == 0 {
+                if n.is_multiple_of(32) {
                     tokio::task::yield_now().await;
                 }
             }
