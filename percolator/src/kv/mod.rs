@@ -8,6 +8,7 @@
 mod embedded;
 mod memory;
 mod pager;
+mod spec;
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
@@ -15,6 +16,7 @@ pub mod conformance;
 pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
 pub use memory::MemoryKv;
 pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
+pub use spec::{StoreSpec, StoreSpecError};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -67,6 +69,19 @@ pub enum KvError {
         /// The transport's description of the failure.
         message: String,
     },
+}
+
+/// Opens an embedded or in-memory store. TiKV specs need the TiKV backend crate and are
+/// refused here with [`KvError::InvalidArgument`].
+pub fn open_local_store(spec: &StoreSpec) -> KvResult<std::sync::Arc<dyn RawKv>> {
+    match spec {
+        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open(path)?)),
+        StoreSpec::Memory => Ok(std::sync::Arc::new(MemoryKv::new())),
+        StoreSpec::Tikv(_) => Err(KvError::InvalidArgument {
+            op: "open",
+            message: format!("{spec}: the TiKV backend is not available in this build"),
+        }),
+    }
 }
 
 /// Shorthand for results of [`RawKv`] calls.
