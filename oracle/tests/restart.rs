@@ -1,0 +1,104 @@
+//! 20 SIGKILL-and-restart cycles of a real `oracle serve` on an embedded store while clients
+//! keep asking: no timestamp repeats or goes back. Every restart also shifts the server's
+//! wall clock backwards by up to 2 s, so only the persisted window keeps timestamps fresh.
+
+mod common;
+
+use common::{check_all, free_port, wait_until, Call, Log, OracleProcess};
+use oracle::{ClientConfig, OracleClient};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CYCLES: usize = 20;
+const TASKS: usize = 16;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_restart_cycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("embedded:{}", dir.path().join("store").display());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config = ClientConfig {
+        rpc_timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_secs(30),
+        retry_backoff: Duration::from_millis(5),
+    };
+    let client = OracleClient::new(vec![listen.clone()], config).unwrap();
+    let log = Log::default();
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for caller in 0..TASKS {
+        let (client, log, done, stop) = (client.clone(), log.clone(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut calls = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                // Calls that fail while no server runs are simply retried.
+                if let Ok(ts) = client.get_timestamp().await {
+                    calls.push(Call {
+                        caller,
+                        start,
+                        end: Instant::now(),
+                        ts: ts.0,
+                    });
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            log.push(calls);
+        }));
+    }
+    for cycle in 0..CYCLES {
+        let skew = format!("--clock-skew-ms=-{}", (cycle % 3) * 1000);
+        let server = OracleProcess::start(&store, &listen, &[&skew]);
+        let before = done.load(Ordering::Relaxed);
+        let target = before + 300 + (cycle as u64 * 37) % 500;
+        wait_until("clients to be served", Duration::from_secs(30), || {
+            done.load(Ordering::Relaxed) >= target
+        })
+        .await;
+        server.kill();
+    }
+    stop.store(true, Ordering::Relaxed);
+    // The last requests are pending against a dead server; bring one up to finish them.
+    let server = OracleProcess::start(&store, &listen, &[]);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    server.kill();
+    let calls = log.take();
+    assert!(calls.len() >= CYCLES * 300);
+    check_all(&calls);
+}
+
+/// SIGTERM: the server exits cleanly and leaves the record released (no leader), so a
+/// standby would take over at once; the next server starts above the released window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_leadership() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let store = format!("embedded:{}", path.display());
+    let mut server = OracleProcess::start(&store, "127.0.0.1:0", &[]);
+    let client = OracleClient::new(vec![server.addr.clone()], ClientConfig::default()).unwrap();
+    let before = client.get_timestamp().await.unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(server.child.wait().unwrap().success());
+    let kv = percolator::kv::EmbeddedKv::open(&path).unwrap();
+    let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))
+        .await
+        .unwrap()
+        .expect("oracle record");
+    let rec = oracle::OracleRecord::decode(&bytes).unwrap();
+    assert!(rec.leader.is_none(), "{rec:?}");
+    assert!(rec.window_end >= before.0);
+    drop(kv);
+    let server = OracleProcess::start(&store, "127.0.0.1:0", &[]);
+    let client = OracleClient::new(vec![server.addr.clone()], ClientConfig::default()).unwrap();
+    assert!(client.get_timestamp().await.unwrap().0 > rec.window_end);
+    server.kill();
+}
