@@ -5,16 +5,22 @@
 //!   the fjall LSM engine) and an in-memory reference backend ([`kv::MemoryKv`]).
 //! - [`codec`]: the order-preserving key layout of cells, versions, locks and notifications.
 //! - [`ts`]: hybrid timestamps and the [`ts::TimestampSource`] trait the oracle implements.
+//! - [`record`]: the head and version records stored per cell.
+//! - [`txn`]: snapshot-isolation transactions ([`txn::Client`], [`txn::Transaction`]) with
+//!   lazy lock resolution and version GC.
 //!
 //! See `ARCHITECTURE.md` at the repository root for the protocol and its invariants.
 
 pub mod codec;
 pub mod kv;
+pub mod record;
 pub mod ts;
+pub mod txn;
 
 pub use codec::{Cell, KeyCodec};
 pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
 pub use ts::{Timestamp, TimestampError, TimestampSource};
+pub use txn::{Client, ClientConfig, Transaction, TxnError};
 
 /// The README's examples, compiled as doc tests so they stay true.
 #[cfg(doctest)]

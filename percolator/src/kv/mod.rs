@@ -12,6 +12,10 @@ mod spec;
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
+#[cfg(feature = "testkit")]
+mod faulty;
+#[cfg(feature = "testkit")]
+pub use faulty::{Faults, FaultyKv};
 
 pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
 pub use memory::MemoryKv;

@@ -1,0 +1,49 @@
+//! Tunables of the transaction client.
+
+use std::time::Duration;
+
+/// Configuration of a [`crate::txn::Client`].
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Key namespace of the application (every key starts with its encoding).
+    pub namespace: Vec<u8>,
+    /// Lock TTL granted on top of the time already spent since start_ts.
+    pub lock_ttl: Duration,
+    /// Whether a committing transaction extends its primary's lock TTL while it runs long.
+    pub heartbeat: bool,
+    /// Maximum transaction lifetime L (invariant 5): older transactions abort.
+    pub max_lifetime: Duration,
+    /// How far GC safe points must lag the oracle (G > L plus a margin).
+    pub gc_lag: Duration,
+    /// Values longer than this are stored out of line in `D` keys.
+    pub inline_limit: usize,
+    /// Maximum attempts of [`crate::txn::Client::run`] on retryable errors.
+    pub max_attempts: u32,
+    /// First backoff between attempts (doubles, with jitter, up to 64x).
+    pub backoff: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            namespace: b"default".to_vec(),
+            lock_ttl: Duration::from_secs(3),
+            heartbeat: true,
+            max_lifetime: Duration::from_secs(120),
+            gc_lag: Duration::from_secs(600),
+            inline_limit: 1024,
+            max_attempts: 20,
+            backoff: Duration::from_millis(2),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// The default configuration for namespace `namespace`.
+    pub fn with_namespace(namespace: impl AsRef<[u8]>) -> Self {
+        ClientConfig {
+            namespace: namespace.as_ref().to_vec(),
+            ..Self::default()
+        }
+    }
+}

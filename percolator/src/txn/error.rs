@@ -1,0 +1,81 @@
+//! Errors of the transaction layer.
+
+use crate::codec::Cell;
+use crate::kv::KvError;
+use crate::record::RecordError;
+use crate::ts::TimestampError;
+
+/// Why a transaction (or a GC pass) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    /// Another transaction wrote or locked `cell` concurrently; retrying may succeed.
+    #[error("write conflict on {cell}")]
+    Conflict {
+        /// The contended cell.
+        cell: Cell,
+    },
+    /// The transaction was rolled back by someone else (it stalled and its locks were fenced)
+    /// before it reached its commit point. Nothing it wrote is visible.
+    #[error("transaction {start_ts} was aborted by another client before it committed")]
+    Aborted {
+        /// The transaction's start_ts.
+        start_ts: u64,
+    },
+    /// The writer stalled for so long that GC may have removed the evidence of its fate:
+    /// whether it committed is unknown. Callers that must not repeat work re-read their
+    /// progress inside the next transaction.
+    #[error("transaction {start_ts}: commit outcome unknown")]
+    CommitUnknown {
+        /// The transaction's start_ts.
+        start_ts: u64,
+    },
+    /// The transaction lived longer than the maximum lifetime (or started below the GC safe
+    /// point) and can neither commit nor return reads.
+    #[error("transaction {start_ts} is too old (older than {max_lifetime_ms} ms or below the GC safe point)")]
+    SnapshotTooOld {
+        /// The transaction's start_ts.
+        start_ts: u64,
+        /// The configured maximum lifetime.
+        max_lifetime_ms: u64,
+    },
+    /// The transaction was already committed or rolled back.
+    #[error("transaction {start_ts} is already finished")]
+    Finished {
+        /// The transaction's start_ts.
+        start_ts: u64,
+    },
+    /// The raw store failed.
+    #[error(transparent)]
+    Storage(#[from] KvError),
+    /// The timestamp oracle failed.
+    #[error(transparent)]
+    Timestamp(#[from] TimestampError),
+    /// A record read from the store is corrupt.
+    #[error("corrupt record at {key}: {source}")]
+    Corrupt {
+        /// The store key, escaped.
+        key: String,
+        /// What was wrong.
+        source: RecordError,
+    },
+    /// The caller passed an invalid argument (e.g. a GC safe point that is too recent).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A crash was injected here by a test hook (feature `failpoints`); the transaction
+    /// stopped dead, leaving whatever it had written.
+    #[error("crash injected at {0:?}")]
+    InjectedCrash(crate::txn::CrashPoint),
+    /// An error raised by the closure passed to `Client::run`.
+    #[error("{0}")]
+    User(String),
+}
+
+impl TxnError {
+    /// Whether retrying the whole transaction may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, TxnError::Conflict { .. } | TxnError::Aborted { .. })
+    }
+}
+
+/// Shorthand for transaction results.
+pub type TxnResult<T> = Result<T, TxnError>;

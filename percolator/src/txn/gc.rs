@@ -1,0 +1,263 @@
+//! Lock resolution passes and version garbage collection (DESIGN §4.6).
+
+use super::heads::HeadSnapshot;
+use super::status::TxnStatus;
+use super::{lock_wait, Shared, TxnError, TxnResult};
+use crate::codec::{Cell, Key, Space};
+use crate::kv::{KeyRange, RangePager, ScanOrder};
+use crate::record::{Head, Op, Version};
+use crate::ts::Timestamp;
+use std::collections::HashSet;
+
+/// Name of the meta record holding the last published GC safe point.
+pub const SAFE_POINT_META: &[u8] = b"gc_safe_point";
+
+/// What a GC pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Locks older than the safe point that were rolled forward or back.
+    pub locks_resolved: usize,
+    /// `V` entries deleted.
+    pub versions_deleted: usize,
+    /// `D` (out-of-line value) keys deleted.
+    pub data_deleted: usize,
+    /// Heads shrunk to tombstones (latest was a delete below the safe point).
+    pub heads_tombstoned: usize,
+}
+
+fn cell_of(shared: &Shared, key: &[u8]) -> TxnResult<Key> {
+    shared.codec.decode(key).map_err(|e| {
+        TxnError::Storage(crate::kv::KvError::Engine {
+            op: "gc",
+            message: format!("undecodable key {}: {e}", key.escape_ascii()),
+        })
+    })
+}
+
+/// Resolves every lock with start_ts below `below`, waiting on live ones.
+pub(crate) async fn resolve_locks_below(shared: &Shared, below: u64) -> TxnResult<usize> {
+    let mut resolved = 0;
+    let range = shared.codec.space_range(Space::Head);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    while let Some(page) = pager.next_page().await? {
+        for (key, raw) in page {
+            let Key::Head(cell) = cell_of(shared, &key)? else {
+                continue;
+            };
+            let mut snap = HeadSnapshot::decode(&key, Some(raw))?;
+            let mut attempt = 0;
+            while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts < below) {
+                if shared.resolve_lock(&cell, &lock).await? == TxnStatus::Pending {
+                    tokio::time::sleep(lock_wait(attempt)).await;
+                    attempt += 1;
+                } else {
+                    resolved += 1;
+                }
+                snap = shared.read_head(&cell).await?;
+            }
+        }
+    }
+    Ok(resolved)
+}
+
+/// Publishes `safe_point` in the meta space; it never moves backwards.
+async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
+    let key = shared.codec.meta(SAFE_POINT_META);
+    let mut current = shared.kv.get(&key).await?;
+    loop {
+        let published = match current.as_deref() {
+            None => 0,
+            Some(bytes) => <[u8; 8]>::try_from(bytes)
+                .map(u64::from_be_bytes)
+                .map_err(|_| TxnError::Corrupt {
+                    key: key.escape_ascii().to_string(),
+                    source: crate::record::RecordError::Truncated {
+                        field: "safe point",
+                    },
+                })?,
+        };
+        if published >= safe_point {
+            return Ok(());
+        }
+        let new = safe_point.to_be_bytes().to_vec();
+        let out = shared
+            .kv
+            .compare_and_swap(key.clone(), current.clone(), new.clone())
+            .await?;
+        if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
+            return Ok(());
+        }
+        current = out.previous;
+    }
+}
+
+/// The last published GC safe point (0 if none).
+pub(crate) async fn read_safe_point(shared: &Shared) -> TxnResult<u64> {
+    let key = shared.codec.meta(SAFE_POINT_META);
+    match shared.kv.get(&key).await? {
+        None => Ok(0),
+        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+            .map(u64::from_be_bytes)
+            .map_err(|_| TxnError::Corrupt {
+                key: key.escape_ascii().to_string(),
+                source: crate::record::RecordError::Truncated {
+                    field: "safe point",
+                },
+            }),
+    }
+}
+
+pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult<GcStats> {
+    let now = shared.oracle.get_timestamp().await?;
+    let lag_ms = shared.config.gc_lag.as_millis() as u64;
+    if safe_point.physical_ms() + lag_ms > now.physical_ms() {
+        return Err(TxnError::InvalidArgument(format!(
+            "safe point {safe_point} is less than the GC lag ({lag_ms} ms) behind the oracle ({now})"
+        )));
+    }
+    let sp = safe_point.0;
+    let mut stats = GcStats::default();
+    // 1. Publish; 2. resolve every older lock before deleting anything.
+    publish_safe_point(shared, sp).await?;
+    stats.locks_resolved = resolve_locks_below(shared, sp).await?;
+    // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
+    let range = shared.codec.space_range(Space::Head);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    while let Some(page) = pager.next_page().await? {
+        for (key, raw) in page {
+            let Key::Head(cell) = cell_of(shared, &key)? else {
+                continue;
+            };
+            let snap = HeadSnapshot::decode(&key, Some(raw))?;
+            collect_cell(shared, &cell, snap, sp, &mut stats).await?;
+        }
+    }
+    // Orphan out-of-line values (no lock, no version refers to them) below sp.
+    collect_orphan_data(shared, sp, &mut stats).await?;
+    tracing::info!(safe_point = sp, ?stats, "gc pass complete");
+    Ok(stats)
+}
+
+async fn versions_in(shared: &Shared, range: KeyRange) -> TxnResult<Vec<(Vec<u8>, Version)>> {
+    let mut out = Vec::new();
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    while let Some(page) = pager.next_page().await? {
+        for (key, bytes) in page {
+            let v = Version::decode(&bytes).map_err(|source| TxnError::Corrupt {
+                key: key.escape_ascii().to_string(),
+                source,
+            })?;
+            out.push((key, v));
+        }
+    }
+    Ok(out)
+}
+
+async fn delete_versions(
+    shared: &Shared,
+    cell: &Cell,
+    doomed: Vec<(Vec<u8>, Version)>,
+    stats: &mut GcStats,
+) -> TxnResult<()> {
+    let mut keys = Vec::with_capacity(doomed.len());
+    for (key, v) in doomed {
+        if let Op::PutExternal(_) = v.op {
+            keys.push(shared.codec.data(cell, v.start_ts));
+            stats.data_deleted += 1;
+        }
+        keys.push(key);
+        stats.versions_deleted += 1;
+    }
+    shared.kv.batch_delete(keys).await?;
+    Ok(())
+}
+
+async fn collect_cell(
+    shared: &Shared,
+    cell: &Cell,
+    snap: HeadSnapshot,
+    sp: u64,
+    stats: &mut GcStats,
+) -> TxnResult<()> {
+    let head = &snap.head;
+    // c*: the newest version at or below sp.
+    let c_star = match &head.latest {
+        Some(latest) if latest.commit_ts <= sp => Some(latest.commit_ts),
+        _ => shared
+            .visible_version(
+                cell,
+                &Head {
+                    latest: None,
+                    ..head.clone()
+                },
+                sp,
+            )
+            .await?
+            .map(|v| v.commit_ts),
+    };
+    let Some(c_star) = c_star else {
+        return Ok(());
+    };
+    // A delete as the latest version below sp: shrink the head to a tombstone, drop all V.
+    let tombstone = head.lock.is_none()
+        && head
+            .latest
+            .as_ref()
+            .is_some_and(|v| v.commit_ts <= sp && v.op == Op::Delete);
+    if tombstone {
+        let new = Head {
+            seq: head.seq + 1,
+            latest: None,
+            lock: None,
+            rollback_ts: head.rollback_ts,
+            floor: sp,
+        };
+        if shared.cas_head(cell, &snap, new).await?.is_ok() {
+            stats.heads_tombstoned += 1;
+            let all = versions_in(shared, shared.codec.cell_range(Space::Version, cell)).await?;
+            delete_versions(shared, cell, all, stats).await?;
+        }
+        return Ok(());
+    }
+    if c_star == 0 {
+        return Ok(());
+    }
+    // Every V entry strictly older than c*.
+    let older = versions_in(shared, shared.codec.versions_at_or_below(cell, c_star - 1)).await?;
+    if !older.is_empty() {
+        delete_versions(shared, cell, older, stats).await?;
+    }
+    Ok(())
+}
+
+async fn collect_orphan_data(shared: &Shared, sp: u64, stats: &mut GcStats) -> TxnResult<()> {
+    let range = shared.codec.space_range(Space::Data);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    let mut doomed = Vec::new();
+    while let Some(page) = pager.next_page().await? {
+        for (key, _) in page {
+            let Key::Data(cell, start_ts) = cell_of(shared, &key)? else {
+                continue;
+            };
+            if start_ts >= sp {
+                continue;
+            }
+            let head = shared.read_head(&cell).await?.head;
+            let mut referenced: HashSet<u64> = HashSet::new();
+            referenced.extend(head.lock.as_ref().map(|l| l.start_ts));
+            referenced.extend(head.latest.as_ref().map(|v| v.start_ts));
+            if referenced.contains(&start_ts) {
+                continue;
+            }
+            let versions =
+                versions_in(shared, shared.codec.cell_range(Space::Version, &cell)).await?;
+            if versions.iter().any(|(_, v)| v.start_ts == start_ts) {
+                continue;
+            }
+            doomed.push(key);
+        }
+    }
+    stats.data_deleted += doomed.len();
+    shared.kv.batch_delete(doomed).await?;
+    Ok(())
+}

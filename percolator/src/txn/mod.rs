@@ -1,0 +1,208 @@
+//! Snapshot-isolation transactions (Percolator's protocol over single-key CAS).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), percolator::txn::TxnError> {
+//! use percolator::kv::MemoryKv;
+//! use percolator::ts::LocalClock;
+//! use percolator::txn::Client;
+//! use percolator::Cell;
+//! use std::sync::Arc;
+//!
+//! let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+//! let alice = Cell::new("accounts", "alice", "balance");
+//! let bob = Cell::new("accounts", "bob", "balance");
+//! // Retries on conflicts; the closure gets a fresh transaction each attempt.
+//! client
+//!     .run(|txn| {
+//!         let (alice, bob) = (alice.clone(), bob.clone());
+//!         async move {
+//!             let a: i64 = txn.get(&alice).await?.map_or(100, |v| String::from_utf8_lossy(&v).parse().unwrap_or(0));
+//!             txn.set(alice, (a - 10).to_string());
+//!             txn.set(bob, "10");
+//!             Ok(())
+//!         }
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod error;
+mod failpoint;
+mod gc;
+mod heads;
+mod status;
+mod transaction;
+
+pub use config::ClientConfig;
+pub use error::{TxnError, TxnResult};
+#[cfg(feature = "failpoints")]
+pub use failpoint::CrashHook;
+pub use failpoint::CrashPoint;
+pub use gc::GcStats;
+pub use status::TxnStatus;
+pub use transaction::Transaction;
+
+use crate::codec::KeyCodec;
+use crate::kv::RawKv;
+use crate::ts::TimestampSource;
+use rand::Rng;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What every transaction of a client shares.
+pub(crate) struct Shared {
+    pub(crate) kv: Arc<dyn RawKv>,
+    pub(crate) oracle: Arc<dyn TimestampSource>,
+    pub(crate) codec: KeyCodec,
+    pub(crate) config: ClientConfig,
+}
+
+/// The entry point: begins transactions over a store with timestamps from an oracle.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client with the default configuration (namespace `default`).
+    pub fn new(store: Arc<dyn RawKv>, oracle: Arc<dyn TimestampSource>) -> Self {
+        Self::with_config(store, oracle, ClientConfig::default())
+    }
+
+    /// A client with `config`.
+    pub fn with_config(
+        store: Arc<dyn RawKv>,
+        oracle: Arc<dyn TimestampSource>,
+        config: ClientConfig,
+    ) -> Self {
+        Client {
+            shared: Arc::new(Shared {
+                codec: KeyCodec::new(&config.namespace),
+                kv: store,
+                oracle,
+                config,
+            }),
+        }
+    }
+
+    /// The key codec of the client's namespace.
+    pub fn codec(&self) -> &KeyCodec {
+        &self.shared.codec
+    }
+
+    /// The raw store.
+    pub fn store(&self) -> &Arc<dyn RawKv> {
+        &self.shared.kv
+    }
+
+    /// The timestamp source.
+    pub fn oracle(&self) -> &Arc<dyn TimestampSource> {
+        &self.shared.oracle
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.shared.config
+    }
+
+    /// Begins a transaction at a fresh start_ts.
+    pub async fn begin(&self) -> TxnResult<Transaction> {
+        let start_ts = self.shared.oracle.get_timestamp().await?;
+        Ok(Transaction::new(
+            self.shared.clone(),
+            start_ts,
+            Instant::now(),
+        ))
+    }
+
+    /// Begins a read-only snapshot at a chosen timestamp (time-travel reads, verification).
+    /// Fails with `SnapshotTooOld` if `ts` is below the published GC safe point; committing
+    /// it with writes fails with `InvalidArgument`.
+    pub async fn snapshot_at(&self, ts: crate::ts::Timestamp) -> TxnResult<Transaction> {
+        let safe_point = gc::read_safe_point(&self.shared).await?;
+        if ts.0 < safe_point {
+            return Err(TxnError::SnapshotTooOld {
+                start_ts: ts.0,
+                max_lifetime_ms: self.shared.config.max_lifetime.as_millis() as u64,
+            });
+        }
+        Ok(Transaction::new_read_only(
+            self.shared.clone(),
+            ts,
+            Instant::now(),
+        ))
+    }
+
+    /// The fate of transaction `start_ts` whose primary is `primary` (DESIGN §4.3). An
+    /// expired undecided transaction is rolled back for good by this call.
+    pub async fn txn_status(
+        &self,
+        primary: &crate::codec::Cell,
+        start_ts: crate::ts::Timestamp,
+    ) -> TxnResult<TxnStatus> {
+        let ttl_ms = self.shared.config.lock_ttl.as_millis() as u64;
+        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+    }
+
+    /// Runs `body` in a transaction and commits it, retrying the whole transaction on
+    /// conflicts (with jittered exponential backoff) up to `config.max_attempts` times.
+    /// `body` gets a fresh transaction each attempt and must not commit it itself.
+    pub async fn run<T, F, Fut>(&self, mut body: F) -> TxnResult<T>
+    where
+        F: FnMut(Transaction) -> Fut,
+        Fut: Future<Output = TxnResult<T>>,
+    {
+        let config = &self.shared.config;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let txn = self.begin().await?;
+            let outcome = match body(txn.clone()).await {
+                Ok(value) if txn.is_finished() => Ok(value),
+                Ok(value) => txn.commit().await.map(|_| value),
+                Err(e) => {
+                    txn.rollback();
+                    Err(e)
+                }
+            };
+            match outcome {
+                Err(e) if e.is_retryable() && attempt < config.max_attempts => {
+                    let base = config.backoff * 2u32.saturating_pow(attempt.min(6));
+                    let jitter = rand::thread_rng().gen_range(0.5..1.5);
+                    tracing::debug!(attempt, error = %e, "transaction retry");
+                    tokio::time::sleep(base.mul_f64(jitter)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Resolves every lock in the namespace (waiting for live ones to commit or expire):
+    /// afterwards no lock that existed when the pass started is left. Returns how many locks
+    /// were resolved.
+    pub async fn resolve_all_locks(&self) -> TxnResult<usize> {
+        gc::resolve_locks_below(&self.shared, u64::MAX).await
+    }
+
+    /// Garbage-collects below `safe_point` (DESIGN §4.6): publishes it, resolves every older
+    /// lock, then deletes versions no snapshot at or after it can see. Refuses a safe point
+    /// less than `config.gc_lag` behind the oracle.
+    pub async fn gc(&self, safe_point: crate::ts::Timestamp) -> TxnResult<GcStats> {
+        gc::collect(&self.shared, safe_point).await
+    }
+}
+
+/// A short pause used when waiting on live locks.
+pub(crate) fn lock_wait(attempt: u32) -> Duration {
+    Duration::from_millis(1u64 << attempt.min(6))
+}

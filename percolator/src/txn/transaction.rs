@@ -1,0 +1,556 @@
+//! A snapshot-isolation transaction: reads at start_ts, buffered writes, two-phase commit.
+
+#[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
+use super::failpoint::{crash_point, CrashPoint};
+use super::heads::HeadSnapshot;
+use super::status::TxnStatus;
+use super::{Shared, TxnError, TxnResult};
+use crate::codec::Cell;
+use crate::kv::{KvError, RangePager, ScanOrder};
+use crate::record::{Head, Lock, Op};
+use crate::ts::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How many times the commit-point CAS is retried on storage errors before the outcome is
+/// reported as unknown.
+const COMMIT_STORAGE_RETRIES: u32 = 5;
+
+/// A transaction. Cheap to clone (clones share the transaction), so it can be moved into
+/// the closure of [`super::Client::run`].
+///
+/// Reads see the snapshot at `start_ts` plus the transaction's own buffered writes. Writes
+/// are buffered until [`Transaction::commit`].
+#[derive(Clone)]
+pub struct Transaction {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    start_ts: u64,
+    started: Instant,
+    read_only: bool,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Buffered writes: `Some(value)` to put, `None` to delete.
+    writes: BTreeMap<Cell, Option<Vec<u8>>>,
+    /// Heads read by this transaction, reused as the expectation of its prewrite CAS.
+    heads: HashMap<Cell, HeadSnapshot>,
+    finished: bool,
+    #[cfg(feature = "failpoints")]
+    crash_hook: Option<super::failpoint::CrashHook>,
+}
+
+impl std::fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("start_ts", &self.inner.start_ts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transaction {
+    pub(crate) fn new(shared: Arc<Shared>, start_ts: Timestamp, started: Instant) -> Self {
+        Transaction {
+            inner: Arc::new(Inner {
+                shared,
+                start_ts: start_ts.0,
+                started,
+                read_only: false,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    pub(crate) fn new_read_only(shared: Arc<Shared>, ts: Timestamp, started: Instant) -> Self {
+        Transaction {
+            inner: Arc::new(Inner {
+                shared,
+                start_ts: ts.0,
+                started,
+                read_only: true,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // State updates are single assignments; a panic elsewhere cannot leave them torn.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The snapshot timestamp of the transaction.
+    pub fn start_ts(&self) -> Timestamp {
+        Timestamp(self.inner.start_ts)
+    }
+
+    /// Installs a crash hook (feature `failpoints`, tests only).
+    #[cfg(feature = "failpoints")]
+    pub fn set_crash_hook(&self, hook: super::failpoint::CrashHook) {
+        self.state().crash_hook = Some(hook);
+    }
+
+    #[cfg(feature = "failpoints")]
+    fn crash_hook(&self) -> Option<super::failpoint::CrashHook> {
+        self.state().crash_hook.clone()
+    }
+
+    fn check_lifetime(&self) -> TxnResult<()> {
+        let max = self.shared().config.max_lifetime;
+        if self.inner.started.elapsed() > max {
+            return Err(self.too_old());
+        }
+        Ok(())
+    }
+
+    fn too_old(&self) -> TxnError {
+        TxnError::SnapshotTooOld {
+            start_ts: self.inner.start_ts,
+            max_lifetime_ms: self.shared().config.max_lifetime.as_millis() as u64,
+        }
+    }
+
+    fn check_open(&self) -> TxnResult<()> {
+        if self.state().finished {
+            return Err(TxnError::Finished {
+                start_ts: self.inner.start_ts,
+            });
+        }
+        Ok(())
+    }
+
+    /// Buffers a write of `value` to `cell`.
+    pub fn set(&self, cell: Cell, value: impl Into<Vec<u8>>) {
+        self.state().writes.insert(cell, Some(value.into()));
+    }
+
+    /// Buffers a delete of `cell`.
+    pub fn delete(&self, cell: Cell) {
+        self.state().writes.insert(cell, None);
+    }
+
+    /// The value of `cell` in this transaction's snapshot (its own writes included).
+    pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
+        self.check_open()?;
+        if let Some(write) = self.state().writes.get(cell) {
+            return Ok(write.clone());
+        }
+        let snap = self.shared().read_head(cell).await?;
+        let value = self.read_with_head(cell, snap).await?;
+        self.check_lifetime()?;
+        Ok(value)
+    }
+
+    /// Reads `cell` at start_ts starting from an already-read head: resolves locks that may
+    /// hide a version visible to us (waiting on live ones), then returns the visible value.
+    async fn read_with_head(
+        &self,
+        cell: &Cell,
+        mut snap: HeadSnapshot,
+    ) -> TxnResult<Option<Vec<u8>>> {
+        let start_ts = self.inner.start_ts;
+        let mut backoff = Duration::from_millis(1);
+        while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts) {
+            self.check_lifetime()?;
+            if self.shared().resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+            snap = self.shared().read_head(cell).await?;
+        }
+        let version = self
+            .shared()
+            .visible_version(cell, &snap.head, start_ts)
+            .await?;
+        self.state().heads.insert(cell.clone(), snap);
+        match version {
+            Some(v) => self.shared().version_value(cell, &v).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Every cell of `table` whose row lies in `[row_start, row_end)` (`row_end: None`: to the
+    /// end of the table) with its value in this snapshot, in (row, column) order. Own writes
+    /// are included; cells deleted or absent in the snapshot are not.
+    pub async fn scan(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+    ) -> TxnResult<Vec<(Cell, Vec<u8>)>> {
+        use crate::codec::{Key, Space};
+        self.check_open()?;
+        let range = self
+            .shared()
+            .codec
+            .rows_range(Space::Head, table, row_start, row_end);
+        let mut result: BTreeMap<Cell, Vec<u8>> = BTreeMap::new();
+        let kv = self.shared().kv.clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        while let Some(page) = pager.next_page().await? {
+            for (key, raw) in page {
+                let cell = match self.shared().codec.decode(&key) {
+                    Ok(Key::Head(cell)) => cell,
+                    other => {
+                        return Err(TxnError::Storage(KvError::Engine {
+                            op: "scan",
+                            message: format!(
+                                "key {} in the head range decodes as {other:?}",
+                                key.escape_ascii()
+                            ),
+                        }))
+                    }
+                };
+                let snap = HeadSnapshot::decode(&key, Some(raw))?;
+                if let Some(value) = self.read_with_head(&cell, snap).await? {
+                    result.insert(cell, value);
+                }
+            }
+        }
+        for (cell, write) in self.state().writes.iter() {
+            let in_range = cell.table == table
+                && cell.row.as_slice() >= row_start
+                && row_end.is_none_or(|end| cell.row.as_slice() < end);
+            if in_range {
+                match write {
+                    Some(value) => result.insert(cell.clone(), value.clone()),
+                    None => result.remove(cell),
+                };
+            }
+        }
+        self.check_lifetime()?;
+        Ok(result.into_iter().collect())
+    }
+
+    /// Abandons the transaction. Nothing was written to the store before commit, so nothing
+    /// needs undoing.
+    pub fn rollback(&self) {
+        let mut state = self.state();
+        state.finished = true;
+        state.writes.clear();
+    }
+
+    /// Whether the transaction was committed or rolled back.
+    pub fn is_finished(&self) -> bool {
+        self.state().finished
+    }
+
+    /// Commits: prewrites every written cell (primary first in key order, all in parallel),
+    /// draws commit_ts, commits the primary (the commit point), then the secondaries.
+    /// Returns the commit timestamp (start_ts for a read-only transaction).
+    pub async fn commit(&self) -> TxnResult<Timestamp> {
+        let writes = {
+            let mut state = self.state();
+            if state.finished {
+                return Err(TxnError::Finished {
+                    start_ts: self.inner.start_ts,
+                });
+            }
+            state.finished = true;
+            std::mem::take(&mut state.writes)
+        };
+        if writes.is_empty() {
+            self.check_lifetime()?;
+            return Ok(self.start_ts());
+        }
+        if self.inner.read_only {
+            return Err(TxnError::InvalidArgument(format!(
+                "snapshot at {} is read-only but has {} buffered writes",
+                self.inner.start_ts,
+                writes.len()
+            )));
+        }
+        self.commit_writes(writes).await
+    }
+
+    async fn commit_writes(&self, writes: BTreeMap<Cell, Option<Vec<u8>>>) -> TxnResult<Timestamp> {
+        let shared = self.inner.shared.clone();
+        let start_ts = self.inner.start_ts;
+        let cells: Vec<(Cell, Option<Vec<u8>>)> = writes.into_iter().collect();
+        let primary = cells[0].0.clone();
+        let ttl_ms = (self.inner.started.elapsed() + shared.config.lock_ttl).as_millis() as u64;
+        let cached: HashMap<Cell, HeadSnapshot> = std::mem::take(&mut self.state().heads);
+
+        // Keep the primary's lock alive while the commit takes long.
+        let _heartbeat = Heartbeat::start(
+            shared.clone(),
+            primary.clone(),
+            start_ts,
+            self.inner.started,
+        );
+
+        // Phase 1: prewrite every cell in parallel.
+        let locked = AtomicUsize::new(0);
+        let prewrites = cells.iter().enumerate().map(|(i, (cell, value))| {
+            let primary_ref = if i == 0 { None } else { Some(primary.clone()) };
+            self.prewrite(
+                cell,
+                primary_ref,
+                value.as_deref(),
+                ttl_ms,
+                cached.get(cell).cloned(),
+                &locked,
+            )
+        });
+        let results = futures::future::join_all(prewrites).await;
+        let mut locked_heads = Vec::with_capacity(results.len());
+        let mut failure = None;
+        for result in results {
+            match result {
+                Ok(snap) => locked_heads.push(Some(snap)),
+                Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
+                Err(e) => {
+                    locked_heads.push(None);
+                    if failure.is_none() || matches!(e, TxnError::Conflict { .. }) {
+                        failure = Some(e);
+                    }
+                }
+            }
+        }
+        if let Some(error) = failure {
+            self.abort(&primary, &cells).await?;
+            return Err(error);
+        }
+        crash_point!(self, CrashPoint::AllPrewritten);
+
+        // Phase 2: commit_ts, then the commit point.
+        let commit_ts = shared.oracle.get_timestamp().await?;
+        let lifetime_ms = shared.config.max_lifetime.as_millis() as u64;
+        if commit_ts.physical_ms() > Timestamp(start_ts).physical_ms() + lifetime_ms {
+            self.abort(&primary, &cells).await?;
+            return Err(self.too_old());
+        }
+        let primary_snap = locked_heads[0].take();
+        self.commit_primary(&primary, commit_ts.0, primary_snap)
+            .await?;
+        crash_point!(self, CrashPoint::Committed);
+
+        // Secondaries: failures are harmless (readers roll them forward).
+        let committed = AtomicUsize::new(0);
+        let secondaries = cells[1..]
+            .iter()
+            .zip(locked_heads[1..].iter_mut())
+            .map(|((cell, _), snap)| {
+                let snap = snap.take();
+                let committed = &committed;
+                let shared = shared.clone();
+                async move {
+                    if let Err(e) = shared.roll_forward(cell, start_ts, commit_ts.0, snap).await {
+                        tracing::debug!(%cell, start_ts, error = %e, "secondary commit failed; readers will roll it forward");
+                    }
+                    let _done = committed.fetch_add(1, Ordering::SeqCst) + 1;
+                    crash_point!(self, CrashPoint::SecondaryCommitted { committed: _done });
+                    Ok::<(), TxnError>(())
+                }
+            });
+        for result in futures::future::join_all(secondaries).await {
+            result?;
+        }
+        Ok(commit_ts)
+    }
+
+    /// Prewrites one cell: checks for conflicts, writes the out-of-line value and the
+    /// previous version, then CASes our lock into the head.
+    async fn prewrite(
+        &self,
+        cell: &Cell,
+        primary: Option<Cell>,
+        value: Option<&[u8]>,
+        ttl_ms: u64,
+        cached: Option<HeadSnapshot>,
+        locked: &AtomicUsize,
+    ) -> TxnResult<HeadSnapshot> {
+        let shared = self.shared();
+        let start_ts = self.inner.start_ts;
+        let op = match value {
+            None => Op::Delete,
+            Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
+            Some(v) => Op::Put(v.to_vec()),
+        };
+        let mut snap = match cached {
+            Some(s) => s,
+            None => shared.read_head(cell).await?,
+        };
+        let mut data_written = false;
+        let mut saved_version: Option<u64> = None;
+        loop {
+            let head = &snap.head;
+            if let Some(lock) = &head.lock {
+                if lock.start_ts == start_ts {
+                    break; // Our own lock (a retried CAS that did apply).
+                }
+                let lock = lock.clone();
+                if shared.resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                    return Err(TxnError::Conflict { cell: cell.clone() });
+                }
+                snap = shared.read_head(cell).await?;
+                continue;
+            }
+            let newer_commit = head
+                .latest
+                .as_ref()
+                .is_some_and(|v| v.commit_ts >= start_ts);
+            if newer_commit || head.rollback_ts >= start_ts {
+                return Err(TxnError::Conflict { cell: cell.clone() });
+            }
+            // Invariant 4: the version we supersede is durable in V before our lock exists.
+            let mut puts = Vec::new();
+            if let (Op::PutExternal(_), false, Some(v)) = (&op, data_written, value) {
+                puts.push((shared.codec.data(cell, start_ts), v.to_vec()));
+                data_written = true;
+            }
+            if let Some(prev) = head
+                .latest
+                .as_ref()
+                .filter(|p| saved_version != Some(p.commit_ts))
+            {
+                puts.push((shared.codec.version(cell, prev.commit_ts), prev.encode()));
+                saved_version = Some(prev.commit_ts);
+            }
+            if !puts.is_empty() {
+                shared.kv.batch_put(puts).await?;
+            }
+            let mut next: Head = head.next();
+            next.lock = Some(Lock {
+                start_ts,
+                primary: primary.clone(),
+                op: op.clone(),
+                ttl_ms,
+            });
+            match shared.cas_head(cell, &snap, next).await? {
+                Ok(new) => {
+                    snap = new;
+                    break;
+                }
+                Err(current) => snap = current,
+            }
+        }
+        let _locked = locked.fetch_add(1, Ordering::SeqCst) + 1;
+        crash_point!(
+            self,
+            CrashPoint::Prewrote {
+                primary: primary.is_none(),
+                locked: _locked
+            }
+        );
+        Ok(snap)
+    }
+
+    /// The commit point: CAS of the primary from our lock to our version at `commit_ts`.
+    async fn commit_primary(
+        &self,
+        primary: &Cell,
+        commit_ts: u64,
+        known: Option<HeadSnapshot>,
+    ) -> TxnResult<()> {
+        let shared = self.shared();
+        let start_ts = self.inner.start_ts;
+        let mut known = known;
+        let mut storage_failures = 0;
+        loop {
+            match shared
+                .roll_forward(primary, start_ts, commit_ts, known.take())
+                .await
+            {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) => break, // Our lock is gone: find out why below.
+                Err(TxnError::Storage(e)) => {
+                    storage_failures += 1;
+                    tracing::warn!(start_ts, error = %e, "commit-point CAS failed; retrying");
+                    if storage_failures >= COMMIT_STORAGE_RETRIES {
+                        return Err(TxnError::CommitUnknown { start_ts });
+                    }
+                    tokio::time::sleep(Duration::from_millis(10 << storage_failures)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Our lock is not there: committed (by us, through a CAS reported failed) or fenced.
+        match shared.txn_status(primary, start_ts, 0).await {
+            Ok(TxnStatus::Committed(_)) => Ok(()),
+            // A writer stalled for longer than the GC lag may have lost the evidence of its
+            // commit to GC: do not guess.
+            Ok(TxnStatus::RolledBack) if self.inner.started.elapsed() > shared.config.gc_lag => {
+                Err(TxnError::CommitUnknown { start_ts })
+            }
+            Ok(TxnStatus::RolledBack) => Err(TxnError::Aborted { start_ts }),
+            Ok(TxnStatus::Pending) => Err(TxnError::CommitUnknown { start_ts }),
+            Err(TxnError::Storage(_)) => Err(TxnError::CommitUnknown { start_ts }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Rolls back after a failed prewrite: fence the primary first, then remove our locks.
+    async fn abort(&self, primary: &Cell, cells: &[(Cell, Option<Vec<u8>>)]) -> TxnResult<()> {
+        let shared = self.shared();
+        let start_ts = self.inner.start_ts;
+        shared.fence_primary(primary, start_ts).await?;
+        let secondaries = cells[1..]
+            .iter()
+            .map(|(cell, _)| shared.roll_back(cell, start_ts, None));
+        for result in futures::future::join_all(secondaries).await {
+            if let Err(e) = result {
+                tracing::debug!(start_ts, error = %e, "removing a secondary lock failed; readers will roll it back");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Extends the primary's lock TTL while a commit runs long; stops when dropped.
+struct Heartbeat(Option<tokio::task::JoinHandle<()>>);
+
+impl Heartbeat {
+    fn start(shared: Arc<Shared>, primary: Cell, start_ts: u64, started: Instant) -> Heartbeat {
+        let ttl = shared.config.lock_ttl;
+        let max = shared.config.max_lifetime;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Heartbeat(None);
+        };
+        if !shared.config.heartbeat {
+            return Heartbeat(None);
+        }
+        Heartbeat(Some(runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 2).await;
+                // Never extend beyond the transaction's maximum lifetime.
+                let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
+                let Ok(snap) = shared.read_head(&primary).await else {
+                    continue;
+                };
+                let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts) else {
+                    return;
+                };
+                if lock.ttl_ms >= wanted {
+                    continue;
+                }
+                let mut next = snap.head.next();
+                if let Some(l) = next.lock.as_mut() {
+                    l.ttl_ms = wanted;
+                }
+                let _ = shared.cas_head(&primary, &snap, next).await;
+            }
+        })))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
