@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use percolator::kv::{FaultyKv, Faults, MemoryKv};
+use percolator::kv::{Faults, FaultyKv, MemoryKv};
 use percolator::txn::{CrashPoint, TxnError, TxnStatus};
 use percolator::{Cell, Timestamp};
 use rand::{Rng, SeedableRng};
@@ -67,7 +67,11 @@ async fn run_history(seed: u64) {
                     if rng.gen_bool(0.5) {
                         match t.get(&key(k)).await {
                             Ok(v) => {
-                                let own = rec.writes.iter().find(|(w, _)| *w == k).map(|(_, v)| v.clone());
+                                let own = rec
+                                    .writes
+                                    .iter()
+                                    .find(|(w, _)| *w == k)
+                                    .map(|(_, v)| v.clone());
                                 rec.reads.push((k, v, own))
                             }
                             Err(e) => panic!("read failed: {e}"),
@@ -110,7 +114,11 @@ async fn run_history(seed: u64) {
     let mut records = history.lock().unwrap().clone();
     for rec in records.iter_mut().filter(|r| r.crashed) {
         if let Some(primary) = &rec.primary {
-            match c.txn_status(primary, Timestamp(rec.start_ts)).await.unwrap() {
+            match c
+                .txn_status(primary, Timestamp(rec.start_ts))
+                .await
+                .unwrap()
+            {
                 TxnStatus::Committed(ts) => rec.commit_ts = Some(ts),
                 TxnStatus::RolledBack => {}
                 TxnStatus::Pending => panic!("still pending after resolution"),
@@ -122,7 +130,10 @@ async fn run_history(seed: u64) {
     for rec in &records {
         if let Some(c_ts) = rec.commit_ts {
             for (k, v) in &rec.writes {
-                writes.entry(*k).or_default().push((c_ts, rec.start_ts, v.clone()));
+                writes
+                    .entry(*k)
+                    .or_default()
+                    .push((c_ts, rec.start_ts, v.clone()));
             }
         }
     }
@@ -130,7 +141,10 @@ async fn run_history(seed: u64) {
         list.sort_by_key(|(c_ts, _, _)| *c_ts);
         for pair in list.windows(2) {
             // First committer wins: a writer must start after the previous one committed.
-            assert!(pair[1].1 > pair[0].0, "overlapping committed writers: {pair:?}");
+            assert!(
+                pair[1].1 > pair[0].0,
+                "overlapping committed writers: {pair:?}"
+            );
         }
     }
     let visible = |k: usize, ts: u64| -> Option<Vec<u8>> {
@@ -164,7 +178,11 @@ async fn run_history(seed: u64) {
             .get(&k)
             .and_then(|l| l.last())
             .and_then(|(_, _, v)| v.clone());
-        assert_eq!(reader.get(&key(k)).await.unwrap(), expected, "final value of k{k}");
+        assert_eq!(
+            reader.get(&key(k)).await.unwrap(),
+            expected,
+            "final value of k{k}"
+        );
     }
     assert!(checked > 20, "too few reads checked: {checked}");
 }

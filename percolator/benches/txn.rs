@@ -1,0 +1,263 @@
+//! Transactional throughput against the raw store it runs on, measured side by side in one
+//! run on the embedded backend (timestamps from the in-process `LocalClock`).
+//!
+//! Run: `cargo bench -p percolator --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
+//! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
+//! 64 tasks), `txn10_per_sec`, `abort_rate_hot` and the raw store calls per transaction.
+
+use async_trait::async_trait;
+use percolator::kv::{CasOutcome, EmbeddedKv, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use percolator::ts::LocalClock;
+use percolator::txn::{Client, ClientConfig};
+use percolator::Cell;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CELLS: u64 = 10_000;
+
+/// Counts raw store calls.
+struct Counting {
+    inner: Arc<dyn RawKv>,
+    calls: AtomicU64,
+}
+
+impl Counting {
+    fn tick(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl RawKv for Counting {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.tick();
+        self.inner.get(key).await
+    }
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.tick();
+        self.inner.batch_get(keys).await
+    }
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.tick();
+        self.inner.put(key, value).await
+    }
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        self.tick();
+        self.inner.batch_put(pairs).await
+    }
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.tick();
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        self.tick();
+        self.inner.scan(range, limit, order).await
+    }
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
+        self.tick();
+        self.inner.compare_and_swap(key, expected, new).await
+    }
+}
+
+fn cell(i: u64) -> Cell {
+    Cell::new("bench", format!("r{i:06}"), "v")
+}
+
+/// Runs `op` in `tasks` tasks for `secs`; returns (successes/s, failures/s).
+async fn run_for<F, Fut>(tasks: usize, secs: f64, op: F) -> (f64, f64)
+where
+    F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (stop, ok, failed, op) = (stop.clone(), ok.clone(), failed.clone(), op.clone());
+        handles.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(t as u64);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if op(rng.gen()).await {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 1;
+                if n.is_multiple_of(16) {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }));
+    }
+    let start = Instant::now();
+    let stopper = stop.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stopper.store(true, Ordering::Relaxed);
+    });
+    for h in handles {
+        h.await.expect("bench task");
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    (
+        ok.load(Ordering::Relaxed) as f64 / elapsed,
+        failed.load(Ordering::Relaxed) as f64 / elapsed,
+    )
+}
+
+fn main() {
+    let secs: f64 = std::env::var("TXN_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = runtime.block_on(async move {
+        let raw: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
+        let counting = Arc::new(Counting {
+            inner: raw.clone(),
+            calls: AtomicU64::new(0),
+        });
+        let client = Client::with_config(
+            counting.clone(),
+            Arc::new(LocalClock::new()),
+            ClientConfig::with_namespace("bench"),
+        );
+        // Load: every cell has a committed value; the raw keys hold a value too.
+        for chunk in (0..CELLS).collect::<Vec<_>>().chunks(500) {
+            let t = client.begin().await.expect("begin");
+            for &i in chunk {
+                t.set(cell(i), vec![7u8; 100]);
+            }
+            t.commit().await.expect("load");
+            let pairs = chunk
+                .iter()
+                .map(|&i| (format!("raw/{i:06}").into_bytes(), vec![7u8; 100]))
+                .collect();
+            raw.batch_put(pairs).await.expect("load raw");
+        }
+        let mut report: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for tasks in [16usize, 64] {
+            let kv = raw.clone();
+            let (raw_get, _) = run_for(tasks, secs, move |r| {
+                let kv = kv.clone();
+                async move { kv.get(format!("raw/{:06}", r % CELLS).as_bytes()).await.is_ok() }
+            })
+            .await;
+            let c = client.clone();
+            let (txn_read, _) = run_for(tasks, secs, move |r| {
+                let c = c.clone();
+                async move {
+                    let t = c.begin().await.expect("begin");
+                    t.get(&cell(r % CELLS)).await.is_ok() && t.commit().await.is_ok()
+                }
+            })
+            .await;
+            let kv = raw.clone();
+            let (raw_put, _) = run_for(tasks, secs, move |r| {
+                let kv = kv.clone();
+                async move {
+                    kv.put(format!("raw/{:06}", r % CELLS).into_bytes(), vec![r as u8; 100])
+                        .await
+                        .is_ok()
+                }
+            })
+            .await;
+            let c = client.clone();
+            let (txn_write, _) = run_for(tasks, secs, move |r| {
+                let c = c.clone();
+                async move {
+                    let t = c.begin().await.expect("begin");
+                    t.set(cell(r % CELLS), vec![r as u8; 100]);
+                    t.commit().await.is_ok()
+                }
+            })
+            .await;
+            println!(
+                "tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3}",
+                txn_read / raw_get,
+                txn_write / raw_put
+            );
+            report.insert(format!("read_ratio@{tasks}"), (txn_read / raw_get).into());
+            report.insert(format!("write_ratio@{tasks}"), (txn_write / raw_put).into());
+            if tasks == 16 {
+                report.insert("read_ratio".into(), (txn_read / raw_get).into());
+                report.insert("write_ratio".into(), (txn_write / raw_put).into());
+            }
+        }
+        let c = client.clone();
+        let (txn10, _) = run_for(16, secs, move |r| {
+            let c = c.clone();
+            async move {
+                let t = c.begin().await.expect("begin");
+                for j in 0..10 {
+                    t.set(cell((r + j * 997) % CELLS), vec![j as u8; 100]);
+                }
+                t.commit().await.is_ok()
+            }
+        })
+        .await;
+        println!("10-cell write transactions, 16 tasks: {txn10:.0}/s");
+        report.insert("txn10_per_sec".into(), txn10.round().into());
+        // Hot: 16 tasks read-modify-write one of 4 cells; a conflict counts as an abort.
+        let c = client.clone();
+        let (hot_ok, hot_failed) = run_for(16, secs, move |r| {
+            let c = c.clone();
+            async move {
+                let t = c.begin().await.expect("begin");
+                let target = cell(r % 4);
+                let _ = t.get(&target).await;
+                t.set(target, vec![r as u8; 8]);
+                t.commit().await.is_ok()
+            }
+        })
+        .await;
+        let abort_rate = hot_failed / (hot_ok + hot_failed);
+        println!("hot (16 tasks, 4 cells): {hot_ok:.0} commits/s, abort rate {abort_rate:.3}");
+        report.insert("abort_rate_hot".into(), abort_rate.into());
+        // Raw store calls per transaction kind (sequential, uncontended).
+        let count = |f: u64| counting.calls.load(Ordering::Relaxed) - f;
+        let before = counting.calls.load(Ordering::Relaxed);
+        for i in 0..100 {
+            let t = client.begin().await.expect("begin");
+            t.get(&cell(i)).await.expect("get");
+            t.commit().await.expect("commit");
+        }
+        let per_read = count(before) as f64 / 100.0;
+        let before = counting.calls.load(Ordering::Relaxed);
+        for i in 0..100 {
+            let t = client.begin().await.expect("begin");
+            t.set(cell(i), vec![1u8; 100]);
+            t.commit().await.expect("commit");
+        }
+        let per_write = count(before) as f64 / 100.0;
+        let before = counting.calls.load(Ordering::Relaxed);
+        for i in 0..100 {
+            let t = client.begin().await.expect("begin");
+            let v = t.get(&cell(i)).await.expect("get");
+            t.set(cell(i), v.unwrap_or_default());
+            t.commit().await.expect("commit");
+        }
+        let per_rmw = count(before) as f64 / 100.0;
+        println!("raw calls per txn: read {per_read}, blind write {per_write}, read-modify-write {per_rmw}");
+        report.insert("calls_per_read_txn".into(), per_read.into());
+        report.insert("calls_per_write_txn".into(), per_write.into());
+        report.insert("calls_per_rmw_txn".into(), per_rmw.into());
+        report
+    });
+    println!("{}", serde_json::to_string(&report).expect("json"));
+}
