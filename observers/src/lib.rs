@@ -1,3 +1,45 @@
-//! Observers that run in their own transaction when a notify key marks a cell dirty, and the
-//! Photon click-query join built on them. The subject of the observers and Photon issues; the
-//! crate exists so that the workspace's crate graph is in place from the start.
+//! Observers: code that runs in its own transaction when a cell it watches changes.
+//!
+//! A write to an observed column puts a notify key before the writer's commit point (so no
+//! committed change can lose its notification). [`Worker`]s scan the notify space, find the
+//! writer's fate through its primary, and run the observer in a fresh transaction that also
+//! reads and writes the observer's acknowledgment column: at most one run commits per change.
+//!
+//! ```no_run
+//! use observers::{observer_fn, Registry, Worker, WorkerConfig};
+//! use percolator::kv::MemoryKv;
+//! use percolator::ts::LocalClock;
+//! use percolator::{Cell, Client};
+//! use std::sync::Arc;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+//! let mut registry = Registry::new();
+//! // Whenever docs/<row>/body changes, store its length in docs/<row>/len.
+//! registry.strong("docs", "body", "length", observer_fn(|txn, cell: Cell| async move {
+//!     let body = txn.get(&cell).await?.unwrap_or_default();
+//!     txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
+//!     Ok(())
+//! }))?;
+//! let worker = Worker::start(client.clone(), Arc::new(registry), WorkerConfig::default());
+//!
+//! let txn = client.begin().await?;
+//! txn.set(Cell::new("docs", "a", "body"), "hello");
+//! txn.commit().await?;
+//! worker.wait_until_quiescent().await?;
+//! worker.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod deadletter;
+mod error;
+mod metrics;
+mod process;
+mod registry;
+mod worker;
+
+pub use deadletter::DeadLetter;
+pub use error::{ObserverError, WorkerError};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use registry::{observer_fn, Observer, ObserverKind, Registry};
+pub use worker::{Worker, WorkerConfig};

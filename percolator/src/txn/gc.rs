@@ -23,6 +23,55 @@ pub struct GcStats {
     pub data_deleted: usize,
     /// Heads shrunk to tombstones (latest was a delete below the safe point).
     pub heads_tombstoned: usize,
+    /// Strong notify keys older than the safe point rewritten as committed or deleted.
+    pub notifications_resolved: usize,
+}
+
+/// Rewrites every strong notify key with start_ts below `below` as "committed at c", or
+/// deletes it if its writer rolled back, so that no status check needs old versions.
+pub(crate) async fn resolve_notifications_below(shared: &Shared, below: u64) -> TxnResult<usize> {
+    use crate::record::Notification;
+    let mut resolved = 0;
+    let range = shared.codec.space_range(Space::Notify);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    while let Some(page) = pager.next_page().await? {
+        for (key, raw) in page {
+            let Ok(Notification::Strong {
+                start_ts,
+                primary,
+                ttl_ms,
+            }) = Notification::decode(&raw)
+            else {
+                continue;
+            };
+            if start_ts >= below {
+                continue;
+            }
+            let mut attempt = 0;
+            loop {
+                match shared.txn_status(&primary, start_ts, ttl_ms).await? {
+                    TxnStatus::Committed(commit_ts) => {
+                        let record = Notification::Committed { commit_ts }.encode();
+                        // A plain put (notify keys are never CASed): if an observer consumed the
+                        // key meanwhile, the resurrected key is harmless, as its acknowledgment
+                        // already covers commit_ts and the observer will not run again.
+                        shared.kv.put(key.clone(), record).await?;
+                        break;
+                    }
+                    TxnStatus::RolledBack => {
+                        shared.kv.delete(key.clone()).await?;
+                        break;
+                    }
+                    TxnStatus::Pending => {
+                        tokio::time::sleep(lock_wait(attempt)).await;
+                        attempt += 1;
+                    }
+                }
+            }
+            resolved += 1;
+        }
+    }
+    Ok(resolved)
 }
 
 fn cell_of(shared: &Shared, key: &[u8]) -> TxnResult<Key> {
@@ -120,6 +169,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     // 1. Publish; 2. resolve every older lock before deleting anything.
     publish_safe_point(shared, sp).await?;
     stats.locks_resolved = resolve_locks_below(shared, sp).await?;
+    stats.notifications_resolved = resolve_notifications_below(shared, sp).await?;
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);

@@ -57,6 +57,21 @@ pub(crate) struct Shared {
     pub(crate) oracle: Arc<dyn TimestampSource>,
     pub(crate) codec: KeyCodec,
     pub(crate) config: ClientConfig,
+    /// (table, column) pairs whose writes put notify keys.
+    observed: std::sync::RwLock<std::collections::HashSet<(Vec<u8>, Vec<u8>)>>,
+    /// Bumped after every commit that put notify keys (in-process wake-up of workers).
+    notified: tokio::sync::watch::Sender<u64>,
+}
+
+impl Shared {
+    pub(crate) fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
+        let observed = self.observed.read().unwrap_or_else(|p| p.into_inner());
+        !observed.is_empty() && observed.contains(&(cell.table.clone(), cell.column.clone()))
+    }
+
+    pub(crate) fn signal_notified(&self) {
+        self.notified.send_modify(|n| *n += 1);
+    }
 }
 
 /// The entry point: begins transactions over a store with timestamps from an oracle.
@@ -91,6 +106,8 @@ impl Client {
                 kv: store,
                 oracle,
                 config,
+                observed: Default::default(),
+                notified: tokio::sync::watch::channel(0).0,
             }),
         }
     }
@@ -113,6 +130,33 @@ impl Client {
     /// The configuration.
     pub fn config(&self) -> &ClientConfig {
         &self.shared.config
+    }
+
+    /// Makes writes of `column` in `table` put notify keys (strong notifications), so the
+    /// observers registered on it run. Every client that writes the column must declare it.
+    pub fn observe_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
+        let mut observed = self.shared.observed.write().unwrap_or_else(|p| p.into_inner());
+        observed.insert((table.as_ref().to_vec(), column.as_ref().to_vec()));
+    }
+
+    /// Whether writes of `cell` put notify keys.
+    pub fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
+        self.shared.is_observed(cell)
+    }
+
+    /// A receiver that changes after every commit of this client that put notify keys.
+    pub fn notifications(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.notified.subscribe()
+    }
+
+    /// Puts a weak notification on `cell`: no transaction, its observers run at least once.
+    pub async fn weak_notify(&self, cell: &crate::codec::Cell) -> TxnResult<()> {
+        let ts = self.shared.oracle.get_timestamp().await?;
+        let key = self.shared.codec.notify(cell, ts.0);
+        let record = crate::record::Notification::Weak.encode();
+        self.shared.kv.put(key, record).await?;
+        self.shared.signal_notified();
+        Ok(())
     }
 
     /// Begins a transaction at a fresh start_ts.
@@ -151,6 +195,17 @@ impl Client {
         start_ts: crate::ts::Timestamp,
     ) -> TxnResult<TxnStatus> {
         let ttl_ms = self.shared.config.lock_ttl.as_millis() as u64;
+        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+    }
+
+    /// [`Client::txn_status`] with the writer's lock TTL known (e.g. from a notify key):
+    /// an undecided writer is fenced only once `physical(start_ts) + ttl_ms` has passed.
+    pub async fn txn_status_with_ttl(
+        &self,
+        primary: &crate::codec::Cell,
+        start_ts: crate::ts::Timestamp,
+        ttl_ms: u64,
+    ) -> TxnResult<TxnStatus> {
         self.shared.txn_status(primary, start_ts.0, ttl_ms).await
     }
 

@@ -42,6 +42,8 @@ struct State {
     writes: BTreeMap<Cell, Option<Vec<u8>>>,
     /// Heads read by this transaction, reused as the expectation of its prewrite CAS.
     heads: HashMap<Cell, HeadSnapshot>,
+    /// Cells explicitly notified (strong notifications) by this transaction.
+    notifies: std::collections::BTreeSet<Cell>,
     finished: bool,
     #[cfg(feature = "failpoints")]
     crash_hook: Option<super::failpoint::CrashHook>,
@@ -142,6 +144,27 @@ impl Transaction {
         self.state().writes.insert(cell, None);
     }
 
+    /// Marks `cell` dirty for its observers when this transaction commits (a strong
+    /// notification: written before the commit point, so it cannot be lost). Writes to
+    /// observed columns notify on their own; this is for cells the transaction does not
+    /// change or columns nobody registered as observed.
+    pub fn notify(&self, cell: Cell) {
+        self.state().notifies.insert(cell);
+    }
+
+    /// Like [`Transaction::get`], also returning the commit_ts of the version read
+    /// (`None` for the transaction's own buffered write or an absent cell).
+    pub async fn get_versioned(&self, cell: &Cell) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
+        self.check_open()?;
+        if let Some(write) = self.state().writes.get(cell) {
+            return Ok((write.clone(), None));
+        }
+        let snap = self.shared().read_head(cell).await?;
+        let (value, commit_ts) = self.read_versioned(cell, snap).await?;
+        self.check_lifetime()?;
+        Ok((value, commit_ts))
+    }
+
     /// The value of `cell` in this transaction's snapshot (its own writes included).
     pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
         self.check_open()?;
@@ -156,11 +179,16 @@ impl Transaction {
 
     /// Reads `cell` at start_ts starting from an already-read head: resolves locks that may
     /// hide a version visible to us (waiting on live ones), then returns the visible value.
-    async fn read_with_head(
+    async fn read_with_head(&self, cell: &Cell, snap: HeadSnapshot) -> TxnResult<Option<Vec<u8>>> {
+        Ok(self.read_versioned(cell, snap).await?.0)
+    }
+
+    /// [`Self::read_with_head`], also returning the commit_ts of the version read.
+    async fn read_versioned(
         &self,
         cell: &Cell,
         mut snap: HeadSnapshot,
-    ) -> TxnResult<Option<Vec<u8>>> {
+    ) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
         let start_ts = self.inner.start_ts;
         let mut backoff = Duration::from_millis(1);
         while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts) {
@@ -177,8 +205,11 @@ impl Transaction {
             .await?;
         self.state().heads.insert(cell.clone(), snap);
         match version {
-            Some(v) => self.shared().version_value(cell, &v).await,
-            None => Ok(None),
+            Some(v) => Ok((
+                self.shared().version_value(cell, &v).await?,
+                Some(v.commit_ts),
+            )),
+            None => Ok((None, None)),
         }
     }
 
@@ -260,9 +291,10 @@ impl Transaction {
                 });
             }
             state.finished = true;
-            std::mem::take(&mut state.writes)
+            (std::mem::take(&mut state.writes), std::mem::take(&mut state.notifies))
         };
-        if writes.is_empty() {
+        let (writes, notifies) = writes;
+        if writes.is_empty() && notifies.is_empty() {
             self.check_lifetime()?;
             return Ok(self.start_ts());
         }
@@ -273,10 +305,33 @@ impl Transaction {
                 writes.len()
             )));
         }
-        self.commit_writes(writes).await
+        if writes.is_empty() {
+            // Nothing to lock, so nothing can roll back: the notifications are committed now.
+            self.check_lifetime()?;
+            let ts = self.shared().oracle.get_timestamp().await?;
+            let record = crate::record::Notification::Committed { commit_ts: ts.0 }.encode();
+            let puts = notifies
+                .iter()
+                .map(|cell| (self.shared().codec.notify(cell, ts.0), record.clone()))
+                .collect();
+            self.shared().kv.batch_put(puts).await?;
+            self.shared().signal_notified();
+            return Ok(ts);
+        }
+        let notified = !notifies.is_empty()
+            || writes.keys().any(|cell| self.shared().is_observed(cell));
+        let result = self.commit_writes(writes, notifies).await;
+        if notified && result.is_ok() {
+            self.shared().signal_notified();
+        }
+        result
     }
 
-    async fn commit_writes(&self, writes: BTreeMap<Cell, Option<Vec<u8>>>) -> TxnResult<Timestamp> {
+    async fn commit_writes(
+        &self,
+        writes: BTreeMap<Cell, Option<Vec<u8>>>,
+        notifies: std::collections::BTreeSet<Cell>,
+    ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
         let cells: Vec<(Cell, Option<Vec<u8>>)> = writes.into_iter().collect();
@@ -294,13 +349,27 @@ impl Transaction {
 
         // Phase 1: prewrite every cell in parallel.
         let locked = AtomicUsize::new(0);
+        // Explicit notifications of cells not written ride with the primary's prewrite.
+        let extra_notifies: Vec<Cell> = notifies
+            .iter()
+            .filter(|cell| !cells.iter().any(|(c, _)| c == *cell))
+            .cloned()
+            .collect();
         let prewrites = cells.iter().enumerate().map(|(i, (cell, value))| {
             let primary_ref = if i == 0 { None } else { Some(primary.clone()) };
+            let mut notify: Vec<Cell> = if i == 0 { extra_notifies.clone() } else { Vec::new() };
+            if notifies.contains(cell) || shared.is_observed(cell) {
+                notify.push(cell.clone());
+            }
             self.prewrite(
                 cell,
-                primary_ref,
-                value.as_deref(),
-                ttl_ms,
+                Prewrite {
+                    primary: primary_ref,
+                    value: value.as_deref(),
+                    ttl_ms,
+                    notify,
+                    notify_primary: &primary,
+                },
                 cached.get(cell).cloned(),
                 &locked,
             )
@@ -367,14 +436,20 @@ impl Transaction {
     async fn prewrite(
         &self,
         cell: &Cell,
-        primary: Option<Cell>,
-        value: Option<&[u8]>,
-        ttl_ms: u64,
+        args: Prewrite<'_>,
         cached: Option<HeadSnapshot>,
         locked: &AtomicUsize,
     ) -> TxnResult<HeadSnapshot> {
         let shared = self.shared();
         let start_ts = self.inner.start_ts;
+        let Prewrite {
+            primary,
+            value,
+            ttl_ms,
+            notify,
+            notify_primary,
+        } = args;
+        let mut notify_written = notify.is_empty();
         let op = match value {
             None => Op::Delete,
             Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
@@ -419,6 +494,18 @@ impl Transaction {
             {
                 puts.push((shared.codec.version(cell, prev.commit_ts), prev.encode()));
                 saved_version = Some(prev.commit_ts);
+            }
+            if !notify_written {
+                let record = crate::record::Notification::Strong {
+                    start_ts,
+                    primary: notify_primary.clone(),
+                    ttl_ms,
+                }
+                .encode();
+                for dirty in &notify {
+                    puts.push((shared.codec.notify(dirty, start_ts), record.clone()));
+                }
+                notify_written = true;
             }
             if !puts.is_empty() {
                 shared.kv.batch_put(puts).await?;
@@ -508,6 +595,19 @@ impl Transaction {
         }
         Ok(())
     }
+}
+
+/// What one prewrite writes besides its lock.
+struct Prewrite<'a> {
+    /// The primary, or `None` when prewriting the primary itself.
+    primary: Option<Cell>,
+    /// The new value (`None`: delete).
+    value: Option<&'a [u8]>,
+    ttl_ms: u64,
+    /// Cells whose notify keys are put before the lock.
+    notify: Vec<Cell>,
+    /// The transaction's primary, recorded in the notify keys.
+    notify_primary: &'a Cell,
 }
 
 /// Extends the primary's lock TTL while a commit runs long; stops when dropped.

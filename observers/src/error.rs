@@ -1,0 +1,48 @@
+//! Errors of observers and workers.
+
+use percolator::TxnError;
+
+/// What an observer may fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserverError {
+    /// A transaction call failed (conflicts are retried by the framework).
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+    /// The observer's own logic failed.
+    #[error("observer failed: {0}")]
+    Failed(String),
+}
+
+impl ObserverError {
+    /// An application failure with a message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ObserverError::Failed(message.into())
+    }
+}
+
+/// Errors of registration and of the worker runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// Two observers were registered on one (table, column).
+    #[error("an observer is already registered on {table}/{column}")]
+    DuplicateObserver {
+        /// The table, escaped.
+        table: String,
+        /// The column, escaped.
+        column: String,
+    },
+    /// A store or transaction call failed.
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+    /// The raw store failed.
+    #[error(transparent)]
+    Storage(#[from] percolator::KvError),
+    /// A dead letter could not be decoded.
+    #[error("corrupt dead letter at {key}: {reason}")]
+    CorruptDeadLetter {
+        /// The key, escaped.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,102 @@
+//! Counters and latency histograms of a worker, readable through the API.
+
+use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Live counters of a worker.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Notify keys found by scans (including ones found again).
+    pub found: AtomicU64,
+    /// Observer runs that committed.
+    pub processed: AtomicU64,
+    /// Notifications handled without a run because the acknowledgment already covered them
+    /// (another worker or an earlier run did the work).
+    pub duplicates: AtomicU64,
+    /// Observer transactions that hit a conflict (and were retried).
+    pub conflicts: AtomicU64,
+    /// Observer runs that failed (error or panic).
+    pub failures: AtomicU64,
+    /// Notifications moved to the dead-letter space.
+    pub dead_lettered: AtomicU64,
+    /// Notifications of writers that rolled back (deleted, nothing run).
+    pub rolled_back: AtomicU64,
+    /// Keys read by scans of the notify space.
+    pub scanned: AtomicU64,
+    /// Observer run latency (begin to commit), microseconds.
+    latency_us: Mutex<Histogram<u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            found: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            rolled_back: AtomicU64::new(0),
+            scanned: AtomicU64::new(0),
+            latency_us: Mutex::new(
+                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
+            ),
+        }
+    }
+}
+
+/// A point-in-time copy of [`Metrics`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// See [`Metrics::found`].
+    pub found: u64,
+    /// See [`Metrics::processed`].
+    pub processed: u64,
+    /// See [`Metrics::duplicates`].
+    pub duplicates: u64,
+    /// See [`Metrics::conflicts`].
+    pub conflicts: u64,
+    /// See [`Metrics::failures`].
+    pub failures: u64,
+    /// See [`Metrics::dead_lettered`].
+    pub dead_lettered: u64,
+    /// See [`Metrics::rolled_back`].
+    pub rolled_back: u64,
+    /// See [`Metrics::scanned`].
+    pub scanned: u64,
+    /// Median observer latency.
+    pub latency_p50: Duration,
+    /// 99th percentile observer latency.
+    pub latency_p99: Duration,
+}
+
+impl Metrics {
+    pub(crate) fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_latency(&self, latency: Duration) {
+        let mut h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = h.record((latency.as_micros() as u64).max(1));
+    }
+
+    /// A copy of every counter and the latency percentiles.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            found: load(&self.found),
+            processed: load(&self.processed),
+            duplicates: load(&self.duplicates),
+            conflicts: load(&self.conflicts),
+            failures: load(&self.failures),
+            dead_lettered: load(&self.dead_lettered),
+            rolled_back: load(&self.rolled_back),
+            scanned: load(&self.scanned),
+            latency_p50: Duration::from_micros(h.value_at_quantile(0.5)),
+            latency_p99: Duration::from_micros(h.value_at_quantile(0.99)),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Registration of observers on (table, column).
+
+use crate::error::{ObserverError, WorkerError};
+use async_trait::async_trait;
+use percolator::{Cell, Client, Transaction};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+/// Code run when an observed cell changes. It gets the transaction it runs in (the framework
+/// commits it and retries on conflicts) and the dirty cell.
+#[async_trait]
+pub trait Observer: Send + Sync + 'static {
+    /// Handles a change of `cell`; reads and writes go through `txn`.
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError>;
+}
+
+struct FnObserver<F>(F);
+
+#[async_trait]
+impl<F, Fut> Observer for FnObserver<F>
+where
+    F: Fn(Transaction, Cell) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ObserverError>> + Send + 'static,
+{
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
+        (self.0)(txn, cell).await
+    }
+}
+
+/// An [`Observer`] from an async closure `|txn, cell| async move { ... }`.
+pub fn observer_fn<F, Fut>(f: F) -> Arc<dyn Observer>
+where
+    F: Fn(Transaction, Cell) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ObserverError>> + Send + 'static,
+{
+    Arc::new(FnObserver(f))
+}
+
+/// How an observer is triggered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObserverKind {
+    /// Transactional: every committed write of the column notifies; at most one run commits
+    /// per change (the acknowledgment column decides).
+    Strong,
+    /// Non-transactional: runs on explicit weak notifications, at least once, possibly more.
+    Weak,
+}
+
+/// A registered observer.
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub name: String,
+    pub kind: ObserverKind,
+    pub observer: Arc<dyn Observer>,
+}
+
+/// The observers of an application, by (table, column).
+#[derive(Clone, Default)]
+pub struct Registry {
+    observers: HashMap<(Vec<u8>, Vec<u8>), Registered>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn add(
+        &mut self,
+        table: &[u8],
+        column: &[u8],
+        name: &str,
+        kind: ObserverKind,
+        observer: Arc<dyn Observer>,
+    ) -> Result<&mut Self, WorkerError> {
+        let key = (table.to_vec(), column.to_vec());
+        if self.observers.contains_key(&key) {
+            return Err(WorkerError::DuplicateObserver {
+                table: table.escape_ascii().to_string(),
+                column: column.escape_ascii().to_string(),
+            });
+        }
+        self.observers.insert(
+            key,
+            Registered {
+                name: name.to_string(),
+                kind,
+                observer,
+            },
+        );
+        Ok(self)
+    }
+
+    /// Registers a strong (transactional) observer named `name` on `table`/`column`.
+    pub fn strong(
+        &mut self,
+        table: impl AsRef<[u8]>,
+        column: impl AsRef<[u8]>,
+        name: &str,
+        observer: Arc<dyn Observer>,
+    ) -> Result<&mut Self, WorkerError> {
+        self.add(table.as_ref(), column.as_ref(), name, ObserverKind::Strong, observer)
+    }
+
+    /// Registers a weak observer named `name` on `table`/`column`.
+    pub fn weak(
+        &mut self,
+        table: impl AsRef<[u8]>,
+        column: impl AsRef<[u8]>,
+        name: &str,
+        observer: Arc<dyn Observer>,
+    ) -> Result<&mut Self, WorkerError> {
+        self.add(table.as_ref(), column.as_ref(), name, ObserverKind::Weak, observer)
+    }
+
+    /// Declares every strong observer's column to `client`, so its writes notify. Writers
+    /// (loaders) must call this too; [`crate::Worker::start`] does it for the worker's client.
+    pub fn declare(&self, client: &Client) {
+        for ((table, column), r) in &self.observers {
+            if r.kind == ObserverKind::Strong {
+                client.observe_column(table, column);
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, cell: &Cell) -> Option<&Registered> {
+        self.observers
+            .get(&(cell.table.clone(), cell.column.clone()))
+    }
+
+    /// The acknowledgment cell of the observer of `cell`'s column: same table and row, a
+    /// reserved column holding the last commit_ts processed.
+    pub fn ack_cell(cell: &Cell, observer_name: &str) -> Cell {
+        let mut column = b"_ack/".to_vec();
+        column.extend_from_slice(observer_name.as_bytes());
+        column.push(b'/');
+        column.extend_from_slice(&cell.column);
+        Cell {
+            table: cell.table.clone(),
+            row: cell.row.clone(),
+            column,
+        }
+    }
+}

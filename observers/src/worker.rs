@@ -1,0 +1,423 @@
+//! The worker runtime: scanners over the notify space, bounded observer runs, per-cell
+//! exclusion, in-process wake-ups, a hash split among live workers, graceful shutdown.
+
+use crate::deadletter::DeadLetter;
+use crate::error::WorkerError;
+use crate::metrics::Metrics;
+use crate::process::{handle, Outcome};
+use crate::registry::Registry;
+use percolator::codec::{Key, Space};
+use percolator::kv::{KeyRange, RangePager, ScanOrder};
+use percolator::{Cell, Client};
+use rand::Rng;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Tunables of a [`Worker`].
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Identity in the worker registry (default: random).
+    pub id: String,
+    /// Scanner tasks.
+    pub scanners: usize,
+    /// Observer runs in flight at most (scanners wait beyond that: backpressure).
+    pub max_in_flight: usize,
+    /// Rescan period when nothing wakes the worker.
+    pub idle_interval: Duration,
+    /// Failures of one notification before it is dead-lettered.
+    pub max_failures: u32,
+    /// First retry delay after a failure or an undecided writer (doubles per failure).
+    pub retry_backoff: Duration,
+    /// Heartbeat period in the worker registry.
+    pub heartbeat: Duration,
+    /// Every this many passes a scanner ignores the hash split (covers dead workers' shares).
+    pub sweep_every: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            id: format!("worker-{:016x}", rand::thread_rng().gen::<u64>()),
+            scanners: 2,
+            max_in_flight: 64,
+            idle_interval: Duration::from_millis(200),
+            max_failures: 5,
+            retry_backoff: Duration::from_millis(20),
+            heartbeat: Duration::from_millis(500),
+            sweep_every: 8,
+        }
+    }
+}
+
+struct Inner {
+    client: Client,
+    registry: Arc<Registry>,
+    config: WorkerConfig,
+    metrics: Arc<Metrics>,
+    in_flight: Mutex<HashSet<Cell>>,
+    permits: Arc<Semaphore>,
+    /// Per notify key: failures so far and when it may be tried again.
+    retry: Mutex<HashMap<Vec<u8>, (u32, Instant)>>,
+    /// (my index, live workers) of the hash split.
+    share: Mutex<(u64, u64)>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A running worker. Dropping it does not stop it; call [`Worker::shutdown`].
+pub struct Worker {
+    inner: Arc<Inner>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn stable_hash(cell: &Cell) -> u64 {
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    cell.hash(&mut h);
+    h.finish()
+}
+
+const WORKERS_META: &[u8] = b"workers/";
+
+impl Worker {
+    /// Starts a worker on `client` running `registry`'s observers. Declares the observed
+    /// columns to `client`.
+    pub fn start(client: Client, registry: Arc<Registry>, config: WorkerConfig) -> Worker {
+        registry.declare(&client);
+        let (stop, shutdown) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
+            client,
+            registry,
+            config,
+            metrics: Arc::new(Metrics::default()),
+            in_flight: Mutex::new(HashSet::new()),
+            retry: Mutex::new(HashMap::new()),
+            share: Mutex::new((0, 1)),
+            shutdown,
+        });
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(heartbeat_loop(inner.clone())));
+        for n in 0..inner.config.scanners.max(1) {
+            tasks.push(tokio::spawn(scanner_loop(inner.clone(), n as u32)));
+        }
+        tracing::info!(id = %inner.config.id, "worker started");
+        Worker {
+            inner,
+            stop,
+            tasks: Mutex::new(tasks),
+        }
+    }
+
+    /// The worker's counters and histograms.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// The worker's id in the registry.
+    pub fn id(&self) -> &str {
+        &self.inner.config.id
+    }
+
+    /// Stops scanning, waits for the observer runs in flight, leaves the worker registry.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let tasks: Vec<_> = std::mem::take(&mut *lock(&self.tasks));
+        for t in tasks {
+            let _ = t.await;
+        }
+        let all = self.inner.config.max_in_flight.max(1) as u32;
+        if let Ok(permits) = self.inner.permits.acquire_many(all).await {
+            drop(permits);
+        }
+        let key = self.inner.worker_key();
+        let _ = self.inner.client.store().delete(key).await;
+        tracing::info!(id = %self.inner.config.id, "worker stopped");
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
+    pub async fn run_until_signal(&self) {
+        wait_for_signal().await;
+        tracing::info!("signal received, shutting down");
+        self.shutdown().await;
+    }
+
+    /// Waits until no notify key with a registered observer is left in the store and no
+    /// observer run is in flight in this worker.
+    pub async fn wait_until_quiescent(&self) -> Result<(), WorkerError> {
+        loop {
+            let idle = lock(&self.inner.in_flight).is_empty();
+            if idle && !self.inner.has_pending_notifications().await? {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+impl Inner {
+    fn worker_key(&self) -> Vec<u8> {
+        let mut name = WORKERS_META.to_vec();
+        name.extend_from_slice(self.config.id.as_bytes());
+        self.client.codec().meta(name)
+    }
+
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn owns(&self, cell: &Cell) -> bool {
+        let (index, live) = *lock(&self.share);
+        live <= 1 || stable_hash(cell) % live == index
+    }
+
+    async fn has_pending_notifications(&self) -> Result<bool, WorkerError> {
+        let range = self.client.codec().space_range(Space::Notify);
+        let kv = self.client.store().clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        while let Some(page) = pager.next_page().await? {
+            for (key, _) in page {
+                if let Ok(Key::Notify(cell, _)) = self.client.codec().decode(&key) {
+                    if self.registry.get(&cell).is_some() {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Registers the worker with heartbeats and recomputes the hash split among live workers.
+async fn heartbeat_loop(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.clone();
+    loop {
+        if let Err(e) = heartbeat_once(&inner).await {
+            tracing::warn!(error = %e, "worker heartbeat failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(inner.config.heartbeat) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
+    let now = inner.client.oracle().get_timestamp().await.map_err(percolator::TxnError::from)?;
+    let key = inner.worker_key();
+    inner
+        .client
+        .store()
+        .put(key, now.physical_ms().to_be_bytes().to_vec())
+        .await?;
+    let mut prefix = inner.client.codec().meta(WORKERS_META);
+    prefix.truncate(prefix.len() - 2);
+    let pairs = percolator::kv::scan_all(
+        inner.client.store().as_ref(),
+        KeyRange::prefix(&prefix),
+        ScanOrder::Forward,
+    )
+    .await?;
+    let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
+    let mut live: Vec<Vec<u8>> = pairs
+        .into_iter()
+        .filter(|(_, v)| {
+            <[u8; 8]>::try_from(v.as_slice())
+                .map(u64::from_be_bytes)
+                .is_ok_and(|beat| beat + horizon >= now.physical_ms())
+        })
+        .map(|(k, _)| k)
+        .collect();
+    live.sort();
+    let me = inner.worker_key();
+    let index = live.iter().position(|k| *k == me).unwrap_or(0) as u64;
+    *lock(&inner.share) = (index, live.len().max(1) as u64);
+    Ok(())
+}
+
+/// A random key inside the notify space.
+fn random_start(inner: &Inner) -> Vec<u8> {
+    let range = inner.client.codec().space_range(Space::Notify);
+    let mut start = range.start.clone();
+    let mut rng = rand::thread_rng();
+    start.extend((0..4).map(|_| rng.gen::<u8>()));
+    start
+}
+
+async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
+    let mut wake = inner.client.notifications();
+    let mut shutdown = inner.shutdown.clone();
+    let mut pass: u32 = scanner;
+    while !inner.stopping() {
+        pass = pass.wrapping_add(1);
+        let sweep = inner.config.sweep_every > 0 && pass % inner.config.sweep_every == 0;
+        let dispatched = match scan_pass(&inner, sweep).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "notify scan failed");
+                0
+            }
+        };
+        if dispatched == 0 {
+            tokio::select! {
+                _ = wake.changed() => {}
+                _ = tokio::time::sleep(inner.config.idle_interval) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+}
+
+/// One pass over the notify space from a random point, wrapping around. Returns how many
+/// notifications were dispatched to observer runs.
+async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError> {
+    let space = inner.client.codec().space_range(Space::Notify);
+    let start = random_start(inner);
+    let halves = [
+        KeyRange {
+            start: start.clone(),
+            end: space.end.clone(),
+        },
+        KeyRange {
+            start: space.start.clone(),
+            end: Some(start),
+        },
+    ];
+    let kv = inner.client.store().clone();
+    let mut dispatched = 0;
+    for range in halves {
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
+        while let Some(page) = pager.next_page().await? {
+            let mut clumped = 0;
+            for (key, value) in page {
+                if inner.stopping() {
+                    return Ok(dispatched);
+                }
+                Metrics::add(&inner.metrics.scanned);
+                let Ok(Key::Notify(cell, _)) = inner.client.codec().decode(&key) else {
+                    continue;
+                };
+                if inner.registry.get(&cell).is_none() || !(sweep || inner.owns(&cell)) {
+                    continue;
+                }
+                if lock(&inner.retry)
+                    .get(&key)
+                    .is_some_and(|(_, after)| *after > Instant::now())
+                {
+                    continue;
+                }
+                if lock(&inner.in_flight).contains(&cell) {
+                    // Another scanner of this process is on this cell: after a few in a
+                    // row, stop following it (anti-clumping) and let the next pass jump.
+                    clumped += 1;
+                    if clumped >= 4 {
+                        break;
+                    }
+                    continue;
+                }
+                clumped = 0;
+                Metrics::add(&inner.metrics.found);
+                // Backpressure: wait for a free slot rather than queueing without bound.
+                let Ok(permit) = inner.permits.clone().acquire_owned().await else {
+                    return Ok(dispatched);
+                };
+                if !lock(&inner.in_flight).insert(cell.clone()) {
+                    continue;
+                }
+                dispatched += 1;
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    let outcome = handle(
+                        &inner.client,
+                        &inner.registry,
+                        &inner.metrics,
+                        &cell,
+                        &key,
+                        &value,
+                    )
+                    .await;
+                    after_handle(&inner, &key, &value, outcome).await;
+                    lock(&inner.in_flight).remove(&cell);
+                    drop(permit);
+                });
+            }
+        }
+    }
+    Ok(dispatched)
+}
+
+async fn after_handle(
+    inner: &Inner,
+    key: &[u8],
+    value: &[u8],
+    outcome: Result<Outcome, percolator::TxnError>,
+) {
+    let backoff = inner.config.retry_backoff;
+    let retry_later = |failures: u32| {
+        let delay = backoff * 2u32.saturating_pow(failures.min(8));
+        lock(&inner.retry).insert(key.to_vec(), (failures, Instant::now() + delay));
+    };
+    match outcome {
+        Ok(Outcome::Ran | Outcome::Covered | Outcome::RolledBack) => {
+            lock(&inner.retry).remove(key);
+        }
+        Ok(Outcome::Pending) => retry_later(0),
+        Ok(Outcome::Unobserved) => {}
+        Ok(Outcome::Failed(error)) | Err(percolator::TxnError::User(error)) => {
+            let failures = lock(&inner.retry).get(key).map_or(0, |(f, _)| *f) + 1;
+            tracing::warn!(key = %key.escape_ascii(), failures, %error, "observer failed");
+            if failures >= inner.config.max_failures {
+                let letter = DeadLetter {
+                    notify_key: key.to_vec(),
+                    notification: value.to_vec(),
+                    error,
+                };
+                match DeadLetter::park(&inner.client, &letter).await {
+                    Ok(()) => {
+                        Metrics::add(&inner.metrics.dead_lettered);
+                        lock(&inner.retry).remove(key);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "dead-lettering failed");
+                        retry_later(failures);
+                    }
+                }
+            } else {
+                retry_later(failures);
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "notification handling failed; will retry");
+            retry_later(1);
+        }
+    }
+}

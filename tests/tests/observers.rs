@@ -1,0 +1,369 @@
+//! Observers and workers: exactly-once strong runs across workers, notifications surviving a
+//! writer killed after its commit point, chains, weak notifications, dead letters, and scans
+//! that read only the notify space.
+
+mod common;
+use common::*;
+use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use percolator::codec::Space;
+use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, RawKv, ScanOrder};
+use percolator::txn::{Client, CrashPoint, TxnError};
+use percolator::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn quick() -> WorkerConfig {
+    WorkerConfig {
+        idle_interval: Duration::from_millis(20),
+        retry_backoff: Duration::from_millis(5),
+        heartbeat: Duration::from_millis(100),
+        ..WorkerConfig::default()
+    }
+}
+
+async fn quiesce(workers: &[Worker]) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for w in workers {
+            w.wait_until_quiescent().await.unwrap();
+        }
+    })
+    .await
+    .expect("workers did not quiesce in 60 s");
+}
+
+/// Copies in/<row>/v to out/<row>/<worker> and counts runs: every change must be processed
+/// by exactly one committed run, whichever of the 4 workers gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_run_each_change_exactly_once() {
+    let c = memory_client();
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let runs = runs.clone();
+        let mut registry = Registry::new();
+        registry
+            .strong(
+                "in",
+                "v",
+                "copy",
+                observer_fn(move |txn, cell: Cell| {
+                    let runs = runs.clone();
+                    async move {
+                        let value = txn.get(&cell).await?.unwrap_or_default();
+                        let out = Cell::new("out", &cell.row, "v");
+                        let count = num(txn.get(&Cell::new("out", &cell.row, "runs")).await?).unwrap_or(0);
+                        txn.set(out, value);
+                        txn.set(Cell::new("out", &cell.row, "runs"), (count + 1).to_string());
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                }),
+            )
+            .unwrap();
+        let config = WorkerConfig {
+            id: format!("w{w}"),
+            ..quick()
+        };
+        workers.push(Worker::start(c.clone(), Arc::new(registry), config));
+    }
+    let changes = 200;
+    for i in 0..changes {
+        let t = c.begin().await.unwrap();
+        t.set(Cell::new("in", format!("r{i:04}"), "v"), format!("value-{i}"));
+        t.commit().await.unwrap();
+    }
+    quiesce(&workers).await;
+    let r = c.begin().await.unwrap();
+    let outs = r.scan(b"out", b"", None).await.unwrap();
+    let mut committed_runs = 0;
+    for (cell, value) in &outs {
+        if cell.column == b"runs" {
+            assert_eq!(value, b"1", "row {:?} ran more than once", cell.row);
+            committed_runs += 1;
+        }
+    }
+    assert_eq!(committed_runs, changes, "every change ran once");
+    let processed: u64 = workers.iter().map(|w| w.metrics().snapshot().processed).sum();
+    assert_eq!(processed, changes as u64, "committed runs counted by the workers");
+    assert!(runs.load(Ordering::SeqCst) >= changes as u64);
+    for w in &workers {
+        w.shutdown().await;
+    }
+}
+
+/// The writer dies right after its commit point (secondaries still locked): the observer
+/// still runs for every cell it changed, with the committed values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_killed_after_commit_point_still_notifies() {
+    let c = memory_client();
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "in",
+            "v",
+            "copy",
+            observer_fn(|txn, cell: Cell| async move {
+                let value = txn.get(&cell).await?.unwrap_or_default();
+                txn.set(Cell::new("out", &cell.row, "v"), value);
+                Ok(())
+            }),
+        )
+        .unwrap();
+    let registry = Arc::new(registry);
+    registry.declare(&c);
+    let t = c.begin().await.unwrap();
+    for row in ["a", "b", "c"] {
+        t.set(Cell::new("in", row, "v"), format!("new-{row}"));
+    }
+    t.set_crash_hook(Arc::new(|p| p == CrashPoint::Committed));
+    assert!(matches!(t.commit().await, Err(TxnError::InjectedCrash(CrashPoint::Committed))));
+    assert_eq!(count_locks(&c).await, 2, "secondaries are left locked");
+    // A second writer killed before its commit point: its notifications must run nothing.
+    let t = c.begin().await.unwrap();
+    t.set(Cell::new("in", "z", "v"), "never");
+    t.set_crash_hook(Arc::new(|p| p == CrashPoint::AllPrewritten));
+    assert!(t.commit().await.is_err());
+    let worker = Worker::start(c.clone(), registry, quick());
+    quiesce(std::slice::from_ref(&worker)).await;
+    let r = c.begin().await.unwrap();
+    for row in ["a", "b", "c"] {
+        assert_eq!(
+            r.get(&Cell::new("out", row, "v")).await.unwrap(),
+            Some(format!("new-{row}").into_bytes())
+        );
+    }
+    assert_eq!(r.get(&Cell::new("out", "z", "v")).await.unwrap(), None);
+    let m = worker.metrics().snapshot();
+    assert_eq!(m.processed, 3, "{m:?}");
+    assert_eq!(m.rolled_back, 1, "{m:?}");
+    worker.shutdown().await;
+}
+
+/// a -> b -> c -> d: three observers, each writing the next column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_of_three_observers_converges() {
+    let c = memory_client();
+    let mut registry = Registry::new();
+    for (from, to) in [("a", "b"), ("b", "c"), ("c", "d")] {
+        registry
+            .strong(
+                "chain",
+                from,
+                &format!("{from}-to-{to}"),
+                observer_fn(move |txn, cell: Cell| async move {
+                    let n = num(txn.get(&cell).await?).unwrap_or(0);
+                    txn.set(Cell::new("chain", &cell.row, to), (n * 2).to_string());
+                    Ok(())
+                }),
+            )
+            .unwrap();
+    }
+    let worker = Worker::start(c.clone(), Arc::new(registry), quick());
+    for i in 1..=20i64 {
+        let t = c.begin().await.unwrap();
+        t.set(Cell::new("chain", format!("r{i}"), "a"), i.to_string());
+        t.commit().await.unwrap();
+    }
+    // Change some rows again: the chain must converge to the final values.
+    for i in 1..=5i64 {
+        let t = c.begin().await.unwrap();
+        t.set(Cell::new("chain", format!("r{i}"), "a"), (i + 100).to_string());
+        t.commit().await.unwrap();
+    }
+    quiesce(std::slice::from_ref(&worker)).await;
+    let r = c.begin().await.unwrap();
+    for i in 1..=20i64 {
+        let a = if i <= 5 { i + 100 } else { i };
+        let d = num(r.get(&Cell::new("chain", format!("r{i}"), "d")).await.unwrap());
+        assert_eq!(d, Some(a * 8), "row r{i}");
+    }
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weak_notifications_run_at_least_once() {
+    let c = memory_client();
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut registry = Registry::new();
+    let counter = runs.clone();
+    registry
+        .weak(
+            "w",
+            "v",
+            "touch",
+            observer_fn(move |txn, cell: Cell| {
+                let counter = counter.clone();
+                async move {
+                    txn.set(Cell::new("w", &cell.row, "seen"), "yes");
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            }),
+        )
+        .unwrap();
+    let worker = Worker::start(c.clone(), Arc::new(registry), quick());
+    for i in 0..10 {
+        c.weak_notify(&Cell::new("w", format!("r{i}"), "v")).await.unwrap();
+    }
+    quiesce(std::slice::from_ref(&worker)).await;
+    assert!(runs.load(Ordering::SeqCst) >= 10);
+    let r = c.begin().await.unwrap();
+    assert_eq!(r.scan(b"w", b"", None).await.unwrap().len(), 10);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_observers_are_dead_lettered_and_replayable() {
+    let c = memory_client();
+    let attempts = Arc::new(AtomicU64::new(0));
+    let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut registry = Registry::new();
+    let (a, h) = (attempts.clone(), healthy.clone());
+    registry
+        .strong(
+            "f",
+            "v",
+            "flaky",
+            observer_fn(move |txn, cell: Cell| {
+                let (a, h) = (a.clone(), h.clone());
+                async move {
+                    a.fetch_add(1, Ordering::SeqCst);
+                    if !h.load(Ordering::SeqCst) {
+                        if cell.row == b"panics" {
+                            panic!("observer bug");
+                        }
+                        return Err(ObserverError::failed("downstream unavailable"));
+                    }
+                    txn.set(Cell::new("f", &cell.row, "done"), "1");
+                    Ok(())
+                }
+            }),
+        )
+        .unwrap();
+    let config = WorkerConfig {
+        max_failures: 3,
+        ..quick()
+    };
+    let worker = Worker::start(c.clone(), Arc::new(registry), config);
+    for row in ["errs", "panics"] {
+        let t = c.begin().await.unwrap();
+        t.set(Cell::new("f", row, "v"), "x");
+        t.commit().await.unwrap();
+    }
+    quiesce(std::slice::from_ref(&worker)).await;
+    let letters = DeadLetter::list(&c).await.unwrap();
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(letters.iter().any(|l| l.error.contains("panic: observer bug")));
+    assert!(letters.iter().any(|l| l.error.contains("downstream unavailable")));
+    assert_eq!(attempts.load(Ordering::SeqCst), 6, "3 attempts each");
+    assert_eq!(worker.metrics().snapshot().dead_lettered, 2);
+    // The operator fixes the cause and replays.
+    healthy.store(true, Ordering::SeqCst);
+    for l in &letters {
+        l.replay(&c).await.unwrap();
+    }
+    quiesce(std::slice::from_ref(&worker)).await;
+    assert!(DeadLetter::list(&c).await.unwrap().is_empty());
+    let r = c.begin().await.unwrap();
+    for row in ["errs", "panics"] {
+        assert_eq!(r.get(&Cell::new("f", row, "done")).await.unwrap(), Some(b"1".to_vec()));
+    }
+    worker.shutdown().await;
+}
+
+/// Counts raw calls that touch keys outside the notify space.
+struct SpaceCounter {
+    inner: MemoryKv,
+    notify_prefix: Vec<u8>,
+    outside: AtomicU64,
+    calls: AtomicU64,
+}
+
+impl SpaceCounter {
+    fn note(&self, key: &[u8]) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if !key.starts_with(&self.notify_prefix) {
+            self.outside.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl RawKv for SpaceCounter {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.note(key);
+        self.inner.get(key).await
+    }
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        keys.iter().for_each(|k| self.note(k));
+        self.inner.batch_get(keys).await
+    }
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.inner.put(key, value).await
+    }
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        self.inner.batch_put(pairs).await
+    }
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.inner.delete(key).await
+    }
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        let out = self.inner.scan(range, limit, order).await?;
+        out.iter().for_each(|(k, _)| self.note(k));
+        Ok(out)
+    }
+    async fn compare_and_swap(&self, key: Vec<u8>, expected: Option<Vec<u8>>, new: Vec<u8>) -> KvResult<CasOutcome> {
+        self.inner.compare_and_swap(key, expected, new).await
+    }
+}
+
+/// 100,000 clean cells and 5 dirty ones: finding the dirty ones reads only the notify space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scanning_reads_only_the_notify_space() {
+    let codec = percolator::KeyCodec::new("test");
+    let kv = Arc::new(SpaceCounter {
+        inner: MemoryKv::new(),
+        notify_prefix: codec.space_range(Space::Notify).start,
+        outside: AtomicU64::new(0),
+        calls: AtomicU64::new(0),
+    });
+    let c: Client = client_on(kv.clone(), test_config());
+    let mut registry = Registry::new();
+    registry
+        .strong("big", "v", "noop", observer_fn(|_txn, _cell: Cell| async move { Ok(()) }))
+        .unwrap();
+    // Clean cells: committed values and no notify keys (written before observing).
+    for chunk in (0..100_000u32).collect::<Vec<_>>().chunks(5000) {
+        let t = c.begin().await.unwrap();
+        for i in chunk {
+            t.set(Cell::new("big", format!("r{i:06}"), "v"), "clean");
+        }
+        t.commit().await.unwrap();
+    }
+    let registry = Arc::new(registry);
+    registry.declare(&c);
+    for i in [7u32, 20_000, 50_001, 77_777, 99_999] {
+        let t = c.begin().await.unwrap();
+        t.set(Cell::new("big", format!("r{i:06}"), "v"), "dirty");
+        t.commit().await.unwrap();
+    }
+    kv.outside.store(0, Ordering::Relaxed);
+    kv.calls.store(0, Ordering::Relaxed);
+    let config = WorkerConfig {
+        scanners: 1,
+        heartbeat: Duration::from_secs(3600),
+        ..quick()
+    };
+    // Count only the scanning: the worker's first pass finds the 5 dirty cells.
+    let worker = Worker::start(c.clone(), registry, config);
+    quiesce(std::slice::from_ref(&worker)).await;
+    let m = worker.metrics().snapshot();
+    assert_eq!(m.processed, 5);
+    worker.shutdown().await;
+    // Reads outside the notify space: per dirty cell, the observer transaction reads the
+    // primary's head (status), the cell's head and its ack; plus the worker registry.
+    let outside = kv.outside.load(Ordering::Relaxed);
+    assert!(outside <= 5 * 4 + 8, "{outside} reads outside the notify space");
+    assert!(kv.calls.load(Ordering::Relaxed) < 1000, "{} raw reads", kv.calls.load(Ordering::Relaxed));
+}
