@@ -2,7 +2,8 @@
 //! directory, its own runtime thread) and one `OracleClient` shared by 1, 64 and 256
 //! requester tasks, each calling `get_timestamp` in a loop. The last line is JSON.
 //!
-//! `cargo bench -p oracle --bench tso`; `TSO_BENCH_SECS` sets the seconds per level (default 3).
+//! `cargo bench -p oracle --bench tso`; `TSO_BENCH_SECS` sets the seconds per level (default 3),
+//! `TSO_BENCH_WORKERS` the client runtime's worker threads (default 2).
 
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle};
 use percolator::kv::EmbeddedKv;
@@ -39,8 +40,12 @@ fn main() -> anyhow::Result<()> {
     });
     let (addr, stop_server) = addr_rx.recv()?;
 
+    let workers: usize = std::env::var("TSO_BENCH_WORKERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()?;
     let mut json = Vec::new();
@@ -68,6 +73,7 @@ fn main() -> anyhow::Result<()> {
                     lat_ns
                 }));
             }
+            let stats_before = client.stats();
             let start = Instant::now();
             tokio::time::sleep(Duration::from_secs_f64(secs)).await;
             stop.store(true, Ordering::Relaxed);
@@ -76,14 +82,18 @@ fn main() -> anyhow::Result<()> {
                 all.extend(t.await?);
             }
             let elapsed = start.elapsed().as_secs_f64();
+            let stats = client.stats();
+            let rtts = (stats.round_trips - stats_before.round_trips).max(1);
+            let batch = (stats.timestamps - stats_before.timestamps) as f64 / rtts as f64;
             all.sort_unstable();
             let pct = |p: f64| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
             let tps = all.len() as f64 / elapsed;
             println!(
-                "requesters {requesters:>3}: {tps:>12.0} timestamps/s  p50 {:>8.1} us  p99 {:>8.1} us  max {:>9.1} us",
+                "requesters {requesters:>3}: {tps:>12.0} timestamps/s  p50 {:>8.1} us  p99 {:>8.1} us  max {:>9.1} us  batch {batch:>6.1}  round trips/s {:>7.0}",
                 pct(0.5),
                 pct(0.99),
-                pct(1.0)
+                pct(1.0),
+                rtts as f64 / elapsed
             );
             json.push((format!("tps@{requesters}"), tps.round()));
             if requesters == 64 {

@@ -4,12 +4,12 @@
 use crate::proto::{self, GetRequest, Reply, MAX_COUNT};
 use async_trait::async_trait;
 use percolator::{Timestamp, TimestampError, TimestampSource};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tracing::debug;
 
 /// Timeouts and retry pacing of an [`OracleClient`].
@@ -34,6 +34,15 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(50),
         }
     }
+}
+
+/// Counters of an [`OracleClient`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Successful round trips.
+    pub round_trips: u64,
+    /// Timestamps they carried.
+    pub timestamps: u64,
 }
 
 /// Why an [`OracleClient`] call failed.
@@ -67,12 +76,36 @@ impl From<ClientError> for TimestampError {
     }
 }
 
-type Waiter = oneshot::Sender<Result<Timestamp, ClientError>>;
+/// The requests of one round trip. Each request takes the next index; the connection task
+/// sets the outcome (the first timestamp of the range) once, then wakes every requester.
+struct Round {
+    outcome: OnceLock<Result<u64, ClientError>>,
+    done: Notify,
+}
+
+impl Round {
+    fn new() -> Arc<Round> {
+        Arc::new(Round {
+            outcome: OnceLock::new(),
+            done: Notify::new(),
+        })
+    }
+}
+
+/// Requests not yet sent: `current` collects new ones; `full` holds rounds that reached
+/// [`MAX_COUNT`] requests.
+struct Pending {
+    full: Vec<(Arc<Round>, u32)>,
+    current: Arc<Round>,
+    count: u32,
+}
 
 struct Queue {
-    pending: Mutex<Vec<Waiter>>,
+    pending: Mutex<Pending>,
     notify: Notify,
     closed: AtomicBool,
+    round_trips: AtomicU64,
+    served: AtomicU64,
 }
 
 struct Inner {
@@ -83,6 +116,31 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.queue.closed.store(true, Ordering::Release);
         self.queue.notify.notify_one();
+    }
+}
+
+impl Queue {
+    fn pending_count(&self) -> u32 {
+        let p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.count + p.full.len() as u32 * MAX_COUNT
+    }
+}
+
+/// Completes a round when dropped, so no requester waits forever.
+struct Serving(Arc<Round>);
+
+impl Serving {
+    fn finish(&self, outcome: Result<u64, ClientError>) {
+        let _ = self.0.outcome.set(outcome);
+        self.0.done.notify_waiters();
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if self.0.outcome.get().is_none() {
+            self.finish(Err(ClientError::Closed));
+        }
     }
 }
 
@@ -104,9 +162,15 @@ impl OracleClient {
         }
         let handle = tokio::runtime::Handle::try_current().map_err(|_| ClientError::NoRuntime)?;
         let queue = Arc::new(Queue {
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(Pending {
+                full: Vec::new(),
+                current: Round::new(),
+                count: 0,
+            }),
             notify: Notify::new(),
             closed: AtomicBool::new(false),
+            round_trips: AtomicU64::new(0),
+            served: AtomicU64::new(0),
         });
         handle.spawn(drive(queue.clone(), addrs, config));
         Ok(OracleClient {
@@ -114,19 +178,45 @@ impl OracleClient {
         })
     }
 
+    /// Successful round trips and the timestamps they carried, since the client was built
+    /// (their ratio is the achieved batch size).
+    pub fn stats(&self) -> ClientStats {
+        let q = &self.inner.queue;
+        ClientStats {
+            round_trips: q.round_trips.load(Ordering::Relaxed),
+            timestamps: q.served.load(Ordering::Relaxed),
+        }
+    }
+
     /// One fresh timestamp, larger than every timestamp any oracle client received before
     /// this call began.
     pub async fn get_timestamp(&self) -> Result<Timestamp, ClientError> {
-        let (tx, rx) = oneshot::channel();
         let queue = &self.inner.queue;
-        {
-            let mut pending = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.push(tx);
-            if pending.len() == 1 {
+        let (round, index) = {
+            let mut p = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if p.count == MAX_COUNT {
+                let full = std::mem::replace(&mut p.current, Round::new());
+                p.full.push((full, MAX_COUNT));
+                p.count = 0;
+            }
+            let index = p.count;
+            p.count += 1;
+            if index == 0 {
                 queue.notify.notify_one();
             }
+            (p.current.clone(), index)
+        };
+        // A `Notified` receives `notify_waiters` from its creation on, so the outcome
+        // cannot be set unseen between the check and the wait.
+        let done = round.done.notified();
+        if round.outcome.get().is_none() {
+            done.await;
         }
-        rx.await.unwrap_or(Err(ClientError::Closed))
+        match round.outcome.get() {
+            Some(Ok(first)) => Ok(Timestamp(first + u64::from(index))),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(ClientError::Closed),
+        }
     }
 }
 
@@ -224,45 +314,54 @@ async fn drive(queue: Arc<Queue>, addrs: Vec<String>, config: ClientConfig) {
     let mut conn: Option<Conn> = None;
     let mut idx = 0usize;
     let mut req_id = 0u64;
-    let mut spare: Vec<Waiter> = Vec::new();
+    // Recent round size, decaying: a lone requester brings it down to 1.
+    let mut recent = 0u32;
     loop {
-        // Let tasks that are already runnable (typically the requesters just handed their
-        // timestamps) queue their next request first, so it joins this round trip instead of
-        // the next one.
-        tokio::task::yield_now().await;
-        let mut batch = {
-            let mut pending = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if pending.len() > MAX_COUNT as usize {
-                let rest = pending.split_off(MAX_COUNT as usize);
-                std::mem::replace(&mut *pending, rest)
+        // Under concurrency, let tasks that are already runnable (typically the requesters
+        // just handed their timestamps) queue their next request first, so it joins this
+        // round trip instead of the next one. A lone requester does not pay for the yield.
+        if recent > 1 {
+            // Yield while more requests keep arriving (a large wake-up spills into the
+            // runtime's global queue and takes more than one turn to drain).
+            let mut seen = queue.pending_count();
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+                let now = queue.pending_count();
+                if now == seen || now >= recent {
+                    break;
+                }
+                seen = now;
+            }
+        }
+        let taken = {
+            let mut p = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(full) = p.full.pop() {
+                Some(full)
+            } else if p.count > 0 {
+                let count = std::mem::replace(&mut p.count, 0);
+                Some((std::mem::replace(&mut p.current, Round::new()), count))
             } else {
-                std::mem::swap(&mut *pending, &mut spare);
-                std::mem::take(&mut spare)
+                None
             }
         };
-        if batch.is_empty() {
-            spare = batch;
+        let Some((round, count)) = taken else {
             if queue.closed.load(Ordering::Acquire) {
                 return;
             }
             queue.notify.notified().await;
             continue;
-        }
+        };
+        recent = recent.max(count).max(recent / 2 + count / 2);
+        let serving = Serving(round);
         let started = Instant::now();
         let mut failures_in_row = 0usize;
         let mut last = String::from("none");
         loop {
-            batch.retain(|w| !w.is_closed());
-            if batch.is_empty() {
-                break;
-            }
             if started.elapsed() >= config.request_timeout {
-                for w in batch.drain(..) {
-                    let _ = w.send(Err(ClientError::Timeout {
-                        timeout: config.request_timeout,
-                        last: last.clone(),
-                    }));
-                }
+                serving.finish(Err(ClientError::Timeout {
+                    timeout: config.request_timeout,
+                    last: last.clone(),
+                }));
                 break;
             }
             if failures_in_row >= addrs.len() {
@@ -292,15 +391,14 @@ async fn drive(queue: Arc<Queue>, addrs: Vec<String>, config: ClientConfig) {
                 }
             };
             req_id += 1;
-            let count = batch.len() as u32;
             let req = GetRequest { req_id, count };
             match tokio::time::timeout(config.rpc_timeout, c.round_trip(req)).await {
                 Ok(Ok(Reply::Timestamps {
                     first, count: n, ..
                 })) if n == count => {
-                    for (i, w) in batch.drain(..).enumerate() {
-                        let _ = w.send(Ok(Timestamp(first + i as u64)));
-                    }
+                    serving.finish(Ok(first));
+                    queue.round_trips.fetch_add(1, Ordering::Relaxed);
+                    queue.served.fetch_add(u64::from(count), Ordering::Relaxed);
                     break;
                 }
                 Ok(Ok(Reply::Timestamps { count: n, .. })) => {
@@ -339,6 +437,5 @@ async fn drive(queue: Arc<Queue>, addrs: Vec<String>, config: ClientConfig) {
                 }
             }
         }
-        spare = batch;
     }
 }

@@ -10,6 +10,8 @@
 //!
 //! Both [`OracleClient`] and [`LocalOracle`] implement [`percolator::TimestampSource`].
 
+#![warn(missing_docs)]
+
 pub mod client;
 pub mod clock;
 mod lease;
@@ -18,7 +20,7 @@ pub mod proto;
 pub mod record;
 pub mod server;
 
-pub use client::{ClientConfig, ClientError, OracleClient};
+pub use client::{ClientConfig, ClientError, ClientStats, OracleClient};
 pub use clock::{Clock, ManualClock, SkewedClock, SystemClock};
 pub use local::LocalOracle;
 pub use record::{LeaderInfo, OracleRecord, RecordError};
