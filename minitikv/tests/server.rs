@@ -1,0 +1,449 @@
+//! minitikv answered through raw gRPC (its own generated clients): PD calls, raw RPCs, TiKV
+//! shaped errors, and the `minitikv serve` binary.
+
+use minitikv::proto::kvrpcpb::{self, Context};
+use minitikv::proto::metapb;
+use minitikv::proto::pd::PdClient;
+use minitikv::proto::pdpb;
+use minitikv::proto::tikv::tikv_client::TikvClient;
+use minitikv::{ServerConfig, CLUSTER_ID, PEER_ID, REGION_ID, STORE_ID};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use tonic::transport::Channel;
+
+fn ctx() -> Option<Context> {
+    Some(Context {
+        region_id: REGION_ID,
+        region_epoch: Some(metapb::RegionEpoch {
+            conf_ver: 1,
+            version: 1,
+        }),
+        peer: Some(metapb::Peer {
+            id: PEER_ID,
+            store_id: STORE_ID,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+async fn clients(server: &minitikv::RunningServer) -> (PdClient<Channel>, TikvClient<Channel>) {
+    let url = format!("http://{}", server.endpoint());
+    (
+        PdClient::connect(url.clone()).await.expect("PD client"),
+        TikvClient::connect(url).await.expect("TiKV client"),
+    )
+}
+
+#[tokio::test]
+async fn pd_describes_one_store_and_one_region_covering_every_key() {
+    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let (mut pd, _) = clients(&server).await;
+    let members = pd
+        .get_members(pdpb::GetMembersRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(members.header.unwrap().cluster_id, CLUSTER_ID);
+    assert_eq!(
+        members.leader.unwrap().client_urls,
+        vec![format!("http://{}", server.endpoint())]
+    );
+    let region = pd
+        .get_region(pdpb::GetRegionRequest {
+            region_key: b"anything".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let r = region.region.unwrap();
+    assert_eq!((r.id, r.start_key, r.end_key), (REGION_ID, vec![], vec![]));
+    assert_eq!(region.leader.unwrap().store_id, STORE_ID);
+    let by_id = pd
+        .get_region_by_id(pdpb::GetRegionByIdRequest {
+            region_id: 77,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(by_id.region.is_none(), "unknown region id: no region");
+    let store = pd
+        .get_store(pdpb::GetStoreRequest {
+            store_id: STORE_ID,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(store.store.unwrap().address, server.endpoint());
+    let missing = pd
+        .get_store(pdpb::GetStoreRequest {
+            store_id: 9,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(missing.header.unwrap().error.unwrap().message.contains("9"));
+    let wrong_cluster = pd
+        .get_all_stores(pdpb::GetAllStoresRequest {
+            header: Some(pdpb::RequestHeader {
+                cluster_id: 1234,
+                sender_id: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(wrong_cluster.header.unwrap().error.is_some());
+
+    // The TSO stream answers each request with `count` increasing timestamps.
+    let requests = futures::stream::iter((0..3).map(|_| pdpb::TsoRequest {
+        header: Some(pdpb::RequestHeader {
+            cluster_id: CLUSTER_ID,
+            sender_id: 0,
+        }),
+        count: 10,
+        dc_location: String::new(),
+    }));
+    let mut responses = pd.tso(requests).await.unwrap().into_inner();
+    let mut last = (0i64, 0i64);
+    for _ in 0..3 {
+        let resp = responses.message().await.unwrap().unwrap();
+        assert_eq!(resp.count, 10);
+        let ts = resp.timestamp.unwrap();
+        let first = (ts.physical, ts.logical - 9);
+        assert!(
+            first > last,
+            "timestamps increase: {first:?} after {last:?}"
+        );
+        last = (ts.physical, ts.logical);
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn raw_rpcs_answer_like_tikv() {
+    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let (_, mut kv) = clients(&server).await;
+    let put = |k: &[u8], v: &[u8]| kvrpcpb::RawPutRequest {
+        context: ctx(),
+        key: k.to_vec(),
+        value: v.to_vec(),
+        ..Default::default()
+    };
+    for (k, v) in [
+        (&b"a"[..], &b"1"[..]),
+        (b"b", b""),
+        (b"c", b"3"),
+        (b"d", b"4"),
+    ] {
+        let resp = kv.raw_put(put(k, v)).await.unwrap().into_inner();
+        assert!(resp.region_error.is_none() && resp.error.is_empty());
+    }
+    let get = |k: &[u8]| kvrpcpb::RawGetRequest {
+        context: ctx(),
+        key: k.to_vec(),
+        ..Default::default()
+    };
+    let resp = kv.raw_get(get(b"b")).await.unwrap().into_inner();
+    assert!(
+        !resp.not_found && resp.value.is_empty(),
+        "empty value is found"
+    );
+    let resp = kv.raw_get(get(b"zz")).await.unwrap().into_inner();
+    assert!(resp.not_found, "absent key: not_found");
+
+    let batch = kv
+        .raw_batch_get(kvrpcpb::RawBatchGetRequest {
+            context: ctx(),
+            keys: vec![b"a".to_vec(), b"zz".to_vec(), b"b".to_vec()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<_> = batch.pairs.iter().map(|p| p.key.clone()).collect();
+    assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()], "only found keys");
+
+    let scan = |start: &[u8], end: &[u8], reverse: bool, limit: u32, key_only: bool| {
+        kvrpcpb::RawScanRequest {
+            context: ctx(),
+            start_key: start.to_vec(),
+            end_key: end.to_vec(),
+            limit,
+            key_only,
+            reverse,
+            ..Default::default()
+        }
+    };
+    let keys_of = |r: kvrpcpb::RawScanResponse| -> Vec<Vec<u8>> {
+        r.kvs.into_iter().map(|p| p.key).collect()
+    };
+    let fwd = kv
+        .raw_scan(scan(b"b", b"d", false, 10, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        keys_of(fwd.into_inner()),
+        vec![b"b".to_vec(), b"c".to_vec()]
+    );
+    // Reverse: start_key is the (exclusive) upper bound, end_key the lower bound.
+    let rev = kv.raw_scan(scan(b"d", b"a", true, 2, false)).await.unwrap();
+    assert_eq!(
+        keys_of(rev.into_inner()),
+        vec![b"c".to_vec(), b"b".to_vec()]
+    );
+    let open = kv.raw_scan(scan(b"", b"", true, 1, true)).await.unwrap();
+    let open = open.into_inner();
+    assert_eq!(open.kvs[0].key, b"d".to_vec());
+    assert!(open.kvs[0].value.is_empty(), "key_only");
+
+    let bs = kv
+        .raw_batch_scan(kvrpcpb::RawBatchScanRequest {
+            context: ctx(),
+            ranges: vec![
+                kvrpcpb::KeyRange {
+                    start_key: b"a".to_vec(),
+                    end_key: b"c".to_vec(),
+                },
+                kvrpcpb::KeyRange {
+                    start_key: b"c".to_vec(),
+                    end_key: vec![],
+                },
+            ],
+            each_limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<_> = bs.kvs.iter().map(|p| p.key.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![b"a".to_vec(), b"c".to_vec()],
+        "each_limit per range"
+    );
+
+    let cas = |prev: Option<&[u8]>, new: &[u8]| kvrpcpb::RawCasRequest {
+        context: ctx(),
+        key: b"k".to_vec(),
+        value: new.to_vec(),
+        previous_not_exist: prev.is_none(),
+        previous_value: prev.unwrap_or_default().to_vec(),
+        ..Default::default()
+    };
+    let r = kv
+        .raw_compare_and_swap(cas(None, b"x"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.succeed && r.previous_not_exist);
+    let r = kv
+        .raw_compare_and_swap(cas(None, b"y"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.succeed && !r.previous_not_exist && r.previous_value == b"x");
+    let r = kv
+        .raw_compare_and_swap(cas(Some(b"x"), b"y"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.succeed && r.previous_value == b"x");
+
+    let dr = kv
+        .raw_delete_range(kvrpcpb::RawDeleteRangeRequest {
+            context: ctx(),
+            start_key: b"b".to_vec(),
+            end_key: b"d".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(dr.error.is_empty());
+    let left = kv.raw_scan(scan(b"", b"", false, 10, true)).await.unwrap();
+    assert_eq!(
+        keys_of(left.into_inner()),
+        vec![b"a".to_vec(), b"d".to_vec(), b"k".to_vec()]
+    );
+
+    let bad_cf = kv
+        .raw_put(kvrpcpb::RawPutRequest {
+            cf: "lock".into(),
+            ..put(b"a", b"1")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(bad_cf.error.contains("column family"));
+    let ttl = kv
+        .raw_put(kvrpcpb::RawPutRequest {
+            ttl: 5,
+            ..put(b"a", b"1")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ttl.error.contains("TTL"));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn wrong_region_epoch_or_store_get_region_errors() {
+    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let (_, mut kv) = clients(&server).await;
+    let mut wrong_region = ctx().unwrap();
+    wrong_region.region_id = 42;
+    let resp = kv
+        .raw_get(kvrpcpb::RawGetRequest {
+            context: Some(wrong_region),
+            key: b"a".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let err = resp.region_error.expect("region error");
+    assert_eq!(err.region_not_found.unwrap().region_id, 42);
+
+    let mut stale = ctx().unwrap();
+    stale.region_epoch = Some(metapb::RegionEpoch {
+        conf_ver: 1,
+        version: 0,
+    });
+    let resp = kv
+        .raw_put(kvrpcpb::RawPutRequest {
+            context: Some(stale),
+            key: b"a".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let err = resp.region_error.expect("region error");
+    let current = err
+        .epoch_not_match
+        .expect("epoch not match")
+        .current_regions;
+    assert_eq!(current[0].id, REGION_ID);
+
+    let mut other_store = ctx().unwrap();
+    other_store.peer = Some(metapb::Peer {
+        id: PEER_ID,
+        store_id: 5,
+        ..Default::default()
+    });
+    let resp = kv
+        .raw_compare_and_swap(kvrpcpb::RawCasRequest {
+            context: Some(other_store),
+            key: b"a".to_vec(),
+            value: b"v".to_vec(),
+            previous_not_exist: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        resp.region_error
+            .expect("region error")
+            .store_not_match
+            .unwrap()
+            .request_store_id,
+        5
+    );
+    let resp = kv
+        .raw_scan(kvrpcpb::RawScanRequest {
+            context: None,
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.region_error.unwrap().region_not_found.is_some());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn data_survives_a_restart_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = minitikv::start(ServerConfig::embedded(dir.path()))
+        .await
+        .unwrap();
+    let (_, mut kv) = clients(&server).await;
+    kv.raw_put(kvrpcpb::RawPutRequest {
+        context: ctx(),
+        key: b"durable".to_vec(),
+        value: b"yes".to_vec(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    drop(kv);
+    server.shutdown().await;
+    let server = minitikv::start(ServerConfig::embedded(dir.path()))
+        .await
+        .unwrap();
+    let (_, mut kv) = clients(&server).await;
+    let resp = kv
+        .raw_get(kvrpcpb::RawGetRequest {
+            context: ctx(),
+            key: b"durable".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.value, b"yes");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_binary_prints_its_port_and_serves() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minitikv"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn minitikv");
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("minitikv listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    assert!(!addr.ends_with(":0"), "real port printed: {addr}");
+    let mut pd = PdClient::connect(format!("http://{addr}")).await.unwrap();
+    let members = pd
+        .get_members(pdpb::GetMembersRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(members.header.unwrap().cluster_id, CLUSTER_ID);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let help = Command::new(env!("CARGO_BIN_EXE_minitikv"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("--data") && text.contains("--listen"),
+        "{text}"
+    );
+}

@@ -1,0 +1,156 @@
+//! Raw store baselines for the TiKV backend, side by side with the embedded store: ops/s of
+//! get, put and compare-and-swap at concurrency 1, 16 and 64, on `EmbeddedKv` directly and on
+//! `TikvKv` through an in-process `minitikv` (itself on an embedded store) over loopback gRPC.
+//! The difference is the cost of the client, gRPC and the server, not of a real TiKV cluster.
+//!
+//! Run: `cargo bench -p percolator-tikv --bench kv` (`KV_BENCH_SECS` sets seconds per cell,
+//! default 1). The last line printed is one JSON object
+//! `{"embedded": {"op@concurrency": ops_per_sec, ...}, "tikv": {...}}`.
+
+use percolator::kv::{EmbeddedKv, RawKv};
+use percolator_tikv::{TikvConfig, TikvKv};
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 10_000;
+const VALUE_BYTES: usize = 100;
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Get,
+    Put,
+    Cas,
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("bench/{i:08}").into_bytes()
+}
+
+async fn load(kv: &dyn RawKv) {
+    let value = vec![7u8; VALUE_BYTES];
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        let pairs = chunk.iter().map(|&i| (key(i), value.clone())).collect();
+        kv.batch_put(pairs).await.expect("load");
+    }
+}
+
+async fn measure(kv: Arc<dyn RawKv>, op: Op, tasks: usize, secs: f64) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (kv, stop, count) = (kv.clone(), stop.clone(), count.clone());
+        handles.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::from_entropy();
+            let mut known: BTreeMap<u64, Option<Vec<u8>>> = BTreeMap::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let i = rng.gen_range(0..KEYS);
+                match op {
+                    Op::Get => {
+                        kv.get(&key(i)).await.expect("get");
+                    }
+                    Op::Put => {
+                        let mut value = vec![0u8; VALUE_BYTES];
+                        rng.fill(&mut value[..]);
+                        kv.put(key(i), value).await.expect("put");
+                    }
+                    Op::Cas => {
+                        let expected = known
+                            .get(&i)
+                            .cloned()
+                            .unwrap_or_else(|| Some(vec![7u8; VALUE_BYTES]));
+                        let mut value = vec![0u8; VALUE_BYTES];
+                        rng.fill(&mut value[..]);
+                        let out = kv
+                            .compare_and_swap(key(i), expected, value.clone())
+                            .await
+                            .expect("cas");
+                        known.insert(
+                            i,
+                            if out.swapped {
+                                Some(value)
+                            } else {
+                                out.previous
+                            },
+                        );
+                    }
+                }
+                n += 1;
+                // The in-process backend never yields; let the other tasks (and the timer) run.
+                if n.is_multiple_of(32) {
+                    tokio::task::yield_now().await;
+                }
+            }
+            count.fetch_add(n, Ordering::Relaxed);
+        }));
+    }
+    let start = Instant::now();
+    // Timed on a plain thread: busy tasks must not be able to delay the stop signal.
+    let stopper = stop.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stopper.store(true, Ordering::Relaxed);
+    });
+    for h in handles {
+        h.await.expect("bench task");
+    }
+    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let secs: f64 = std::env::var("KV_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The server runs on its own runtime (its own worker threads), as a separate process would.
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = server_runtime
+        .block_on(minitikv::start(minitikv::ServerConfig::embedded(
+            dir.path().join("minitikv"),
+        )))
+        .expect("start minitikv");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    let report = runtime.block_on(async {
+        let tikv = TikvKv::connect(TikvConfig::new(vec![server.endpoint()]))
+            .await
+            .expect("connect to minitikv");
+        let backends: Vec<(&str, Arc<dyn RawKv>)> = vec![
+            (
+                "embedded",
+                Arc::new(EmbeddedKv::open(dir.path().join("embedded")).expect("open embedded")),
+            ),
+            ("tikv", Arc::new(tikv)),
+        ];
+        let mut report = BTreeMap::new();
+        for (name, kv) in backends {
+            load(kv.as_ref()).await;
+            let mut figures = BTreeMap::new();
+            for op in [Op::Get, Op::Put, Op::Cas] {
+                for tasks in CONCURRENCY {
+                    let ops = measure(kv.clone(), op, tasks, secs).await;
+                    let label = format!("{}@{tasks}", format!("{op:?}").to_lowercase());
+                    println!("{name:>9} {label:>8}: {ops:>12.0} ops/s");
+                    figures.insert(label, ops.round());
+                }
+            }
+            report.insert(name.to_string(), figures);
+        }
+        report
+    });
+    drop(runtime);
+    server_runtime.block_on(server.shutdown());
+    println!("{}", serde_json::to_string(&report).expect("json"));
+}

@@ -1,0 +1,568 @@
+//! TiKV raw mode as a [`RawKv`] backend, through `tikv-client` 0.4.0.
+//!
+//! [`TikvKv`] holds two handles on one connection: a plain raw client and an atomic one
+//! (`with_atomic_for_cas()`). The adapter's rules, each answering a known pitfall of the
+//! client (see `ARCHITECTURE.md`, "TiKV backend"):
+//!
+//! - **Which client writes a key.** Every key that is ever CASed must only be written by the
+//!   atomic client, or TiKV's latches do not cover the plain writes and a CAS can interleave
+//!   with them. [`AtomicKeys`] names those keys: [`AtomicKeys::All`] (the default, always
+//!   safe, slower writes), a list of prefixes (e.g. [`AtomicKeys::percolator_spaces`]: the
+//!   `H` and `M` spaces of a namespace) or a predicate. Writes of other keys use the plain
+//!   client. A CAS of a key outside the atomic set is refused with
+//!   [`KvError::InvalidArgument`]. Reads use the plain client (reads take no latches).
+//! - **Deletes in atomic mode.** The atomic client refuses `batch_delete` and
+//!   `delete_range`; atomic keys are deleted one `delete` each (with bounded concurrency),
+//!   plain keys in one `batch_delete`.
+//! - **Scans.** `RawClient::scan`/`scan_reverse` loop around in the last region (its end key
+//!   is empty, so the client restarts from the beginning of the key space: duplicates, keys
+//!   outside the range, an endless loop on an empty range). Forward scans therefore use
+//!   `batch_scan` with one range, whose region split is correct; the result is sorted,
+//!   clipped to the range and truncated to the limit. Reverse scans have no safe client call
+//!   (`scan_reverse` also asks the region of the range's *start*), so they page forward
+//!   through the range with key-only `batch_scan_keys`, keep the last `limit` keys and fetch
+//!   their values with one `batch_get`: correct everywhere, but O(range size) per call.
+//! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
+//!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
+//! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
+//!   report `swapped == false` for a swap that did happen (it finds its own value). Callers
+//!   must make every CASed value unique and read "not swapped, but `previous == new`" as
+//!   success (DESIGN §4.2 does). With [`TikvConfig::unique_cas_values`] set, the adapter does
+//!   that translation itself. A CAS that fails with [`KvError::Unavailable`] (including the
+//!   adapter's own deadline) has an unknown outcome: re-read.
+//! - **CAS cannot delete**: the contract never asks it to.
+//! - **`batch_put` is not atomic**: the client splits it into ~16 KB RPCs sent concurrently;
+//!   the contract promises nothing across keys either.
+//! - **No hangs.** Every call runs under [`TikvConfig::op_timeout`] (the client's own retries
+//!   with backoff can otherwise run for a long time when the cluster is down); each gRPC call
+//!   also has [`TikvConfig::rpc_timeout`].
+//!
+//! Errors name the failing call: [`KvError::Unavailable`] for transport, region and timeout
+//! failures, [`KvError::Engine`] for errors the server reported.
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+use percolator::codec::Space;
+use percolator::kv::{
+    open_local_store, CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder, StoreSpec,
+    MAX_SCAN_LIMIT,
+};
+use percolator::KeyCodec;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tikv_client::{BoundRange, Key, RawClient};
+
+/// Which keys are CASed, and so must only be written through the atomic client.
+#[derive(Clone, Default)]
+pub enum AtomicKeys {
+    /// Every write goes through the atomic client (always safe; writes are slower because
+    /// TiKV takes latches, and deletes cannot be batched).
+    #[default]
+    All,
+    /// Keys starting with any of these prefixes are atomic; the rest are plain.
+    Prefixes(Vec<Vec<u8>>),
+    /// Keys for which the predicate holds are atomic; the rest are plain. It must give the
+    /// same answer for a key for the life of the data.
+    Predicate(KeyPredicate),
+}
+
+/// A rule on keys, as used by [`AtomicKeys::Predicate`].
+pub type KeyPredicate = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+impl AtomicKeys {
+    /// The CAS-only spaces of the percolator key layout for one namespace: heads (`H`) and
+    /// meta records (`M`).
+    pub fn percolator_spaces(codec: &KeyCodec) -> Self {
+        AtomicKeys::Prefixes(vec![
+            codec.space_range(Space::Head).start,
+            codec.space_range(Space::Meta).start,
+        ])
+    }
+
+    /// Whether writes of `key` must use the atomic client.
+    pub fn is_atomic(&self, key: &[u8]) -> bool {
+        match self {
+            AtomicKeys::All => true,
+            AtomicKeys::Prefixes(prefixes) => prefixes.iter().any(|p| key.starts_with(p)),
+            AtomicKeys::Predicate(f) => f(key),
+        }
+    }
+}
+
+impl std::fmt::Debug for AtomicKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AtomicKeys::All => write!(f, "All"),
+            AtomicKeys::Prefixes(p) => f.debug_tuple("Prefixes").field(p).finish(),
+            AtomicKeys::Predicate(_) => write!(f, "Predicate(..)"),
+        }
+    }
+}
+
+/// PEM files for mutual TLS with PD and TiKV (passed to `tikv_client::Config::with_security`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificate the servers' certificates are checked against.
+    pub ca: PathBuf,
+    /// This client's certificate.
+    pub cert: PathBuf,
+    /// This client's private key.
+    pub key: PathBuf,
+}
+
+/// How to reach the cluster and how the adapter behaves.
+#[derive(Clone, Debug)]
+pub struct TikvConfig {
+    /// PD endpoints (`host:port`, optionally with `http://` / `https://`).
+    pub pd_endpoints: Vec<String>,
+    /// Timeout of each gRPC call the client makes (default 2 s, the client's default).
+    pub rpc_timeout: Duration,
+    /// Deadline of one [`RawKv`] call, client retries included (default 20 s). On expiry the
+    /// call fails with [`KvError::Unavailable`].
+    pub op_timeout: Duration,
+    /// Deadline for connecting to PD (default 10 s).
+    pub connect_timeout: Duration,
+    /// Mutual TLS files; `None` for plaintext.
+    pub tls: Option<TlsFiles>,
+    /// Which keys are CASed (default: all).
+    pub atomic_keys: AtomicKeys,
+    /// Largest gRPC message the client accepts (default 256 MiB; the client's default of 4 MiB
+    /// would refuse a scan page of large values).
+    pub max_message_bytes: usize,
+    /// Every CASed value is unique (DESIGN §4.2): read a failed CAS that found exactly the new
+    /// value as a success (the client's retry hazard). Default `false`: outcomes are reported
+    /// as the server gave them.
+    pub unique_cas_values: bool,
+    /// Concurrent single-key deletes used for atomic keys (default 16).
+    pub delete_concurrency: usize,
+}
+
+impl TikvConfig {
+    /// Defaults for these PD endpoints.
+    pub fn new(pd_endpoints: Vec<String>) -> Self {
+        TikvConfig {
+            pd_endpoints,
+            rpc_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(20),
+            connect_timeout: Duration::from_secs(10),
+            tls: None,
+            atomic_keys: AtomicKeys::All,
+            max_message_bytes: 256 * 1024 * 1024,
+            unique_cas_values: false,
+            delete_concurrency: 16,
+        }
+    }
+
+    fn client_config(&self) -> tikv_client::Config {
+        let mut config = tikv_client::Config::default()
+            .with_timeout(self.rpc_timeout)
+            .with_grpc_max_decoding_message_size(self.max_message_bytes);
+        if let Some(tls) = &self.tls {
+            config = config.with_security(tls.ca.clone(), tls.cert.clone(), tls.key.clone());
+        }
+        config
+    }
+}
+
+/// A [`RawKv`] over TiKV raw mode (see the crate documentation for the rules it follows).
+pub struct TikvKv {
+    plain: RawClient,
+    atomic: RawClient,
+    config: TikvConfig,
+}
+
+impl std::fmt::Debug for TikvKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TikvKv")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TikvKv {
+    /// Connects to the cluster through its PD endpoints.
+    pub async fn connect(config: TikvConfig) -> KvResult<Self> {
+        if config.pd_endpoints.is_empty() {
+            return Err(KvError::InvalidArgument {
+                op: "connect",
+                message: "no PD endpoint given".into(),
+            });
+        }
+        let connect =
+            RawClient::new_with_config(config.pd_endpoints.clone(), config.client_config());
+        let plain = match tokio::time::timeout(config.connect_timeout, connect).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(KvError::Unavailable {
+                    op: "connect",
+                    message: format!("PD {}: {e}", config.pd_endpoints.join(",")),
+                })
+            }
+            Err(_) => {
+                return Err(KvError::Unavailable {
+                    op: "connect",
+                    message: format!(
+                        "PD {} did not answer within {:?}",
+                        config.pd_endpoints.join(","),
+                        config.connect_timeout
+                    ),
+                })
+            }
+        };
+        let atomic = plain.with_atomic_for_cas();
+        tracing::debug!(endpoints = ?config.pd_endpoints, "connected to TiKV");
+        Ok(TikvKv {
+            plain,
+            atomic,
+            config,
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &TikvConfig {
+        &self.config
+    }
+
+    fn writer(&self, key: &[u8]) -> &RawClient {
+        if self.config.atomic_keys.is_atomic(key) {
+            &self.atomic
+        } else {
+            &self.plain
+        }
+    }
+
+    /// Runs one client call under the call deadline, mapping its error.
+    async fn run<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = tikv_client::Result<T>>,
+    ) -> KvResult<T> {
+        match tokio::time::timeout(self.config.op_timeout, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(op, e)),
+            Err(_) => Err(KvError::Unavailable {
+                op,
+                message: format!(
+                    "no answer within {:?} (PD {})",
+                    self.config.op_timeout,
+                    self.config.pd_endpoints.join(",")
+                ),
+            }),
+        }
+    }
+
+    /// Up to `limit` pairs of a non-empty `range`, ascending, through `batch_scan`.
+    async fn scan_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+        let mut pairs: Vec<KvPair> = self
+            .run(
+                "scan",
+                self.plain.batch_scan(vec![bound(range)], limit as u32),
+            )
+            .await?
+            .into_iter()
+            .map(|p| {
+                let (k, v): (Key, Vec<u8>) = p.into();
+                (Vec::from(k), v)
+            })
+            .filter(|(k, _)| range.contains(k))
+            .collect();
+        // One answer per region: sort, and keep the first `limit`.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        pairs.truncate(limit);
+        Ok(pairs)
+    }
+
+    /// Up to `limit` keys of a non-empty `range`, ascending, through `batch_scan_keys`.
+    async fn scan_keys_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<u8>> = self
+            .run(
+                "scan",
+                self.plain.batch_scan_keys(vec![bound(range)], limit as u32),
+            )
+            .await?
+            .into_iter()
+            .map(Vec::from)
+            .filter(|k| range.contains(k))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.truncate(limit);
+        Ok(keys)
+    }
+
+    /// The last `limit` pairs of a non-empty `range`, descending: forward key-only pages,
+    /// keeping the last `limit` keys, then one `batch_get` for their values.
+    async fn scan_reverse(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+        // A key deleted between the key scan and the value read would shorten the page (and
+        // a short page means "range exhausted" to pagers): retry a few times.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit);
+            let mut rest = range.clone();
+            loop {
+                let page = self.scan_keys_forward(&rest, MAX_SCAN_LIMIT).await?;
+                let full = page.len() == MAX_SCAN_LIMIT;
+                if let Some(k) = page.last() {
+                    let mut next = k.clone();
+                    next.push(0);
+                    rest.start = next;
+                }
+                for k in page {
+                    if last.len() == limit {
+                        last.pop_front();
+                    }
+                    last.push_back(k);
+                }
+                if !full || rest.is_empty() {
+                    break;
+                }
+            }
+            let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
+            let values = self.get_many(&keys).await?;
+            let complete = values.iter().all(Option::is_some);
+            let pairs: Vec<KvPair> = keys
+                .into_iter()
+                .zip(values)
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            if complete || attempt >= 3 {
+                return Ok(pairs);
+            }
+        }
+    }
+
+    async fn get_many(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found: HashMap<Vec<u8>, Vec<u8>> = self
+            .run("batch_get", self.plain.batch_get(keys.to_vec()))
+            .await?
+            .into_iter()
+            .map(|p| {
+                let (k, v): (Key, Vec<u8>) = p.into();
+                (Vec::from(k), v)
+            })
+            .collect();
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
+    }
+}
+
+fn bound(range: &KeyRange) -> BoundRange {
+    BoundRange::from((range.start.clone(), range.end.clone()))
+}
+
+/// Whether a client error means "the cluster could not be reached or did not answer".
+fn is_unavailable(e: &tikv_client::Error) -> bool {
+    use tikv_client::Error as E;
+    match e {
+        E::Grpc(_)
+        | E::Io(_)
+        | E::Channel(_)
+        | E::Canceled(_)
+        | E::RegionError(_)
+        | E::LeaderNotFound { .. }
+        | E::RegionForKeyNotFound { .. }
+        | E::RegionForRangeNotFound { .. }
+        | E::RegionNotFoundInResponse { .. }
+        | E::EntryNotFoundInRegionCache
+        | E::NoCurrentRegions
+        | E::JoinError(_)
+        | E::UndeterminedError(_)
+        // PD connection failures ("PD cluster failed to respond", "failed to connect to").
+        | E::InternalError { .. } => true,
+        E::GrpcAPI(status) => matches!(
+            status.code(),
+            tonic_code::Unavailable
+                | tonic_code::DeadlineExceeded
+                | tonic_code::Cancelled
+                | tonic_code::Unknown
+                | tonic_code::Aborted
+                | tonic_code::ResourceExhausted
+        ),
+        E::ExtractedErrors(errors) | E::MultipleKeyErrors(errors) => {
+            errors.iter().any(is_unavailable)
+        }
+        _ => false,
+    }
+}
+
+use tonic::Code as tonic_code;
+
+/// Maps a client error to a [`KvError`] naming the call.
+fn map_error(op: &'static str, e: tikv_client::Error) -> KvError {
+    let message = format!("tikv-client: {e}");
+    if matches!(e, tikv_client::Error::MaxScanLimitExceeded { .. }) {
+        KvError::InvalidArgument { op, message }
+    } else if is_unavailable(&e) {
+        KvError::Unavailable { op, message }
+    } else {
+        KvError::Engine { op, message }
+    }
+}
+
+#[async_trait]
+impl RawKv for TikvKv {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.run("get", self.plain.get(key.to_vec())).await
+    }
+
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.get_many(keys).await
+    }
+
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.run("put", self.writer(&key).put(key, value)).await
+    }
+
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        let (atomic, plain): (Vec<KvPair>, Vec<KvPair>) = pairs
+            .into_iter()
+            .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
+        if !plain.is_empty() {
+            self.run("batch_put", self.plain.batch_put(plain)).await?;
+        }
+        if !atomic.is_empty() {
+            self.run("batch_put", self.atomic.batch_put(atomic)).await?;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.run("delete", self.writer(&key).delete(key)).await
+    }
+
+    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        let (atomic, plain): (Vec<Vec<u8>>, Vec<Vec<u8>>) = keys
+            .into_iter()
+            .partition(|k| self.config.atomic_keys.is_atomic(k));
+        if !plain.is_empty() {
+            self.run("batch_delete", self.plain.batch_delete(plain))
+                .await?;
+        }
+        // The atomic client refuses batch_delete: one delete per key.
+        futures::stream::iter(atomic)
+            .map(|key| self.run("batch_delete", self.atomic.delete(key)))
+            .buffer_unordered(self.config.delete_concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        if limit == 0 || limit > MAX_SCAN_LIMIT {
+            return Err(KvError::InvalidArgument {
+                op: "scan",
+                message: format!("limit {limit} is outside 1..={MAX_SCAN_LIMIT}"),
+            });
+        }
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        match order {
+            ScanOrder::Forward => self.scan_forward(&range, limit).await,
+            ScanOrder::Reverse => self.scan_reverse(&range, limit).await,
+        }
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
+        if !self.config.atomic_keys.is_atomic(&key) {
+            return Err(KvError::InvalidArgument {
+                op: "compare_and_swap",
+                message: format!(
+                    "key {key:?} is outside the configured atomic keys ({:?}); its plain writes \
+                     would not be serialised with the CAS",
+                    self.config.atomic_keys
+                ),
+            });
+        }
+        let check_own = self.config.unique_cas_values.then(|| new.clone());
+        let (previous, swapped) = self
+            .run(
+                "compare_and_swap",
+                self.atomic.compare_and_swap(key, expected.clone(), new),
+            )
+            .await?;
+        if !swapped && check_own.is_some() && previous == check_own {
+            // Our own write, reported by the client's retry (values are unique).
+            return Ok(CasOutcome {
+                previous: expected,
+                swapped: true,
+            });
+        }
+        Ok(CasOutcome { previous, swapped })
+    }
+}
+
+/// Opens any store named by a `--store` spec: embedded and memory through
+/// [`percolator::kv::open_local_store`], `tikv:PD,...` through [`TikvKv`] with default
+/// settings.
+pub async fn open_store(spec: &StoreSpec) -> KvResult<Arc<dyn RawKv>> {
+    open_store_with(spec, |config| config).await
+}
+
+/// Like [`open_store`], with a hook that adjusts the TiKV configuration (timeouts, TLS,
+/// atomic keys) before connecting; it is not called for local stores.
+pub async fn open_store_with(
+    spec: &StoreSpec,
+    configure: impl FnOnce(TikvConfig) -> TikvConfig,
+) -> KvResult<Arc<dyn RawKv>> {
+    match spec {
+        StoreSpec::Tikv(endpoints) => {
+            let config = configure(TikvConfig::new(endpoints.clone()));
+            Ok(Arc::new(TikvKv::connect(config).await?))
+        }
+        local => open_local_store(local),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_key_rules() {
+        assert!(AtomicKeys::All.is_atomic(b"anything"));
+        let codec = KeyCodec::new("app");
+        let rule = AtomicKeys::percolator_spaces(&codec);
+        let cell = percolator::Cell::new("t", "r", "c");
+        assert!(rule.is_atomic(&codec.head(&cell)));
+        assert!(rule.is_atomic(&codec.meta("oracle")));
+        assert!(!rule.is_atomic(&codec.version(&cell, 7)));
+        assert!(!rule.is_atomic(&codec.data(&cell, 7)));
+        assert!(!rule.is_atomic(&codec.notify(&cell, 7)));
+        // Another namespace's heads are not covered.
+        assert!(!rule.is_atomic(&KeyCodec::new("appN").head(&cell)));
+        let pred = AtomicKeys::Predicate(Arc::new(|k: &[u8]| k.first() == Some(&b'x')));
+        assert!(pred.is_atomic(b"xy") && !pred.is_atomic(b"yx"));
+    }
+
+    #[tokio::test]
+    async fn local_specs_open_without_tikv() {
+        let kv = open_store(&StoreSpec::Memory).await.expect("memory store");
+        kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
+        assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn unreachable_pd_is_a_typed_error_naming_connect() {
+        let mut config = TikvConfig::new(vec!["127.0.0.1:1".into()]);
+        config.connect_timeout = Duration::from_secs(5);
+        let started = std::time::Instant::now();
+        match TikvKv::connect(config).await {
+            Err(KvError::Unavailable { op: "connect", .. }) => {}
+            other => panic!("expected Unavailable in connect, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
