@@ -95,7 +95,10 @@ async fn call(
     txn: percolator::Transaction,
     cell: Cell,
 ) -> Result<(), TxnError> {
-    match AssertUnwindSafe(observer.observe(txn, cell)).catch_unwind().await {
+    match AssertUnwindSafe(observer.observe(txn, cell))
+        .catch_unwind()
+        .await
+    {
         Ok(Ok(())) => Ok(()),
         Ok(Err(ObserverError::Txn(e))) => Err(e),
         Ok(Err(ObserverError::Failed(message))) => Err(TxnError::User(message)),

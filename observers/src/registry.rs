@@ -101,7 +101,13 @@ impl Registry {
         name: &str,
         observer: Arc<dyn Observer>,
     ) -> Result<&mut Self, WorkerError> {
-        self.add(table.as_ref(), column.as_ref(), name, ObserverKind::Strong, observer)
+        self.add(
+            table.as_ref(),
+            column.as_ref(),
+            name,
+            ObserverKind::Strong,
+            observer,
+        )
     }
 
     /// Registers a weak observer named `name` on `table`/`column`.
@@ -112,7 +118,13 @@ impl Registry {
         name: &str,
         observer: Arc<dyn Observer>,
     ) -> Result<&mut Self, WorkerError> {
-        self.add(table.as_ref(), column.as_ref(), name, ObserverKind::Weak, observer)
+        self.add(
+            table.as_ref(),
+            column.as_ref(),
+            name,
+            ObserverKind::Weak,
+            observer,
+        )
     }
 
     /// Declares every strong observer's column to `client`, so its writes notify. Writers

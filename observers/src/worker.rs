@@ -34,8 +34,11 @@ pub struct WorkerConfig {
     pub retry_backoff: Duration,
     /// Heartbeat period in the worker registry.
     pub heartbeat: Duration,
-    /// Every this many passes a scanner ignores the hash split (covers dead workers' shares).
+    /// Every this many passes a scanner sweeps: it also takes notifications outside its
+    /// share of the hash split, if they are older than `orphan_age` (a dead worker's share).
     pub sweep_every: u32,
+    /// How old a notification outside this worker's share must be before a sweep takes it.
+    pub orphan_age: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -49,6 +52,7 @@ impl Default for WorkerConfig {
             retry_backoff: Duration::from_millis(20),
             heartbeat: Duration::from_millis(500),
             sweep_every: 8,
+            orphan_age: Duration::from_secs(2),
         }
     }
 }
@@ -62,6 +66,9 @@ struct Inner {
     permits: Arc<Semaphore>,
     /// Per notify key: failures so far and when it may be tried again.
     retry: Mutex<HashMap<Vec<u8>, (u32, Instant)>>,
+    /// Notify keys this worker handled recently, so that a scanner holding a stale page does
+    /// not handle them again (pruned after `RECENT_FOR`).
+    recent: Mutex<HashMap<Vec<u8>, Instant>>,
     /// (my index, live workers) of the hash split.
     share: Mutex<(u64, u64)>,
     shutdown: watch::Receiver<bool>,
@@ -86,6 +93,8 @@ fn stable_hash(cell: &Cell) -> u64 {
 }
 
 const WORKERS_META: &[u8] = b"workers/";
+/// How long a handled notify key is remembered.
+const RECENT_FOR: Duration = Duration::from_secs(5);
 
 impl Worker {
     /// Starts a worker on `client` running `registry`'s observers. Declares the observed
@@ -101,6 +110,7 @@ impl Worker {
             metrics: Arc::new(Metrics::default()),
             in_flight: Mutex::new(HashSet::new()),
             retry: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
             shutdown,
         });
@@ -232,7 +242,12 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
 }
 
 async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
-    let now = inner.client.oracle().get_timestamp().await.map_err(percolator::TxnError::from)?;
+    let now = inner
+        .client
+        .oracle()
+        .get_timestamp()
+        .await
+        .map_err(percolator::TxnError::from)?;
     let key = inner.worker_key();
     inner
         .client
@@ -279,7 +294,7 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     let mut pass: u32 = scanner;
     while !inner.stopping() {
         pass = pass.wrapping_add(1);
-        let sweep = inner.config.sweep_every > 0 && pass % inner.config.sweep_every == 0;
+        let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
         let dispatched = match scan_pass(&inner, sweep).await {
             Ok(n) => n,
             Err(e) => {
@@ -314,6 +329,16 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     ];
     let kv = inner.client.store().clone();
     let mut dispatched = 0;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    {
+        let mut recent = lock(&inner.recent);
+        if recent.len() > 10_000 {
+            recent.retain(|_, at| at.elapsed() < RECENT_FOR);
+        }
+    }
     for range in halves {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
         while let Some(page) = pager.next_page().await? {
@@ -323,10 +348,19 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     return Ok(dispatched);
                 }
                 Metrics::add(&inner.metrics.scanned);
-                let Ok(Key::Notify(cell, _)) = inner.client.codec().decode(&key) else {
+                let Ok(Key::Notify(cell, ts)) = inner.client.codec().decode(&key) else {
                     continue;
                 };
-                if inner.registry.get(&cell).is_none() || !(sweep || inner.owns(&cell)) {
+                if inner.registry.get(&cell).is_none() {
+                    continue;
+                }
+                if !inner.owns(&cell) {
+                    let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
+                    if !sweep || age_ms < inner.config.orphan_age.as_millis() as u64 {
+                        continue;
+                    }
+                }
+                if lock(&inner.recent).contains_key(&key) {
                     continue;
                 }
                 if lock(&inner.retry)
@@ -389,6 +423,7 @@ async fn after_handle(
     match outcome {
         Ok(Outcome::Ran | Outcome::Covered | Outcome::RolledBack) => {
             lock(&inner.retry).remove(key);
+            lock(&inner.recent).insert(key.to_vec(), Instant::now());
         }
         Ok(Outcome::Pending) => retry_later(0),
         Ok(Outcome::Unobserved) => {}

@@ -126,7 +126,9 @@ async fn run_history(seed: u64) {
         }
     }
     // Committed writes per key, by commit_ts.
-    let mut writes: BTreeMap<usize, Vec<(u64, u64, Option<Vec<u8>>)>> = BTreeMap::new();
+    // Per key: (commit_ts, start_ts, value) of every committed write.
+    type Committed = Vec<(u64, u64, Option<Vec<u8>>)>;
+    let mut writes: BTreeMap<usize, Committed> = BTreeMap::new();
     for rec in &records {
         if let Some(c_ts) = rec.commit_ts {
             for (k, v) in &rec.writes {

@@ -135,7 +135,11 @@ impl Client {
     /// Makes writes of `column` in `table` put notify keys (strong notifications), so the
     /// observers registered on it run. Every client that writes the column must declare it.
     pub fn observe_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        let mut observed = self.shared.observed.write().unwrap_or_else(|p| p.into_inner());
+        let mut observed = self
+            .shared
+            .observed
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         observed.insert((table.as_ref().to_vec(), column.as_ref().to_vec()));
     }
 

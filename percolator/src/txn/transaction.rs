@@ -291,7 +291,10 @@ impl Transaction {
                 });
             }
             state.finished = true;
-            (std::mem::take(&mut state.writes), std::mem::take(&mut state.notifies))
+            (
+                std::mem::take(&mut state.writes),
+                std::mem::take(&mut state.notifies),
+            )
         };
         let (writes, notifies) = writes;
         if writes.is_empty() && notifies.is_empty() {
@@ -318,8 +321,8 @@ impl Transaction {
             self.shared().signal_notified();
             return Ok(ts);
         }
-        let notified = !notifies.is_empty()
-            || writes.keys().any(|cell| self.shared().is_observed(cell));
+        let notified =
+            !notifies.is_empty() || writes.keys().any(|cell| self.shared().is_observed(cell));
         let result = self.commit_writes(writes, notifies).await;
         if notified && result.is_ok() {
             self.shared().signal_notified();
@@ -357,7 +360,11 @@ impl Transaction {
             .collect();
         let prewrites = cells.iter().enumerate().map(|(i, (cell, value))| {
             let primary_ref = if i == 0 { None } else { Some(primary.clone()) };
-            let mut notify: Vec<Cell> = if i == 0 { extra_notifies.clone() } else { Vec::new() };
+            let mut notify: Vec<Cell> = if i == 0 {
+                extra_notifies.clone()
+            } else {
+                Vec::new()
+            };
             if notifies.contains(cell) || shared.is_observed(cell) {
                 notify.push(cell.clone());
             }
