@@ -52,7 +52,8 @@ async fn four_workers_run_each_change_exactly_once() {
                     async move {
                         let value = txn.get(&cell).await?.unwrap_or_default();
                         let out = Cell::new("out", &cell.row, "v");
-                        let count = num(txn.get(&Cell::new("out", &cell.row, "runs")).await?).unwrap_or(0);
+                        let count =
+                            num(txn.get(&Cell::new("out", &cell.row, "runs")).await?).unwrap_or(0);
                         txn.set(out, value);
                         txn.set(Cell::new("out", &cell.row, "runs"), (count + 1).to_string());
                         runs.fetch_add(1, Ordering::SeqCst);
@@ -70,7 +71,10 @@ async fn four_workers_run_each_change_exactly_once() {
     let changes = 200;
     for i in 0..changes {
         let t = c.begin().await.unwrap();
-        t.set(Cell::new("in", format!("r{i:04}"), "v"), format!("value-{i}"));
+        t.set(
+            Cell::new("in", format!("r{i:04}"), "v"),
+            format!("value-{i}"),
+        );
         t.commit().await.unwrap();
     }
     quiesce(&workers).await;
@@ -84,8 +88,14 @@ async fn four_workers_run_each_change_exactly_once() {
         }
     }
     assert_eq!(committed_runs, changes, "every change ran once");
-    let processed: u64 = workers.iter().map(|w| w.metrics().snapshot().processed).sum();
-    assert_eq!(processed, changes as u64, "committed runs counted by the workers");
+    let processed: u64 = workers
+        .iter()
+        .map(|w| w.metrics().snapshot().processed)
+        .sum();
+    assert_eq!(
+        processed, changes as u64,
+        "committed runs counted by the workers"
+    );
     assert!(runs.load(Ordering::SeqCst) >= changes as u64);
     for w in &workers {
         w.shutdown().await;
@@ -117,7 +127,10 @@ async fn writer_killed_after_commit_point_still_notifies() {
         t.set(Cell::new("in", row, "v"), format!("new-{row}"));
     }
     t.set_crash_hook(Arc::new(|p| p == CrashPoint::Committed));
-    assert!(matches!(t.commit().await, Err(TxnError::InjectedCrash(CrashPoint::Committed))));
+    assert!(matches!(
+        t.commit().await,
+        Err(TxnError::InjectedCrash(CrashPoint::Committed))
+    ));
     assert_eq!(count_locks(&c).await, 2, "secondaries are left locked");
     // A second writer killed before its commit point: its notifications must run nothing.
     let t = c.begin().await.unwrap();
@@ -168,14 +181,20 @@ async fn chain_of_three_observers_converges() {
     // Change some rows again: the chain must converge to the final values.
     for i in 1..=5i64 {
         let t = c.begin().await.unwrap();
-        t.set(Cell::new("chain", format!("r{i}"), "a"), (i + 100).to_string());
+        t.set(
+            Cell::new("chain", format!("r{i}"), "a"),
+            (i + 100).to_string(),
+        );
         t.commit().await.unwrap();
     }
     quiesce(std::slice::from_ref(&worker)).await;
     let r = c.begin().await.unwrap();
     for i in 1..=20i64 {
         let a = if i <= 5 { i + 100 } else { i };
-        let d = num(r.get(&Cell::new("chain", format!("r{i}"), "d")).await.unwrap());
+        let d = num(r
+            .get(&Cell::new("chain", format!("r{i}"), "d"))
+            .await
+            .unwrap());
         assert_eq!(d, Some(a * 8), "row r{i}");
     }
     worker.shutdown().await;
@@ -204,7 +223,9 @@ async fn weak_notifications_run_at_least_once() {
         .unwrap();
     let worker = Worker::start(c.clone(), Arc::new(registry), quick());
     for i in 0..10 {
-        c.weak_notify(&Cell::new("w", format!("r{i}"), "v")).await.unwrap();
+        c.weak_notify(&Cell::new("w", format!("r{i}"), "v"))
+            .await
+            .unwrap();
     }
     quiesce(std::slice::from_ref(&worker)).await;
     assert!(runs.load(Ordering::SeqCst) >= 10);
@@ -254,8 +275,12 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     quiesce(std::slice::from_ref(&worker)).await;
     let letters = DeadLetter::list(&c).await.unwrap();
     assert_eq!(letters.len(), 2, "{letters:?}");
-    assert!(letters.iter().any(|l| l.error.contains("panic: observer bug")));
-    assert!(letters.iter().any(|l| l.error.contains("downstream unavailable")));
+    assert!(letters
+        .iter()
+        .any(|l| l.error.contains("panic: observer bug")));
+    assert!(letters
+        .iter()
+        .any(|l| l.error.contains("downstream unavailable")));
     assert_eq!(attempts.load(Ordering::SeqCst), 6, "3 attempts each");
     assert_eq!(worker.metrics().snapshot().dead_lettered, 2);
     // The operator fixes the cause and replays.
@@ -267,7 +292,10 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     assert!(DeadLetter::list(&c).await.unwrap().is_empty());
     let r = c.begin().await.unwrap();
     for row in ["errs", "panics"] {
-        assert_eq!(r.get(&Cell::new("f", row, "done")).await.unwrap(), Some(b"1".to_vec()));
+        assert_eq!(
+            r.get(&Cell::new("f", row, "done")).await.unwrap(),
+            Some(b"1".to_vec())
+        );
     }
     worker.shutdown().await;
 }
@@ -313,7 +341,12 @@ impl RawKv for SpaceCounter {
         out.iter().for_each(|(k, _)| self.note(k));
         Ok(out)
     }
-    async fn compare_and_swap(&self, key: Vec<u8>, expected: Option<Vec<u8>>, new: Vec<u8>) -> KvResult<CasOutcome> {
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
         self.inner.compare_and_swap(key, expected, new).await
     }
 }
@@ -331,7 +364,12 @@ async fn scanning_reads_only_the_notify_space() {
     let c: Client = client_on(kv.clone(), test_config());
     let mut registry = Registry::new();
     registry
-        .strong("big", "v", "noop", observer_fn(|_txn, _cell: Cell| async move { Ok(()) }))
+        .strong(
+            "big",
+            "v",
+            "noop",
+            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
+        )
         .unwrap();
     // Clean cells: committed values and no notify keys (written before observing).
     for chunk in (0..100_000u32).collect::<Vec<_>>().chunks(5000) {
@@ -364,6 +402,13 @@ async fn scanning_reads_only_the_notify_space() {
     // Reads outside the notify space: per dirty cell, the observer transaction reads the
     // primary's head (status), the cell's head and its ack; plus the worker registry.
     let outside = kv.outside.load(Ordering::Relaxed);
-    assert!(outside <= 5 * 4 + 8, "{outside} reads outside the notify space");
-    assert!(kv.calls.load(Ordering::Relaxed) < 1000, "{} raw reads", kv.calls.load(Ordering::Relaxed));
+    assert!(
+        outside <= 5 * 4 + 8,
+        "{outside} reads outside the notify space"
+    );
+    assert!(
+        kv.calls.load(Ordering::Relaxed) < 1000,
+        "{} raw reads",
+        kv.calls.load(Ordering::Relaxed)
+    );
 }
