@@ -22,7 +22,3 @@ pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
 pub use ts::{Timestamp, TimestampError, TimestampSource};
 pub use txn::{Client, ClientConfig, Transaction, TxnError};
 
-/// The README's examples, compiled as doc tests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;
