@@ -101,6 +101,29 @@ async fn all_checks_with_plain_and_atomic_keys_mixed() {
     within("run_all", conformance::run_all(kv, b"conf/")).await;
 }
 
+/// Reverse scans through the guarded `scan_reverse` fast path never fall back on a quiet
+/// single-region cluster, and the forward-paging fallback alone passes the same checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reverse_scans_with_and_without_the_fast_path() {
+    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let fast = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
+    within("fast path", async {
+        conformance::scans(fast.as_ref(), b"fast/scan/").await;
+        conformance::paging(fast.as_ref(), b"fast/paging/", 25_000).await;
+    })
+    .await;
+    assert_eq!(fast.reverse_scan_fallbacks(), 0, "fast path fell back");
+
+    let mut cfg = config(&server);
+    cfg.reverse_scan_fast_path = false;
+    let slow = TikvKv::connect(cfg).await.unwrap();
+    within("forward paging only", async {
+        conformance::scans(&slow, b"slow/scan/").await;
+        conformance::paging(&slow, b"slow/paging/", 25_000).await;
+    })
+    .await;
+}
+
 /// Keys a..j under a prefix, plus neighbours on both sides that must never show up.
 async fn ten_keys(kv: &dyn RawKv) -> Vec<Vec<u8>> {
     let keys: Vec<Vec<u8>> = (b'a'..=b'j').map(|c| vec![b'p', b'/', c]).collect();

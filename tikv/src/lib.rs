@@ -19,9 +19,15 @@
 //!   outside the range, an endless loop on an empty range). Forward scans therefore use
 //!   `batch_scan` with one range, whose region split is correct; the result is sorted,
 //!   clipped to the range and truncated to the limit. Reverse scans have no safe client call
-//!   (`scan_reverse` also asks the region of the range's *start*), so they page forward
-//!   through the range with key-only `batch_scan_keys`, keep the last `limit` keys and fetch
-//!   their values with one `batch_get`: correct everywhere, but O(range size) per call.
+//!   (`scan_reverse` loops the same way when the range holds fewer keys than the limit, and
+//!   asks the region of the range's *start*, not its end). A bounded reverse scan first probes
+//!   forward (key-only, `limit` keys): a range holding fewer keys is answered from the probe
+//!   (one `batch_get` for the values). Otherwise `scan_reverse` cannot loop (it fills its
+//!   limit in the first answer) and its answer is checked: exactly `limit` keys, strictly
+//!   descending, inside the range, and no key of the range above the first one. Whatever
+//!   fails a check (or an unbounded range) falls back to paging forward through the range
+//!   with key-only `batch_scan_keys`, keeping the last `limit` keys: correct on any region
+//!   layout, O(range size) per call ([`TikvKv::reverse_scan_fallbacks`] counts fallbacks).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -51,6 +57,7 @@ use percolator::KeyCodec;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tikv_client::{BoundRange, Key, RawClient};
@@ -138,6 +145,9 @@ pub struct TikvConfig {
     pub unique_cas_values: bool,
     /// Concurrent single-key deletes used for atomic keys (default 16).
     pub delete_concurrency: usize,
+    /// Try `RawClient::scan_reverse` (guarded and verified) for bounded reverse scans before
+    /// falling back to forward paging (default `true`; `false` always pages forward).
+    pub reverse_scan_fast_path: bool,
 }
 
 impl TikvConfig {
@@ -153,6 +163,7 @@ impl TikvConfig {
             max_message_bytes: 256 * 1024 * 1024,
             unique_cas_values: false,
             delete_concurrency: 16,
+            reverse_scan_fast_path: true,
         }
     }
 
@@ -172,6 +183,7 @@ pub struct TikvKv {
     plain: RawClient,
     atomic: RawClient,
     config: TikvConfig,
+    reverse_fallbacks: AtomicU64,
 }
 
 impl std::fmt::Debug for TikvKv {
@@ -190,6 +202,21 @@ impl TikvKv {
                 op: "connect",
                 message: "no PD endpoint given".into(),
             });
+        }
+        if let Some(tls) = &config.tls {
+            // Checked here so a wrong path is an argument error, not "cluster unavailable".
+            for (what, path) in [
+                ("CA", &tls.ca),
+                ("certificate", &tls.cert),
+                ("private key", &tls.key),
+            ] {
+                if let Err(e) = std::fs::File::open(path) {
+                    return Err(KvError::InvalidArgument {
+                        op: "connect",
+                        message: format!("cannot read the TLS {what} file {}: {e}", path.display()),
+                    });
+                }
+            }
         }
         let connect =
             RawClient::new_with_config(config.pd_endpoints.clone(), config.client_config());
@@ -218,6 +245,7 @@ impl TikvKv {
             plain,
             atomic,
             config,
+            reverse_fallbacks: AtomicU64::new(0),
         })
     }
 
@@ -294,9 +322,81 @@ impl TikvKv {
         Ok(keys)
     }
 
-    /// The last `limit` pairs of a non-empty `range`, descending: forward key-only pages,
-    /// keeping the last `limit` keys, then one `batch_get` for their values.
+    /// The last `limit` pairs of a non-empty `range`, descending.
+    ///
+    /// Fast path (bounded ranges, [`TikvConfig::reverse_scan_fast_path`]): a key-only forward
+    /// probe of `limit` keys; if the range holds fewer, those are the answer. Otherwise the
+    /// range holds at least `limit` keys, so `RawClient::scan_reverse` fills its limit and
+    /// stops before it can loop around; its answer is accepted only if it is exactly `limit`
+    /// keys, strictly descending, inside the range, with no key of the range above the first
+    /// one (which rules out an answer from the wrong region). Anything else falls back to
+    /// forward paging.
     async fn scan_reverse(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+        if self.config.reverse_scan_fast_path && range.end.is_some() {
+            let probe = self.scan_keys_forward(range, limit).await?;
+            if probe.len() < limit {
+                let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
+                let values = self.get_many(&keys).await?;
+                if values.iter().all(Option::is_some) {
+                    return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
+                }
+            } else if let Some(pairs) = self.try_client_scan_reverse(range, limit).await? {
+                return Ok(pairs);
+            }
+            self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?range, limit, "reverse scan falls back to forward paging");
+        }
+        self.scan_reverse_by_paging(range, limit).await
+    }
+
+    /// `RawClient::scan_reverse` on a bounded range known to hold at least `limit` keys;
+    /// `None` when its answer cannot be trusted.
+    async fn try_client_scan_reverse(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+    ) -> KvResult<Option<Vec<KvPair>>> {
+        let call = self.plain.scan_reverse(bound(range), limit as u32);
+        // Should a concurrent delete leave fewer than `limit` keys, the client loops around
+        // the last region; stop it and fall back.
+        let pairs = match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
+            Err(_) => return Ok(None),
+            Ok(Err(e)) => return Err(map_error("scan", e)),
+            Ok(Ok(pairs)) => pairs,
+        };
+        let pairs: Vec<KvPair> = pairs
+            .into_iter()
+            .map(|p| {
+                let (k, v): (Key, Vec<u8>) = p.into();
+                (Vec::from(k), v)
+            })
+            .collect();
+        let plausible = pairs.len() == limit
+            && pairs.iter().all(|(k, _)| range.contains(k))
+            && pairs.windows(2).all(|w| w[0].0 > w[1].0);
+        if !plausible {
+            return Ok(None);
+        }
+        let mut above_start = pairs[0].0.clone();
+        above_start.push(0);
+        let above = KeyRange {
+            start: above_start,
+            end: range.end.clone(),
+        };
+        if !above.is_empty() && !self.scan_keys_forward(&above, 1).await?.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(pairs))
+    }
+
+    /// The last `limit` pairs of a non-empty `range`, descending, by forward key-only pages
+    /// (keeping the last `limit` keys) and one `batch_get` for their values. Correct on any
+    /// region layout; O(range size).
+    async fn scan_reverse_by_paging(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+    ) -> KvResult<Vec<KvPair>> {
         // A key deleted between the key scan and the value read would shorten the page (and
         // a short page means "range exhausted" to pagers): retry a few times.
         let mut attempt = 0;
@@ -334,6 +434,12 @@ impl TikvKv {
                 return Ok(pairs);
             }
         }
+    }
+
+    /// How many reverse scans fell back from the fast path to forward paging (a health
+    /// figure: it stays 0 on a healthy cluster without concurrent deletes in scanned ranges).
+    pub fn reverse_scan_fallbacks(&self) -> u64 {
+        self.reverse_fallbacks.load(Ordering::Relaxed)
     }
 
     async fn get_many(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
@@ -552,6 +658,25 @@ mod tests {
         let kv = open_store(&StoreSpec::Memory).await.expect("memory store");
         kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
         assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn missing_tls_files_are_refused_naming_connect() {
+        let mut config = TikvConfig::new(vec!["127.0.0.1:1".into()]);
+        config.tls = Some(TlsFiles {
+            ca: "/nonexistent/ca.pem".into(),
+            cert: "/nonexistent/cert.pem".into(),
+            key: "/nonexistent/key.pem".into(),
+        });
+        match TikvKv::connect(config).await {
+            Err(KvError::InvalidArgument {
+                op: "connect",
+                message,
+            }) => {
+                assert!(message.contains("ca.pem"), "{message}");
+            }
+            other => panic!("expected InvalidArgument in connect, got {other:?}"),
+        }
     }
 
     #[tokio::test]
