@@ -3,7 +3,8 @@
 //! requester tasks, each calling `get_timestamp` in a loop. The last line is JSON.
 //!
 //! `cargo bench -p oracle --bench tso`; `TSO_BENCH_SECS` sets the seconds per level (default 3),
-//! `TSO_BENCH_WORKERS` the client runtime's worker threads (default 2).
+//! `TSO_BENCH_WORKERS` the client runtime's worker threads (default 1: with the server's thread
+//! that is one thread per core on the 2-core reference machine).
 
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle};
 use percolator::kv::EmbeddedKv;
@@ -43,7 +44,7 @@ fn main() -> anyhow::Result<()> {
     let workers: usize = std::env::var("TSO_BENCH_WORKERS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
