@@ -25,8 +25,15 @@ pub(crate) enum Outcome {
     Pending,
     /// No observer is registered on the column; the key stays.
     Unobserved,
-    /// The observer failed; the key stays (or was dead-lettered by the caller).
-    Failed(String),
+    /// The observer failed; the key stays (or is dead-lettered by the caller). `resolved` is
+    /// the notification with the writer's fate decided (`Committed { c }`), to be parked
+    /// instead of the raw strong record, whose evidence GC may remove later.
+    Failed {
+        /// The error.
+        error: String,
+        /// The decided notification record, if the writer's commit was established.
+        resolved: Option<Vec<u8>>,
+    },
 }
 
 fn parse_ack(bytes: Option<Vec<u8>>) -> u64 {
@@ -138,7 +145,10 @@ pub(crate) async fn handle(
                 .await
                 .map_err(|e| TxnError::User(e.to_string()))?;
             Metrics::add(&metrics.dead_lettered);
-            return Ok(Outcome::Failed(letter.error));
+            return Ok(Outcome::Failed {
+                error: letter.error,
+                resolved: None,
+            });
         }
     };
     let covered = match (&notification, registered.kind) {
@@ -188,7 +198,16 @@ pub(crate) async fn handle(
         }
         Err(e) => {
             Metrics::add(&metrics.failures);
-            Ok(Outcome::Failed(e.to_string()))
+            let resolved = match (&notification, covered) {
+                (Notification::Strong { .. }, Some(commit_ts)) => {
+                    Some(Notification::Committed { commit_ts }.encode())
+                }
+                _ => None,
+            };
+            Ok(Outcome::Failed {
+                error: e.to_string(),
+                resolved,
+            })
         }
     }
 }

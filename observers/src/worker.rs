@@ -268,7 +268,7 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         .filter(|(_, v)| {
             <[u8; 8]>::try_from(v.as_slice())
                 .map(u64::from_be_bytes)
-                .is_ok_and(|beat| beat + horizon >= now.physical_ms())
+                .is_ok_and(|beat| beat.saturating_add(horizon) >= now.physical_ms())
         })
         .map(|(k, _)| k)
         .collect();
@@ -427,7 +427,33 @@ async fn after_handle(
         }
         Ok(Outcome::Pending) => retry_later(0),
         Ok(Outcome::Unobserved) => {}
-        Ok(Outcome::Failed(error)) | Err(percolator::TxnError::User(error)) => {
+        Ok(Outcome::Failed { error, resolved }) => {
+            let value = resolved.as_deref().unwrap_or(value);
+            fail(inner, key, value, error, &retry_later).await;
+        }
+        Err(percolator::TxnError::User(error)) => {
+            fail(inner, key, value, error, &retry_later).await;
+        }
+        Err(e) if e.is_retryable() => retry_later(1),
+        Err(e) => {
+            // Anything else (a corrupt record met on the way, a storage error) counts as a
+            // failure too, so a notification that can never be handled ends as a dead letter
+            // instead of being retried forever.
+            tracing::debug!(error = %e, "notification handling failed");
+            fail(inner, key, value, e.to_string(), &retry_later).await;
+        }
+    }
+}
+
+async fn fail(
+    inner: &Inner,
+    key: &[u8],
+    value: &[u8],
+    error: String,
+    retry_later: &(dyn Fn(u32) + Sync),
+) {
+    {
+        {
             let failures = lock(&inner.retry).get(key).map_or(0, |(f, _)| *f) + 1;
             tracing::warn!(key = %key.escape_ascii(), failures, %error, "observer failed");
             if failures >= inner.config.max_failures {
@@ -449,10 +475,6 @@ async fn after_handle(
             } else {
                 retry_later(failures);
             }
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "notification handling failed; will retry");
-            retry_later(1);
         }
     }
 }

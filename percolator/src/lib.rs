@@ -21,4 +21,3 @@ pub use codec::{Cell, KeyCodec};
 pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
 pub use ts::{Timestamp, TimestampError, TimestampSource};
 pub use txn::{Client, ClientConfig, Transaction, TxnError};
-

@@ -281,7 +281,7 @@ impl Head {
     /// A copy with `seq` advanced, the starting point of every CAS.
     pub fn next(&self) -> Head {
         Head {
-            seq: self.seq + 1,
+            seq: self.seq.saturating_add(1),
             ..self.clone()
         }
     }

@@ -358,3 +358,118 @@ async fn corrupt_heads_are_typed_errors() {
         Err(TxnError::Corrupt { .. })
     ));
 }
+
+/// Runs a callback (once) right after GC shrinks a head to a tombstone, before GC deletes the
+/// cell's versions: the window in which new transactions may commit the cell again.
+struct TombstoneHookKv {
+    inner: MemoryKv,
+    hook:
+        tokio::sync::Mutex<Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>,
+}
+
+#[async_trait::async_trait]
+impl RawKv for TombstoneHookKv {
+    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
+        self.inner.get(key).await
+    }
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.inner.batch_get(keys).await
+    }
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KvError> {
+        self.inner.put(key, value).await
+    }
+    async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), KvError> {
+        self.inner.batch_put(pairs).await
+    }
+    async fn delete(&self, key: Vec<u8>) -> Result<(), KvError> {
+        self.inner.delete(key).await
+    }
+    async fn scan(
+        &self,
+        range: percolator::KeyRange,
+        limit: usize,
+        order: ScanOrder,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
+        self.inner.scan(range, limit, order).await
+    }
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> Result<percolator::CasOutcome, KvError> {
+        let tombstone = percolator::record::Head::decode(&new)
+            .is_ok_and(|h| h.latest.is_none() && h.lock.is_none() && h.floor > 0);
+        let out = self.inner.compare_and_swap(key, expected, new).await?;
+        if out.swapped && tombstone {
+            let hook = self.hook.lock().await.take();
+            if let Some(hook) = hook {
+                hook.await;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Review finding: after the tombstone CAS, GC must not delete versions committed above the
+/// safe point (a new transaction may commit the cell and a later one push it into V).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_tombstone_keeps_versions_committed_after_the_safe_point() {
+    let kv = Arc::new(TombstoneHookKv {
+        inner: MemoryKv::new(),
+        hook: tokio::sync::Mutex::new(None),
+    });
+    let c = client_on(kv.clone(), gc_config());
+    setup(&c, &[("x", 0)]).await;
+    let t = c.begin().await.unwrap();
+    t.delete(cell("x"));
+    t.commit().await.unwrap();
+    let sp = c.oracle().get_timestamp().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    {
+        let c = c.clone();
+        *kv.hook.lock().await = Some(Box::pin(async move {
+            // t1 commits x=1; t2 commits x=2, pushing t1's version into V.
+            let t1 = c.begin().await.unwrap();
+            t1.set(cell("x"), "1");
+            let c1 = t1.commit().await.unwrap();
+            let t2 = c.begin().await.unwrap();
+            t2.set(cell("x"), "2");
+            t2.commit().await.unwrap();
+            let _ = tx.send((t1.start_ts(), c1));
+        }));
+    }
+    let stats = c.gc(sp).await.unwrap();
+    assert_eq!(stats.heads_tombstoned, 1);
+    let (t1_start, c1) = rx.await.expect("hook ran");
+    assert_eq!(
+        c.txn_status(&cell("x"), t1_start).await.unwrap(),
+        TxnStatus::Committed(c1.0),
+        "t1's commit record survived GC"
+    );
+    let snap = c.snapshot_at(c1).await.unwrap();
+    assert_eq!(num(snap.get(&cell("x")).await.unwrap()), Some(1));
+    let now = c.begin().await.unwrap();
+    assert_eq!(num(now.get(&cell("x")).await.unwrap()), Some(2));
+}
+
+/// Review finding: a snapshot at a chosen timestamp that GC passes while it is open refuses
+/// to answer instead of returning a read that may have missed deleted versions.
+#[tokio::test]
+async fn snapshot_overtaken_by_gc_refuses_reads() {
+    let c = client_on(Arc::new(MemoryKv::new()), gc_config());
+    setup(&c, &[("x", 1)]).await;
+    let old = c.oracle().get_timestamp().await.unwrap();
+    setup(&c, &[("x", 2)]).await;
+    let snap = c.snapshot_at(old).await.unwrap();
+    assert_eq!(num(snap.get(&cell("x")).await.unwrap()), Some(1));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let sp = c.oracle().get_timestamp().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    c.gc(sp).await.unwrap();
+    assert!(matches!(
+        snap.get(&cell("x")).await,
+        Err(TxnError::SnapshotTooOld { .. })
+    ));
+}

@@ -256,16 +256,19 @@ async fn collect_cell(
             .is_some_and(|v| v.commit_ts <= sp && v.op == Op::Delete);
     if tombstone {
         let new = Head {
-            seq: head.seq + 1,
+            seq: head.seq.saturating_add(1),
             latest: None,
             lock: None,
             rollback_ts: head.rollback_ts,
-            floor: sp,
+            floor: head.floor.max(sp),
         };
         if shared.cas_head(cell, &snap, new).await?.is_ok() {
             stats.heads_tombstoned += 1;
-            let all = versions_in(shared, shared.codec.cell_range(Space::Version, cell)).await?;
-            delete_versions(shared, cell, all, stats).await?;
+            // Only versions at or below sp: once the head is a tombstone, new transactions
+            // may commit the cell again (above sp, since sp is published and lags the
+            // oracle), and the next prewrite puts their version in V: those must stay.
+            let below = versions_in(shared, shared.codec.versions_at_or_below(cell, sp)).await?;
+            delete_versions(shared, cell, below, stats).await?;
         }
         return Ok(());
     }

@@ -22,7 +22,8 @@ impl Shared {
     /// Whether oracle time has passed `physical(start_ts) + ttl_ms`.
     async fn expired(&self, start_ts: u64, ttl_ms: u64) -> TxnResult<bool> {
         let now = self.oracle.get_timestamp().await?;
-        Ok(now.physical_ms() > Timestamp(start_ts).physical_ms() + ttl_ms)
+        // Saturating: a TTL decoded from the store must not overflow into "expired".
+        Ok(now.physical_ms() > Timestamp(start_ts).physical_ms().saturating_add(ttl_ms))
     }
 
     /// The commit_ts of transaction `start_ts` if a `V` entry of `primary` records its commit.

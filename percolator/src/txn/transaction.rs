@@ -110,6 +110,18 @@ impl Transaction {
         self.state().crash_hook.clone()
     }
 
+    /// After a read of a snapshot at a chosen timestamp: GC may have passed it meanwhile, and
+    /// then the read may have missed versions; refuse rather than answer wrongly.
+    async fn check_snapshot(&self) -> TxnResult<()> {
+        if self.inner.read_only {
+            let safe_point = super::gc::read_safe_point(self.shared()).await?;
+            if safe_point > self.inner.start_ts {
+                return Err(self.too_old());
+            }
+        }
+        Ok(())
+    }
+
     fn check_lifetime(&self) -> TxnResult<()> {
         let max = self.shared().config.max_lifetime;
         if self.inner.started.elapsed() > max {
@@ -162,6 +174,7 @@ impl Transaction {
         let snap = self.shared().read_head(cell).await?;
         let (value, commit_ts) = self.read_versioned(cell, snap).await?;
         self.check_lifetime()?;
+        self.check_snapshot().await?;
         Ok((value, commit_ts))
     }
 
@@ -174,6 +187,7 @@ impl Transaction {
         let snap = self.shared().read_head(cell).await?;
         let value = self.read_with_head(cell, snap).await?;
         self.check_lifetime()?;
+        self.check_snapshot().await?;
         Ok(value)
     }
 
@@ -263,6 +277,7 @@ impl Transaction {
             }
         }
         self.check_lifetime()?;
+        self.check_snapshot().await?;
         Ok(result.into_iter().collect())
     }
 
@@ -339,7 +354,12 @@ impl Transaction {
         let start_ts = self.inner.start_ts;
         let cells: Vec<(Cell, Option<Vec<u8>>)> = writes.into_iter().collect();
         let primary = cells[0].0.clone();
-        let ttl_ms = (self.inner.started.elapsed() + shared.config.lock_ttl).as_millis() as u64;
+        // Invariant 5: a transaction already past its lifetime must not lock anything, and no
+        // lock may outlive the lifetime.
+        self.check_lifetime()?;
+        let ttl_ms = (self.inner.started.elapsed() + shared.config.lock_ttl)
+            .min(shared.config.max_lifetime)
+            .as_millis() as u64;
         let cached: HashMap<Cell, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
         // Keep the primary's lock alive while the commit takes long.
@@ -639,7 +659,18 @@ impl Heartbeat {
                     continue;
                 };
                 let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts) else {
-                    return;
+                    // Not locked yet (a slow prewrite): keep watching; committed or fenced:
+                    // nothing left to keep alive.
+                    let decided = snap
+                        .head
+                        .latest
+                        .as_ref()
+                        .is_some_and(|v| v.start_ts == start_ts)
+                        || snap.head.rollback_ts >= start_ts;
+                    if decided {
+                        return;
+                    }
+                    continue;
                 };
                 if lock.ttl_ms >= wanted {
                     continue;
