@@ -1,9 +1,9 @@
 //! `oracle`: the timestamp oracle service and a small command-line client.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle, SkewedClock, SystemClock};
-use percolator::kv::{open_local_store, StoreSpec};
+use percolator::kv::StoreSpec;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,18 +92,12 @@ fn main() -> Result<()> {
 
 async fn serve(args: ServeArgs) -> Result<()> {
     // Embedded and memory stores belong to this process alone (directory lock): no other
-    // oracle can be serving on them, so the server takes over at once. A shared store (TiKV)
-    // makes it wait out the lease of a possibly live leader.
-    let (kv, exclusive) = match &args.store {
-        StoreSpec::Tikv(_) => bail!(
-            "{}: the TiKV backend is not available in this build",
-            args.store
-        ),
-        spec => (
-            open_local_store(spec).with_context(|| format!("opening {spec}"))?,
-            true,
-        ),
-    };
+    // oracle can be serving on them, so the server takes over at once. On a shared store
+    // (TiKV) it waits out the lease of a possibly live leader.
+    let exclusive = !matches!(args.store, StoreSpec::Tikv(_));
+    let kv = percolator_tikv::open_store(&args.store)
+        .await
+        .with_context(|| format!("opening {}", args.store))?;
     let listener = TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

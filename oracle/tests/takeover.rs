@@ -7,16 +7,15 @@
 
 mod common;
 
-use common::{check_all, wait_until, Call, Log};
-use oracle::proto::{self, GetRequest, Reply};
+use common::{check_all, raw_request, wait_until, Call, Log};
+use oracle::proto::Reply;
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle};
 use percolator::kv::MemoryKv;
 use percolator::RawKv;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const GUARD: Duration = Duration::from_secs(30);
 
@@ -40,34 +39,6 @@ fn client_config() -> ClientConfig {
         connect_timeout: Duration::from_millis(200),
         request_timeout: Duration::from_secs(20),
         retry_backoff: Duration::from_millis(10),
-    }
-}
-
-/// One raw request on a fresh connection, recorded as a call if it got timestamps.
-async fn raw_request(addr: std::net::SocketAddr) -> (Reply, Instant, Instant) {
-    let start = Instant::now();
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(&proto::hello(proto::VERSION)).await.unwrap();
-    let mut hello = [0u8; proto::HELLO_LEN];
-    s.read_exact(&mut hello).await.unwrap();
-    let mut out = Vec::new();
-    proto::encode_request(
-        GetRequest {
-            req_id: 1,
-            count: 1,
-        },
-        &mut out,
-    );
-    s.write_all(&out).await.unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 256];
-    loop {
-        if let Some((reply, _)) = proto::decode_reply(&buf).unwrap() {
-            return (reply, start, Instant::now());
-        }
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "connection closed without a reply");
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

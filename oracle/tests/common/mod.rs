@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One successful `get_timestamp`: who asked, when it began and returned, what it got.
 #[derive(Clone, Copy, Debug)]
@@ -138,5 +139,36 @@ pub async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     while !cond() {
         assert!(start.elapsed() < limit, "gave up waiting for {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One raw request on a fresh connection, recorded as a call if it got timestamps.
+pub async fn raw_request(
+    addr: impl tokio::net::ToSocketAddrs,
+) -> (oracle::proto::Reply, Instant, Instant) {
+    let start = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Handshake and request in one write: they wait in the socket even if the server is
+    // stopped.
+    let mut out = oracle::proto::hello(oracle::proto::VERSION).to_vec();
+    oracle::proto::encode_request(
+        oracle::proto::GetRequest {
+            req_id: 1,
+            count: 1,
+        },
+        &mut out,
+    );
+    s.write_all(&out).await.unwrap();
+    let mut hello = [0u8; oracle::proto::HELLO_LEN];
+    s.read_exact(&mut hello).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 256];
+    loop {
+        if let Some((reply, _)) = oracle::proto::decode_reply(&buf).unwrap() {
+            return (reply, start, Instant::now());
+        }
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed without a reply");
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
