@@ -52,7 +52,7 @@ impl Default for WorkerConfig {
             retry_backoff: Duration::from_millis(20),
             heartbeat: Duration::from_millis(500),
             sweep_every: 8,
-            orphan_age: Duration::from_secs(2),
+            orphan_age: Duration::from_secs(30),
         }
     }
 }
@@ -71,6 +71,8 @@ struct Inner {
     recent: Mutex<HashMap<Vec<u8>, Instant>>,
     /// (my index, live workers) of the hash split.
     share: Mutex<(u64, u64)>,
+    /// Observer runs in flight (so that [`Worker::kill`] can stop them dead).
+    runs: Mutex<tokio::task::JoinSet<()>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -112,6 +114,7 @@ impl Worker {
             retry: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
+            runs: Mutex::new(tokio::task::JoinSet::new()),
             shutdown,
         });
         let mut tasks = Vec::new();
@@ -151,6 +154,18 @@ impl Worker {
         let key = self.inner.worker_key();
         let _ = self.inner.client.store().delete(key).await;
         tracing::info!(id = %self.inner.config.id, "worker stopped");
+    }
+
+    /// Stops the worker dead, as a crash would: scanners and observer runs in flight are
+    /// aborted wherever they are (possibly between protocol steps, leaving locks and notify
+    /// keys for others to resolve), and the worker stays in the registry until its heartbeat
+    /// expires. For crash tests; use [`Worker::shutdown`] otherwise.
+    pub fn kill(&self) {
+        let _ = self.stop.send(true);
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        lock(&self.inner.runs).abort_all();
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
@@ -388,8 +403,12 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     continue;
                 }
                 dispatched += 1;
-                let inner = inner.clone();
-                tokio::spawn(async move {
+                let task_inner = inner.clone();
+                let mut runs = lock(&inner.runs);
+                // Reap finished runs so the set stays small.
+                while runs.try_join_next().is_some() {}
+                runs.spawn(async move {
+                    let inner = task_inner;
                     let outcome = handle(
                         &inner.client,
                         &inner.registry,

@@ -19,7 +19,7 @@ pub struct ClientConfig {
     pub inline_limit: usize,
     /// Maximum attempts of [`crate::txn::Client::run`] on retryable errors.
     pub max_attempts: u32,
-    /// First backoff between attempts (doubles, with jitter, up to 64x).
+    /// First backoff between attempts (doubles, with jitter, up to 256x).
     pub backoff: Duration,
 }
 
@@ -32,7 +32,7 @@ impl Default for ClientConfig {
             max_lifetime: Duration::from_secs(120),
             gc_lag: Duration::from_secs(600),
             inline_limit: 1024,
-            max_attempts: 20,
+            max_attempts: 30,
             backoff: Duration::from_millis(2),
         }
     }

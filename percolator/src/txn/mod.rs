@@ -236,7 +236,10 @@ impl Client {
             };
             match outcome {
                 Err(e) if e.is_retryable() && attempt < config.max_attempts => {
-                    let base = config.backoff * 2u32.saturating_pow(attempt.min(6));
+                    // Doubling up to 256x the base: with the defaults the attempts span more
+                    // than a lock TTL, so a conflict with a crashed writer's live lock outlasts
+                    // it instead of failing the caller.
+                    let base = config.backoff * 2u32.saturating_pow(attempt.min(8));
                     let jitter = rand::thread_rng().gen_range(0.5..1.5);
                     tracing::debug!(attempt, error = %e, "transaction retry");
                     tokio::time::sleep(base.mul_f64(jitter)).await;

@@ -1,0 +1,275 @@
+//! The join observers: a click observer that joins a click with its query exactly once (the
+//! IdRegistry entry and the output commit together), and a query observer that wakes the
+//! clicks waiting for it.
+
+use crate::event::{day_of, Click, Joined, Query};
+use crate::schema::*;
+use observers::{observer_fn, ObserverError, Registry, WorkerError};
+use percolator::{Cell, Client, Transaction};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Application hook: filter (return `None`) or enrich a joined event before it is written.
+pub trait Adapter: Send + Sync + 'static {
+    /// The event to write, or `None` to drop it (the click is still registered).
+    fn adapt(&self, joined: Joined) -> Option<Joined>;
+}
+
+/// Settings of one pipeline's join observers.
+#[derive(Clone)]
+pub struct JoinConfig {
+    /// Pipeline name (redundant pipelines run the same observers under different names).
+    pub pipeline: String,
+    /// Worker name, part of the IdRegistry token.
+    pub worker: String,
+    /// Clicks whose query has not arrived this long after the click's event time are
+    /// reported as expired instead of waiting forever.
+    pub horizon: Duration,
+    /// Optional application hook.
+    pub adapter: Option<Arc<dyn Adapter>>,
+}
+
+/// Counters of the join observers (attempts: a retried transaction counts again).
+#[derive(Debug, Default)]
+pub struct JoinStats {
+    /// Joins written.
+    pub joined: AtomicU64,
+    /// Runs that found the click already registered (wasted work).
+    pub wasted: AtomicU64,
+    /// Clicks parked to wait for their query.
+    pub parked: AtomicU64,
+    /// Waiting clicks woken by their query.
+    pub woken: AtomicU64,
+    /// Clicks reported expired (query past the horizon).
+    pub expired: AtomicU64,
+    /// Clicks older than the IdRegistry boundary.
+    pub too_old: AtomicU64,
+    /// Clicks dropped by the adapter.
+    pub filtered: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+fn parse_u64(v: Option<Vec<u8>>) -> u64 {
+    v.and_then(|b| String::from_utf8(b).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Reads the IdRegistry boundary day inside `txn`.
+pub async fn boundary(txn: &Transaction) -> Result<u64, percolator::TxnError> {
+    Ok(parse_u64(txn.get(&boundary_cell()).await?))
+}
+
+fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
+    ObserverError::failed(format!("malformed {what} at {cell}: {e}"))
+}
+
+async fn join_click(
+    txn: Transaction,
+    cell: Cell,
+    config: &JoinConfig,
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
+    let Some(bytes) = txn.get(&cell).await? else {
+        return Ok(());
+    };
+    let stored: Stored<Click> =
+        serde_json::from_slice(&bytes).map_err(|e| bad_data("click", &cell, e))?;
+    let click = stored.event;
+    let day = day_of(click.event_time);
+    // The boundary first: below it the IdRegistry may already be gone, so an entry's absence
+    // proves nothing; such a click gets its own outcome and is never joined.
+    if day < boundary(&txn).await? {
+        txn.set(outcome_cell(&click.click_id), "too_old");
+        bump(&stats.too_old);
+        return Ok(());
+    }
+    let registry_cell = idregistry_cell(day, &click.click_id);
+    if txn.get(&registry_cell).await?.is_some() {
+        bump(&stats.wasted);
+        return Ok(());
+    }
+    match txn.get(&query_cell(&click.query_id)).await? {
+        Some(qbytes) => {
+            let q: Stored<Query> = serde_json::from_slice(&qbytes)
+                .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
+            let joined_at = now_ms();
+            let token = format!(
+                "{}/{}/{}/{}",
+                config.pipeline,
+                config.worker,
+                std::process::id(),
+                txn.start_ts()
+            );
+            let joined = Joined {
+                arrived_at: stored.loaded_at.max(q.loaded_at),
+                click,
+                query: q.event,
+                token: token.clone(),
+                joined_at,
+            };
+            let click_id = joined.click.click_id.clone();
+            txn.set(registry_cell, token.clone());
+            match config
+                .adapter
+                .as_ref()
+                .map_or(Some(joined.clone()), |a| a.adapt(joined))
+            {
+                Some(out) => {
+                    let value = serde_json::to_vec(&out)
+                        .map_err(|e| ObserverError::failed(e.to_string()))?;
+                    txn.set(joined_cell(&click_id, &token), value);
+                    bump(&stats.joined);
+                }
+                None => {
+                    txn.set(outcome_cell(&click_id), "filtered");
+                    bump(&stats.filtered);
+                }
+            }
+        }
+        None => {
+            let age = now_ms().saturating_sub(click.event_time);
+            if age > config.horizon.as_millis() as u64 {
+                txn.set(outcome_cell(&click.click_id), "expired");
+                bump(&stats.expired);
+                return Ok(());
+            }
+            // Park: the query observer writes the same cell, so a query arriving now
+            // conflicts with this transaction instead of missing it.
+            let pending = pending_cell(&click.query_id);
+            let mut waiting: Vec<String> = match txn.get(&pending).await? {
+                Some(b) => {
+                    serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?
+                }
+                None => Vec::new(),
+            };
+            if !waiting.contains(&click.click_id) {
+                waiting.push(click.click_id.clone());
+            }
+            txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
+            txn.set(outcome_cell(&click.click_id), "waiting");
+            bump(&stats.parked);
+        }
+    }
+    Ok(())
+}
+
+/// Wakes the clicks waiting for the query in `cell`'s row.
+async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<(), ObserverError> {
+    let query_id = String::from_utf8_lossy(&cell.row).into_owned();
+    let pending = pending_cell(&query_id);
+    if let Some(b) = txn.get(&pending).await? {
+        let waiting: Vec<String> =
+            serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?;
+        for click_id in waiting {
+            txn.notify(click_cell(&click_id));
+            bump(&stats.woken);
+        }
+        txn.delete(pending);
+    }
+    Ok(())
+}
+
+/// Registers the pipeline's click and query observers.
+pub fn register(
+    registry: &mut Registry,
+    config: JoinConfig,
+    stats: Arc<JoinStats>,
+) -> Result<(), WorkerError> {
+    let click_config = Arc::new(config.clone());
+    let click_stats = stats.clone();
+    registry.strong(
+        CLICKS,
+        EVENT,
+        &format!("join@{}", config.pipeline),
+        observer_fn(move |txn, cell| {
+            let (config, stats) = (click_config.clone(), click_stats.clone());
+            async move { join_click(txn, cell, &config, &stats).await }
+        }),
+    )?;
+    registry.strong(
+        QUERIES,
+        EVENT,
+        &format!("wake@{}", config.pipeline),
+        observer_fn(move |txn, cell| {
+            let stats = stats.clone();
+            async move { wake_clicks(txn, cell, &stats).await }
+        }),
+    )?;
+    Ok(())
+}
+
+/// The durable fallback of the wake-up: notifies every parked click whose query has arrived
+/// or whose horizon has passed (so it is joined or reported). Returns clicks notified.
+pub async fn sweep_pending(
+    client: &Client,
+    horizon: Duration,
+) -> Result<u64, percolator::TxnError> {
+    let txn = client.begin().await?;
+    let rows = txn.scan(PENDING.as_bytes(), b"", None).await?;
+    let mut notified = 0;
+    for (cell, value) in rows {
+        let query_id = String::from_utf8_lossy(&cell.row).into_owned();
+        let waiting: Vec<String> = serde_json::from_slice(&value).unwrap_or_default();
+        let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
+        for click_id in waiting {
+            let expired = match txn.get(&click_cell(&click_id)).await? {
+                Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
+                    .map(|s| {
+                        now_ms().saturating_sub(s.event.event_time) > horizon.as_millis() as u64
+                    })
+                    .unwrap_or(false),
+                None => false,
+            };
+            if arrived || expired {
+                txn.notify(click_cell(&click_id));
+                notified += 1;
+            }
+        }
+    }
+    txn.commit().await?;
+    Ok(notified)
+}
+
+/// Advances the IdRegistry boundary to `day` (never backwards), waits until every
+/// transaction that could have read the old boundary has ended (the client's maximum
+/// transaction lifetime), then deletes the registry's days below it outright.
+/// Returns the boundary in force and the keys deleted.
+pub async fn gc_registry(client: &Client, day: u64) -> Result<(u64, usize), percolator::TxnError> {
+    let boundary = client
+        .run(|txn| async move {
+            let current = boundary(&txn).await?;
+            if day > current {
+                txn.set(boundary_cell(), day.to_string());
+            }
+            Ok(day.max(current))
+        })
+        .await?;
+    tokio::time::sleep(client.config().max_lifetime + Duration::from_millis(100)).await;
+    use percolator::codec::Space;
+    let mut deleted = 0;
+    let end = format!("{boundary:08}");
+    for space in [Space::Head, Space::Version, Space::Data, Space::Notify] {
+        let range =
+            client
+                .codec()
+                .rows_range(space, IDREGISTRY.as_bytes(), b"", Some(end.as_bytes()));
+        let keys: Vec<Vec<u8>> = percolator::kv::scan_all(
+            client.store().as_ref(),
+            range,
+            percolator::ScanOrder::Forward,
+        )
+        .await?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+        deleted += keys.len();
+        for chunk in keys.chunks(1000) {
+            client.store().batch_delete(chunk.to_vec()).await?;
+        }
+    }
+    Ok((boundary, deleted))
+}

@@ -1,0 +1,281 @@
+//! `photon load`: loader jobs writing query and click logs into their tables. Each batch
+//! commits together with the file's offset, so a loader killed at any moment and restarted
+//! neither skips nor repeats input.
+
+use crate::event::{Click, Kind, Query};
+use crate::schema::{click_cell, now_ms, offset_cell, query_cell, Stored};
+use percolator::{Client, TxnError};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Loader settings.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Lines per transaction.
+    pub batch: usize,
+    /// Where malformed lines are reported (`file:line: error: text`).
+    pub rejects: PathBuf,
+}
+
+/// Loader counters.
+#[derive(Debug, Default)]
+pub struct LoadStats {
+    /// Events written.
+    pub loaded: AtomicU64,
+    /// Malformed lines reported.
+    pub rejected: AtomicU64,
+    /// Transactions committed.
+    pub batches: AtomicU64,
+}
+
+/// Errors of the loader.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A log or rejects file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A transaction failed for good.
+    #[error("loading {path}: {source}")]
+    Txn {
+        /// The file being loaded.
+        path: PathBuf,
+        /// The error.
+        source: TxnError,
+    },
+    /// The stored offset of a file is not understood.
+    #[error("{path}: stored loader offset {value:?} is corrupt")]
+    CorruptOffset {
+        /// The file.
+        path: PathBuf,
+        /// The stored value.
+        value: String,
+    },
+}
+
+/// Progress through one file: byte offset and line number of the next line to load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Progress {
+    offset: u64,
+    line: u64,
+}
+
+fn parse_progress(path: &Path, v: Option<Vec<u8>>) -> Result<Progress, LoadError> {
+    let Some(v) = v else {
+        return Ok(Progress::default());
+    };
+    let text = String::from_utf8_lossy(&v).into_owned();
+    let corrupt = || LoadError::CorruptOffset {
+        path: path.to_path_buf(),
+        value: text.clone(),
+    };
+    let (offset, line) = text.split_once(',').ok_or_else(corrupt)?;
+    Ok(Progress {
+        offset: offset.parse().map_err(|_| corrupt())?,
+        line: line.parse().map_err(|_| corrupt())?,
+    })
+}
+
+/// The identity of a log file in the loader table: its canonical path.
+pub fn file_key(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Log files of `dir` (queries*.jsonl, clicks*.jsonl), in name order.
+pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut files: Vec<(PathBuf, Kind)> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Kind::of_file(&e.path()).map(|k| (e.path(), k)))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// A parsed line ready to be written.
+enum Parsed {
+    Query(Query),
+    Click(Click),
+}
+
+fn parse_line(kind: Kind, line: &str) -> Result<Parsed, String> {
+    match kind {
+        Kind::Query => serde_json::from_str::<Query>(line)
+            .map(Parsed::Query)
+            .map_err(|e| e.to_string()),
+        Kind::Click => serde_json::from_str::<Click>(line)
+            .map(Parsed::Click)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// Loads `path` from its stored offset to its last complete line. Returns events loaded.
+pub async fn load_file(
+    client: &Client,
+    path: &Path,
+    kind: Kind,
+    options: &LoadOptions,
+    stats: &LoadStats,
+    rejects: &Mutex<Option<std::fs::File>>,
+) -> Result<u64, LoadError> {
+    let key = file_key(path);
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut loaded = 0;
+    loop {
+        // Where we are, as committed (another loader of the same file may have moved it).
+        let progress = {
+            let txn = client.begin().await.map_err(|source| LoadError::Txn {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let v = txn
+                .get(&offset_cell(&key))
+                .await
+                .map_err(|source| LoadError::Txn {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            parse_progress(path, v)?
+        };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        file.seek(SeekFrom::Start(progress.offset)).map_err(io)?;
+        let mut reader = BufReader::new(file);
+        let mut batch = Vec::new();
+        let mut bad = Vec::new();
+        let mut next = progress;
+        let mut buf = String::new();
+        while batch.len() < options.batch.max(1) {
+            buf.clear();
+            let n = reader.read_line(&mut buf).map_err(io)?;
+            if n == 0 || !buf.ends_with('\n') {
+                break; // EOF, or a line still being written (--follow).
+            }
+            next.offset += n as u64;
+            next.line += 1;
+            let line = buf.trim_end();
+            if line.is_empty() {
+                continue;
+            }
+            match parse_line(kind, line) {
+                Ok(p) => batch.push(p),
+                Err(e) => bad.push(format!("{}:{}: {e}: {line}", path.display(), next.line)),
+            }
+        }
+        if next == progress {
+            return Ok(loaded);
+        }
+        // Rejects are reported before the batch commits: after a crash a malformed line may
+        // be reported twice, never lost.
+        if !bad.is_empty() {
+            let mut guard = rejects.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.is_none() {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&options.rejects)
+                    .map_err(|source| LoadError::Io {
+                        path: options.rejects.clone(),
+                        source,
+                    })?;
+                *guard = Some(f);
+            }
+            if let Some(f) = guard.as_mut() {
+                for line in &bad {
+                    tracing::warn!("rejected {line}");
+                    writeln!(f, "{line}").map_err(|source| LoadError::Io {
+                        path: options.rejects.clone(),
+                        source,
+                    })?;
+                }
+            }
+            stats
+                .rejected
+                .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        }
+        let count = batch.len() as u64;
+        let loaded_at = now_ms();
+        let expected = progress;
+        let result = client
+            .run(|txn| {
+                let key = key.clone();
+                let batch = &batch;
+                async move {
+                    let current =
+                        parse_progress(Path::new(&key), txn.get(&offset_cell(&key)).await?)
+                            .map_err(|e| TxnError::User(e.to_string()))?;
+                    if current != expected {
+                        // Another loader got here first: reload from the new offset.
+                        return Ok(false);
+                    }
+                    for p in batch {
+                        match p {
+                            Parsed::Query(q) => txn.set(
+                                query_cell(&q.query_id),
+                                serde_json::to_vec(&Stored {
+                                    event: q,
+                                    loaded_at,
+                                })
+                                .unwrap_or_default(),
+                            ),
+                            Parsed::Click(c) => txn.set(
+                                click_cell(&c.click_id),
+                                serde_json::to_vec(&Stored {
+                                    event: c,
+                                    loaded_at,
+                                })
+                                .unwrap_or_default(),
+                            ),
+                        }
+                    }
+                    txn.set(offset_cell(&key), format!("{},{}", next.offset, next.line));
+                    Ok(true)
+                }
+            })
+            .await
+            .map_err(|source| LoadError::Txn {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if !result {
+            continue;
+        }
+        stats.loaded.fetch_add(count, Ordering::Relaxed);
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        loaded += count;
+    }
+}
+
+/// Loads every log file of `dir` once, files in parallel (queries and clicks interleave).
+pub async fn load_dir(
+    client: &Client,
+    dir: &Path,
+    options: &LoadOptions,
+    stats: &LoadStats,
+) -> Result<u64, LoadError> {
+    let rejects = Mutex::new(None);
+    let files = log_files(dir)?;
+    let loads = files
+        .iter()
+        .map(|(path, kind)| load_file(client, path, *kind, options, stats, &rejects));
+    let mut total = 0;
+    for r in futures::future::join_all(loads).await {
+        total += r?;
+    }
+    Ok(total)
+}

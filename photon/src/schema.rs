@@ -1,0 +1,80 @@
+//! Where Photon keeps its data: tables and cells (all in one namespace).
+
+use percolator::Cell;
+
+/// Queries: `queries/<query_id>/event` (observed).
+pub const QUERIES: &str = "queries";
+/// Clicks: `clicks/<click_id>/event` (observed).
+pub const CLICKS: &str = "clicks";
+/// The IdRegistry: `idregistry/<day:08>/<click_id>/token`, keyed by event day so whole days
+/// can be dropped behind the GC boundary.
+pub const IDREGISTRY: &str = "idregistry";
+/// Joined output: `joined/<click_id>/<token>` (one column per join: duplicates are visible).
+pub const JOINED: &str = "joined";
+/// Clicks waiting for their query: `pending/<query_id>/clicks` (a JSON list of click ids).
+pub const PENDING: &str = "pending";
+/// Per-click outcome other than joined: `outcomes/<click_id>/outcome`.
+pub const OUTCOMES: &str = "outcomes";
+/// Loader progress: `loader/<file>/offset`.
+pub const LOADER: &str = "loader";
+/// Control cells (the IdRegistry GC boundary).
+pub const CONTROL: &str = "control";
+/// The observed column of queries and clicks.
+pub const EVENT: &str = "event";
+
+/// The cell holding query `query_id`.
+pub fn query_cell(query_id: &str) -> Cell {
+    Cell::new(QUERIES, query_id, EVENT)
+}
+
+/// The cell holding click `click_id`.
+pub fn click_cell(click_id: &str) -> Cell {
+    Cell::new(CLICKS, click_id, EVENT)
+}
+
+/// The IdRegistry entry of `click_id` on event day `day`.
+pub fn idregistry_cell(day: u64, click_id: &str) -> Cell {
+    Cell::new(IDREGISTRY, format!("{day:08}/{click_id}"), "token")
+}
+
+/// The joined-output cell of `click_id` written by the join with `token`.
+pub fn joined_cell(click_id: &str, token: &str) -> Cell {
+    Cell::new(JOINED, click_id, token)
+}
+
+/// The list of clicks waiting for `query_id`.
+pub fn pending_cell(query_id: &str) -> Cell {
+    Cell::new(PENDING, query_id, "clicks")
+}
+
+/// The outcome of `click_id` when it was not (yet) joined.
+pub fn outcome_cell(click_id: &str) -> Cell {
+    Cell::new(OUTCOMES, click_id, "outcome")
+}
+
+/// The loader's progress through `file`.
+pub fn offset_cell(file: &str) -> Cell {
+    Cell::new(LOADER, file, "offset")
+}
+
+/// The IdRegistry GC boundary: event days below it are closed.
+pub fn boundary_cell() -> Cell {
+    Cell::new(CONTROL, "idregistry", "boundary_day")
+}
+
+/// A stored event: the event and when it was loaded.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Stored<T> {
+    /// The event.
+    pub event: T,
+    /// Load time, ms since the epoch.
+    pub loaded_at: u64,
+}
+
+/// Wall-clock now in ms since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}

@@ -1,0 +1,328 @@
+//! Photon end to end: exactly once with two pipelines and crashing workers; early clicks,
+//! duplicates, missing queries and the IdRegistry boundary; a loader killed with SIGKILL;
+//! malformed lines.
+
+use observers::{Registry, Worker, WorkerConfig};
+use percolator::codec::Space;
+use percolator::kv::{scan_all, EmbeddedKv, MemoryKv, RawKv, ScanOrder};
+use percolator::ts::LocalClock;
+use percolator::{Client, ClientConfig};
+use photon::gen::{generate, GenOptions};
+use photon::join::{self, JoinConfig, JoinStats};
+use photon::load::{load_dir, LoadOptions, LoadStats};
+use photon::verify::verify;
+use rand::Rng;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn client_on(kv: Arc<dyn RawKv>) -> Client {
+    let config = ClientConfig {
+        lock_ttl: Duration::from_millis(300),
+        max_lifetime: Duration::from_secs(2),
+        gc_lag: Duration::from_secs(3),
+        ..ClientConfig::with_namespace("photon")
+    };
+    Client::with_config(kv, Arc::new(LocalClock::new()), config)
+}
+
+fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
+    let stats = Arc::new(JoinStats::default());
+    let mut registry = Registry::new();
+    join::register(
+        &mut registry,
+        JoinConfig {
+            pipeline: name.to_string(),
+            worker: format!("{name}-w{n}"),
+            horizon: Duration::from_secs(3600),
+            adapter: None,
+        },
+        stats.clone(),
+    )
+    .unwrap();
+    let config = WorkerConfig {
+        id: format!("{name}-{n}"),
+        idle_interval: Duration::from_millis(20),
+        heartbeat: Duration::from_millis(100),
+        retry_backoff: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    };
+    (
+        Worker::start(client.clone(), Arc::new(registry), config),
+        stats,
+    )
+}
+
+async fn drain(client: &Client, workers: &[Worker]) {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            for w in workers {
+                w.wait_until_quiescent().await.unwrap();
+            }
+            if join::sweep_pending(client, Duration::from_secs(3600))
+                .await
+                .unwrap()
+                == 0
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("join did not drain within 120 s");
+}
+
+fn options(dir: &Path) -> LoadOptions {
+    LoadOptions {
+        batch: 100,
+        rejects: dir.join("rejects.txt"),
+    }
+}
+
+/// Two pipelines with workers killed (aborted mid-join) and restarted at random moments,
+/// while the logs load: every joinable click joined exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pipelines_with_crashing_workers_join_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 3000,
+        early_clicks: 0.2,
+        duplicates: 0.1,
+        orphans: 0.02,
+        seed: 7,
+        ..GenOptions::default()
+    };
+    generate(&logs, &gen).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let mut workers: Vec<(String, Worker)> = Vec::new();
+    for (name, n) in [("dc1", 0), ("dc1", 1), ("dc2", 0), ("dc2", 1)] {
+        workers.push((name.to_string(), pipeline(&client, name, n).0));
+    }
+    let loader = {
+        let (client, logs, dir) = (client.clone(), logs.clone(), dir.path().to_path_buf());
+        tokio::spawn(async move {
+            load_dir(&client, &logs, &options(&dir), &LoadStats::default())
+                .await
+                .unwrap();
+        })
+    };
+    let mut rng = rand::thread_rng();
+    let mut kills = 0;
+    let mut generation = 10;
+    while !loader.is_finished() || kills < 6 {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(50..250))).await;
+        let i = rng.gen_range(0..workers.len());
+        workers[i].1.kill();
+        kills += 1;
+        generation += 1;
+        let name = workers[i].0.clone();
+        workers[i].1 = pipeline(&client, &name, generation).0;
+        if kills > 40 {
+            break;
+        }
+    }
+    loader.await.unwrap();
+    let running: Vec<Worker> = workers.into_iter().map(|(_, w)| w).collect();
+    drain(&client, &running).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert_eq!(report.duplicates, 0, "{report:?}");
+    assert_eq!(report.lost, 0, "{report:?}");
+    assert_eq!(report.unexpected, 0, "{report:?}");
+    assert!(report.joined > 1000, "{report:?}");
+    assert!(
+        report
+            .reasons
+            .keys()
+            .any(|r| r.starts_with("query_missing")),
+        "{report:?}"
+    );
+    for w in &running {
+        w.shutdown().await;
+    }
+}
+
+/// Clicks before their queries, duplicate clicks, queries that never arrive, and clicks
+/// older than the IdRegistry boundary each get the right outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_duplicate_missing_and_too_old_clicks() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let now = photon::schema::now_ms();
+    let old = now - 10 * 86_400_000;
+    // Click before query, a duplicate click, a click whose query never comes, an old click.
+    std::fs::write(
+        logs.join("clicks-000.jsonl"),
+        format!(
+            "{{\"click_id\":\"c1\",\"query_id\":\"q1\",\"event_time\":{now}}}\n\
+             {{\"click_id\":\"c2\",\"query_id\":\"q2\",\"event_time\":{now}}}\n\
+             {{\"click_id\":\"c2\",\"query_id\":\"q2\",\"event_time\":{now}}}\n\
+             {{\"click_id\":\"c3\",\"query_id\":\"q-never\",\"event_time\":{now}}}\n\
+             {{\"click_id\":\"c4\",\"query_id\":\"q4\",\"event_time\":{old}}}\n"
+        ),
+    )
+    .unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, stats) = pipeline(&client, "dc1", 0);
+    // The boundary closes days older than 3 days ago (c4's day).
+    join::gc_registry(&client, photon::event::day_of(now) - 3)
+        .await
+        .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    // Queries arrive late; q1 wakes c1.
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        format!(
+            "{{\"query_id\":\"q1\",\"event_time\":{now}}}\n\
+             {{\"query_id\":\"q2\",\"event_time\":{now}}}\n\
+             {{\"query_id\":\"q4\",\"event_time\":{old}}}\n"
+        ),
+    )
+    .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, 2, "c1 (woken) and c2 (once): {report:?}");
+    assert_eq!(
+        report.reasons.get("query_missing (still waiting)"),
+        Some(&1),
+        "{report:?}"
+    );
+    assert_eq!(
+        report
+            .reasons
+            .get("too_old (older than the IdRegistry boundary)"),
+        Some(&1),
+        "{report:?}"
+    );
+    assert!(stats.too_old.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    assert!(stats.woken.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    worker.shutdown().await;
+}
+
+/// Malformed lines are reported with file and line number; the rest is joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_lines_are_reported_and_the_rest_joined() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 500,
+        malformed: 0.05,
+        orphans: 0.0,
+        seed: 3,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    assert!(summary.malformed > 5);
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, _) = pipeline(&client, "dc1", 0);
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    assert_eq!(rejects.lines().count() as u64, summary.malformed);
+    let first = rejects.lines().next().unwrap();
+    assert!(
+        first.contains("clicks-00") && first.contains(".jsonl:"),
+        "{first}"
+    );
+    let report = verify(&client, &logs).await.unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.malformed_lines, summary.malformed);
+    assert_eq!(report.joined, summary.clicks);
+    worker.shutdown().await;
+}
+
+/// A loader process killed with SIGKILL at random moments and restarted: every event is
+/// loaded, none twice (each cell holds exactly one committed version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 20_000,
+        duplicates: 0.0,
+        orphans: 0.0,
+        files: 1,
+        seed: 11,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    let store = dir.path().join("store");
+    let mut rng = rand::thread_rng();
+    for round in 0..6 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
+            .args(["load", "--batch", "50", "--store"])
+            .arg(format!("embedded:{}", store.display()))
+            .arg("--rejects")
+            .arg(dir.path().join("rejects.txt"))
+            .arg(&logs)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        if round < 5 {
+            std::thread::sleep(Duration::from_millis(rng.gen_range(200..900)));
+            let _ = child.kill();
+            child.wait().unwrap();
+        } else {
+            assert!(
+                child.wait().unwrap().success(),
+                "the last, unkilled loader failed"
+            );
+        }
+    }
+    let kv: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&store).unwrap());
+    // The loaders' own oracle (persisted in the store): its timestamps may run ahead of the
+    // wall clock, so a reader on another clock could miss their last commits.
+    let client = photon::open_client_on(kv.clone(), "photon").await.unwrap();
+    let txn = client.begin().await.unwrap();
+    let queries = txn.scan(b"queries", b"", None).await.unwrap().len() as u64;
+    let clicks = txn.scan(b"clicks", b"", None).await.unwrap().len() as u64;
+    assert_eq!(queries, summary.queries, "every query loaded");
+    assert_eq!(clicks, summary.clicks, "every click loaded");
+    // No event written twice: a second write of a cell would have pushed a version into V.
+    let versions = scan_all(
+        kv.as_ref(),
+        client
+            .codec()
+            .rows_range(Space::Version, b"queries", b"", None),
+        ScanOrder::Forward,
+    )
+    .await
+    .unwrap();
+    let click_versions = scan_all(
+        kv.as_ref(),
+        client
+            .codec()
+            .rows_range(Space::Version, b"clicks", b"", None),
+        ScanOrder::Forward,
+    )
+    .await
+    .unwrap();
+    assert!(
+        versions.is_empty() && click_versions.is_empty(),
+        "events were loaded twice"
+    );
+    let offset = txn
+        .get(&photon::schema::offset_cell(&photon::load::file_key(
+            &logs.join("queries-000.jsonl"),
+        )))
+        .await
+        .unwrap()
+        .unwrap();
+    let size = std::fs::metadata(logs.join("queries-000.jsonl"))
+        .unwrap()
+        .len();
+    assert!(String::from_utf8(offset)
+        .unwrap()
+        .starts_with(&format!("{size},")));
+}
