@@ -2,7 +2,7 @@
 //! operator to list and replay. Stored as meta records `M deadletter/<notify key>`.
 
 use crate::error::WorkerError;
-use percolator::kv::{scan_all, KeyRange, ScanOrder};
+use percolator::kv::{scan_all, ScanOrder};
 use percolator::Client;
 
 const PREFIX: &[u8] = b"deadletter/";
@@ -76,12 +76,9 @@ impl DeadLetter {
 
     /// Every dead letter of the client's namespace.
     pub async fn list(client: &Client) -> Result<Vec<DeadLetter>, WorkerError> {
-        let mut start = client.codec().meta(PREFIX);
-        // Drop the name's terminator to get the prefix of every name starting with PREFIX.
-        start.truncate(start.len() - 2);
         let pairs = scan_all(
             client.store().as_ref(),
-            KeyRange::prefix(&start),
+            client.codec().meta_prefix_range(PREFIX),
             ScanOrder::Forward,
         )
         .await?;

@@ -58,7 +58,8 @@ pub(crate) struct Registered {
 /// The observers of an application, by (table, column).
 #[derive(Clone, Default)]
 pub struct Registry {
-    observers: HashMap<(Vec<u8>, Vec<u8>), Registered>,
+    /// table -> column -> observer (nested so lookups borrow the cell instead of cloning).
+    observers: HashMap<Vec<u8>, HashMap<Vec<u8>, Registered>>,
 }
 
 impl Registry {
@@ -75,15 +76,15 @@ impl Registry {
         kind: ObserverKind,
         observer: Arc<dyn Observer>,
     ) -> Result<&mut Self, WorkerError> {
-        let key = (table.to_vec(), column.to_vec());
-        if self.observers.contains_key(&key) {
+        let columns = self.observers.entry(table.to_vec()).or_default();
+        if columns.contains_key(column) {
             return Err(WorkerError::DuplicateObserver {
                 table: table.escape_ascii().to_string(),
                 column: column.escape_ascii().to_string(),
             });
         }
-        self.observers.insert(
-            key,
+        columns.insert(
+            column.to_vec(),
             Registered {
                 name: name.to_string(),
                 kind,
@@ -130,16 +131,17 @@ impl Registry {
     /// Declares every strong observer's column to `client`, so its writes notify. Writers
     /// (loaders) must call this too; [`crate::Worker::start`] does it for the worker's client.
     pub fn declare(&self, client: &Client) {
-        for ((table, column), r) in &self.observers {
-            if r.kind == ObserverKind::Strong {
-                client.observe_column(table, column);
+        for (table, columns) in &self.observers {
+            for (column, r) in columns {
+                if r.kind == ObserverKind::Strong {
+                    client.observe_column(table, column);
+                }
             }
         }
     }
 
     pub(crate) fn get(&self, cell: &Cell) -> Option<&Registered> {
-        self.observers
-            .get(&(cell.table.clone(), cell.column.clone()))
+        self.observers.get(&cell.table)?.get(&cell.column)
     }
 
     /// The acknowledgment cell of the observer of `cell`'s column: same table and row, a

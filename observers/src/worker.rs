@@ -269,11 +269,9 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         .store()
         .put(key, now.physical_ms().to_be_bytes().to_vec())
         .await?;
-    let mut prefix = inner.client.codec().meta(WORKERS_META);
-    prefix.truncate(prefix.len() - 2);
     let pairs = percolator::kv::scan_all(
         inner.client.store().as_ref(),
-        KeyRange::prefix(&prefix),
+        inner.client.codec().meta_prefix_range(WORKERS_META),
         ScanOrder::Forward,
     )
     .await?;

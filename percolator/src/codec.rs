@@ -272,6 +272,14 @@ impl KeyCodec {
         self.encode(&Key::Meta(name.as_ref().to_vec()))
     }
 
+    /// Every meta key whose name starts with `name_prefix` (e.g. all `workers/...` records).
+    pub fn meta_prefix_range(&self, name_prefix: impl AsRef<[u8]>) -> KeyRange {
+        let mut start = self.meta(name_prefix);
+        // Drop the name's terminator: what remains prefixes every longer name.
+        start.truncate(start.len() - 2);
+        KeyRange::prefix(&start)
+    }
+
     /// Every key of the namespace.
     pub fn namespace_range(&self) -> KeyRange {
         KeyRange::prefix(&self.prefix)

@@ -168,8 +168,10 @@ async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<
             txn.notify(click_cell(&click_id));
             bump(&stats.woken);
         }
-        txn.delete(pending);
     }
+    // Written even when absent: a click parking concurrently writes this cell too, so the
+    // two conflict (one retries) instead of missing each other (write skew).
+    txn.delete(pending);
     Ok(())
 }
 
@@ -208,13 +210,18 @@ pub async fn sweep_pending(
     client: &Client,
     horizon: Duration,
 ) -> Result<u64, percolator::TxnError> {
-    let txn = client.begin().await?;
+    // Retried on conflicts: the sweep writes the pending cells the observers write too.
+    client.run(|txn| sweep_once(txn, horizon)).await
+}
+
+async fn sweep_once(txn: Transaction, horizon: Duration) -> Result<u64, percolator::TxnError> {
     let rows = txn.scan(PENDING.as_bytes(), b"", None).await?;
     let mut notified = 0;
     for (cell, value) in rows {
         let query_id = String::from_utf8_lossy(&cell.row).into_owned();
         let waiting: Vec<String> = serde_json::from_slice(&value).unwrap_or_default();
         let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
+        let mut still_waiting = Vec::new();
         for click_id in waiting {
             let expired = match txn.get(&click_cell(&click_id)).await? {
                 Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
@@ -227,10 +234,18 @@ pub async fn sweep_pending(
             if arrived || expired {
                 txn.notify(click_cell(&click_id));
                 notified += 1;
+            } else {
+                still_waiting.push(click_id);
             }
         }
+        // Notified clicks leave the list in the same transaction, so a sweep wakes each
+        // waiting click once.
+        if still_waiting.is_empty() {
+            txn.delete(cell);
+        } else {
+            txn.set(cell, serde_json::to_vec(&still_waiting).unwrap_or_default());
+        }
     }
-    txn.commit().await?;
     Ok(notified)
 }
 

@@ -25,22 +25,13 @@ pub async fn open_client(
     let kv = percolator_tikv::open_store(store)
         .await
         .map_err(|e| anyhow::anyhow!("opening store {store}: {e}"))?;
-    let ts: Arc<dyn TimestampSource> = if oracle.is_empty() {
-        let options = oracle::WindowOptions {
-            namespace: format!("{namespace}-oracle"),
-            ..oracle::WindowOptions::default()
-        };
-        Arc::new(
-            oracle::LocalOracle::open(kv.clone(), options)
-                .await
-                .map_err(|e| anyhow::anyhow!("starting the in-process oracle on {store}: {e}"))?,
-        )
-    } else {
-        Arc::new(
-            oracle::OracleClient::new(oracle.to_vec(), oracle::ClientConfig::default())
-                .map_err(|e| anyhow::anyhow!("oracle client for {oracle:?}: {e}"))?,
-        )
-    };
+    if oracle.is_empty() {
+        return open_client_on(kv, namespace).await;
+    }
+    let ts: Arc<dyn TimestampSource> = Arc::new(
+        oracle::OracleClient::new(oracle.to_vec(), oracle::ClientConfig::default())
+            .map_err(|e| anyhow::anyhow!("oracle client for {oracle:?}: {e}"))?,
+    );
     Ok(Client::with_config(
         kv,
         ts,

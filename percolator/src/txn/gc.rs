@@ -114,17 +114,7 @@ async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
     let key = shared.codec.meta(SAFE_POINT_META);
     let mut current = shared.kv.get(&key).await?;
     loop {
-        let published = match current.as_deref() {
-            None => 0,
-            Some(bytes) => <[u8; 8]>::try_from(bytes)
-                .map(u64::from_be_bytes)
-                .map_err(|_| TxnError::Corrupt {
-                    key: key.escape_ascii().to_string(),
-                    source: crate::record::RecordError::Truncated {
-                        field: "safe point",
-                    },
-                })?,
-        };
+        let published = decode_safe_point(&key, current.as_deref())?;
         if published >= safe_point {
             return Ok(());
         }
@@ -143,9 +133,15 @@ async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
 /// The last published GC safe point (0 if none).
 pub(crate) async fn read_safe_point(shared: &Shared) -> TxnResult<u64> {
     let key = shared.codec.meta(SAFE_POINT_META);
-    match shared.kv.get(&key).await? {
+    let bytes = shared.kv.get(&key).await?;
+    decode_safe_point(&key, bytes.as_deref())
+}
+
+/// Decodes the safe point record at `key` (absent: 0).
+fn decode_safe_point(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<u64> {
+    match bytes {
         None => Ok(0),
-        Some(bytes) => <[u8; 8]>::try_from(bytes.as_slice())
+        Some(bytes) => <[u8; 8]>::try_from(bytes)
             .map(u64::from_be_bytes)
             .map_err(|_| TxnError::Corrupt {
                 key: key.escape_ascii().to_string(),

@@ -58,7 +58,9 @@ pub(crate) struct Shared {
     pub(crate) codec: KeyCodec,
     pub(crate) config: ClientConfig,
     /// (table, column) pairs whose writes put notify keys.
-    observed: std::sync::RwLock<std::collections::HashSet<(Vec<u8>, Vec<u8>)>>,
+    /// Observed columns by table (nested so lookups borrow the cell instead of cloning it).
+    observed:
+        std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
     /// Bumped after every commit that put notify keys (in-process wake-up of workers).
     notified: tokio::sync::watch::Sender<u64>,
 }
@@ -66,7 +68,9 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
         let observed = self.observed.read().unwrap_or_else(|p| p.into_inner());
-        !observed.is_empty() && observed.contains(&(cell.table.clone(), cell.column.clone()))
+        observed
+            .get(&cell.table)
+            .is_some_and(|columns| columns.contains(&cell.column))
     }
 
     pub(crate) fn signal_notified(&self) {
@@ -140,7 +144,10 @@ impl Client {
             .observed
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        observed.insert((table.as_ref().to_vec(), column.as_ref().to_vec()));
+        observed
+            .entry(table.as_ref().to_vec())
+            .or_default()
+            .insert(column.as_ref().to_vec());
     }
 
     /// Whether writes of `cell` put notify keys.
