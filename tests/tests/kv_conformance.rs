@@ -52,3 +52,16 @@ conformance_tests! {
     paging_past_10240 => |kv, p| conformance::paging(kv.as_ref(), p, 25_000);
     all_checks_share_one_store => |kv, p| conformance::run_all(kv.clone(), p);
 }
+
+/// Store calls are yield points: on a single-threaded runtime a loop of calls lets other tasks
+/// run (a non-yielding loop once starved the timer of a 2-worker runtime and hung a test).
+#[tokio::test(flavor = "current_thread")]
+async fn memory_calls_yield_to_other_tasks() {
+    conformance::calls_yield_to_other_tasks(memory(), b"conf/").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn embedded_calls_yield_to_other_tasks() {
+    let (_dir, kv) = embedded();
+    conformance::calls_yield_to_other_tasks(kv, b"conf/").await;
+}

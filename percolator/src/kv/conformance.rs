@@ -437,3 +437,35 @@ pub async fn paging(kv: &dyn RawKv, prefix: &[u8], count: u32) {
         }
     }
 }
+
+/// A task looping over store calls lets other tasks of its thread run: the loop below stops
+/// as soon as the caller gets control back. Meaningful on a current-thread runtime, where a
+/// backend whose calls never yield would run all `LIMIT` calls before anyone else.
+pub async fn calls_yield_to_other_tasks(kv: Arc<dyn RawKv>, prefix: &[u8]) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const LIMIT: u64 = 10_000;
+    let k = key(prefix, b"spin");
+    kv.put(k.clone(), b"v".to_vec()).await.expect("put");
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let spinner = {
+        let (kv, stop, calls) = (kv.clone(), stop.clone(), calls.clone());
+        tokio::spawn(async move {
+            for _ in 0..LIMIT {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                kv.get(&k).await.expect("get");
+                calls.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    stop.store(true, Ordering::SeqCst);
+    spinner.await.expect("spinner task");
+    let calls = calls.load(Ordering::SeqCst);
+    assert!(
+        calls < LIMIT,
+        "calls_yield_to_other_tasks: {calls} store calls in a row never yielded to other tasks"
+    );
+}

@@ -179,14 +179,17 @@ impl EmbeddedKv {
 #[async_trait]
 impl RawKv for EmbeddedKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        crate::kv::yield_point().await;
         self.get_sync(key)
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        crate::kv::yield_point().await;
         keys.iter().map(|k| self.get_sync(k)).collect()
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.data.insert(key, value).map_err(engine("put"))?;
@@ -195,6 +198,7 @@ impl RawKv for EmbeddedKv {
     }
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         if pairs.is_empty() {
             return Ok(());
         }
@@ -214,6 +218,7 @@ impl RawKv for EmbeddedKv {
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.data.remove(key).map_err(engine("delete"))?;
@@ -222,6 +227,7 @@ impl RawKv for EmbeddedKv {
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         if keys.is_empty() {
             return Ok(());
         }
@@ -240,6 +246,7 @@ impl RawKv for EmbeddedKv {
     }
 
     async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        crate::kv::yield_point().await;
         check_scan_limit(limit)?;
         if range.is_empty() {
             return Ok(Vec::new());
@@ -261,6 +268,7 @@ impl RawKv for EmbeddedKv {
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
+        crate::kv::yield_point().await;
         let outcome = {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             let previous = self.get_sync(&key)?;

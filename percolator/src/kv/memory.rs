@@ -60,20 +60,24 @@ pub(crate) fn range_bounds(range: &KeyRange) -> (Bound<&[u8]>, Bound<&[u8]>) {
 #[async_trait]
 impl RawKv for MemoryKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        crate::kv::yield_point().await;
         Ok(self.lock().get(key).cloned())
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        crate::kv::yield_point().await;
         let map = self.lock();
         Ok(keys.iter().map(|k| map.get(k).cloned()).collect())
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         self.lock().insert(key, value);
         Ok(())
     }
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         let mut map = self.lock();
         for (k, v) in pairs {
             map.insert(k, v);
@@ -82,11 +86,13 @@ impl RawKv for MemoryKv {
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         self.lock().remove(&key);
         Ok(())
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        crate::kv::yield_point().await;
         let mut map = self.lock();
         for k in keys {
             map.remove(&k);
@@ -95,6 +101,7 @@ impl RawKv for MemoryKv {
     }
 
     async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        crate::kv::yield_point().await;
         check_scan_limit(limit)?;
         if range.is_empty() {
             return Ok(Vec::new());
@@ -115,6 +122,7 @@ impl RawKv for MemoryKv {
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
+        crate::kv::yield_point().await;
         let mut map = self.lock();
         let previous = map.get(&key).cloned();
         let swapped = previous == expected;

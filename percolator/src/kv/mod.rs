@@ -138,6 +138,14 @@ impl KeyRange {
     }
 }
 
+/// A cooperative yield point for backends whose calls complete without waiting (memory,
+/// embedded): it spends one unit of the task's Tokio budget and yields once the budget is
+/// spent. Without it a task looping over store calls never returns `Pending`, holds its
+/// worker thread forever and can starve timers (a bank test hung that way on 2 workers).
+pub(crate) async fn yield_point() {
+    tokio::task::coop::consume_budget().await;
+}
+
 /// The smallest key greater than every key with this prefix, or `None` if there is none
 /// (the prefix is empty or all `0xFF`).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
