@@ -25,6 +25,8 @@ pub struct Metrics {
     pub rolled_back: AtomicU64,
     /// Keys read by scans of the notify space.
     pub scanned: AtomicU64,
+    /// Notify keys dispatched straight from this process's commit hints (no scan needed).
+    pub hinted: AtomicU64,
     /// Observer run latency (begin to commit), microseconds.
     latency_us: Mutex<Histogram<u64>>,
 }
@@ -40,6 +42,7 @@ impl Default for Metrics {
             dead_lettered: AtomicU64::new(0),
             rolled_back: AtomicU64::new(0),
             scanned: AtomicU64::new(0),
+            hinted: AtomicU64::new(0),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -66,6 +69,8 @@ pub struct MetricsSnapshot {
     pub rolled_back: u64,
     /// See [`Metrics::scanned`].
     pub scanned: u64,
+    /// See [`Metrics::hinted`].
+    pub hinted: u64,
     /// Median observer latency.
     pub latency_p50: Duration,
     /// 99th percentile observer latency.
@@ -95,6 +100,7 @@ impl Metrics {
             dead_lettered: load(&self.dead_lettered),
             rolled_back: load(&self.rolled_back),
             scanned: load(&self.scanned),
+            hinted: load(&self.hinted),
             latency_p50: Duration::from_micros(h.value_at_quantile(0.5)),
             latency_p99: Duration::from_micros(h.value_at_quantile(0.99)),
         }

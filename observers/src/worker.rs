@@ -39,6 +39,10 @@ pub struct WorkerConfig {
     pub sweep_every: u32,
     /// How old a notification outside this worker's share must be before a sweep takes it.
     pub orphan_age: Duration,
+    /// Scanners leave notifications younger than this to the in-process hint path (a commit
+    /// of this process hands its notify keys straight to the worker); a notification written
+    /// by another process waits at most this much longer for a scanner.
+    pub hint_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -53,6 +57,7 @@ impl Default for WorkerConfig {
             heartbeat: Duration::from_millis(500),
             sweep_every: 8,
             orphan_age: Duration::from_secs(30),
+            hint_grace: Duration::from_millis(250),
         }
     }
 }
@@ -74,6 +79,12 @@ struct Inner {
     /// Observer runs in flight (so that [`Worker::kill`] can stop them dead).
     runs: Mutex<tokio::task::JoinSet<()>>,
     shutdown: watch::Receiver<bool>,
+    /// Wakes the scanners early (hints were lost: scan for what they carried).
+    rescan: tokio::sync::Notify,
+    /// While commit hints wait to be dispatched: the notify ts of the one being dispatched
+    /// (newer keys are most likely queued as hints, so scanners leave them); `u64::MAX`
+    /// when no hint waits.
+    hint_floor: std::sync::atomic::AtomicU64,
 }
 
 /// A running worker. Dropping it does not stop it; call [`Worker::shutdown`].
@@ -116,9 +127,12 @@ impl Worker {
             share: Mutex::new((0, 1)),
             runs: Mutex::new(tokio::task::JoinSet::new()),
             shutdown,
+            rescan: tokio::sync::Notify::new(),
+            hint_floor: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(heartbeat_loop(inner.clone())));
+        tasks.push(tokio::spawn(hint_loop(inner.clone())));
         for n in 0..inner.config.scanners.max(1) {
             tasks.push(tokio::spawn(scanner_loop(inner.clone(), n as u32)));
         }
@@ -183,7 +197,7 @@ impl Worker {
             if idle && !self.inner.has_pending_notifications().await? {
                 return Ok(());
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
@@ -301,8 +315,52 @@ fn random_start(inner: &Inner) -> Vec<u8> {
     start
 }
 
+/// Handles the hints of this process's commits: each notify key this worker observes and
+/// owns is dispatched at once, without waiting for a scan. Lost hints wake the scanners.
+async fn hint_loop(inner: Arc<Inner>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut hints = inner.client.notify_hints();
+    let mut shutdown = inner.shutdown.clone();
+    while !inner.stopping() {
+        let hint = tokio::select! {
+            hint = hints.recv() => hint,
+            _ = shutdown.changed() => return,
+        };
+        match hint {
+            Ok(hint) => {
+                inner
+                    .hint_floor
+                    .store(hint.notify_ts, std::sync::atomic::Ordering::Relaxed);
+                let value = hint.notification.encode();
+                for cell in &hint.cells {
+                    if inner.registry.get(cell).is_none() || !inner.owns(cell) {
+                        continue;
+                    }
+                    let key = inner.client.codec().notify(cell, hint.notify_ts);
+                    // The committer knows the fate: no earlier "undecided" backoff applies.
+                    lock(&inner.retry).remove(&key);
+                    match dispatch(&inner, cell, &key, &value).await {
+                        Dispatch::Started => Metrics::add(&inner.metrics.hinted),
+                        Dispatch::Busy => {}
+                        Dispatch::Stopped => return,
+                    }
+                }
+            }
+            Err(RecvError::Lagged(lost)) => {
+                tracing::debug!(lost, "notify hints lost; scanning instead");
+                inner.rescan.notify_waiters();
+            }
+            Err(RecvError::Closed) => return,
+        }
+        if hints.is_empty() {
+            inner
+                .hint_floor
+                .store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
-    let mut wake = inner.client.notifications();
     let mut shutdown = inner.shutdown.clone();
     let mut pass: u32 = scanner;
     while !inner.stopping() {
@@ -315,9 +373,12 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
                 0
             }
         };
-        if dispatched == 0 {
+        let hints_busy = inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX;
+        // Nothing found, or this process's own commits keep it busy (scanning now would
+        // mostly walk over keys the hint path is about to dispatch): wait a period.
+        if dispatched == 0 || hints_busy {
             tokio::select! {
-                _ = wake.changed() => {}
+                _ = inner.rescan.notified() => {}
                 _ = tokio::time::sleep(inner.config.idle_interval) => {}
                 _ = shutdown.changed() => {}
             }
@@ -367,11 +428,16 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 if inner.registry.get(&cell).is_none() {
                     continue;
                 }
+                let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
                 if !inner.owns(&cell) {
-                    let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
                     if !sweep || age_ms < inner.config.orphan_age.as_millis() as u64 {
                         continue;
                     }
+                } else if age_ms < inner.config.hint_grace.as_millis() as u64
+                    || ts >= inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    // Most likely waiting in the hint queue: leave it to the hint path.
+                    continue;
                 }
                 if lock(&inner.recent).contains_key(&key) {
                     continue;
@@ -382,48 +448,75 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 {
                     continue;
                 }
-                if lock(&inner.in_flight).contains(&cell) {
-                    // Another scanner of this process is on this cell: after a few in a
-                    // row, stop following it (anti-clumping) and let the next pass jump.
-                    clumped += 1;
-                    if clumped >= 4 {
-                        break;
+                match dispatch(inner, &cell, &key, &value).await {
+                    Dispatch::Started => {
+                        clumped = 0;
+                        dispatched += 1;
                     }
-                    continue;
+                    Dispatch::Busy => {
+                        // Another task of this process is on this cell: after a few in a
+                        // row, stop following it (anti-clumping) and let the next pass jump.
+                        clumped += 1;
+                        if clumped >= 4 {
+                            break;
+                        }
+                    }
+                    Dispatch::Stopped => return Ok(dispatched),
                 }
-                clumped = 0;
-                Metrics::add(&inner.metrics.found);
-                // Backpressure: wait for a free slot rather than queueing without bound.
-                let Ok(permit) = inner.permits.clone().acquire_owned().await else {
-                    return Ok(dispatched);
-                };
-                if !lock(&inner.in_flight).insert(cell.clone()) {
-                    continue;
-                }
-                dispatched += 1;
-                let task_inner = inner.clone();
-                let mut runs = lock(&inner.runs);
-                // Reap finished runs so the set stays small.
-                while runs.try_join_next().is_some() {}
-                runs.spawn(async move {
-                    let inner = task_inner;
-                    let outcome = handle(
-                        &inner.client,
-                        &inner.registry,
-                        &inner.metrics,
-                        &cell,
-                        &key,
-                        &value,
-                    )
-                    .await;
-                    after_handle(&inner, &key, &value, outcome).await;
-                    lock(&inner.in_flight).remove(&cell);
-                    drop(permit);
-                });
             }
         }
     }
     Ok(dispatched)
+}
+
+/// What [`dispatch`] did with a notify key.
+#[derive(Debug, PartialEq, Eq)]
+enum Dispatch {
+    /// An observer run started.
+    Started,
+    /// The cell is already in flight in this worker, or the key was handled recently.
+    Busy,
+    /// The worker is stopping.
+    Stopped,
+}
+
+/// Starts an observer run for notify key `key` of `cell`, waiting for a free slot first
+/// (backpressure instead of an unbounded queue).
+async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> Dispatch {
+    if lock(&inner.recent).contains_key(key) || lock(&inner.in_flight).contains(cell) {
+        return Dispatch::Busy;
+    }
+    Metrics::add(&inner.metrics.found);
+    let Ok(permit) = inner.permits.clone().acquire_owned().await else {
+        return Dispatch::Stopped;
+    };
+    if inner.stopping() {
+        return Dispatch::Stopped;
+    }
+    if lock(&inner.recent).contains_key(key) || !lock(&inner.in_flight).insert(cell.clone()) {
+        return Dispatch::Busy;
+    }
+    let task_inner = inner.clone();
+    let (cell, key, value) = (cell.clone(), key.to_vec(), value.to_vec());
+    let mut runs = lock(&inner.runs);
+    // Reap finished runs so the set stays small.
+    while runs.try_join_next().is_some() {}
+    runs.spawn(async move {
+        let inner = task_inner;
+        let outcome = handle(
+            &inner.client,
+            &inner.registry,
+            &inner.metrics,
+            &cell,
+            &key,
+            &value,
+        )
+        .await;
+        after_handle(&inner, &key, &value, outcome).await;
+        lock(&inner.in_flight).remove(&cell);
+        drop(permit);
+    });
+    Dispatch::Started
 }
 
 async fn after_handle(

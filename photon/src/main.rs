@@ -228,9 +228,23 @@ fn render_metrics(pipelines: &[Pipeline]) -> String {
         counter(
             &mut out,
             "photon_notifications_found_total",
-            "Notify keys found by scans",
+            "Notify keys found by scans or commit hints",
             &l,
             m.found,
+        );
+        counter(
+            &mut out,
+            "photon_notifications_hinted_total",
+            "Notify keys dispatched from in-process commit hints",
+            &l,
+            m.hinted,
+        );
+        counter(
+            &mut out,
+            "photon_notify_keys_scanned_total",
+            "Keys read by scans of the notify space",
+            &l,
+            m.scanned,
         );
         counter(
             &mut out,
@@ -665,6 +679,18 @@ async fn demo(
         .map(|p| p.stats.wasted.load(Ordering::Relaxed))
         .sum();
     let per_sec = report.joined as f64 / elapsed.as_secs_f64();
+    // Worker counters summed over the pipelines (where the time went).
+    let runs = running
+        .iter()
+        .fold(observers::MetricsSnapshot::default(), |mut sum, p| {
+            let m = p.worker.metrics().snapshot();
+            sum.processed += m.processed;
+            sum.hinted += m.hinted;
+            sum.found += m.found;
+            sum.scanned += m.scanned;
+            sum.conflicts += m.conflicts;
+            sum
+        });
     let wasted_ratio = wasted as f64 / report.joined.max(1) as f64;
     for p in &running {
         p.worker.shutdown().await;
@@ -683,6 +709,11 @@ async fn demo(
             "joinable": report.joinable,
             "pipelines": pipelines,
             "seconds": elapsed.as_secs_f64(),
+            "observer_runs": runs.processed,
+            "hinted": runs.hinted,
+            "found": runs.found,
+            "scanned": runs.scanned,
+            "conflicts": runs.conflicts,
         });
         println!("{out}");
     } else {

@@ -63,7 +63,26 @@ pub(crate) struct Shared {
         std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
     /// Bumped after every commit that put notify keys (in-process wake-up of workers).
     notified: tokio::sync::watch::Sender<u64>,
+    /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
+    hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
 }
+
+/// The notify keys one commit of this client put, published once the commit is decided.
+/// In-process workers handle them at once instead of waiting for a scan; hints are
+/// best-effort (a slow receiver loses some), the notify space stays the source of truth.
+#[derive(Clone, Debug)]
+pub struct CommittedNotify {
+    /// The timestamp inside the notify keys: the writer's start_ts, or the commit_ts of a
+    /// commit that only notified.
+    pub notify_ts: u64,
+    /// The writer's fate as a notify record states it: `Committed` or `Weak`.
+    pub notification: crate::record::Notification,
+    /// The cells notified.
+    pub cells: Vec<crate::codec::Cell>,
+}
+
+/// Hints buffered per receiver before the slowest one starts losing them.
+const HINT_CAPACITY: usize = 4096;
 
 impl Shared {
     pub(crate) fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
@@ -75,6 +94,18 @@ impl Shared {
 
     pub(crate) fn signal_notified(&self) {
         self.notified.send_modify(|n| *n += 1);
+    }
+
+    /// Whether anyone listens to hints (so committers skip building them otherwise).
+    pub(crate) fn wants_hints(&self) -> bool {
+        self.hints.receiver_count() > 0
+    }
+
+    /// Publishes the notify keys of a decided commit (no receiver: nothing happens).
+    pub(crate) fn publish_hint(&self, hint: CommittedNotify) {
+        if !hint.cells.is_empty() {
+            let _ = self.hints.send(Arc::new(hint));
+        }
     }
 }
 
@@ -112,6 +143,7 @@ impl Client {
                 config,
                 observed: Default::default(),
                 notified: tokio::sync::watch::channel(0).0,
+                hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
             }),
         }
     }
@@ -160,6 +192,13 @@ impl Client {
         self.shared.notified.subscribe()
     }
 
+    /// Hints of this client's commits that put notify keys, in commit order, each sent once
+    /// the commit is decided. A receiver that falls more than a few thousand commits behind
+    /// gets `Lagged` and must find the lost ones by scanning the notify space.
+    pub fn notify_hints(&self) -> tokio::sync::broadcast::Receiver<Arc<CommittedNotify>> {
+        self.shared.hints.subscribe()
+    }
+
     /// Puts a weak notification on `cell`: no transaction, its observers run at least once.
     pub async fn weak_notify(&self, cell: &crate::codec::Cell) -> TxnResult<()> {
         let ts = self.shared.oracle.get_timestamp().await?;
@@ -167,6 +206,11 @@ impl Client {
         let record = crate::record::Notification::Weak.encode();
         self.shared.kv.put(key, record).await?;
         self.shared.signal_notified();
+        self.shared.publish_hint(CommittedNotify {
+            notify_ts: ts.0,
+            notification: crate::record::Notification::Weak,
+            cells: vec![cell.clone()],
+        });
         Ok(())
     }
 

@@ -334,13 +334,36 @@ impl Transaction {
                 .collect();
             self.shared().kv.batch_put(puts).await?;
             self.shared().signal_notified();
+            self.shared().publish_hint(super::CommittedNotify {
+                notify_ts: ts.0,
+                notification: crate::record::Notification::Committed { commit_ts: ts.0 },
+                cells: notifies.into_iter().collect(),
+            });
             return Ok(ts);
         }
         let notified =
             !notifies.is_empty() || writes.keys().any(|cell| self.shared().is_observed(cell));
+        // The cells whose notify keys this commit puts, for the in-process hint.
+        let hinted: Vec<Cell> = if notified && self.shared().wants_hints() {
+            let observed = writes
+                .keys()
+                .filter(|cell| self.shared().is_observed(cell) && !notifies.contains(*cell));
+            notifies.iter().chain(observed).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let result = self.commit_writes(writes, notifies).await;
-        if notified && result.is_ok() {
-            self.shared().signal_notified();
+        if notified {
+            if let Ok(commit_ts) = &result {
+                self.shared().signal_notified();
+                self.shared().publish_hint(super::CommittedNotify {
+                    notify_ts: self.inner.start_ts,
+                    notification: crate::record::Notification::Committed {
+                        commit_ts: commit_ts.0,
+                    },
+                    cells: hinted,
+                });
+            }
         }
         result
     }
