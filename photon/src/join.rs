@@ -152,12 +152,49 @@ async fn join_click(
             txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
             txn.set(outcome_cell(&click.click_id), "waiting");
             bump(&stats.parked);
+            // The wake observer reads the pending cell without writing it when it finds no
+            // waiting click, so a query committed while this transaction ran may have looked
+            // before we parked. Once parked, look for the query again (see recheck_parked).
+            let client = txn.client();
+            let (query, click_cell) = (query_cell(&click.query_id), cell.clone());
+            txn.on_commit(move |_| {
+                tokio::spawn(async move {
+                    if let Err(e) = recheck_parked(&client, &query, &click_cell).await {
+                        tracing::debug!(%click_cell, error = %e, "re-check of a parked click failed; the sweep will wake it");
+                    }
+                });
+            });
         }
     }
     Ok(())
 }
 
-/// Wakes the clicks waiting for the query in `cell`'s row.
+/// After a click parked (committed its pending entry), notifies it again if its query is
+/// there now. With the wake observer this closes the race of a click parking while its query
+/// commits: the wake observer's snapshot is after the query's commit; if it did not see the
+/// pending entry, the park committed after that snapshot, so this later snapshot sees the
+/// query. A crash between the park and this re-check leaves the click to the pending sweep.
+async fn recheck_parked(
+    client: &Client,
+    query: &Cell,
+    click: &Cell,
+) -> Result<(), percolator::TxnError> {
+    let snapshot = client.begin().await?;
+    let arrived = snapshot.get(query).await?.is_some();
+    snapshot.rollback();
+    if arrived {
+        client
+            .run(|txn| {
+                txn.notify(click.clone());
+                async { Ok(()) }
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// Wakes the clicks waiting for the query in `cell`'s row (a weak observer: waking twice is
+/// harmless, and a query nobody waits for costs one read and no write).
 async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<(), ObserverError> {
     let query_id = String::from_utf8_lossy(&cell.row).into_owned();
     let pending = pending_cell(&query_id);
@@ -168,10 +205,10 @@ async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<
             txn.notify(click_cell(&click_id));
             bump(&stats.woken);
         }
+        // A click parking concurrently writes this cell too: the two conflict and one
+        // retries. A click parking after our snapshot re-checks for the query itself.
+        txn.delete(pending);
     }
-    // Written even when absent: a click parking concurrently writes this cell too, so the
-    // two conflict (one retries) instead of missing each other (write skew).
-    txn.delete(pending);
     Ok(())
 }
 
@@ -192,7 +229,7 @@ pub fn register(
             async move { join_click(txn, cell, &config, &stats).await }
         }),
     )?;
-    registry.strong(
+    registry.weak(
         QUERIES,
         EVENT,
         &format!("wake@{}", config.pipeline),

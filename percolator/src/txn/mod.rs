@@ -148,6 +148,10 @@ impl Client {
         }
     }
 
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
+        Client { shared }
+    }
+
     /// The key codec of the client's namespace.
     pub fn codec(&self) -> &KeyCodec {
         &self.shared.codec

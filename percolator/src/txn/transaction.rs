@@ -36,6 +36,9 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// A callback run after a successful commit.
+type CommitHook = Box<dyn FnOnce(Timestamp) + Send>;
+
 #[derive(Default)]
 struct State {
     /// Buffered writes: `Some(value)` to put, `None` to delete.
@@ -44,6 +47,8 @@ struct State {
     heads: HashMap<Cell, HeadSnapshot>,
     /// Cells explicitly notified (strong notifications) by this transaction.
     notifies: std::collections::BTreeSet<Cell>,
+    /// Called with the commit_ts once the commit succeeded (see [`Transaction::on_commit`]).
+    on_commit: Vec<CommitHook>,
     finished: bool,
     #[cfg(feature = "failpoints")]
     crash_hook: Option<super::failpoint::CrashHook>,
@@ -97,6 +102,19 @@ impl Transaction {
     /// The snapshot timestamp of the transaction.
     pub fn start_ts(&self) -> Timestamp {
         Timestamp(self.inner.start_ts)
+    }
+
+    /// A client sharing this transaction's store, oracle and configuration.
+    pub fn client(&self) -> super::Client {
+        super::Client::from_shared(self.inner.shared.clone())
+    }
+
+    /// Runs `hook` with the commit_ts right after this transaction commits successfully
+    /// (read-only commits included, at their start_ts); never if it aborts or rolls back.
+    /// For follow-up work that must see the commit, e.g. a re-check that closes a race
+    /// between two transactions writing different cells. Keep it short; spawn async work.
+    pub fn on_commit(&self, hook: impl FnOnce(Timestamp) + Send + 'static) {
+        self.state().on_commit.push(Box::new(hook));
     }
 
     /// Installs a crash hook (feature `failpoints`, tests only).
@@ -287,6 +305,7 @@ impl Transaction {
         let mut state = self.state();
         state.finished = true;
         state.writes.clear();
+        state.on_commit.clear();
     }
 
     /// Whether the transaction was committed or rolled back.
@@ -298,6 +317,18 @@ impl Transaction {
     /// draws commit_ts, commits the primary (the commit point), then the secondaries.
     /// Returns the commit timestamp (start_ts for a read-only transaction).
     pub async fn commit(&self) -> TxnResult<Timestamp> {
+        let result = self.commit_buffered().await;
+        let hooks = std::mem::take(&mut self.state().on_commit);
+        if let Ok(commit_ts) = &result {
+            for hook in hooks {
+                hook(*commit_ts);
+            }
+        }
+        result
+    }
+
+    /// [`Self::commit`] without the commit hooks.
+    async fn commit_buffered(&self) -> TxnResult<Timestamp> {
         let writes = {
             let mut state = self.state();
             if state.finished {
