@@ -3,7 +3,7 @@
 //! neither skips nor repeats input.
 
 use crate::event::{Click, Kind, Query};
-use crate::schema::{click_cell, now_ms, offset_cell, query_cell, Stored};
+use crate::schema::{click_cell, declare_observed, now_ms, offset_cell, query_cell, Stored};
 use percolator::{Client, TxnError};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -131,6 +131,8 @@ pub async fn load_file(
     stats: &LoadStats,
     rejects: &Mutex<Option<std::fs::File>>,
 ) -> Result<u64, LoadError> {
+    // The events written here must notify the join observers, whoever built the client.
+    declare_observed(client);
     let key = file_key(path);
     let io = |source| LoadError::Io {
         path: path.to_path_buf(),

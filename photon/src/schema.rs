@@ -1,6 +1,6 @@
 //! Where Photon keeps its data: tables and cells (all in one namespace).
 
-use percolator::Cell;
+use percolator::{Cell, Client};
 
 /// Queries: `queries/<query_id>/event` (observed).
 pub const QUERIES: &str = "queries";
@@ -21,6 +21,15 @@ pub const LOADER: &str = "loader";
 pub const CONTROL: &str = "control";
 /// The observed column of queries and clicks.
 pub const EVENT: &str = "event";
+
+/// Declares the observed columns (`queries/event`, `clicks/event`) to `client`, so its writes
+/// of queries and clicks put notify keys. The declaration lives in the client, not in the
+/// store: every client that writes these columns needs it, not only the workers' (a loader in
+/// its own process would otherwise load events no observer ever hears of).
+pub fn declare_observed(client: &Client) {
+    client.observe_column(QUERIES, EVENT);
+    client.observe_column(CLICKS, EVENT);
+}
 
 /// The cell holding query `query_id`.
 pub fn query_cell(query_id: &str) -> Cell {
