@@ -26,8 +26,11 @@ pub struct WorkerConfig {
     pub scanners: usize,
     /// Observer runs in flight at most (scanners wait beyond that: backpressure).
     pub max_in_flight: usize,
-    /// Rescan period when nothing wakes the worker.
+    /// Rescan period when nothing wakes the worker; it doubles after each pass that finds
+    /// nothing, up to `max_idle_interval`, and drops back once a pass finds work.
     pub idle_interval: Duration,
+    /// Longest rescan period of an idle worker.
+    pub max_idle_interval: Duration,
     /// Failures of one notification before it is dead-lettered.
     pub max_failures: u32,
     /// First retry delay after a failure or an undecided writer (doubles per failure).
@@ -52,6 +55,7 @@ impl Default for WorkerConfig {
             scanners: 2,
             max_in_flight: 64,
             idle_interval: Duration::from_millis(200),
+            max_idle_interval: Duration::from_secs(1),
             max_failures: 5,
             retry_backoff: Duration::from_millis(20),
             heartbeat: Duration::from_millis(500),
@@ -76,6 +80,10 @@ struct Inner {
     recent: Mutex<HashMap<Vec<u8>, Instant>>,
     /// (my index, live workers) of the hash split.
     share: Mutex<(u64, u64)>,
+    /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
+    /// after its first heartbeat, when the others have seen it, so that its share does not
+    /// overlap theirs as it joins. `None` before the first heartbeat.
+    owns_from: Mutex<Option<Instant>>,
     /// Observer runs in flight (so that [`Worker::kill`] can stop them dead).
     runs: Mutex<tokio::task::JoinSet<()>>,
     shutdown: watch::Receiver<bool>,
@@ -106,6 +114,8 @@ fn stable_hash(cell: &Cell) -> u64 {
 }
 
 const WORKERS_META: &[u8] = b"workers/";
+/// Longest wait of a new worker before it takes its share (see `Inner::owns_from`).
+const SETTLE_MAX: Duration = Duration::from_secs(1);
 /// How long a handled notify key is remembered.
 const RECENT_FOR: Duration = Duration::from_secs(5);
 
@@ -125,6 +135,7 @@ impl Worker {
             retry: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
+            owns_from: Mutex::new(None),
             runs: Mutex::new(tokio::task::JoinSet::new()),
             shutdown,
             rescan: tokio::sync::Notify::new(),
@@ -189,6 +200,15 @@ impl Worker {
         self.shutdown().await;
     }
 
+    /// Waits until the worker has taken its share of the hash split (about one heartbeat
+    /// period after start; before that it runs nothing, so that its share never overlaps
+    /// the share of workers that have not seen it yet). Batch jobs call it before loading.
+    pub async fn wait_until_settled(&self) {
+        while !self.inner.settled() && !self.inner.stopping() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Waits until no notify key with a registered observer is left in the store and no
     /// observer run is in flight in this worker.
     pub async fn wait_until_quiescent(&self) -> Result<(), WorkerError> {
@@ -235,8 +255,15 @@ impl Inner {
     }
 
     fn owns(&self, cell: &Cell) -> bool {
+        if !self.settled() {
+            return false;
+        }
         let (index, live) = *lock(&self.share);
         live <= 1 || stable_hash(cell) % live == index
+    }
+
+    fn settled(&self) -> bool {
+        lock(&self.owns_from).is_some_and(|from| Instant::now() >= from)
     }
 
     async fn has_pending_notifications(&self) -> Result<bool, WorkerError> {
@@ -303,6 +330,8 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     let me = inner.worker_key();
     let index = live.iter().position(|k| *k == me).unwrap_or(0) as u64;
     *lock(&inner.share) = (index, live.len().max(1) as u64);
+    lock(&inner.owns_from)
+        .get_or_insert_with(|| Instant::now() + inner.config.heartbeat.min(SETTLE_MAX));
     Ok(())
 }
 
@@ -363,6 +392,7 @@ async fn hint_loop(inner: Arc<Inner>) {
 async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     let mut shutdown = inner.shutdown.clone();
     let mut pass: u32 = scanner;
+    let mut idle = inner.config.idle_interval;
     while !inner.stopping() {
         pass = pass.wrapping_add(1);
         let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
@@ -379,10 +409,20 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
         if dispatched == 0 || hints_busy {
             tokio::select! {
                 _ = inner.rescan.notified() => {}
-                _ = tokio::time::sleep(inner.config.idle_interval) => {}
+                _ = tokio::time::sleep(idle) => {}
                 _ = shutdown.changed() => {}
             }
         }
+        idle = if dispatched == 0 {
+            (idle * 2).min(
+                inner
+                    .config
+                    .max_idle_interval
+                    .max(inner.config.idle_interval),
+            )
+        } else {
+            inner.config.idle_interval
+        };
     }
 }
 

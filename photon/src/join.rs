@@ -35,8 +35,12 @@ pub struct JoinConfig {
 pub struct JoinStats {
     /// Joins written.
     pub joined: AtomicU64,
-    /// Runs that found the click already registered (wasted work).
+    /// Runs that found the click already registered by a join that had read this very
+    /// delivery of it (work done twice: wasted).
     pub wasted: AtomicU64,
+    /// Runs on a later delivery of an already joined click (a duplicate click line): the
+    /// IdRegistry rejected it, as it is there to do.
+    pub deduplicated: AtomicU64,
     /// Clicks parked to wait for their query.
     pub parked: AtomicU64,
     /// Waiting clicks woken by their query.
@@ -73,7 +77,8 @@ async fn join_click(
     config: &JoinConfig,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
-    let Some(bytes) = txn.get(&cell).await? else {
+    let (bytes, delivery_ts) = txn.get_versioned(&cell).await?;
+    let Some(bytes) = bytes else {
         return Ok(());
     };
     let stored: Stored<Click> =
@@ -88,8 +93,18 @@ async fn join_click(
         return Ok(());
     }
     let registry_cell = idregistry_cell(day, &click.click_id);
-    if txn.get(&registry_cell).await?.is_some() {
-        bump(&stats.wasted);
+    if let Some(token) = txn.get(&registry_cell).await? {
+        // The token ends with the joining transaction's start_ts: a delivery committed after
+        // it was a duplicate line the join never saw; otherwise this run repeats its work.
+        let joined_at_ts = String::from_utf8_lossy(&token)
+            .rsplit('/')
+            .next()
+            .and_then(|ts| ts.parse::<u64>().ok());
+        if joined_at_ts.is_some_and(|ts| delivery_ts.unwrap_or(0) > ts) {
+            bump(&stats.deduplicated);
+        } else {
+            bump(&stats.wasted);
+        }
         return Ok(());
     }
     match txn.get(&query_cell(&click.query_id)).await? {
@@ -156,11 +171,11 @@ async fn join_click(
             // waiting click, so a query committed while this transaction ran may have looked
             // before we parked. Once parked, look for the query again (see recheck_parked).
             let client = txn.client();
-            let (query, click_cell) = (query_cell(&click.query_id), cell.clone());
+            let (query_id, click_id) = (click.query_id.clone(), click.click_id.clone());
             txn.on_commit(move |_| {
                 tokio::spawn(async move {
-                    if let Err(e) = recheck_parked(&client, &query, &click_cell).await {
-                        tracing::debug!(%click_cell, error = %e, "re-check of a parked click failed; the sweep will wake it");
+                    if let Err(e) = recheck_parked(&client, &query_id, &click_id).await {
+                        tracing::debug!(%click_id, error = %e, "re-check of a parked click failed; the sweep will wake it");
                     }
                 });
             });
@@ -169,28 +184,42 @@ async fn join_click(
     Ok(())
 }
 
-/// After a click parked (committed its pending entry), notifies it again if its query is
-/// there now. With the wake observer this closes the race of a click parking while its query
-/// commits: the wake observer's snapshot is after the query's commit; if it did not see the
-/// pending entry, the park committed after that snapshot, so this later snapshot sees the
-/// query. A crash between the park and this re-check leaves the click to the pending sweep.
+/// After a click parked (committed its pending entry), wakes it if its query is there now
+/// and nobody woke it yet. With the wake observer this closes the race of a click parking
+/// while its query commits: the wake observer's snapshot is after the query's commit; if it
+/// did not see the pending entry, the park committed after that snapshot, so this later
+/// snapshot sees the query. Waking takes the click off the pending list in the same
+/// transaction, as the wake observer and the sweep do, so a click is woken once. A crash
+/// between the park and this re-check leaves the click to the pending sweep.
 async fn recheck_parked(
     client: &Client,
-    query: &Cell,
-    click: &Cell,
+    query_id: &str,
+    click_id: &str,
 ) -> Result<(), percolator::TxnError> {
-    let snapshot = client.begin().await?;
-    let arrived = snapshot.get(query).await?.is_some();
-    snapshot.rollback();
-    if arrived {
-        client
-            .run(|txn| {
-                txn.notify(click.clone());
-                async { Ok(()) }
-            })
-            .await?;
-    }
-    Ok(())
+    client
+        .run(|txn| async move {
+            if txn.get(&query_cell(query_id)).await?.is_none() {
+                return Ok(());
+            }
+            let pending = pending_cell(query_id);
+            let mut waiting: Vec<String> = match txn.get(&pending).await? {
+                Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+                None => return Ok(()),
+            };
+            let before = waiting.len();
+            waiting.retain(|c| c != click_id);
+            if waiting.len() == before {
+                return Ok(()); // Already woken.
+            }
+            if waiting.is_empty() {
+                txn.delete(pending);
+            } else {
+                txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
+            }
+            txn.notify(click_cell(click_id));
+            Ok(())
+        })
+        .await
 }
 
 /// Wakes the clicks waiting for the query in `cell`'s row (a weak observer: waking twice is

@@ -30,6 +30,62 @@ pub struct LoadStats {
     pub batches: AtomicU64,
 }
 
+/// Keeps the files of one [`load_dir`] call loading in step by event time, as log readers
+/// tailing live logs would: a file whose next batch starts more than `slack_ms` of event time
+/// after the earliest pending batch of another file waits for it. Without it, a file of
+/// clicks (fewer lines than its queries) runs ahead and most clicks arrive before their
+/// query, park and must be woken.
+pub struct Frontier {
+    /// Per file: event time of the first event of its next batch; `None` until known.
+    next: Mutex<Vec<Option<u64>>>,
+    /// Files done (at their end) for this call.
+    done: Mutex<Vec<bool>>,
+    changed: tokio::sync::Notify,
+    slack_ms: u64,
+}
+
+impl Frontier {
+    /// A frontier over `files` files allowing `slack_ms` of event time ahead.
+    pub fn new(files: usize, slack_ms: u64) -> Self {
+        Frontier {
+            next: Mutex::new(vec![None; files]),
+            done: Mutex::new(vec![false; files]),
+            changed: tokio::sync::Notify::new(),
+            slack_ms,
+        }
+    }
+
+    /// Whether file `me` may commit a batch starting at event time `at`: every other file
+    /// still loading has a known next batch no earlier than `at - slack`.
+    fn may_go(&self, me: usize, at: u64) -> bool {
+        let next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        next.iter().enumerate().all(|(i, t)| {
+            i == me || done[i] || t.is_some_and(|t| t.saturating_add(self.slack_ms) >= at)
+        })
+    }
+
+    /// Waits until file `me` may commit its batch starting at `at`.
+    async fn wait_turn(&self, me: usize, at: u64) {
+        self.next.lock().unwrap_or_else(|p| p.into_inner())[me] = Some(at);
+        self.changed.notify_waiters();
+        loop {
+            let notified = self.changed.notified();
+            if self.may_go(me, at) {
+                return;
+            }
+            // A bounded wait: a file with a slow next read cannot stall the others for long.
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), notified).await;
+        }
+    }
+
+    /// Marks file `me` done for this call (it no longer holds the others back).
+    fn finish(&self, me: usize) {
+        self.done.lock().unwrap_or_else(|p| p.into_inner())[me] = true;
+        self.changed.notify_waiters();
+    }
+}
+
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -130,6 +186,23 @@ pub async fn load_file(
     options: &LoadOptions,
     stats: &LoadStats,
     rejects: &Mutex<Option<std::fs::File>>,
+    align: Option<(&Frontier, usize)>,
+) -> Result<u64, LoadError> {
+    let result = load_file_aligned(client, path, kind, options, stats, rejects, align).await;
+    if let Some((frontier, me)) = align {
+        frontier.finish(me);
+    }
+    result
+}
+
+async fn load_file_aligned(
+    client: &Client,
+    path: &Path,
+    kind: Kind,
+    options: &LoadOptions,
+    stats: &LoadStats,
+    rejects: &Mutex<Option<std::fs::File>>,
+    align: Option<(&Frontier, usize)>,
 ) -> Result<u64, LoadError> {
     // The events written here must notify the join observers, whoever built the client.
     declare_observed(client);
@@ -181,6 +254,15 @@ pub async fn load_file(
         }
         if next == progress {
             return Ok(loaded);
+        }
+        if let Some((frontier, me)) = align {
+            let first = batch.iter().map(|p| match p {
+                Parsed::Query(q) => q.event_time,
+                Parsed::Click(c) => c.event_time,
+            });
+            if let Some(at) = first.min() {
+                frontier.wait_turn(me, at).await;
+            }
         }
         // Rejects are reported before the batch commits: after a crash a malformed line may
         // be reported twice, never lost.
@@ -263,7 +345,11 @@ pub async fn load_file(
     }
 }
 
-/// Loads every log file of `dir` once, files in parallel (queries and clicks interleave).
+/// Event time a file may run ahead of the others in [`load_dir`].
+pub const ALIGN_SLACK_MS: u64 = 1_000;
+
+/// Loads every log file of `dir` once, files in parallel and in step by event time (see
+/// [`Frontier`]), so queries and clicks interleave as they happened.
 pub async fn load_dir(
     client: &Client,
     dir: &Path,
@@ -272,9 +358,18 @@ pub async fn load_dir(
 ) -> Result<u64, LoadError> {
     let rejects = Mutex::new(None);
     let files = log_files(dir)?;
-    let loads = files
-        .iter()
-        .map(|(path, kind)| load_file(client, path, *kind, options, stats, &rejects));
+    let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
+    let loads = files.iter().enumerate().map(|(i, (path, kind))| {
+        load_file(
+            client,
+            path,
+            *kind,
+            options,
+            stats,
+            &rejects,
+            Some((&frontier, i)),
+        )
+    });
     let mut total = 0;
     for r in futures::future::join_all(loads).await {
         total += r?;

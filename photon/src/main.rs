@@ -178,8 +178,9 @@ struct WorkArgs {
     /// Scanner tasks.
     #[arg(long, default_value_t = 2)]
     scanners: usize,
-    /// Period of the durable sweep of waiting clicks, ms.
-    #[arg(long, default_value_t = 1000)]
+    /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
+    /// a crash, and for clicks whose query passed the horizon).
+    #[arg(long, default_value_t = 5000)]
     sweep_ms: u64,
 }
 
@@ -306,9 +307,16 @@ fn render_metrics(pipelines: &[Pipeline]) -> String {
         counter(
             &mut out,
             "photon_wasted_joins_total",
-            "Runs that found the click already registered",
+            "Runs that found the click already registered by a join of the same delivery",
             &l,
             s.wasted.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "photon_deduplicated_total",
+            "Runs on a duplicate delivery of an already joined click (rejected by the IdRegistry)",
+            &l,
+            s.deduplicated.load(Ordering::Relaxed),
         );
         counter(
             &mut out,
@@ -599,15 +607,18 @@ async fn demo(
         horizon_secs: 600,
         max_in_flight: 64,
         scanners: 2,
-        sweep_ms: 1000,
+        sweep_ms: 5000,
     };
     let running: Vec<Pipeline> = (0..pipelines)
         .map(|i| start_pipeline(&client, &work(&format!("dc{}", i + 1))))
         .collect::<anyhow::Result<_>>()?;
+    for p in &running {
+        p.worker.wait_until_settled().await;
+    }
     let sweeper = spawn_sweeper(
         client.clone(),
         Duration::from_secs(600),
-        Duration::from_millis(1000),
+        Duration::from_millis(5000),
     );
     let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec})")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
@@ -714,6 +725,9 @@ async fn demo(
             "found": runs.found,
             "scanned": runs.scanned,
             "conflicts": runs.conflicts,
+            "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
+            "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
+            "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),
         });
         println!("{out}");
     } else {

@@ -43,6 +43,7 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
     let config = WorkerConfig {
         id: format!("{name}-{n}"),
         idle_interval: Duration::from_millis(20),
+        max_idle_interval: Duration::from_millis(200),
         heartbeat: Duration::from_millis(100),
         retry_backoff: Duration::from_millis(5),
         ..WorkerConfig::default()

@@ -16,6 +16,7 @@ use std::time::Duration;
 fn quick() -> WorkerConfig {
     WorkerConfig {
         idle_interval: Duration::from_millis(20),
+        max_idle_interval: Duration::from_millis(200),
         retry_backoff: Duration::from_millis(5),
         heartbeat: Duration::from_millis(100),
         ..WorkerConfig::default()
