@@ -327,3 +327,58 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
         .unwrap()
         .starts_with(&format!("{size},")));
 }
+
+/// Clicks that park because their query is still loading are woken by the wake observer or
+/// by their own re-check after parking, with no pending sweep at all: the loader writes
+/// queries and clicks close together in time, so parks race the queries' commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_clicks_are_woken_without_the_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 3_000,
+        ctr: 0.8,
+        mean_click_delay_ms: 20.0,
+        early_clicks: 0.5,
+        duplicates: 0.0,
+        orphans: 0.0,
+        rate: 2_000.0,
+        seed: 11,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, stats) = pipeline(&client, "dc1", 0);
+    worker.wait_until_settled().await;
+    let options = LoadOptions {
+        batch: 10,
+        rejects: dir.path().join("rejects.txt"),
+    };
+    load_dir(&client, &logs, &options, &LoadStats::default())
+        .await
+        .unwrap();
+    // Quiescent without sweeping: nothing may be left parked with its query present.
+    let joined_all = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            worker.wait_until_quiescent().await.unwrap();
+            // A re-check spawned by the last park may still be committing its wake-up.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let report = verify(&client, &logs).await.unwrap();
+            if report.joined == report.joinable {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(joined_all.is_ok(), "clicks left parked: {stats:?}");
+    let report = verify(&client, &logs).await.unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, summary.clicks, "{report:?}");
+    let parked = stats.parked.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(parked > 0, "no click parked: the race was not exercised");
+    eprintln!(
+        "parked {parked}, woken by the wake observer {}",
+        stats.woken.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    worker.shutdown().await;
+}
