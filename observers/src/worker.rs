@@ -393,6 +393,7 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     let mut shutdown = inner.shutdown.clone();
     let mut pass: u32 = scanner;
     let mut idle = inner.config.idle_interval;
+    let mut hinted_before = 0;
     while !inner.stopping() {
         pass = pass.wrapping_add(1);
         let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
@@ -403,26 +404,31 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
                 0
             }
         };
-        let hints_busy = inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX;
-        // Nothing found, or this process's own commits keep it busy (scanning now would
-        // mostly walk over keys the hint path is about to dispatch): wait a period.
-        if dispatched == 0 || hints_busy {
+        // Hints carried work since the last pass: this process's own commits keep the worker
+        // busy, and a pass (a walk over the whole notify space, deleted keys included) is only
+        // the safety net for other processes' writes and lost hints.
+        let hinted = inner
+            .metrics
+            .hinted
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let hints_active = hinted != hinted_before
+            || inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX;
+        hinted_before = hinted;
+        if dispatched == 0 || hints_active {
             tokio::select! {
                 _ = inner.rescan.notified() => {}
                 _ = tokio::time::sleep(idle) => {}
                 _ = shutdown.changed() => {}
             }
-        }
-        idle = if dispatched == 0 {
-            (idle * 2).min(
-                inner
-                    .config
-                    .max_idle_interval
-                    .max(inner.config.idle_interval),
-            )
+            // Back off while passes find nothing the hints did not already cover.
+            let longest = inner
+                .config
+                .max_idle_interval
+                .max(inner.config.idle_interval);
+            idle = (idle * 2).min(longest);
         } else {
-            inner.config.idle_interval
-        };
+            idle = inner.config.idle_interval;
+        }
     }
 }
 
