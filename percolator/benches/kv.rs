@@ -1,11 +1,18 @@
 //! Raw store baselines: ops/s of get, put and compare-and-swap on each backend at
 //! concurrency 1, 16 and 64. Later transactional figures are divided by these.
 //!
+//! Backends, measured one after the other in one run: `memory` (`MemoryKv`), `embedded`
+//! (`EmbeddedKv`) and `tikv` (`TikvKv` through an in-process `minitikv` on 127.0.0.1, itself
+//! on an `EmbeddedKv`, its own runtime standing in for a separate process). `tikv` vs
+//! `embedded` is the cost of the network path (client, gRPC over loopback, server), not of a
+//! real TiKV cluster; the line before the last gives that ratio per cell.
+//!
 //! Run: `cargo bench -p percolator --bench kv` (`KV_BENCH_SECS` sets seconds per cell,
-//! default 1). The last line printed is one JSON object
+//! default 1; every backend gets the same time). The last line printed is one JSON object
 //! `{"backend": {"op@concurrency": ops_per_sec, ...}, ...}`.
 
 use percolator::kv::{EmbeddedKv, MemoryKv, RawKv};
+use percolator_tikv::{TikvConfig, TikvKv};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +28,13 @@ enum Op {
     Get,
     Put,
     Cas,
+}
+
+const OPS: [Op; 3] = [Op::Get, Op::Put, Op::Cas];
+
+/// `"get@16"`: the cell's name in the output.
+fn label(op: Op, tasks: usize) -> String {
+    format!("{}@{tasks}", format!("{op:?}").to_lowercase())
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -104,27 +118,47 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The server runs on its own runtime (its own worker threads), as a separate process would.
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = server_runtime
+        .block_on(minitikv::start(minitikv::ServerConfig::embedded(
+            dir.path().join("minitikv"),
+        )))
+        .expect("start minitikv");
+    println!(
+        "backends: memory = MemoryKv; embedded = EmbeddedKv; \
+         tikv = TikvKv -> minitikv on {} (embedded store, loopback gRPC)",
+        server.addr()
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .expect("tokio runtime");
-    let dir = tempfile::tempdir().expect("temp dir");
+        .expect("client runtime");
     let report = runtime.block_on(async {
+        let tikv = TikvKv::connect(TikvConfig::new(vec![server.endpoint()]))
+            .await
+            .expect("connect to minitikv");
         let backends: Vec<(&str, Arc<dyn RawKv>)> = vec![
             ("memory", Arc::new(MemoryKv::new())),
             (
                 "embedded",
                 Arc::new(EmbeddedKv::open(dir.path().join("embedded")).expect("open embedded")),
             ),
+            ("tikv", Arc::new(tikv)),
         ];
-        let mut report = BTreeMap::new();
+        let mut report: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
         for (name, kv) in backends {
             load(kv.as_ref()).await;
             let mut figures = BTreeMap::new();
-            for op in [Op::Get, Op::Put, Op::Cas] {
+            for op in OPS {
                 for tasks in CONCURRENCY {
                     let ops = measure(kv.clone(), op, tasks, secs).await;
-                    let label = format!("{}@{tasks}", format!("{op:?}").to_lowercase());
+                    let label = label(op, tasks);
                     println!("{name:>9} {label:>8}: {ops:>12.0} ops/s");
                     figures.insert(label, ops.round());
                 }
@@ -133,5 +167,18 @@ fn main() {
         }
         report
     });
+    drop(runtime);
+    server_runtime.block_on(server.shutdown());
+    // Ops/s of tikv divided by ops/s of embedded (same store behind the server), per cell;
+    // in parentheses how many times slower the network path is.
+    let ratios: Vec<String> = OPS
+        .iter()
+        .flat_map(|&op| CONCURRENCY.map(|tasks| label(op, tasks)))
+        .map(|label| {
+            let ratio = report["tikv"][&label] / report["embedded"][&label];
+            format!("{label}={ratio:.4} ({:.0}x)", 1.0 / ratio)
+        })
+        .collect();
+    println!("ratio tikv/embedded (ops/s): {}", ratios.join(" "));
     println!("{}", serde_json::to_string(&report).expect("json"));
 }

@@ -45,6 +45,9 @@
 //!
 //! Errors name the failing call: [`KvError::Unavailable`] for transport, region and timeout
 //! failures, [`KvError::Engine`] for errors the server reported.
+//!
+//! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
+//! `cargo bench -p percolator --bench kv`, backend `tikv`.
 
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
