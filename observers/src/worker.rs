@@ -262,6 +262,14 @@ impl Inner {
         live <= 1 || stable_hash(cell) % live == index
     }
 
+    /// Whether this worker handled notify key `key` less than `RECENT_FOR` ago (a key put
+    /// again later, e.g. rewritten by GC, is handled again).
+    fn handled_recently(&self, key: &[u8]) -> bool {
+        lock(&self.recent)
+            .get(key)
+            .is_some_and(|at| at.elapsed() < RECENT_FOR)
+    }
+
     fn settled(&self) -> bool {
         lock(&self.owns_from).is_some_and(|from| Instant::now() >= from)
     }
@@ -414,13 +422,9 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
         let hints_active = hinted != hinted_before
             || inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX;
         hinted_before = hinted;
-        if dispatched == 0 || hints_active {
-            tokio::select! {
-                _ = inner.rescan.notified() => {}
-                _ = tokio::time::sleep(idle) => {}
-                _ = shutdown.changed() => {}
-            }
-            // Back off while passes find nothing the hints did not already cover.
+        if dispatched == 0 {
+            // Back off while passes find nothing.
+            wait(&inner, &mut shutdown, idle).await;
             let longest = inner
                 .config
                 .max_idle_interval
@@ -428,7 +432,19 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
             idle = (idle * 2).min(longest);
         } else {
             idle = inner.config.idle_interval;
+            if hints_active {
+                wait(&inner, &mut shutdown, idle).await;
+            }
         }
+    }
+}
+
+/// Waits `period`, or less if hints were lost or the worker stops.
+async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) {
+    tokio::select! {
+        _ = inner.rescan.notified() => {}
+        _ = tokio::time::sleep(period) => {}
+        _ = shutdown.changed() => {}
     }
 }
 
@@ -485,7 +501,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     // Most likely waiting in the hint queue: leave it to the hint path.
                     continue;
                 }
-                if lock(&inner.recent).contains_key(&key) {
+                if inner.handled_recently(&key) {
                     continue;
                 }
                 if lock(&inner.retry)
@@ -529,7 +545,7 @@ enum Dispatch {
 /// Starts an observer run for notify key `key` of `cell`, waiting for a free slot first
 /// (backpressure instead of an unbounded queue).
 async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> Dispatch {
-    if lock(&inner.recent).contains_key(key) || lock(&inner.in_flight).contains(cell) {
+    if inner.handled_recently(key) || lock(&inner.in_flight).contains(cell) {
         return Dispatch::Busy;
     }
     Metrics::add(&inner.metrics.found);
@@ -539,7 +555,7 @@ async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> 
     if inner.stopping() {
         return Dispatch::Stopped;
     }
-    if lock(&inner.recent).contains_key(key) || !lock(&inner.in_flight).insert(cell.clone()) {
+    if inner.handled_recently(key) || !lock(&inner.in_flight).insert(cell.clone()) {
         return Dispatch::Busy;
     }
     let task_inner = inner.clone();

@@ -167,64 +167,25 @@ async fn join_click(
             txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
             txn.set(outcome_cell(&click.click_id), "waiting");
             bump(&stats.parked);
-            // The wake observer reads the pending cell without writing it when it finds no
-            // waiting click, so a query committed while this transaction ran may have looked
-            // before we parked. Once parked, look for the query again (see recheck_parked).
-            let client = txn.client();
-            let (query_id, click_id) = (click.query_id.clone(), click.click_id.clone());
-            txn.on_commit(move |_| {
-                tokio::spawn(async move {
-                    if let Err(e) = recheck_parked(&client, &query_id, &click_id).await {
-                        tracing::debug!(%click_id, error = %e, "re-check of a parked click failed; the sweep will wake it");
-                    }
-                });
-            });
+            // The wake observer writes nothing when no click waits, so a query committed
+            // while this transaction ran may have looked before we parked. Notifying the
+            // query's cell here makes its wake observer run again after this park commits
+            // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
+            txn.notify(query_cell(&click.query_id));
         }
     }
     Ok(())
 }
 
-/// After a click parked (committed its pending entry), wakes it if its query is there now
-/// and nobody woke it yet. With the wake observer this closes the race of a click parking
-/// while its query commits: the wake observer's snapshot is after the query's commit; if it
-/// did not see the pending entry, the park committed after that snapshot, so this later
-/// snapshot sees the query. Waking takes the click off the pending list in the same
-/// transaction, as the wake observer and the sweep do, so a click is woken once. A crash
-/// between the park and this re-check leaves the click to the pending sweep.
-async fn recheck_parked(
-    client: &Client,
-    query_id: &str,
-    click_id: &str,
-) -> Result<(), percolator::TxnError> {
-    client
-        .run(|txn| async move {
-            if txn.get(&query_cell(query_id)).await?.is_none() {
-                return Ok(());
-            }
-            let pending = pending_cell(query_id);
-            let mut waiting: Vec<String> = match txn.get(&pending).await? {
-                Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
-                None => return Ok(()),
-            };
-            let before = waiting.len();
-            waiting.retain(|c| c != click_id);
-            if waiting.len() == before {
-                return Ok(()); // Already woken.
-            }
-            if waiting.is_empty() {
-                txn.delete(pending);
-            } else {
-                txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
-            }
-            txn.notify(click_cell(click_id));
-            Ok(())
-        })
-        .await
-}
-
 /// Wakes the clicks waiting for the query in `cell`'s row (a weak observer: waking twice is
-/// harmless, and a query nobody waits for costs one read and no write).
+/// harmless, and a query nobody waits for costs two reads and no write). It runs when the
+/// query is written and again after each park on it (the park notifies the query's cell).
 async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<(), ObserverError> {
+    // Notified by a park before the query arrived: nothing to wake yet (waking would only
+    // park the clicks again, and each park notifies this cell again).
+    if txn.get(&cell).await?.is_none() {
+        return Ok(());
+    }
     let query_id = String::from_utf8_lossy(&cell.row).into_owned();
     let pending = pending_cell(&query_id);
     if let Some(b) = txn.get(&pending).await? {
@@ -235,7 +196,7 @@ async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<
             bump(&stats.woken);
         }
         // A click parking concurrently writes this cell too: the two conflict and one
-        // retries. A click parking after our snapshot re-checks for the query itself.
+        // retries; a park committed after our snapshot notifies this cell again.
         txn.delete(pending);
     }
     Ok(())
@@ -272,45 +233,61 @@ pub fn register(
 
 /// The durable fallback of the wake-up: notifies every parked click whose query has arrived
 /// or whose horizon has passed (so it is joined or reported). Returns clicks notified.
+/// Reads the pending table in a snapshot, then wakes each row that needs it in a small
+/// transaction of its own (retried on conflicts), so it never rewrites rows it leaves as
+/// they are and does not conflict with parks and wake-ups elsewhere in the table.
 pub async fn sweep_pending(
     client: &Client,
     horizon: Duration,
 ) -> Result<u64, percolator::TxnError> {
-    // Retried on conflicts: the sweep writes the pending cells the observers write too.
-    client.run(|txn| sweep_once(txn, horizon)).await
+    let snapshot = client.begin().await?;
+    let rows = snapshot.scan(PENDING.as_bytes(), b"", None).await?;
+    snapshot.rollback();
+    let mut notified = 0;
+    for (cell, _) in rows {
+        notified += client
+            .run(|txn| sweep_row(txn, cell.clone(), horizon))
+            .await?;
+    }
+    Ok(notified)
 }
 
-async fn sweep_once(txn: Transaction, horizon: Duration) -> Result<u64, percolator::TxnError> {
-    let rows = txn.scan(PENDING.as_bytes(), b"", None).await?;
+/// Wakes the clicks of one pending row whose query arrived or whose horizon passed, taking
+/// them off the list in the same transaction (so a click is woken once).
+async fn sweep_row(
+    txn: Transaction,
+    cell: Cell,
+    horizon: Duration,
+) -> Result<u64, percolator::TxnError> {
+    let Some(value) = txn.get(&cell).await? else {
+        return Ok(0);
+    };
+    let query_id = String::from_utf8_lossy(&cell.row).into_owned();
+    let waiting: Vec<String> = serde_json::from_slice(&value).unwrap_or_default();
+    let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
+    let mut still_waiting = Vec::new();
     let mut notified = 0;
-    for (cell, value) in rows {
-        let query_id = String::from_utf8_lossy(&cell.row).into_owned();
-        let waiting: Vec<String> = serde_json::from_slice(&value).unwrap_or_default();
-        let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
-        let mut still_waiting = Vec::new();
-        for click_id in waiting {
-            let expired = match txn.get(&click_cell(&click_id)).await? {
-                Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
-                    .map(|s| {
-                        now_ms().saturating_sub(s.event.event_time) > horizon.as_millis() as u64
-                    })
-                    .unwrap_or(false),
-                None => false,
-            };
-            if arrived || expired {
-                txn.notify(click_cell(&click_id));
-                notified += 1;
-            } else {
-                still_waiting.push(click_id);
-            }
-        }
-        // Notified clicks leave the list in the same transaction, so a sweep wakes each
-        // waiting click once.
-        if still_waiting.is_empty() {
-            txn.delete(cell);
+    for click_id in waiting {
+        let expired = match txn.get(&click_cell(&click_id)).await? {
+            Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
+                .map(|s| now_ms().saturating_sub(s.event.event_time) > horizon.as_millis() as u64)
+                .unwrap_or(false),
+            None => false,
+        };
+        if arrived || expired {
+            txn.notify(click_cell(&click_id));
+            notified += 1;
         } else {
-            txn.set(cell, serde_json::to_vec(&still_waiting).unwrap_or_default());
+            still_waiting.push(click_id);
         }
+    }
+    if notified == 0 {
+        return Ok(0); // Nothing to wake: leave the row untouched.
+    }
+    if still_waiting.is_empty() {
+        txn.delete(cell);
+    } else {
+        txn.set(cell, serde_json::to_vec(&still_waiting).unwrap_or_default());
     }
     Ok(notified)
 }

@@ -352,7 +352,7 @@ fn spawn_sweeper(
             match join::sweep_pending(&client, horizon).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(n, "sweep woke waiting clicks"),
-                Err(e) => tracing::debug!(error = %e, "pending sweep failed; will retry"),
+                Err(e) => tracing::warn!(error = %e, "pending sweep failed; will retry"),
             }
         }
     })

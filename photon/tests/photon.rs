@@ -328,9 +328,10 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
         .starts_with(&format!("{size},")));
 }
 
-/// Clicks that park because their query is still loading are woken by the wake observer or
-/// by their own re-check after parking, with no pending sweep at all: the loader writes
-/// queries and clicks close together in time, so parks race the queries' commits.
+/// Clicks that park because their query is still loading are woken by the wake observer
+/// (run for the query, and again for each park, which notifies the query's cell), with no
+/// pending sweep at all: the loader writes queries and clicks close together in time, so
+/// parks race the queries' commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_clicks_are_woken_without_the_sweep() {
     let dir = tempfile::tempdir().unwrap();
@@ -361,12 +362,13 @@ async fn parked_clicks_are_woken_without_the_sweep() {
     let joined_all = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             worker.wait_until_quiescent().await.unwrap();
-            // A re-check spawned by the last park may still be committing its wake-up.
-            tokio::time::sleep(Duration::from_millis(300)).await;
             let report = verify(&client, &logs).await.unwrap();
             if report.joined == report.joinable {
                 break;
             }
+            // Quiescent with clicks still parked: a wake-up was lost (polling again only
+            // gives a late notification its chance before the timeout fails the test).
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
     .await;
