@@ -334,6 +334,13 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
 /// parks race the queries' commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_clicks_are_woken_without_the_sweep() {
+    // The lost wake-up needs a park and its query's wake run to overlap: run a few rounds.
+    for seed in 11..14 {
+        parked_clicks_woken_without_sweep(seed).await;
+    }
+}
+
+async fn parked_clicks_woken_without_sweep(seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     let gen = GenOptions {
@@ -344,11 +351,19 @@ async fn parked_clicks_are_woken_without_the_sweep() {
         duplicates: 0.0,
         orphans: 0.0,
         rate: 2_000.0,
-        seed: 11,
+        seed,
         ..GenOptions::default()
     };
     let summary = generate(&logs, &gen).unwrap();
-    let client = client_on(Arc::new(MemoryKv::new()));
+    // Random delays on store calls widen the window in which a park and its query's wake
+    // run overlap.
+    let faults = percolator::kv::Faults {
+        cas_hazard: 0.0,
+        delay: 0.3,
+        max_delay: Duration::from_millis(2),
+    };
+    let kv = percolator::kv::FaultyKv::new(Arc::new(MemoryKv::new()), faults);
+    let client = client_on(Arc::new(kv));
     let (worker, stats) = pipeline(&client, "dc1", 0);
     worker.wait_until_settled().await;
     let options = LoadOptions {
@@ -359,7 +374,7 @@ async fn parked_clicks_are_woken_without_the_sweep() {
         .await
         .unwrap();
     // Quiescent without sweeping: nothing may be left parked with its query present.
-    let joined_all = tokio::time::timeout(Duration::from_secs(30), async {
+    let joined_all = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             worker.wait_until_quiescent().await.unwrap();
             let report = verify(&client, &logs).await.unwrap();
