@@ -142,6 +142,9 @@ impl KeyRange {
 /// embedded): it spends one unit of the task's Tokio budget and yields once the budget is
 /// spent. Without it a task looping over store calls never returns `Pending`, holds its
 /// worker thread forever and can starve timers (a bank test hung that way on 2 workers).
+/// A consequence: do not drive these calls with a blocking executor (e.g.
+/// `futures::executor::block_on`) from inside a Tokio task; once the task's budget is spent
+/// the call yields and waits for a Tokio wake-up that such an executor never delivers.
 pub(crate) async fn yield_point() {
     tokio::task::coop::consume_budget().await;
 }

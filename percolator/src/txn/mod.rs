@@ -196,8 +196,8 @@ impl Client {
         self.shared.notified.subscribe()
     }
 
-    /// Hints of this client's commits that put notify keys, in commit order, each sent once
-    /// the commit is decided. A receiver that falls more than a few thousand commits behind
+    /// Hints of this client's commits that put notify keys, each sent once the commit is
+    /// decided, in the order commits return (close to, not exactly, commit_ts order). A receiver that falls more than a few thousand commits behind
     /// gets `Lagged` and must find the lost ones by scanning the notify space.
     pub fn notify_hints(&self) -> tokio::sync::broadcast::Receiver<Arc<CommittedNotify>> {
         self.shared.hints.subscribe()

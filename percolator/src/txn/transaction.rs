@@ -109,10 +109,11 @@ impl Transaction {
         super::Client::from_shared(self.inner.shared.clone())
     }
 
-    /// Runs `hook` with the commit_ts right after this transaction commits successfully
-    /// (read-only commits included, at their start_ts); never if it aborts or rolls back.
-    /// For follow-up work that must see the commit, e.g. a re-check that closes a race
-    /// between two transactions writing different cells. Keep it short; spawn async work.
+    /// Runs `hook` with the commit_ts right after `commit` returns `Ok` (read-only commits
+    /// included, at their start_ts); never if it aborts or rolls back, nor after an error
+    /// such as `CommitUnknown` even if the commit did take effect, nor if the process dies.
+    /// For best-effort follow-ups (metrics, caches, wake-ups that something durable backs);
+    /// keep it short and spawn async work.
     pub fn on_commit(&self, hook: impl FnOnce(Timestamp) + Send + 'static) {
         self.state().on_commit.push(Box::new(hook));
     }
