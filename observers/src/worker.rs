@@ -66,12 +66,19 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Per cell, hinted notify keys with their values, waiting for the run on the cell to end.
+type DeferredKeys = HashMap<Cell, Vec<(Vec<u8>, Vec<u8>)>>;
+
 struct Inner {
     client: Client,
     registry: Arc<Registry>,
     config: WorkerConfig,
     metrics: Arc<Metrics>,
     in_flight: Mutex<HashSet<Cell>>,
+    /// Hinted notify keys (key, value) of cells that were in flight when their hint came:
+    /// the run on the cell takes them next, instead of leaving them to a scan. Locked after
+    /// `in_flight`, never before.
+    deferred: Mutex<DeferredKeys>,
     permits: Arc<Semaphore>,
     /// Per notify key: failures so far and when it may be tried again.
     retry: Mutex<HashMap<Vec<u8>, (u32, Instant)>>,
@@ -132,6 +139,7 @@ impl Worker {
             config,
             metrics: Arc::new(Metrics::default()),
             in_flight: Mutex::new(HashSet::new()),
+            deferred: Mutex::new(HashMap::new()),
             retry: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
@@ -376,7 +384,7 @@ async fn hint_loop(inner: Arc<Inner>) {
                     let key = inner.client.codec().notify(cell, hint.notify_ts);
                     // The committer knows the fate: no earlier "undecided" backoff applies.
                     lock(&inner.retry).remove(&key);
-                    match dispatch(&inner, cell, &key, &value).await {
+                    match dispatch(&inner, cell, &key, &value, true).await {
                         Dispatch::Started => Metrics::add(&inner.metrics.hinted),
                         Dispatch::Busy => {}
                         Dispatch::Stopped => return,
@@ -412,18 +420,16 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
                 0
             }
         };
-        // Hints carried work since the last pass: this process's own commits keep the worker
-        // busy, and a pass (a walk over the whole notify space, deleted keys included) is only
-        // the safety net for other processes' writes and lost hints.
+        // A pass walks the whole notify space (deleted keys included): when this process's
+        // own commit hints carry most of the work, scanning is only the safety net for other
+        // processes' writes and lost hints, so back off as when a pass finds nothing.
         let hinted = inner
             .metrics
             .hinted
             .load(std::sync::atomic::Ordering::Relaxed);
-        let hints_active = hinted != hinted_before
-            || inner.hint_floor.load(std::sync::atomic::Ordering::Relaxed) != u64::MAX;
+        let hinted_since = hinted.saturating_sub(hinted_before);
         hinted_before = hinted;
-        if dispatched == 0 {
-            // Back off while passes find nothing.
+        if dispatched == 0 || hinted_since as usize >= dispatched {
             wait(&inner, &mut shutdown, idle).await;
             let longest = inner
                 .config
@@ -432,9 +438,6 @@ async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
             idle = (idle * 2).min(longest);
         } else {
             idle = inner.config.idle_interval;
-            if hints_active {
-                wait(&inner, &mut shutdown, idle).await;
-            }
         }
     }
 }
@@ -510,7 +513,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 {
                     continue;
                 }
-                match dispatch(inner, &cell, &key, &value).await {
+                match dispatch(inner, &cell, &key, &value, false).await {
                     Dispatch::Started => {
                         clumped = 0;
                         dispatched += 1;
@@ -543,10 +546,38 @@ enum Dispatch {
 }
 
 /// Starts an observer run for notify key `key` of `cell`, waiting for a free slot first
-/// (backpressure instead of an unbounded queue).
-async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> Dispatch {
-    if inner.handled_recently(key) || lock(&inner.in_flight).contains(cell) {
+/// (backpressure instead of an unbounded queue). With `defer_if_busy` (hints), a key whose
+/// cell is in flight is queued for the run on that cell to take next (reported `Started`).
+async fn dispatch(
+    inner: &Arc<Inner>,
+    cell: &Cell,
+    key: &[u8],
+    value: &[u8],
+    defer_if_busy: bool,
+) -> Dispatch {
+    let defer = |in_flight: &HashSet<Cell>| {
+        if defer_if_busy && in_flight.contains(cell) {
+            lock(&inner.deferred)
+                .entry(cell.clone())
+                .or_default()
+                .push((key.to_vec(), value.to_vec()));
+            true
+        } else {
+            false
+        }
+    };
+    if inner.handled_recently(key) {
         return Dispatch::Busy;
+    }
+    {
+        let in_flight = lock(&inner.in_flight);
+        if in_flight.contains(cell) {
+            return if defer(&in_flight) {
+                Dispatch::Started
+            } else {
+                Dispatch::Busy
+            };
+        }
     }
     Metrics::add(&inner.metrics.found);
     let Ok(permit) = inner.permits.clone().acquire_owned().await else {
@@ -555,8 +586,18 @@ async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> 
     if inner.stopping() {
         return Dispatch::Stopped;
     }
-    if inner.handled_recently(key) || !lock(&inner.in_flight).insert(cell.clone()) {
+    if inner.handled_recently(key) {
         return Dispatch::Busy;
+    }
+    {
+        let mut in_flight = lock(&inner.in_flight);
+        if !in_flight.insert(cell.clone()) {
+            return if defer(&in_flight) {
+                Dispatch::Started
+            } else {
+                Dispatch::Busy
+            };
+        }
     }
     let task_inner = inner.clone();
     let (cell, key, value) = (cell.clone(), key.to_vec(), value.to_vec());
@@ -565,17 +606,46 @@ async fn dispatch(inner: &Arc<Inner>, cell: &Cell, key: &[u8], value: &[u8]) -> 
     while runs.try_join_next().is_some() {}
     runs.spawn(async move {
         let inner = task_inner;
-        let outcome = handle(
-            &inner.client,
-            &inner.registry,
-            &inner.metrics,
-            &cell,
-            &key,
-            &value,
-        )
-        .await;
-        after_handle(&inner, &key, &value, outcome).await;
-        lock(&inner.in_flight).remove(&cell);
+        let (mut key, mut value) = (key, value);
+        loop {
+            let outcome = handle(
+                &inner.client,
+                &inner.registry,
+                &inner.metrics,
+                &cell,
+                &key,
+                &value,
+            )
+            .await;
+            after_handle(&inner, &key, &value, outcome).await;
+            // Keys hinted while this run was on the cell: take the next one now, in the same
+            // slot; release the cell only when none is left (one lock: none can slip in).
+            let next = {
+                let mut in_flight = lock(&inner.in_flight);
+                let mut deferred = lock(&inner.deferred);
+                let next = loop {
+                    let Some(queue) = deferred.get_mut(&cell) else {
+                        break None;
+                    };
+                    let next = queue.pop();
+                    if queue.is_empty() {
+                        deferred.remove(&cell);
+                    }
+                    match next {
+                        Some((k, _)) if inner.handled_recently(&k) => continue,
+                        other => break other,
+                    }
+                };
+                if next.is_none() || inner.stopping() {
+                    in_flight.remove(&cell);
+                }
+                next
+            };
+            match next {
+                Some((k, v)) if !inner.stopping() => (key, value) = (k, v),
+                _ => break,
+            }
+        }
         drop(permit);
     });
     Dispatch::Started
