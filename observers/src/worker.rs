@@ -75,6 +75,8 @@ struct Inner {
     config: WorkerConfig,
     metrics: Arc<Metrics>,
     in_flight: Mutex<HashSet<Cell>>,
+    /// Observer runs started so far (a quiescence check compares it before and after).
+    runs_started: std::sync::atomic::AtomicU64,
     /// Hinted notify keys (key, value) of cells that were in flight when their hint came:
     /// the run on the cell takes them next, instead of leaving them to a scan. Locked after
     /// `in_flight`, never before.
@@ -140,6 +142,7 @@ impl Worker {
             metrics: Arc::new(Metrics::default()),
             in_flight: Mutex::new(HashSet::new()),
             deferred: Mutex::new(HashMap::new()),
+            runs_started: std::sync::atomic::AtomicU64::new(0),
             retry: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
@@ -220,9 +223,17 @@ impl Worker {
     /// Waits until no notify key with a registered observer is left in the store and no
     /// observer run is in flight in this worker.
     pub async fn wait_until_quiescent(&self) -> Result<(), WorkerError> {
+        use std::sync::atomic::Ordering::SeqCst;
         loop {
+            let started = self.inner.runs_started.load(SeqCst);
             let idle = lock(&self.inner.in_flight).is_empty();
-            if idle && !self.inner.has_pending_notifications().await? {
+            // A run that started during the scan may have put a key behind it and deleted
+            // its own ahead of it: only a scan with no run started meanwhile counts.
+            if idle
+                && !self.inner.has_pending_notifications().await?
+                && lock(&self.inner.in_flight).is_empty()
+                && self.inner.runs_started.load(SeqCst) == started
+            {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -599,6 +610,9 @@ async fn dispatch(
             };
         }
     }
+    inner
+        .runs_started
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let task_inner = inner.clone();
     let (cell, key, value) = (cell.clone(), key.to_vec(), value.to_vec());
     let mut runs = lock(&inner.runs);
