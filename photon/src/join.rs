@@ -152,8 +152,8 @@ async fn join_click(
                 bump(&stats.expired);
                 return Ok(());
             }
-            // Park: the query observer writes the same cell, so a query arriving now
-            // conflicts with this transaction instead of missing it.
+            // Park on the query's pending list (the wake observer and the sweep take the
+            // click off it when they wake it).
             let pending = pending_cell(&click.query_id);
             let mut waiting: Vec<String> = match txn.get(&pending).await? {
                 Some(b) => {
