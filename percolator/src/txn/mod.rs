@@ -61,8 +61,6 @@ pub(crate) struct Shared {
     /// Observed columns by table (nested so lookups borrow the cell instead of cloning it).
     observed:
         std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
-    /// Bumped after every commit that put notify keys (in-process wake-up of workers).
-    notified: tokio::sync::watch::Sender<u64>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
 }
@@ -90,10 +88,6 @@ impl Shared {
         observed
             .get(&cell.table)
             .is_some_and(|columns| columns.contains(&cell.column))
-    }
-
-    pub(crate) fn signal_notified(&self) {
-        self.notified.send_modify(|n| *n += 1);
     }
 
     /// Whether anyone listens to hints (so committers skip building them otherwise).
@@ -142,14 +136,9 @@ impl Client {
                 oracle,
                 config,
                 observed: Default::default(),
-                notified: tokio::sync::watch::channel(0).0,
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
             }),
         }
-    }
-
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Self {
-        Client { shared }
     }
 
     /// The key codec of the client's namespace.
@@ -191,11 +180,6 @@ impl Client {
         self.shared.is_observed(cell)
     }
 
-    /// A receiver that changes after every commit of this client that put notify keys.
-    pub fn notifications(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.shared.notified.subscribe()
-    }
-
     /// Hints of this client's commits that put notify keys, each sent once the commit is
     /// decided, in the order commits return (close to, not exactly, commit_ts order). A receiver that falls more than a few thousand commits behind
     /// gets `Lagged` and must find the lost ones by scanning the notify space.
@@ -209,7 +193,6 @@ impl Client {
         let key = self.shared.codec.notify(cell, ts.0);
         let record = crate::record::Notification::Weak.encode();
         self.shared.kv.put(key, record).await?;
-        self.shared.signal_notified();
         self.shared.publish_hint(CommittedNotify {
             notify_ts: ts.0,
             notification: crate::record::Notification::Weak,

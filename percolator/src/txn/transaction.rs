@@ -36,9 +36,6 @@ struct Inner {
     state: Mutex<State>,
 }
 
-/// A callback run after a successful commit.
-type CommitHook = Box<dyn FnOnce(Timestamp) + Send>;
-
 #[derive(Default)]
 struct State {
     /// Buffered writes: `Some(value)` to put, `None` to delete.
@@ -47,8 +44,6 @@ struct State {
     heads: HashMap<Cell, HeadSnapshot>,
     /// Cells explicitly notified (strong notifications) by this transaction.
     notifies: std::collections::BTreeSet<Cell>,
-    /// Called with the commit_ts once the commit succeeded (see [`Transaction::on_commit`]).
-    on_commit: Vec<CommitHook>,
     finished: bool,
     #[cfg(feature = "failpoints")]
     crash_hook: Option<super::failpoint::CrashHook>,
@@ -102,20 +97,6 @@ impl Transaction {
     /// The snapshot timestamp of the transaction.
     pub fn start_ts(&self) -> Timestamp {
         Timestamp(self.inner.start_ts)
-    }
-
-    /// A client sharing this transaction's store, oracle and configuration.
-    pub fn client(&self) -> super::Client {
-        super::Client::from_shared(self.inner.shared.clone())
-    }
-
-    /// Runs `hook` with the commit_ts right after `commit` returns `Ok` (read-only commits
-    /// included, at their start_ts); never if it aborts or rolls back, nor after an error
-    /// such as `CommitUnknown` even if the commit did take effect, nor if the process dies.
-    /// For best-effort follow-ups (metrics, caches, wake-ups that something durable backs);
-    /// keep it short and spawn async work.
-    pub fn on_commit(&self, hook: impl FnOnce(Timestamp) + Send + 'static) {
-        self.state().on_commit.push(Box::new(hook));
     }
 
     /// Installs a crash hook (feature `failpoints`, tests only).
@@ -306,7 +287,6 @@ impl Transaction {
         let mut state = self.state();
         state.finished = true;
         state.writes.clear();
-        state.on_commit.clear();
     }
 
     /// Whether the transaction was committed or rolled back.
@@ -318,18 +298,6 @@ impl Transaction {
     /// draws commit_ts, commits the primary (the commit point), then the secondaries.
     /// Returns the commit timestamp (start_ts for a read-only transaction).
     pub async fn commit(&self) -> TxnResult<Timestamp> {
-        let result = self.commit_buffered().await;
-        let hooks = std::mem::take(&mut self.state().on_commit);
-        if let Ok(commit_ts) = &result {
-            for hook in hooks {
-                hook(*commit_ts);
-            }
-        }
-        result
-    }
-
-    /// [`Self::commit`] without the commit hooks.
-    async fn commit_buffered(&self) -> TxnResult<Timestamp> {
         let writes = {
             let mut state = self.state();
             if state.finished {
@@ -365,7 +333,6 @@ impl Transaction {
                 .map(|cell| (self.shared().codec.notify(cell, ts.0), record.clone()))
                 .collect();
             self.shared().kv.batch_put(puts).await?;
-            self.shared().signal_notified();
             self.shared().publish_hint(super::CommittedNotify {
                 notify_ts: ts.0,
                 notification: crate::record::Notification::Committed { commit_ts: ts.0 },
@@ -387,7 +354,6 @@ impl Transaction {
         let result = self.commit_writes(writes, notifies).await;
         if notified {
             if let Ok(commit_ts) = &result {
-                self.shared().signal_notified();
                 self.shared().publish_hint(super::CommittedNotify {
                     notify_ts: self.inner.start_ts,
                     notification: crate::record::Notification::Committed {
