@@ -171,7 +171,7 @@ impl Transaction {
         if let Some(write) = self.state().writes.get(cell) {
             return Ok((write.clone(), None));
         }
-        let snap = self.shared().read_head(cell).await?;
+        let snap = self.head_to_read(cell).await?;
         let (value, commit_ts) = self.read_versioned(cell, snap).await?;
         self.check_lifetime()?;
         self.check_snapshot().await?;
@@ -184,11 +184,23 @@ impl Transaction {
         if let Some(write) = self.state().writes.get(cell) {
             return Ok(write.clone());
         }
-        let snap = self.shared().read_head(cell).await?;
+        let snap = self.head_to_read(cell).await?;
         let value = self.read_with_head(cell, snap).await?;
         self.check_lifetime()?;
         self.check_snapshot().await?;
         Ok(value)
+    }
+
+    /// The head to read `cell` from: the one this transaction already read, if any, else a
+    /// fresh read. Reusing it is exact under SI: a cached head holds no lock at or below our
+    /// start_ts, and anything written to the cell since commits above our start_ts (its
+    /// commit_ts is drawn after its prewrite, which came after our read).
+    async fn head_to_read(&self, cell: &Cell) -> TxnResult<HeadSnapshot> {
+        let cached = self.state().heads.get(cell).cloned();
+        match cached {
+            Some(snap) => Ok(snap),
+            None => self.shared().read_head(cell).await,
+        }
     }
 
     /// Reads `cell` at start_ts starting from an already-read head: resolves locks that may
