@@ -46,14 +46,19 @@ pub struct Lock {
     pub ttl_ms: u64,
 }
 
-/// The head record of a cell: the newest committed version, the lock, the rollback mark.
+/// The head record of a cell: the newest committed versions, the lock, the rollback mark.
 /// Written only by compare-and-swap; `seq` grows with every swap, so its bytes never repeat.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Head {
     /// Incremented by every CAS of the head.
     pub seq: u64,
-    /// The newest committed version (older ones are in the `V` space).
+    /// The newest committed version.
     pub latest: Option<Version>,
+    /// The versions just older than `latest`, newest first (commit_ts descending): kept in
+    /// the head so a commit need not write the version it supersedes to `V` at once; they
+    /// are spilled to `V` together when the list is full. Every committed version is in the
+    /// head or in `V` (or both) until GC removes it.
+    pub recent: Vec<Version>,
     /// At most one pending write.
     pub lock: Option<Lock>,
     /// No transaction with start_ts <= rollback_ts may lock this cell any more.
@@ -234,12 +239,23 @@ impl Head {
         w.u64(self.seq);
         w.u64(self.rollback_ts);
         w.u64(self.floor);
-        w.u8(u8::from(self.latest.is_some()) | (u8::from(self.lock.is_some()) << 1));
+        let flags = u8::from(self.latest.is_some())
+            | (u8::from(self.lock.is_some()) << 1)
+            | (u8::from(!self.recent.is_empty()) << 2);
+        w.u8(flags);
         if let Some(v) = &self.latest {
             w.version(v);
         }
         if let Some(l) = &self.lock {
             w.lock(l);
+        }
+        if !self.recent.is_empty() {
+            // At most RECENT_MAX (far below 256) entries are ever kept; clamp regardless.
+            let n = self.recent.len().min(u8::MAX as usize);
+            w.u8(n as u8);
+            for v in &self.recent[..n] {
+                w.version(v);
+            }
         }
         w.0
     }
@@ -252,7 +268,7 @@ impl Head {
         let rollback_ts = r.u64("rollback_ts")?;
         let floor = r.u64("floor")?;
         let flags = r.u8("flags")?;
-        if flags > 3 {
+        if flags > 7 {
             return Err(RecordError::BadTag {
                 field: "flags",
                 tag: flags,
@@ -268,14 +284,40 @@ impl Head {
         } else {
             None
         };
+        let mut recent = Vec::new();
+        if flags & 4 != 0 {
+            let n = r.u8("recent count")?;
+            for _ in 0..n {
+                recent.push(r.version()?);
+            }
+        }
         r.finish()?;
         Ok(Head {
             seq,
             latest,
+            recent,
             lock,
             rollback_ts,
             floor,
         })
+    }
+
+    /// The committed version visible at `ts` if the head holds it: `latest` or one of
+    /// `recent`. `None` means it is older than every version the head holds (look in `V`)
+    /// or there is none.
+    pub fn visible_at(&self, ts: u64) -> Option<&Version> {
+        self.latest
+            .iter()
+            .chain(self.recent.iter())
+            .find(|v| v.commit_ts <= ts)
+    }
+
+    /// The version the head holds that transaction `start_ts` committed, if any.
+    pub fn committed_by(&self, start_ts: u64) -> Option<&Version> {
+        self.latest
+            .iter()
+            .chain(self.recent.iter())
+            .find(|v| v.start_ts == start_ts)
     }
 
     /// A copy with `seq` advanced, the starting point of every CAS.
@@ -352,10 +394,12 @@ mod tests {
             prop::option::of(lock()),
             any::<u64>(),
             any::<u64>(),
+            prop::collection::vec(version(), 0..5),
         )
-            .prop_map(|(seq, latest, lock, rollback_ts, floor)| Head {
+            .prop_map(|(seq, latest, lock, rollback_ts, floor, recent)| Head {
                 seq,
                 latest,
+                recent,
                 lock,
                 rollback_ts,
                 floor,

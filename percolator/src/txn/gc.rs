@@ -254,6 +254,7 @@ async fn collect_cell(
         let new = Head {
             seq: head.seq.saturating_add(1),
             latest: None,
+            recent: Vec::new(),
             lock: None,
             rollback_ts: head.rollback_ts,
             floor: head.floor.max(sp),
@@ -270,6 +271,16 @@ async fn collect_cell(
     }
     if c_star == 0 {
         return Ok(());
+    }
+    // Versions older than c* that the head still keeps in `recent`: drop them with one CAS
+    // (a lost race leaves them to the next pass; no snapshot at or above sp can see them).
+    if head.recent.iter().any(|v| v.commit_ts < c_star) {
+        let mut trimmed = head.next();
+        trimmed.recent.retain(|v| v.commit_ts >= c_star);
+        if shared.cas_head(cell, &snap, trimmed).await?.is_ok() {
+            stats.versions_deleted +=
+                head.recent.len() - head.recent.iter().filter(|v| v.commit_ts >= c_star).count();
+        }
     }
     // Every V entry strictly older than c*.
     let older = versions_in(shared, shared.codec.versions_at_or_below(cell, c_star - 1)).await?;
@@ -295,6 +306,7 @@ async fn collect_orphan_data(shared: &Shared, sp: u64, stats: &mut GcStats) -> T
             let mut referenced: HashSet<u64> = HashSet::new();
             referenced.extend(head.lock.as_ref().map(|l| l.start_ts));
             referenced.extend(head.latest.as_ref().map(|v| v.start_ts));
+            referenced.extend(head.recent.iter().map(|v| v.start_ts));
             if referenced.contains(&start_ts) {
                 continue;
             }

@@ -4,6 +4,32 @@ use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::record::{Head, Version};
 
+/// At most this many versions are kept in a head's `recent` list.
+pub(crate) const RECENT_MAX: usize = 4;
+/// At most about this many bytes of versions (inline values included) are kept in a head's
+/// `recent` list, so heads of cells with large inline values stay small.
+pub(crate) const RECENT_BYTES: usize = 512;
+
+/// Whether a commit on top of `head` would overflow its `recent` list, so the prewrite must
+/// first spill `recent` to `V`: one `V` write per [`RECENT_MAX`] commits of small values
+/// instead of one per commit.
+pub(crate) fn recent_full(head: &Head) -> bool {
+    let incoming = head.latest.as_ref();
+    let count = head.recent.len() + usize::from(incoming.is_some());
+    let bytes: usize = head
+        .recent
+        .iter()
+        .chain(incoming)
+        .map(|v| {
+            24 + match &v.op {
+                crate::record::Op::Put(value) => value.len(),
+                _ => 8,
+            }
+        })
+        .sum();
+    count > RECENT_MAX || bytes > RECENT_BYTES
+}
+
 /// A head as read from the store: its exact bytes (the CAS expectation) and its decoding.
 #[derive(Clone, Debug)]
 pub(crate) struct HeadSnapshot {
@@ -58,6 +84,19 @@ impl Shared {
         Ok(Err(HeadSnapshot::decode(&key, out.previous)?))
     }
 
+    /// Writes `versions` of `cell` to `V` (one batch), so a head may drop them afterwards.
+    pub(crate) async fn spill_versions(&self, cell: &Cell, versions: &[Version]) -> TxnResult<()> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        let puts = versions
+            .iter()
+            .map(|v| (self.codec.version(cell, v.commit_ts), v.encode()))
+            .collect();
+        self.kv.batch_put(puts).await?;
+        Ok(())
+    }
+
     /// The committed version of `cell` visible at `ts`, given its head.
     pub(crate) async fn visible_version(
         &self,
@@ -65,10 +104,8 @@ impl Shared {
         head: &Head,
         ts: u64,
     ) -> TxnResult<Option<Version>> {
-        if let Some(latest) = &head.latest {
-            if latest.commit_ts <= ts {
-                return Ok(Some(latest.clone()));
-            }
+        if let Some(version) = head.visible_at(ts) {
+            return Ok(Some(version.clone()));
         }
         let range = self.codec.versions_at_or_below(cell, ts);
         let page = self

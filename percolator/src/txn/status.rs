@@ -77,9 +77,9 @@ impl Shared {
                     }
                 }
             }
-            // 2. Committed: the primary's latest or one of its older versions says so.
-            if let Some(latest) = head.latest.as_ref().filter(|v| v.start_ts == start_ts) {
-                return Ok(TxnStatus::Committed(latest.commit_ts));
+            // 2. Committed: one of the primary's versions (in the head or in V) says so.
+            if let Some(version) = head.committed_by(start_ts) {
+                return Ok(TxnStatus::Committed(version.commit_ts));
             }
             if let Some(commit_ts) = self.committed_in_versions(primary, start_ts).await? {
                 return Ok(TxnStatus::Committed(commit_ts));
@@ -137,12 +137,21 @@ impl Shared {
                 return Ok(None);
             };
             let mut next = snap.head.next();
-            next.latest = Some(Version {
+            let superseded = next.latest.replace(Version {
                 commit_ts,
                 start_ts,
                 op: lock.op.clone(),
             });
             next.lock = None;
+            if let Some(previous) = superseded {
+                next.recent.insert(0, previous);
+            }
+            // The prewrite made room in `recent`; a head that still overflows (not written
+            // by this protocol version) spills its oldest versions to V before they leave it.
+            if next.recent.len() > super::heads::RECENT_MAX {
+                let overflow = next.recent.split_off(super::heads::RECENT_MAX);
+                self.spill_versions(cell, &overflow).await?;
+            }
             match self.cas_head(cell, &snap, next).await? {
                 Ok(new) => return Ok(Some(new)),
                 Err(current) => snap = current,
@@ -192,8 +201,8 @@ impl Shared {
         let mut snap = self.read_head(primary).await?;
         loop {
             let head = &snap.head;
-            if let Some(latest) = head.latest.as_ref().filter(|v| v.start_ts == start_ts) {
-                return Ok(TxnStatus::Committed(latest.commit_ts));
+            if let Some(version) = head.committed_by(start_ts) {
+                return Ok(TxnStatus::Committed(version.commit_ts));
             }
             let ours = head.lock.as_ref().is_some_and(|l| l.start_ts == start_ts);
             if !ours && head.rollback_ts >= start_ts {

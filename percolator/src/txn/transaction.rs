@@ -395,14 +395,33 @@ impl Transaction {
             .as_millis() as u64;
         let cached: HashMap<Cell, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
-        // Keep the primary's lock alive while the commit takes long.
-        let _heartbeat = Heartbeat::start(
+        // Keep the primary's lock alive while the commit takes long: the heartbeat runs in
+        // this task beside the commit (no task spawned per commit) and stops with it.
+        let work =
+            std::pin::pin!(self.prewrite_and_commit(&cells, &primary, ttl_ms, cached, notifies));
+        let heartbeat = std::pin::pin!(heartbeat(
             shared.clone(),
             primary.clone(),
             start_ts,
             self.inner.started,
-        );
+        ));
+        match futures::future::select(work, heartbeat).await {
+            futures::future::Either::Left((result, _)) => result,
+            futures::future::Either::Right(((), work)) => work.await,
+        }
+    }
 
+    /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.
+    async fn prewrite_and_commit(
+        &self,
+        cells: &[(Cell, Option<Vec<u8>>)],
+        primary: &Cell,
+        ttl_ms: u64,
+        cached: HashMap<Cell, HeadSnapshot>,
+        notifies: std::collections::BTreeSet<Cell>,
+    ) -> TxnResult<Timestamp> {
+        let shared = self.inner.shared.clone();
+        let start_ts = self.inner.start_ts;
         // Phase 1: prewrite every cell in parallel.
         let locked = AtomicUsize::new(0);
         // Explicit notifications of cells not written ride with the primary's prewrite.
@@ -520,7 +539,6 @@ impl Transaction {
             None => shared.read_head(cell).await?,
         };
         let mut data_written = false;
-        let mut saved_version: Option<u64> = None;
         loop {
             let head = &snap.head;
             if let Some(lock) = &head.lock {
@@ -541,19 +559,19 @@ impl Transaction {
             if newer_commit || head.rollback_ts >= start_ts {
                 return Err(TxnError::Conflict { cell: cell.clone() });
             }
-            // Invariant 4: the version we supersede is durable in V before our lock exists.
             let mut puts = Vec::new();
             if let (Op::PutExternal(_), false, Some(v)) = (&op, data_written, value) {
                 puts.push((shared.codec.data(cell, start_ts), v.to_vec()));
                 data_written = true;
             }
-            if let Some(prev) = head
-                .latest
-                .as_ref()
-                .filter(|p| saved_version != Some(p.commit_ts))
-            {
-                puts.push((shared.codec.version(cell, prev.commit_ts), prev.encode()));
-                saved_version = Some(prev.commit_ts);
+            // Invariant 4: the versions our commit would push out of the head are durable in
+            // V before our lock exists. Our commit moves `latest` into `recent`; when that
+            // would overflow, `recent` goes to V now and leaves the head with our lock.
+            let spill = super::heads::recent_full(head);
+            if spill {
+                for v in &head.recent {
+                    puts.push((shared.codec.version(cell, v.commit_ts), v.encode()));
+                }
             }
             if !notify_written {
                 let record = crate::record::Notification::Strong {
@@ -571,6 +589,9 @@ impl Transaction {
                 shared.kv.batch_put(puts).await?;
             }
             let mut next: Head = head.next();
+            if spill {
+                next.recent.clear();
+            }
             next.lock = Some(Lock {
                 start_ts,
                 primary: primary.clone(),
@@ -670,58 +691,39 @@ struct Prewrite<'a> {
     notify_primary: &'a Cell,
 }
 
-/// Extends the primary's lock TTL while a commit runs long; stops when dropped.
-struct Heartbeat(Option<tokio::task::JoinHandle<()>>);
-
-impl Heartbeat {
-    fn start(shared: Arc<Shared>, primary: Cell, start_ts: u64, started: Instant) -> Heartbeat {
-        let ttl = shared.config.lock_ttl;
-        let max = shared.config.max_lifetime;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Heartbeat(None);
-        };
-        if !shared.config.heartbeat {
-            return Heartbeat(None);
-        }
-        Heartbeat(Some(runtime.spawn(async move {
-            loop {
-                tokio::time::sleep(ttl / 2).await;
-                // Never extend beyond the transaction's maximum lifetime.
-                let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
-                let Ok(snap) = shared.read_head(&primary).await else {
-                    continue;
-                };
-                let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts) else {
-                    // Not locked yet (a slow prewrite): keep watching; committed or fenced:
-                    // nothing left to keep alive.
-                    let decided = snap
-                        .head
-                        .latest
-                        .as_ref()
-                        .is_some_and(|v| v.start_ts == start_ts)
-                        || snap.head.rollback_ts >= start_ts;
-                    if decided {
-                        return;
-                    }
-                    continue;
-                };
-                if lock.ttl_ms >= wanted {
-                    continue;
-                }
-                let mut next = snap.head.next();
-                if let Some(l) = next.lock.as_mut() {
-                    l.ttl_ms = wanted;
-                }
-                let _ = shared.cas_head(&primary, &snap, next).await;
-            }
-        })))
+/// Extends the primary's lock TTL while a commit runs long; runs until the transaction is
+/// decided (or forever if heartbeats are off), so it is raced against the commit and
+/// dropped with it.
+async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: u64, started: Instant) {
+    if !shared.config.heartbeat {
+        return std::future::pending().await;
     }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        if let Some(handle) = self.0.take() {
-            handle.abort();
+    let ttl = shared.config.lock_ttl;
+    let max = shared.config.max_lifetime;
+    loop {
+        tokio::time::sleep(ttl / 2).await;
+        // Never extend beyond the transaction's maximum lifetime.
+        let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
+        let Ok(snap) = shared.read_head(&primary).await else {
+            continue;
+        };
+        let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts) else {
+            // Not locked yet (a slow prewrite): keep watching; committed or fenced:
+            // nothing left to keep alive.
+            let decided =
+                snap.head.committed_by(start_ts).is_some() || snap.head.rollback_ts >= start_ts;
+            if decided {
+                return;
+            }
+            continue;
+        };
+        if lock.ttl_ms >= wanted {
+            continue;
         }
+        let mut next = snap.head.next();
+        if let Some(l) = next.lock.as_mut() {
+            l.ttl_ms = wanted;
+        }
+        let _ = shared.cas_head(&primary, &snap, next).await;
     }
 }
