@@ -447,7 +447,7 @@ impl Transaction {
                     value: value.as_deref(),
                     ttl_ms,
                     notify,
-                    notify_primary: &primary,
+                    notify_primary: primary,
                 },
                 cached.get(cell).cloned(),
                 &locked,
@@ -469,7 +469,7 @@ impl Transaction {
             }
         }
         if let Some(error) = failure {
-            self.abort(&primary, &cells).await?;
+            self.abort(primary, cells).await?;
             return Err(error);
         }
         crash_point!(self, CrashPoint::AllPrewritten);
@@ -478,11 +478,11 @@ impl Transaction {
         let commit_ts = shared.oracle.get_timestamp().await?;
         let lifetime_ms = shared.config.max_lifetime.as_millis() as u64;
         if commit_ts.physical_ms() > Timestamp(start_ts).physical_ms() + lifetime_ms {
-            self.abort(&primary, &cells).await?;
+            self.abort(primary, cells).await?;
             return Err(self.too_old());
         }
         let primary_snap = locked_heads[0].take();
-        self.commit_primary(&primary, commit_ts.0, primary_snap)
+        self.commit_primary(primary, commit_ts.0, primary_snap)
             .await?;
         crash_point!(self, CrashPoint::Committed);
 
