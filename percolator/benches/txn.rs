@@ -1,15 +1,19 @@
 //! Transactional throughput against the raw store it runs on, measured side by side in one
-//! run on the embedded backend (timestamps from the in-process `LocalClock`).
+//! run on the embedded backend and, for the read and write ratios, on TiKV (`TikvKv` through an
+//! in-process minitikv on loopback, where every store call is a network round trip);
+//! timestamps from the in-process `LocalClock`.
 //!
 //! Run: `cargo bench -p percolator --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
 //! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
-//! 64 tasks), `txn10_per_sec`, `abort_rate_hot` and the raw store calls per transaction.
+//! 64 tasks; `tikv_`-prefixed for TiKV), `txn10_per_sec`, `abort_rate_hot` and the raw store
+//! calls per transaction (the last three on the embedded store).
 
 use async_trait::async_trait;
 use percolator::kv::{CasOutcome, EmbeddedKv, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
 use percolator::ts::LocalClock;
 use percolator::txn::{Client, ClientConfig};
 use percolator::Cell;
+use percolator_tikv::{TikvConfig, TikvKv};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -116,88 +120,138 @@ where
     )
 }
 
+/// Loads `CELLS` committed cells and as many raw keys into `raw`; returns the counting
+/// wrapper and a client over it.
+async fn setup(raw: Arc<dyn RawKv>) -> (Arc<Counting>, Client) {
+    let counting = Arc::new(Counting {
+        inner: raw.clone(),
+        calls: AtomicU64::new(0),
+    });
+    let client = Client::with_config(
+        counting.clone(),
+        Arc::new(LocalClock::new()),
+        ClientConfig::with_namespace("bench"),
+    );
+    // Load: every cell has a committed value; the raw keys hold a value too.
+    for chunk in (0..CELLS).collect::<Vec<_>>().chunks(500) {
+        let t = client.begin().await.expect("begin");
+        for &i in chunk {
+            t.set(cell(i), vec![7u8; 100]);
+        }
+        t.commit().await.expect("load");
+        let pairs = chunk
+            .iter()
+            .map(|&i| (format!("raw/{i:06}").into_bytes(), vec![7u8; 100]))
+            .collect();
+        raw.batch_put(pairs).await.expect("load raw");
+    }
+    (counting, client)
+}
+
+/// Single-cell transactional reads and writes against raw gets and puts on the same store,
+/// side by side at 16 and 64 tasks; keys `read_ratio@N` and `write_ratio@N`.
+async fn ratios(
+    label: &str,
+    raw: Arc<dyn RawKv>,
+    client: &Client,
+    secs: f64,
+) -> BTreeMap<String, f64> {
+    let mut report = BTreeMap::new();
+    for tasks in [16usize, 64] {
+        let kv = raw.clone();
+        let (raw_get, _) = run_for(tasks, secs, move |r| {
+            let kv = kv.clone();
+            async move {
+                kv.get(format!("raw/{:06}", r % CELLS).as_bytes())
+                    .await
+                    .is_ok()
+            }
+        })
+        .await;
+        let c = client.clone();
+        let (txn_read, _) = run_for(tasks, secs, move |r| {
+            let c = c.clone();
+            async move {
+                let t = c.begin().await.expect("begin");
+                t.get(&cell(r % CELLS)).await.is_ok() && t.commit().await.is_ok()
+            }
+        })
+        .await;
+        let kv = raw.clone();
+        let (raw_put, _) = run_for(tasks, secs, move |r| {
+            let kv = kv.clone();
+            async move {
+                kv.put(
+                    format!("raw/{:06}", r % CELLS).into_bytes(),
+                    vec![r as u8; 100],
+                )
+                .await
+                .is_ok()
+            }
+        })
+        .await;
+        let c = client.clone();
+        let (txn_write, _) = run_for(tasks, secs, move |r| {
+            let c = c.clone();
+            async move {
+                let t = c.begin().await.expect("begin");
+                t.set(cell(r % CELLS), vec![r as u8; 100]);
+                t.commit().await.is_ok()
+            }
+        })
+        .await;
+        println!(
+            "{label:>8} tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3}",
+            txn_read / raw_get,
+            txn_write / raw_put
+        );
+        report.insert(format!("read_ratio@{tasks}"), txn_read / raw_get);
+        report.insert(format!("write_ratio@{tasks}"), txn_write / raw_put);
+    }
+    report
+}
+
 fn main() {
     let secs: f64 = std::env::var("TXN_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The TiKV server runs on its own runtime, as a separate process would.
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let server = server_runtime
+        .block_on(minitikv::start(minitikv::ServerConfig::embedded(
+            dir.path().join("minitikv"),
+        )))
+        .expect("start minitikv");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let dir = tempfile::tempdir().expect("temp dir");
+    let embedded_dir = dir.path().join("embedded");
     let report = runtime.block_on(async move {
-        let raw: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
-        let counting = Arc::new(Counting {
-            inner: raw.clone(),
-            calls: AtomicU64::new(0),
-        });
-        let client = Client::with_config(
-            counting.clone(),
-            Arc::new(LocalClock::new()),
-            ClientConfig::with_namespace("bench"),
-        );
-        // Load: every cell has a committed value; the raw keys hold a value too.
-        for chunk in (0..CELLS).collect::<Vec<_>>().chunks(500) {
-            let t = client.begin().await.expect("begin");
-            for &i in chunk {
-                t.set(cell(i), vec![7u8; 100]);
-            }
-            t.commit().await.expect("load");
-            let pairs = chunk
-                .iter()
-                .map(|&i| (format!("raw/{i:06}").into_bytes(), vec![7u8; 100]))
-                .collect();
-            raw.batch_put(pairs).await.expect("load raw");
-        }
+        let raw: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&embedded_dir).expect("open"));
+        let (counting, client) = setup(raw.clone()).await;
         let mut report: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        for tasks in [16usize, 64] {
-            let kv = raw.clone();
-            let (raw_get, _) = run_for(tasks, secs, move |r| {
-                let kv = kv.clone();
-                async move { kv.get(format!("raw/{:06}", r % CELLS).as_bytes()).await.is_ok() }
-            })
-            .await;
-            let c = client.clone();
-            let (txn_read, _) = run_for(tasks, secs, move |r| {
-                let c = c.clone();
-                async move {
-                    let t = c.begin().await.expect("begin");
-                    t.get(&cell(r % CELLS)).await.is_ok() && t.commit().await.is_ok()
-                }
-            })
-            .await;
-            let kv = raw.clone();
-            let (raw_put, _) = run_for(tasks, secs, move |r| {
-                let kv = kv.clone();
-                async move {
-                    kv.put(format!("raw/{:06}", r % CELLS).into_bytes(), vec![r as u8; 100])
-                        .await
-                        .is_ok()
-                }
-            })
-            .await;
-            let c = client.clone();
-            let (txn_write, _) = run_for(tasks, secs, move |r| {
-                let c = c.clone();
-                async move {
-                    let t = c.begin().await.expect("begin");
-                    t.set(cell(r % CELLS), vec![r as u8; 100]);
-                    t.commit().await.is_ok()
-                }
-            })
-            .await;
-            println!(
-                "tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3}",
-                txn_read / raw_get,
-                txn_write / raw_put
-            );
-            report.insert(format!("read_ratio@{tasks}"), (txn_read / raw_get).into());
-            report.insert(format!("write_ratio@{tasks}"), (txn_write / raw_put).into());
-            if tasks == 16 {
-                report.insert("read_ratio".into(), (txn_read / raw_get).into());
-                report.insert("write_ratio".into(), (txn_write / raw_put).into());
-            }
+        for (key, value) in ratios("embedded", raw.clone(), &client, secs).await {
+            report.insert(key, value.into());
+        }
+        report.insert("read_ratio".into(), report["read_ratio@16"].clone());
+        report.insert("write_ratio".into(), report["write_ratio@16"].clone());
+        // The same pairs through TiKV (TikvKv -> minitikv on loopback, on an embedded store):
+        // every store call is a network round trip, as in the Percolator paper's setting.
+        let tikv: Arc<dyn RawKv> = Arc::new(
+            TikvKv::connect(TikvConfig::new(vec![server.endpoint()]))
+                .await
+                .expect("connect to minitikv"),
+        );
+        let (_, tikv_client) = setup(tikv.clone()).await;
+        for (key, value) in ratios("tikv", tikv, &tikv_client, secs).await {
+            report.insert(format!("tikv_{key}"), value.into());
         }
         let c = client.clone();
         let (txn10, _) = run_for(16, secs, move |r| {

@@ -60,6 +60,26 @@ impl Shared {
         HeadSnapshot::decode(&key, raw)
     }
 
+    /// Remembers `snap`, the head of `cell` as one of our commits left it, as the expected
+    /// value of a later blind write of the cell (see `ClientConfig::head_cache_entries`).
+    pub(crate) fn remember_committed_head(&self, cell: &Cell, snap: HeadSnapshot) {
+        if let Some(cache) = &self.committed_heads {
+            if snap.head.lock.is_none() {
+                cache.insert(cell.clone(), std::sync::Arc::new(snap));
+            }
+        }
+    }
+
+    /// The head of `cell` as this client's last commit of it left it, if remembered. It may
+    /// be stale, so it serves only as a CAS expectation: a stale one fails the CAS, which
+    /// returns the current head. Conflict checks on it are sound because a lock-free head
+    /// only ever gains commits and raises `rollback_ts` (GC tombstones only drop versions
+    /// below a safe point, which every prewriter is above).
+    pub(crate) fn remembered_head(&self, cell: &Cell) -> Option<HeadSnapshot> {
+        let cache = self.committed_heads.as_ref()?;
+        cache.get(cell).map(|snap| HeadSnapshot::clone(&snap))
+    }
+
     /// CAS of the head of `cell` from `expected` to `new`. `Ok` carries the new snapshot;
     /// `Err` the head found instead. A swap reported failed whose current value is exactly
     /// our bytes (tikv-client's retry hazard; heads never repeat thanks to `seq`) is a success.

@@ -496,8 +496,12 @@ impl Transaction {
                 let committed = &committed;
                 let shared = shared.clone();
                 async move {
-                    if let Err(e) = shared.roll_forward(cell, start_ts, commit_ts.0, snap).await {
-                        tracing::debug!(%cell, start_ts, error = %e, "secondary commit failed; readers will roll it forward");
+                    match shared.roll_forward(cell, start_ts, commit_ts.0, snap).await {
+                        Ok(Some(committed)) => shared.remember_committed_head(cell, committed),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(%cell, start_ts, error = %e, "secondary commit failed; readers will roll it forward");
+                        }
                     }
                     let _done = committed.fetch_add(1, Ordering::SeqCst) + 1;
                     crash_point!(self, CrashPoint::SecondaryCommitted { committed: _done });
@@ -534,7 +538,7 @@ impl Transaction {
             Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
             Some(v) => Op::Put(v.to_vec()),
         };
-        let mut snap = match cached {
+        let mut snap = match cached.or_else(|| shared.remembered_head(cell)) {
             Some(s) => s,
             None => shared.read_head(cell).await?,
         };
@@ -633,7 +637,10 @@ impl Transaction {
                 .roll_forward(primary, start_ts, commit_ts, known.take())
                 .await
             {
-                Ok(Some(_)) => return Ok(()),
+                Ok(Some(committed)) => {
+                    shared.remember_committed_head(primary, committed);
+                    return Ok(());
+                }
                 Ok(None) => break, // Our lock is gone: find out why below.
                 Err(TxnError::Storage(e)) => {
                     storage_failures += 1;
