@@ -5,7 +5,7 @@
 //! module holds the trait and [`LocalClock`], a non-persistent source for tests.
 
 use async_trait::async_trait;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Bits of a timestamp that hold the logical counter.
@@ -74,7 +74,7 @@ pub trait TimestampSource: Send + Sync + 'static {
 /// a restart it may repeat timestamps (use the oracle crate for anything that persists).
 #[derive(Debug, Default)]
 pub struct LocalClock {
-    last: Mutex<u64>,
+    last: AtomicU64,
 }
 
 impl LocalClock {
@@ -90,9 +90,13 @@ impl LocalClock {
             .unwrap_or_default()
             .as_millis() as u64;
         let candidate = Timestamp::compose(now_ms, 0).0;
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        *last = (*last + 1).max(candidate);
-        Timestamp(*last)
+        let next = |last: u64| (last + 1).max(candidate);
+        // fetch_update retries until no other caller moved `last` in between.
+        let previous = self
+            .last
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(next(last)))
+            .unwrap_or_else(|last| last);
+        Timestamp(next(previous))
     }
 }
 

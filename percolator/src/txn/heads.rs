@@ -55,9 +55,13 @@ impl HeadSnapshot {
 impl Shared {
     /// Reads the head of `cell`.
     pub(crate) async fn read_head(&self, cell: &Cell) -> TxnResult<HeadSnapshot> {
-        let key = self.codec.head(cell);
-        let raw = self.kv.get(&key).await?;
-        HeadSnapshot::decode(&key, raw)
+        self.read_head_at(&self.codec.head(cell)).await
+    }
+
+    /// Reads the head stored at head key `key`.
+    pub(crate) async fn read_head_at(&self, key: &[u8]) -> TxnResult<HeadSnapshot> {
+        let raw = self.kv.get(key).await?;
+        HeadSnapshot::decode(key, raw)
     }
 
     /// Remembers `snap`, the head of `cell` as one of our commits left it, as the expected
@@ -150,16 +154,16 @@ impl Shared {
     pub(crate) async fn version_value(
         &self,
         cell: &Cell,
-        version: &Version,
+        version: Version,
     ) -> TxnResult<Option<Vec<u8>>> {
         use crate::record::Op;
-        match &version.op {
+        match version.op {
             Op::Delete => Ok(None),
-            Op::Put(value) => Ok(Some(value.clone())),
+            Op::Put(value) => Ok(Some(value)),
             Op::PutExternal(len) => {
                 let key = self.codec.data(cell, version.start_ts);
                 match self.kv.get(&key).await? {
-                    Some(value) if value.len() as u64 == *len => Ok(Some(value)),
+                    Some(value) if value.len() as u64 == len => Ok(Some(value)),
                     found => Err(TxnError::Corrupt {
                         key: key.escape_ascii().to_string(),
                         source: crate::record::RecordError::Truncated {

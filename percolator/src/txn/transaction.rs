@@ -40,8 +40,9 @@ struct Inner {
 struct State {
     /// Buffered writes: `Some(value)` to put, `None` to delete.
     writes: BTreeMap<Cell, Option<Vec<u8>>>,
-    /// Heads read by this transaction, reused as the expectation of its prewrite CAS.
-    heads: HashMap<Cell, HeadSnapshot>,
+    /// Heads read by this transaction by head key, reused as the expectation of its
+    /// prewrite CAS.
+    heads: HashMap<Vec<u8>, HeadSnapshot>,
     /// Cells explicitly notified (strong notifications) by this transaction.
     notifies: std::collections::BTreeSet<Cell>,
     finished: bool,
@@ -167,12 +168,15 @@ impl Transaction {
     /// Like [`Transaction::get`], also returning the commit_ts of the version read
     /// (`None` for the transaction's own buffered write or an absent cell).
     pub async fn get_versioned(&self, cell: &Cell) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
-        self.check_open()?;
-        if let Some(write) = self.state().writes.get(cell) {
-            return Ok((write.clone(), None));
-        }
-        let snap = self.head_to_read(cell).await?;
-        let (value, commit_ts) = self.read_versioned(cell, snap).await?;
+        let (key, snap) = match self.local_read(cell)? {
+            LocalRead::Written(value) => return Ok((value, None)),
+            LocalRead::Head(key, Some(snap)) => (key, snap),
+            LocalRead::Head(key, None) => {
+                let snap = self.shared().read_head_at(&key).await?;
+                (key, snap)
+            }
+        };
+        let (value, commit_ts) = self.read_versioned(cell, key, snap).await?;
         self.check_lifetime()?;
         self.check_snapshot().await?;
         Ok((value, commit_ts))
@@ -180,39 +184,36 @@ impl Transaction {
 
     /// The value of `cell` in this transaction's snapshot (its own writes included).
     pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
-        self.check_open()?;
-        if let Some(write) = self.state().writes.get(cell) {
-            return Ok(write.clone());
+        Ok(self.get_versioned(cell).await?.0)
+    }
+
+    /// What the transaction itself knows about `cell` (one lock of its state): its buffered
+    /// write, or the head key and the head it already read, if any. Reusing that head is
+    /// exact under SI: a cached head holds no lock at or below our start_ts, and anything
+    /// written to the cell since commits above our start_ts (its commit_ts is drawn after its
+    /// prewrite, which came after our read).
+    fn local_read(&self, cell: &Cell) -> TxnResult<LocalRead> {
+        let key = self.shared().codec.head(cell);
+        let state = self.state();
+        if state.finished {
+            return Err(TxnError::Finished {
+                start_ts: self.inner.start_ts,
+            });
         }
-        let snap = self.head_to_read(cell).await?;
-        let value = self.read_with_head(cell, snap).await?;
-        self.check_lifetime()?;
-        self.check_snapshot().await?;
-        Ok(value)
-    }
-
-    /// The head to read `cell` from: the one this transaction already read, if any, else a
-    /// fresh read. Reusing it is exact under SI: a cached head holds no lock at or below our
-    /// start_ts, and anything written to the cell since commits above our start_ts (its
-    /// commit_ts is drawn after its prewrite, which came after our read).
-    async fn head_to_read(&self, cell: &Cell) -> TxnResult<HeadSnapshot> {
-        let cached = self.state().heads.get(cell).cloned();
-        match cached {
-            Some(snap) => Ok(snap),
-            None => self.shared().read_head(cell).await,
+        if let Some(write) = state.writes.get(cell) {
+            return Ok(LocalRead::Written(write.clone()));
         }
+        let cached = state.heads.get(&key).cloned();
+        Ok(LocalRead::Head(key, cached))
     }
 
-    /// Reads `cell` at start_ts starting from an already-read head: resolves locks that may
-    /// hide a version visible to us (waiting on live ones), then returns the visible value.
-    async fn read_with_head(&self, cell: &Cell, snap: HeadSnapshot) -> TxnResult<Option<Vec<u8>>> {
-        Ok(self.read_versioned(cell, snap).await?.0)
-    }
-
-    /// [`Self::read_with_head`], also returning the commit_ts of the version read.
+    /// Reads `cell` (head key `key`) at start_ts starting from an already-read head: resolves
+    /// locks that may hide a version visible to us (waiting on live ones), remembers the head
+    /// for a later prewrite, then returns the visible value and its commit_ts.
     async fn read_versioned(
         &self,
         cell: &Cell,
+        key: Vec<u8>,
         mut snap: HeadSnapshot,
     ) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
         let start_ts = self.inner.start_ts;
@@ -223,18 +224,18 @@ impl Transaction {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(50));
             }
-            snap = self.shared().read_head(cell).await?;
+            snap = self.shared().read_head_at(&key).await?;
         }
         let version = self
             .shared()
             .visible_version(cell, &snap.head, start_ts)
             .await?;
-        self.state().heads.insert(cell.clone(), snap);
+        self.state().heads.insert(key, snap);
         match version {
-            Some(v) => Ok((
-                self.shared().version_value(cell, &v).await?,
-                Some(v.commit_ts),
-            )),
+            Some(v) => {
+                let commit_ts = v.commit_ts;
+                Ok((self.shared().version_value(cell, v).await?, Some(commit_ts)))
+            }
             None => Ok((None, None)),
         }
     }
@@ -272,7 +273,7 @@ impl Transaction {
                     }
                 };
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
-                if let Some(value) = self.read_with_head(&cell, snap).await? {
+                if let Some(value) = self.read_versioned(&cell, key, snap).await?.0 {
                     result.insert(cell, value);
                 }
             }
@@ -393,7 +394,7 @@ impl Transaction {
         let ttl_ms = (self.inner.started.elapsed() + shared.config.lock_ttl)
             .min(shared.config.max_lifetime)
             .as_millis() as u64;
-        let cached: HashMap<Cell, HeadSnapshot> = std::mem::take(&mut self.state().heads);
+        let cached: HashMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
         // Keep the primary's lock alive while the commit takes long: the heartbeat runs in
         // this task beside the commit (no task spawned per commit) and stops with it.
@@ -417,7 +418,7 @@ impl Transaction {
         cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
         ttl_ms: u64,
-        cached: HashMap<Cell, HeadSnapshot>,
+        cached: HashMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
@@ -449,7 +450,7 @@ impl Transaction {
                     notify,
                     notify_primary: primary,
                 },
-                cached.get(cell).cloned(),
+                cached.get(&shared.codec.head(cell)).cloned(),
                 &locked,
             )
         });
@@ -683,6 +684,17 @@ impl Transaction {
         }
         Ok(())
     }
+}
+
+/// What a read finds in the transaction itself.
+// Returned once per read and consumed at once: boxing the large variant would only add an
+// allocation to the common case.
+#[allow(clippy::large_enum_variant)]
+enum LocalRead {
+    /// The transaction's own buffered write (`None`: a delete).
+    Written(Option<Vec<u8>>),
+    /// The cell's head key, and the head the transaction already read, if any.
+    Head(Vec<u8>, Option<HeadSnapshot>),
 }
 
 /// What one prewrite writes besides its lock.
