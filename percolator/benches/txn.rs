@@ -172,11 +172,7 @@ async fn ratios(
         let kv = raw.clone();
         let (raw_get, _) = run_for(tasks, secs, move |r| {
             let kv = kv.clone();
-            async move {
-                kv.get(&raw_key(r % CELLS))
-                    .await
-                    .is_ok()
-            }
+            async move { kv.get(&raw_key(r % CELLS)).await.is_ok() }
         })
         .await;
         let c = client.clone();
@@ -191,14 +187,7 @@ async fn ratios(
         let kv = raw.clone();
         let (raw_put, _) = run_for(tasks, secs, move |r| {
             let kv = kv.clone();
-            async move {
-                kv.put(
-                    raw_key(r % CELLS),
-                    vec![r as u8; 100],
-                )
-                .await
-                .is_ok()
-            }
+            async move { kv.put(raw_key(r % CELLS), vec![r as u8; 100]).await.is_ok() }
         })
         .await;
         let c = client.clone();
