@@ -539,10 +539,16 @@ impl Transaction {
             Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
             Some(v) => Op::Put(v.to_vec()),
         };
-        let mut snap = match cached.or_else(|| shared.remembered_head(cell)) {
-            Some(s) => s,
-            None => shared.read_head(cell).await?,
-        };
+        // The expected head: the one this transaction read, else the one our client's last
+        // commit of the cell left, else a guess that the cell is new (no head). A wrong
+        // expectation costs nothing extra: the CAS fails and returns the current head, which
+        // is what a read would have fetched (see ARCHITECTURE "Remembered heads").
+        let mut snap = cached
+            .or_else(|| shared.remembered_head(cell))
+            .unwrap_or(HeadSnapshot {
+                raw: None,
+                head: Head::default(),
+            });
         let mut data_written = false;
         loop {
             let head = &snap.head;
