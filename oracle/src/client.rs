@@ -1,9 +1,23 @@
-//! [`OracleClient`]: one connection per process, batching concurrent requests into one round
-//! trip, failing over across oracle addresses.
+//! [`OracleClient`]: one connection per process, batching concurrent requests into rounds
+//! (one request each), pipelining up to [`MAX_IN_FLIGHT`] rounds on the connection, failing
+//! over across oracle addresses.
+//!
+//! Why pipelining keeps timestamps linearizable (a request that begins after another
+//! request's reply gets a larger timestamp):
+//! - a request is only placed into a round taken from the queue after the request began, and
+//!   that round's frame is written (on every connection it is ever sent on) after it was taken;
+//! - the server reads a connection's frames in order and answers each from a source that only
+//!   grows (one leader allocates ranges under one mutex after the requests arrived), so a
+//!   frame written after another request's reply arrived is answered above that reply;
+//! - across a leader change, the server's epoch check before each reply batch covers every
+//!   request in it, pipelined or not (`ARCHITECTURE.md`, "Timestamp oracle");
+//! - replies are matched to rounds strictly in order by `req_id`; anything else drops the
+//!   connection, and every unanswered round is sent again, as a new request, elsewhere.
 
 use crate::proto::{self, GetRequest, Reply, MAX_COUNT};
 use async_trait::async_trait;
 use percolator::{Timestamp, TimestampError, TimestampSource};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -12,14 +26,23 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tracing::debug;
 
+/// Most rounds in flight on the connection at once. With one, the client and the server
+/// take turns idling for a whole round trip (cross-thread wake-ups dominate it); with more,
+/// requests arriving meanwhile go out at once, and the server serves them while the client
+/// hands out the previous reply. Beyond a few, the same requests only split into smaller
+/// rounds.
+pub const MAX_IN_FLIGHT: usize = 4;
+
 /// Timeouts and retry pacing of an [`OracleClient`].
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
-    /// Limit for one round trip; past it the connection is dropped and the next address tried.
+    /// Limit for one round trip (from writing a round to its reply); past it the connection
+    /// is dropped and the next address tried.
     pub rpc_timeout: Duration,
     /// Limit for connecting and the handshake.
     pub connect_timeout: Duration,
-    /// Limit for one `get_timestamp` call, failovers included.
+    /// Limit for one `get_timestamp` call, failovers included (measured per round, from when
+    /// it was first sent).
     pub request_timeout: Duration,
     /// Pause after every address refused or failed once in a row.
     pub retry_backoff: Duration,
@@ -39,7 +62,8 @@ impl Default for ClientConfig {
 /// Counters of an [`OracleClient`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientStats {
-    /// Successful round trips.
+    /// Rounds answered with timestamps (one request and reply each; up to
+    /// [`MAX_IN_FLIGHT`] of them overlap).
     pub round_trips: u64,
     /// Timestamps they carried.
     pub timestamps: u64,
@@ -93,11 +117,12 @@ impl Round {
 }
 
 /// Requests not yet sent: `current` collects new ones; `full` holds rounds that reached
-/// [`MAX_COUNT`] requests.
+/// [`MAX_COUNT`] requests. `gone` once the connection task has ended: no round would be sent.
 struct Pending {
     full: Vec<(Arc<Round>, u32)>,
     current: Arc<Round>,
     count: u32,
+    gone: bool,
 }
 
 struct Queue {
@@ -120,9 +145,38 @@ impl Drop for Inner {
 }
 
 impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn pending_count(&self) -> u32 {
-        let p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let p = self.lock();
         p.count + p.full.len() as u32 * MAX_COUNT
+    }
+
+    /// Takes the oldest pending round and its request count, if any request is pending.
+    fn take_round(&self) -> Option<(Arc<Round>, u32)> {
+        let mut p = self.lock();
+        if !p.full.is_empty() {
+            Some(p.full.remove(0))
+        } else if p.count > 0 {
+            let count = std::mem::replace(&mut p.count, 0);
+            Some((std::mem::replace(&mut p.current, Round::new()), count))
+        } else {
+            None
+        }
+    }
+
+    /// The connection task ended: fails every pending round, and every later request.
+    fn shut(&self) {
+        let mut p = self.lock();
+        p.gone = true;
+        let mut rounds: Vec<Arc<Round>> = p.full.drain(..).map(|(r, _)| r).collect();
+        rounds.push(p.current.clone());
+        drop(p);
+        for round in rounds {
+            drop(Serving(round));
+        }
     }
 }
 
@@ -144,10 +198,12 @@ impl Drop for Serving {
     }
 }
 
-/// A client of the oracle service. Clone it freely: clones share one connection, and every
-/// request pending when a round trip starts is served by that one round trip (a request for
-/// N timestamps, answered with a range). Nothing is served from a cached range, so every
-/// timestamp is fresh from the leader (linearizable).
+/// A client of the oracle service. Clone it freely: clones share one connection. The
+/// requests pending when the connection task takes a round are served by that round (one
+/// request for N timestamps, answered with a range); while up to [`MAX_IN_FLIGHT`] rounds
+/// await their replies, requests arriving meanwhile go out in the next round at once.
+/// Nothing is served from a cached range, so every timestamp is fresh from the leader
+/// (linearizable; see the module documentation).
 #[derive(Clone)]
 pub struct OracleClient {
     inner: Arc<Inner>,
@@ -166,20 +222,21 @@ impl OracleClient {
                 full: Vec::new(),
                 current: Round::new(),
                 count: 0,
+                gone: false,
             }),
             notify: Notify::new(),
             closed: AtomicBool::new(false),
             round_trips: AtomicU64::new(0),
             served: AtomicU64::new(0),
         });
-        handle.spawn(drive(queue.clone(), addrs, config));
+        handle.spawn(Driver::new(queue.clone(), addrs, config).run());
         Ok(OracleClient {
             inner: Arc::new(Inner { queue }),
         })
     }
 
-    /// Successful round trips and the timestamps they carried, since the client was built
-    /// (their ratio is the achieved batch size).
+    /// Rounds answered with timestamps and the timestamps they carried, since the client was
+    /// built (their ratio is the achieved batch size).
     pub fn stats(&self) -> ClientStats {
         let q = &self.inner.queue;
         ClientStats {
@@ -193,7 +250,10 @@ impl OracleClient {
     pub async fn get_timestamp(&self) -> Result<Timestamp, ClientError> {
         let queue = &self.inner.queue;
         let (round, index) = {
-            let mut p = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut p = queue.lock();
+            if p.gone {
+                return Err(ClientError::Closed);
+            }
             if p.count == MAX_COUNT {
                 let full = std::mem::replace(&mut p.current, Round::new());
                 p.full.push((full, MAX_COUNT));
@@ -275,27 +335,14 @@ impl Conn {
         })
     }
 
-    async fn round_trip(&mut self, req: GetRequest) -> Result<Reply, RpcError> {
-        self.out.clear();
-        proto::encode_request(req, &mut self.out);
-        self.stream.write_all(&self.out).await?;
+    /// The next reply on the connection. Cancel-safe: bytes read stay in `buf`.
+    async fn read_reply(&mut self) -> Result<Reply, RpcError> {
         let mut chunk = [0u8; 1024];
         loop {
             if let Some((reply, used)) =
                 proto::decode_reply(&self.buf).map_err(|e| RpcError::Protocol(e.to_string()))?
             {
                 self.buf.drain(..used);
-                let id = match &reply {
-                    Reply::Timestamps { req_id, .. }
-                    | Reply::NotLeader { req_id, .. }
-                    | Reply::Error { req_id, .. } => *req_id,
-                };
-                if id != req.req_id {
-                    return Err(RpcError::Protocol(format!(
-                        "reply to request {id}, expected {}",
-                        req.req_id
-                    )));
-                }
                 return Ok(reply);
             }
             let n = self.stream.read(&mut chunk).await?;
@@ -307,135 +354,311 @@ impl Conn {
     }
 }
 
-/// The connection task: takes every pending request, asks for that many timestamps in one
-/// round trip, hands them out in queue order; retries across addresses until the request
-/// timeout.
-async fn drive(queue: Arc<Queue>, addrs: Vec<String>, config: ClientConfig) {
-    let mut conn: Option<Conn> = None;
-    let mut idx = 0usize;
-    let mut req_id = 0u64;
-    // Recent round size, decaying: a lone requester brings it down to 1.
-    let mut recent = 0u32;
-    loop {
-        // Under concurrency, let tasks that are already runnable (typically the requesters
-        // just handed their timestamps) queue their next request first, so it joins this
-        // round trip instead of the next one. A lone requester does not pay for the yield.
-        if recent > 1 {
-            // Yield while more requests keep arriving (a large wake-up spills into the
-            // runtime's global queue and takes more than one turn to drain).
-            let mut seen = queue.pending_count();
-            for _ in 0..4 {
-                tokio::task::yield_now().await;
-                let now = queue.pending_count();
-                if now == seen || now >= recent {
-                    break;
+fn reply_id(reply: &Reply) -> u64 {
+    match reply {
+        Reply::Timestamps { req_id, .. }
+        | Reply::NotLeader { req_id, .. }
+        | Reply::Error { req_id, .. } => *req_id,
+    }
+}
+
+/// A round taken from the queue and not yet answered.
+struct Flight {
+    serving: Serving,
+    count: u32,
+    /// When the round was taken (and first sent): its `request_timeout` runs from here.
+    taken: Instant,
+    /// Its request on the current connection (`req_id`, when written: its `rpc_timeout`
+    /// runs from there); `None` until (re)sent.
+    sent: Option<(u64, Instant)>,
+}
+
+/// The connection task: takes pending requests as rounds, keeps up to [`MAX_IN_FLIGHT`] of
+/// them in flight on one connection, hands each reply's timestamps out in queue order, and
+/// on any failure resends every unanswered round (in order) to the next address, until each
+/// round's request timeout.
+struct Driver {
+    queue: Arc<Queue>,
+    addrs: Vec<String>,
+    config: ClientConfig,
+    conn: Option<Conn>,
+    /// The address in use (modulo the number of addresses).
+    idx: usize,
+    req_id: u64,
+    /// Unanswered rounds, oldest first; the ones sent on `conn` come before the others.
+    flights: VecDeque<Flight>,
+    /// Failures since the last answered round (or since idle); a whole cycle of addresses
+    /// failing in a row pauses `retry_backoff`.
+    failures_in_row: usize,
+    /// The last failure, reported to rounds that time out.
+    last: String,
+    /// Recent round size, decaying: a lone requester brings it down to 1.
+    recent: u32,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Rounds in flight complete through their `Serving` guards.
+        self.queue.shut();
+    }
+}
+
+impl Driver {
+    fn new(queue: Arc<Queue>, addrs: Vec<String>, config: ClientConfig) -> Driver {
+        Driver {
+            queue,
+            addrs,
+            config,
+            conn: None,
+            idx: 0,
+            req_id: 0,
+            flights: VecDeque::with_capacity(MAX_IN_FLIGHT),
+            failures_in_row: 0,
+            last: String::from("none"),
+            recent: 0,
+        }
+    }
+
+    async fn run(mut self) {
+        loop {
+            self.take_rounds().await;
+            if self.flights.is_empty() {
+                if self.queue.closed.load(Ordering::Acquire) {
+                    return;
                 }
-                seen = now;
+                self.queue.notify.notified().await;
+                continue;
+            }
+            self.send_all().await;
+            if !self.flights.is_empty() {
+                self.await_event().await;
             }
         }
-        let taken = {
-            let mut p = queue.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(full) = p.full.pop() {
-                Some(full)
-            } else if p.count > 0 {
-                let count = std::mem::replace(&mut p.count, 0);
-                Some((std::mem::replace(&mut p.current, Round::new()), count))
-            } else {
-                None
-            }
-        };
-        let Some((round, count)) = taken else {
-            if queue.closed.load(Ordering::Acquire) {
+    }
+
+    /// Moves pending requests into new rounds while fewer than [`MAX_IN_FLIGHT`] are in
+    /// flight.
+    async fn take_rounds(&mut self) {
+        if self.flights.len() >= MAX_IN_FLIGHT {
+            return;
+        }
+        self.gather().await;
+        while self.flights.len() < MAX_IN_FLIGHT {
+            let Some((round, count)) = self.queue.take_round() else {
                 return;
+            };
+            if self.flights.is_empty() {
+                // A fresh start: earlier failures belong to rounds already finished.
+                self.failures_in_row = 0;
+                self.last = String::from("none");
             }
-            queue.notify.notified().await;
-            continue;
-        };
-        recent = recent.max(count).max(recent / 2 + count / 2);
-        let serving = Serving(round);
-        let started = Instant::now();
-        let mut failures_in_row = 0usize;
-        let mut last = String::from("none");
-        loop {
-            if started.elapsed() >= config.request_timeout {
-                serving.finish(Err(ClientError::Timeout {
-                    timeout: config.request_timeout,
-                    last: last.clone(),
-                }));
+            self.recent = self.recent.max(count).max(self.recent / 2 + count / 2);
+            self.flights.push_back(Flight {
+                serving: Serving(round),
+                count,
+                taken: Instant::now(),
+                sent: None,
+            });
+        }
+    }
+
+    /// Under concurrency, lets tasks that are already runnable (typically the requesters
+    /// just handed their timestamps) queue their next request first, so it joins the next
+    /// round instead of straggling into a tiny extra one. A lone requester does not pay for
+    /// the yield.
+    async fn gather(&self) {
+        if self.recent <= 1 {
+            return;
+        }
+        // Yield while more requests keep arriving (a large wake-up spills into the runtime's
+        // global queue and takes more than one turn to drain).
+        let mut seen = self.queue.pending_count();
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+            let now = self.queue.pending_count();
+            if now == seen || now >= self.recent {
                 break;
             }
-            if failures_in_row >= addrs.len() {
-                failures_in_row = 0;
-                tokio::time::sleep(config.retry_backoff).await;
-            }
-            let addr = &addrs[idx % addrs.len()];
-            let c = match &mut conn {
-                Some(c) => c,
-                None => {
-                    match tokio::time::timeout(config.connect_timeout, Conn::connect(addr)).await {
-                        Ok(Ok(c)) => conn.insert(c),
-                        Ok(Err(e)) => {
-                            last = format!("{addr}: {e}");
-                            debug!(%addr, error = %e, "oracle connect failed");
-                            idx += 1;
-                            failures_in_row += 1;
-                            continue;
-                        }
-                        Err(_) => {
-                            last = format!("{addr}: connect timed out");
-                            idx += 1;
-                            failures_in_row += 1;
-                            continue;
-                        }
-                    }
+            seen = now;
+        }
+    }
+
+    /// Writes every round not yet sent on the connection, connecting first if needed. On a
+    /// failure moves on through the addresses; returns once every round is sent or has
+    /// timed out.
+    async fn send_all(&mut self) {
+        loop {
+            if self.conn.is_none() {
+                self.expire();
+                if self.flights.is_empty() {
+                    return;
                 }
+                if self.failures_in_row >= self.addrs.len() {
+                    self.failures_in_row = 0;
+                    tokio::time::sleep(self.config.retry_backoff).await;
+                }
+                if let Err(e) = self.connect().await {
+                    self.fail(e, None);
+                    continue;
+                }
+            }
+            match self.write_unsent().await {
+                Ok(()) => return,
+                Err(e) => self.fail(e, None),
+            }
+        }
+    }
+
+    /// Fails every round whose request timeout ran out, with the last failure seen.
+    fn expire(&mut self) {
+        let timeout = self.config.request_timeout;
+        let last = &self.last;
+        self.flights.retain(|f| {
+            if f.taken.elapsed() < timeout {
+                return true;
+            }
+            f.serving.finish(Err(ClientError::Timeout {
+                timeout,
+                last: last.clone(),
+            }));
+            false
+        });
+    }
+
+    fn addr(&self) -> &str {
+        &self.addrs[self.idx % self.addrs.len()]
+    }
+
+    /// Connects to the current address, handshake included.
+    async fn connect(&mut self) -> Result<(), String> {
+        let addr = self.addr();
+        match tokio::time::timeout(self.config.connect_timeout, Conn::connect(addr)).await {
+            Ok(Ok(c)) => {
+                self.conn = Some(c);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(String::from("connect timed out")),
+        }
+    }
+
+    /// Writes the requests of the rounds not yet sent on the connection, in one write.
+    async fn write_unsent(&mut self) -> Result<(), String> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(String::from("not connected"));
+        };
+        conn.out.clear();
+        let now = Instant::now();
+        for f in self.flights.iter_mut().filter(|f| f.sent.is_none()) {
+            self.req_id += 1;
+            f.sent = Some((self.req_id, now));
+            let req = GetRequest {
+                req_id: self.req_id,
+                count: f.count,
             };
-            req_id += 1;
-            let req = GetRequest { req_id, count };
-            match tokio::time::timeout(config.rpc_timeout, c.round_trip(req)).await {
-                Ok(Ok(Reply::Timestamps {
-                    first, count: n, ..
-                })) if n == count => {
-                    serving.finish(Ok(first));
-                    queue.round_trips.fetch_add(1, Ordering::Relaxed);
-                    queue.served.fetch_add(u64::from(count), Ordering::Relaxed);
-                    break;
-                }
-                Ok(Ok(Reply::Timestamps { count: n, .. })) => {
-                    last = format!("{addr}: asked for {count} timestamps, got {n}");
-                    conn = None;
-                    idx += 1;
-                    failures_in_row += 1;
-                }
-                Ok(Ok(Reply::NotLeader { hint, .. })) => {
-                    last = format!("{addr}: not leader");
-                    conn = None;
-                    failures_in_row += 1;
-                    match addrs.iter().position(|a| *a == hint) {
-                        Some(i) if !hint.is_empty() && i != idx % addrs.len() => idx = i,
-                        _ => idx += 1,
-                    }
-                }
-                Ok(Ok(Reply::Error { message, .. })) => {
-                    last = format!("{addr}: {message}");
-                    failures_in_row += 1;
-                    idx += 1;
-                    conn = None;
-                }
-                Ok(Err(e)) => {
-                    last = format!("{addr}: {e}");
-                    debug!(%addr, error = %e, "oracle round trip failed");
-                    conn = None;
-                    idx += 1;
-                    failures_in_row += 1;
-                }
-                Err(_) => {
-                    last = format!("{addr}: no reply within {:?}", config.rpc_timeout);
-                    conn = None;
-                    idx += 1;
-                    failures_in_row += 1;
-                }
+            proto::encode_request(req, &mut conn.out);
+        }
+        if conn.out.is_empty() {
+            return Ok(());
+        }
+        match tokio::time::timeout(self.config.rpc_timeout, conn.stream.write_all(&conn.out)).await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("write blocked for {:?}", self.config.rpc_timeout)),
+        }
+    }
+
+    /// Waits for the reply to the oldest round (dropping the connection past its
+    /// `rpc_timeout`) or, while there is room for another round, for new requests.
+    async fn await_event(&mut self) {
+        let Some((_, sent_at)) = self.flights.front().and_then(|f| f.sent) else {
+            return;
+        };
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::from_std(sent_at + self.config.rpc_timeout);
+        let room = self.flights.len() < MAX_IN_FLIGHT;
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(deadline, conn.read_reply()) => read,
+            _ = self.queue.notify.notified(), if room => return,
+        };
+        match read {
+            Ok(Ok(reply)) => self.on_reply(reply),
+            Ok(Err(e)) => self.fail(e.to_string(), None),
+            Err(_) => {
+                let what = format!("no reply within {:?}", self.config.rpc_timeout);
+                self.fail(what, None);
             }
+        }
+    }
+
+    /// Hands a reply to the oldest round; anything but that round's timestamps drops the
+    /// connection.
+    fn on_reply(&mut self, reply: Reply) {
+        let Some(front) = self.flights.front() else {
+            return self.fail(
+                String::from("protocol error: reply with nothing in flight"),
+                None,
+            );
+        };
+        let (id, count) = (reply_id(&reply), front.count);
+        if front.sent.map(|(sent_id, _)| sent_id) != Some(id) {
+            let what = format!("protocol error: unexpected reply to request {id}");
+            return self.fail(what, None);
+        }
+        match reply {
+            Reply::Timestamps {
+                first, count: n, ..
+            } if n == count && first.checked_add(u64::from(n)).is_some() => {
+                self.answer(first);
+            }
+            Reply::Timestamps {
+                first, count: n, ..
+            } => {
+                let what = format!("asked for {count} timestamps, got {n} from {first}");
+                self.fail(what, None);
+            }
+            Reply::NotLeader { hint, .. } => {
+                let next = self
+                    .addrs
+                    .iter()
+                    .position(|a| *a == hint)
+                    .filter(|&i| !hint.is_empty() && i != self.idx % self.addrs.len());
+                self.fail(String::from("not leader"), next);
+            }
+            Reply::Error { message, .. } => self.fail(message, None),
+        }
+    }
+
+    /// The oldest round got its timestamps from `first` on.
+    fn answer(&mut self, first: u64) {
+        let Some(f) = self.flights.pop_front() else {
+            return;
+        };
+        f.serving.finish(Ok(first));
+        self.queue.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.queue
+            .served
+            .fetch_add(u64::from(f.count), Ordering::Relaxed);
+        self.failures_in_row = 0;
+    }
+
+    /// A failure at the current address: drops the connection, so every unanswered round is
+    /// resent, and moves on to address `next` (default: the following one).
+    fn fail(&mut self, what: String, next: Option<usize>) {
+        let addr = self.addr().to_string();
+        debug!(%addr, error = %what, in_flight = self.flights.len(), "oracle request failed");
+        self.last = format!("{addr}: {what}");
+        self.conn = None;
+        for f in &mut self.flights {
+            f.sent = None;
+        }
+        self.failures_in_row += 1;
+        match next {
+            Some(i) => self.idx = i,
+            None => self.idx += 1,
         }
     }
 }

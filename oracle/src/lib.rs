@@ -5,7 +5,7 @@
 //!   record in the store) serving from a persisted window, standbys that take over when it
 //!   dies, and an epoch check before every reply batch (see `ARCHITECTURE.md`).
 //! - [`OracleClient`]: one connection per process, batching the requests of many tasks into
-//!   one round trip, failing over across oracle addresses.
+//!   rounds (one request each, a few in flight at once), failing over across oracle addresses.
 //! - [`LocalOracle`]: the same persisted window in-process, for the embedded single-process mode.
 //!
 //! Both [`OracleClient`] and [`LocalOracle`] implement [`percolator::TimestampSource`].
