@@ -452,7 +452,9 @@ impl Driver {
                 self.failures_in_row = 0;
                 self.last = String::from("none");
             }
-            self.recent = self.recent.max(count).max(self.recent / 2 + count / 2);
+            // Halves toward the current round size, never below it: after a burst, a lone
+            // requester stops paying for `gather`'s yields within a few rounds.
+            self.recent = count.max(self.recent / 2 + count / 2);
             self.flights.push_back(Flight {
                 serving: Serving(round),
                 count,
