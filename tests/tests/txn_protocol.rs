@@ -19,3 +19,59 @@ macro_rules! on_memory {
 }
 
 for_each_protocol_check!(on_memory);
+
+/// A commit whose prewrite phase outlasts the lock TTL many times over keeps its primary
+/// alive by heartbeats: a reader that meets the primary's lock meanwhile waits instead of
+/// fencing it, and the commit succeeds. (The prewrite here is CPU-bound on the in-memory
+/// store, the case in which a heartbeat sharing the committing task could starve.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_keeps_a_long_prewrite_alive() {
+    use percolator::txn::ClientConfig;
+    use std::time::{Duration, Instant};
+    let ttl = Duration::from_millis(150);
+    let c = client_on(
+        Arc::new(MemoryKv::new()),
+        ClientConfig {
+            lock_ttl: ttl,
+            ..test_config()
+        },
+    );
+    // Grow the write set until one prewrite phase takes well over 4 TTLs on this machine and
+    // the reader met the lock (began before the commit point).
+    let mut cells = 5_000usize;
+    for round in 0..12 {
+        let writer = c.begin().await.unwrap();
+        for i in 0..cells {
+            writer.set(cell(&format!("bulk{round}-{i:07}")), "v");
+        }
+        let primary = cell(&format!("bulk{round}-{:07}", 0));
+        let reader_client = c.clone();
+        let reader = tokio::spawn(async move {
+            // Meet the primary's lock after its original TTL has long expired.
+            tokio::time::sleep(ttl * 3).await;
+            let t = reader_client.begin().await.unwrap();
+            (t.start_ts(), t.get(&primary).await.unwrap())
+        });
+        let started = Instant::now();
+        let outcome = writer.commit().await;
+        let took = started.elapsed();
+        let (read_ts, read) = reader.await.unwrap();
+        let commit_ts = match outcome {
+            Ok(ts) => ts,
+            Err(e) => panic!("a {cells}-cell commit taking {took:?} failed: {e:?}"),
+        };
+        // Snapshot isolation either way: the value exactly when committed before the read.
+        let expected = (commit_ts < read_ts).then(|| b"v".to_vec());
+        assert_eq!(read, expected, "round {round}");
+        if took >= ttl * 4 && read_ts < commit_ts {
+            return;
+        }
+        if took < ttl * 4 {
+            cells *= 4;
+        }
+    }
+    panic!(
+        "no round had a commit longer than {:?} met by the reader",
+        ttl * 4
+    );
+}

@@ -9,7 +9,8 @@ pub struct ClientConfig {
     pub namespace: Vec<u8>,
     /// Lock TTL granted on top of the time already spent since start_ts.
     pub lock_ttl: Duration,
-    /// Whether a committing transaction extends its primary's lock TTL while it runs long.
+    /// Whether a committing transaction extends its primary's lock TTL while it runs long
+    /// (needs a tokio runtime with timers enabled, as retries and lock waits do anyway).
     pub heartbeat: bool,
     /// Maximum transaction lifetime L (invariant 5): older transactions abort.
     pub max_lifetime: Duration,

@@ -242,6 +242,15 @@ async fn collect_cell(
             .map(|v| v.commit_ts),
     };
     let Some(c_star) = c_star else {
+        // Nothing visible at sp. V entries below the floor are garbage readers ignore, put
+        // after an earlier GC (a stale write or spill that landed late): delete them.
+        if head.floor > 0 {
+            let below_floor = shared.codec.versions_at_or_below(cell, head.floor - 1);
+            let garbage = versions_in(shared, below_floor).await?;
+            if !garbage.is_empty() {
+                delete_versions(shared, cell, garbage, stats).await?;
+            }
+        }
         return Ok(());
     };
     // A delete as the latest version below sp: shrink the head to a tombstone, drop all V.

@@ -400,12 +400,15 @@ impl Transaction {
         // this task beside the commit (no task spawned per commit) and stops with it.
         let work =
             std::pin::pin!(self.prewrite_and_commit(&cells, &primary, ttl_ms, cached, notifies));
-        let heartbeat = std::pin::pin!(heartbeat(
+        // Unconstrained by tokio's cooperative budget: the commit work is polled first and
+        // can spend the task's whole budget on every poll (in-process stores yield through
+        // `consume_budget`), which would keep the heartbeat's timer from ever firing.
+        let heartbeat = std::pin::pin!(tokio::task::unconstrained(heartbeat(
             shared.clone(),
             primary.clone(),
             start_ts,
             self.inner.started,
-        ));
+        )));
         match futures::future::select(work, heartbeat).await {
             futures::future::Either::Left((result, _)) => result,
             futures::future::Either::Right(((), work)) => work.await,
