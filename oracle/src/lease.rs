@@ -32,6 +32,9 @@ pub(crate) struct Lease {
     alloc: Mutex<Alloc>,
     written: tokio::sync::Mutex<Written>,
     deposed: AtomicBool,
+    /// Physical time of the first timestamp we may hand out, and when we took over.
+    floor_ms: u64,
+    since: std::time::Instant,
 }
 
 fn window_end_after(physical_ms: u64, window_ms: u64) -> u64 {
@@ -88,7 +91,21 @@ impl Lease {
             }),
             written: tokio::sync::Mutex::new(Written { bytes, rec }),
             deposed: AtomicBool::new(false),
+            floor_ms: Timestamp(last).physical_ms(),
+            since: std::time::Instant::now(),
         }))
+    }
+
+    /// Oracle time in milliseconds: the wall clock, except after a takeover that had to start
+    /// ahead of it (above the previous leader's window). Then oracle time runs at half speed
+    /// from that start until the wall clock catches up, instead of standing still: lock TTLs
+    /// are measured on oracle time, so a stalled oracle would keep locks of crashed clients
+    /// alive for as long as it is ahead (seconds per restart, adding up over quick restarts).
+    fn now_ms(&self) -> u64 {
+        let catching_up = self
+            .floor_ms
+            .saturating_add(self.since.elapsed().as_millis() as u64 / 2);
+        self.opts.clock.now_ms().max(catching_up)
     }
 
     /// Our epoch.
@@ -117,7 +134,7 @@ impl Lease {
                 if self.is_deposed() {
                     return Err(OracleError::NotLeader);
                 }
-                let now_ts = Timestamp::compose(self.opts.clock.now_ms(), 0).0;
+                let now_ts = Timestamp::compose(self.now_ms(), 0).0;
                 let first = (a.last + 1).max(now_ts);
                 let last = first + (n - 1);
                 if last <= a.window_end {
@@ -128,7 +145,7 @@ impl Lease {
             };
             // Timestamps outran the wall clock (more than 2^18 per millisecond): the window is
             // too small for the load, so it grows.
-            if Timestamp(need).physical_ms() > self.opts.clock.now_ms() {
+            if Timestamp(need).physical_ms() > self.now_ms() {
                 let max = self.opts.max_window.as_millis() as u64;
                 let w = self.window_ms.load(Ordering::Relaxed);
                 self.window_ms
@@ -153,8 +170,6 @@ impl Lease {
             return Ok(()); // another caller extended it meanwhile
         }
         let base_ms = self
-            .opts
-            .clock
             .now_ms()
             .max(Timestamp(last).physical_ms())
             .max(Timestamp(need.unwrap_or(0)).physical_ms());

@@ -84,3 +84,32 @@ async fn server_survives_clock_steps() {
     }
     server.shutdown().await;
 }
+
+/// An oracle that takes over ahead of the wall clock (the previous leader's window ends a
+/// minute after the wall clock's now) does not stand still until the wall clock catches up:
+/// its physical time advances, so TTLs measured on oracle time still run out.
+#[tokio::test]
+async fn oracle_time_advances_after_a_takeover_ahead_of_the_wall_clock() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(ManualClock::new(T0));
+    let first = LocalOracle::open(kv.clone(), options(&clock))
+        .await
+        .unwrap();
+    first.get_timestamps(1).await.unwrap();
+    drop(first);
+    // The wall clock (frozen from here on) is now a minute behind the persisted window.
+    clock.step(-60_000);
+    let reopened = LocalOracle::open(kv, options(&clock)).await.unwrap();
+    let at_takeover = reopened.get_timestamps(1).await.unwrap();
+    assert!(
+        at_takeover.physical_ms() > T0,
+        "starts above the old window"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let later = reopened.get_timestamps(1).await.unwrap();
+    let advanced = later.physical_ms() - at_takeover.physical_ms();
+    assert!(
+        (100..=400).contains(&advanced),
+        "oracle time advanced {advanced} ms in 400 ms of real time"
+    );
+}
