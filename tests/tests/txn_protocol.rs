@@ -28,7 +28,7 @@ for_each_protocol_check!(on_memory);
 async fn heartbeat_keeps_a_long_prewrite_alive() {
     use percolator::txn::ClientConfig;
     use std::time::{Duration, Instant};
-    let ttl = Duration::from_millis(150);
+    let ttl = Duration::from_millis(300);
     let c = client_on(
         Arc::new(MemoryKv::new()),
         ClientConfig {

@@ -729,7 +729,7 @@ async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: u64, started: I
     let ttl = shared.config.lock_ttl;
     let max = shared.config.max_lifetime;
     loop {
-        tokio::time::sleep(ttl / 2).await;
+        tokio::time::sleep(ttl / 3).await;
         // Never extend beyond the transaction's maximum lifetime.
         let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
         let Ok(snap) = shared.read_head(&primary).await else {
