@@ -22,11 +22,11 @@ pub struct ClientConfig {
     pub max_attempts: u32,
     /// First backoff between attempts (doubles, with jitter, up to 256x).
     pub backoff: Duration,
-    /// Heads this client committed, remembered (at most this many; 0: none) as the expected
-    /// value of a later prewrite of the same cell that did not read it first: a blind write
-    /// then skips its head read when nobody else wrote the cell meanwhile. Never used for
-    /// reads.
-    pub head_cache_entries: usize,
+    /// Heads this client committed, remembered (up to about this many bytes; 0: none) as the
+    /// expected value of a later prewrite of the same cell that did not read it first: a
+    /// blind write then skips its head read when nobody else wrote the cell meanwhile. Never
+    /// used for reads.
+    pub head_cache_bytes: u64,
 }
 
 impl Default for ClientConfig {
@@ -40,7 +40,7 @@ impl Default for ClientConfig {
             inline_limit: 1024,
             max_attempts: 30,
             backoff: Duration::from_millis(2),
-            head_cache_entries: 16 * 1024,
+            head_cache_bytes: 8 * 1024 * 1024,
         }
     }
 }

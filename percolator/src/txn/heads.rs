@@ -30,6 +30,31 @@ pub(crate) fn recent_full(head: &Head) -> bool {
     count > RECENT_MAX || bytes > RECENT_BYTES
 }
 
+/// The remembered heads of a client's own commits, bounded by an estimate of their bytes.
+pub(crate) type CommittedHeads =
+    quick_cache::sync::Cache<Cell, std::sync::Arc<HeadSnapshot>, HeadWeight>;
+
+/// The cache of remembered heads holding about `bytes` (`None` when 0: remember nothing).
+pub(crate) fn committed_heads(bytes: u64) -> Option<CommittedHeads> {
+    (bytes > 0).then(|| {
+        let estimated_entries = (bytes / 256).clamp(16, 1 << 20) as usize;
+        quick_cache::sync::Cache::with_weighter(estimated_entries, bytes, HeadWeight)
+    })
+}
+
+/// The weight of a remembered head: about the bytes it holds (the cell, the stored bytes and
+/// their decoding, which repeats the values, plus bookkeeping).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadWeight;
+
+impl quick_cache::Weighter<Cell, std::sync::Arc<HeadSnapshot>> for HeadWeight {
+    fn weight(&self, cell: &Cell, snap: &std::sync::Arc<HeadSnapshot>) -> u64 {
+        let cell_bytes = cell.table.len() + cell.row.len() + cell.column.len();
+        let raw = snap.raw.as_ref().map_or(0, Vec::len);
+        (cell_bytes + 2 * raw + 128) as u64
+    }
+}
+
 /// A head as read from the store: its exact bytes (the CAS expectation) and its decoding.
 #[derive(Clone, Debug)]
 pub(crate) struct HeadSnapshot {
@@ -65,7 +90,7 @@ impl Shared {
     }
 
     /// Remembers `snap`, the head of `cell` as one of our commits left it, as the expected
-    /// value of a later blind write of the cell (see `ClientConfig::head_cache_entries`).
+    /// value of a later blind write of the cell (see `ClientConfig::head_cache_bytes`).
     pub(crate) fn remember_committed_head(&self, cell: &Cell, snap: HeadSnapshot) {
         if let Some(cache) = &self.committed_heads {
             if snap.head.lock.is_none() {

@@ -63,9 +63,8 @@ pub(crate) struct Shared {
         std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
-    /// Lock-free heads as this client's commits left them (`config.head_cache_entries`).
-    pub(crate) committed_heads:
-        Option<quick_cache::sync::Cache<crate::codec::Cell, Arc<heads::HeadSnapshot>>>,
+    /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
+    pub(crate) committed_heads: Option<heads::CommittedHeads>,
 }
 
 /// The notify keys one commit of this client put, published once the commit is decided.
@@ -137,8 +136,7 @@ impl Client {
                 codec: KeyCodec::new(&config.namespace),
                 kv: store,
                 oracle,
-                committed_heads: (config.head_cache_entries > 0)
-                    .then(|| quick_cache::sync::Cache::new(config.head_cache_entries)),
+                committed_heads: heads::committed_heads(config.head_cache_bytes),
                 config,
                 observed: Default::default(),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
