@@ -40,7 +40,7 @@ impl Default for ClientConfig {
             inline_limit: 1024,
             max_attempts: 30,
             backoff: Duration::from_millis(2),
-            head_cache_bytes: 8 * 1024 * 1024,
+            head_cache_bytes: 16 * 1024 * 1024,
         }
     }
 }
