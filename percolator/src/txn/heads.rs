@@ -176,31 +176,42 @@ impl Shared {
     }
 
     /// The value a version holds (`None` for a delete), fetching out-of-line values.
+    /// An out-of-line value that is not there comes back as [`ValueFetch::Missing`]: GC may
+    /// have removed it under a reader that outlived its snapshot, which only the reader can
+    /// tell from corruption (by comparing its snapshot with the published safe point).
     pub(crate) async fn version_value(
         &self,
         cell: &Cell,
         version: Version,
-    ) -> TxnResult<Option<Vec<u8>>> {
+    ) -> TxnResult<ValueFetch> {
         use crate::record::Op;
         match version.op {
-            Op::Delete => Ok(None),
-            Op::Put(value) => Ok(Some(value)),
+            Op::Delete => Ok(ValueFetch::Value(None)),
+            Op::Put(value) => Ok(ValueFetch::Value(Some(value))),
             Op::PutExternal(len) => {
                 let key = self.codec.data(cell, version.start_ts);
                 match self.kv.get(&key).await? {
-                    Some(value) if value.len() as u64 == len => Ok(Some(value)),
-                    found => Err(TxnError::Corrupt {
+                    Some(value) if value.len() as u64 == len => Ok(ValueFetch::Value(Some(value))),
+                    Some(_) => Err(TxnError::Corrupt {
                         key: key.escape_ascii().to_string(),
                         source: crate::record::RecordError::Truncated {
-                            field: if found.is_some() {
-                                "out-of-line value (wrong length)"
-                            } else {
-                                "out-of-line value (missing)"
-                            },
+                            field: "out-of-line value (wrong length)",
                         },
                     }),
+                    None => Ok(ValueFetch::Missing { key }),
                 }
             }
         }
     }
+}
+
+/// What fetching a version's value found.
+pub(crate) enum ValueFetch {
+    /// The value (`None` for a delete).
+    Value(Option<Vec<u8>>),
+    /// The version's out-of-line value is not in the store (removed by GC, or corruption).
+    Missing {
+        /// The `D` key that was read.
+        key: Vec<u8>,
+    },
 }

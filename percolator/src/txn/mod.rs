@@ -206,12 +206,12 @@ impl Client {
 
     /// Begins a transaction at a fresh start_ts.
     pub async fn begin(&self) -> TxnResult<Transaction> {
+        // The local clock starts before the request, so a slow reply counts against the
+        // lifetime rather than extending it. (Snapshot safety does not depend on it: reads
+        // check the published GC safe point, see `Transaction::ensure_not_collected`.)
+        let started = Instant::now();
         let start_ts = self.shared.oracle.get_timestamp().await?;
-        Ok(Transaction::new(
-            self.shared.clone(),
-            start_ts,
-            Instant::now(),
-        ))
+        Ok(Transaction::new(self.shared.clone(), start_ts, started))
     }
 
     /// Begins a read-only snapshot at a chosen timestamp (time-travel reads, verification).

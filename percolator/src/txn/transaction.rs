@@ -2,7 +2,7 @@
 
 #[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
 use super::failpoint::{crash_point, CrashPoint};
-use super::heads::HeadSnapshot;
+use super::heads::{HeadSnapshot, ValueFetch};
 use super::status::TxnStatus;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
@@ -111,14 +111,15 @@ impl Transaction {
         self.state().crash_hook.clone()
     }
 
-    /// After a read of a snapshot at a chosen timestamp: GC may have passed it meanwhile, and
-    /// then the read may have missed versions; refuse rather than answer wrongly.
-    async fn check_snapshot(&self) -> TxnResult<()> {
-        if self.inner.read_only {
-            let safe_point = super::gc::read_safe_point(self.shared()).await?;
-            if safe_point > self.inner.start_ts {
-                return Err(self.too_old());
-            }
+    /// After a read that looked beyond the head (in `V` or `D`): GC removes those versions
+    /// only after publishing a safe point above every snapshot that could see them, so a
+    /// safe point read *after* the read that is still at or below start_ts proves the read
+    /// saw everything the snapshot needs. Otherwise refuse rather than answer wrongly
+    /// (ARCHITECTURE.md "Snapshots and GC"). Timestamps only: no local clock is involved.
+    async fn ensure_not_collected(&self) -> TxnResult<()> {
+        let safe_point = super::gc::read_safe_point(self.shared()).await?;
+        if safe_point > self.inner.start_ts {
+            return Err(self.too_old());
         }
         Ok(())
     }
@@ -176,10 +177,12 @@ impl Transaction {
                 (key, snap)
             }
         };
-        let (value, commit_ts) = self.read_versioned(cell, key, snap).await?;
+        let read = self.read_versioned(cell, key, snap).await?;
+        if read.beyond_head {
+            self.ensure_not_collected().await?;
+        }
         self.check_lifetime()?;
-        self.check_snapshot().await?;
-        Ok((value, commit_ts))
+        Ok((read.value, read.commit_ts))
     }
 
     /// The value of `cell` in this transaction's snapshot (its own writes included).
@@ -210,12 +213,18 @@ impl Transaction {
     /// Reads `cell` (head key `key`) at start_ts starting from an already-read head: resolves
     /// locks that may hide a version visible to us (waiting on live ones), remembers the head
     /// for a later prewrite, then returns the visible value and its commit_ts.
+    ///
+    /// An answer found in the head needs no further check: one head read is atomic and the
+    /// head holds a contiguous newest-first run of versions, which GC only shortens from the
+    /// old end. An answer from `V` (or an absent one after looking there) is exact only if GC
+    /// had not passed start_ts when `V` was read: the caller checks that with
+    /// [`Self::ensure_not_collected`] when `beyond_head` is set, after its last read.
     async fn read_versioned(
         &self,
         cell: &Cell,
         key: Vec<u8>,
         mut snap: HeadSnapshot,
-    ) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
+    ) -> TxnResult<VersionedRead> {
         let start_ts = self.inner.start_ts;
         let mut backoff = Duration::from_millis(1);
         while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts) {
@@ -226,17 +235,43 @@ impl Transaction {
             }
             snap = self.shared().read_head_at(&key).await?;
         }
-        let version = self
-            .shared()
-            .visible_version(cell, &snap.head, start_ts)
-            .await?;
+        // No head at all: the cell was never prewritten, so nothing is in `V` either (heads
+        // are created by the first prewrite and GC never deletes one).
+        let never_written = snap.raw.is_none();
+        let beyond_head = !never_written && snap.head.visible_at(start_ts).is_none();
+        let version = if never_written {
+            None
+        } else {
+            self.shared()
+                .visible_version(cell, &snap.head, start_ts)
+                .await?
+        };
         self.state().heads.insert(key, snap);
-        match version {
-            Some(v) => {
-                let commit_ts = v.commit_ts;
-                Ok((self.shared().version_value(cell, v).await?, Some(commit_ts)))
+        let Some(version) = version else {
+            return Ok(VersionedRead {
+                value: None,
+                commit_ts: None,
+                beyond_head,
+            });
+        };
+        let commit_ts = version.commit_ts;
+        match self.shared().version_value(cell, version).await? {
+            ValueFetch::Value(value) => Ok(VersionedRead {
+                value,
+                commit_ts: Some(commit_ts),
+                beyond_head,
+            }),
+            // GC removed it (we outlived our snapshot) or the store lost it: only the
+            // safe point tells which.
+            ValueFetch::Missing { key } => {
+                self.ensure_not_collected().await?;
+                Err(TxnError::Corrupt {
+                    key: key.escape_ascii().to_string(),
+                    source: crate::record::RecordError::Truncated {
+                        field: "out-of-line value (missing)",
+                    },
+                })
             }
-            None => Ok((None, None)),
         }
     }
 
@@ -258,6 +293,7 @@ impl Transaction {
         let mut result: BTreeMap<Cell, Vec<u8>> = BTreeMap::new();
         let kv = self.shared().kv.clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        let mut beyond_head = false;
         while let Some(page) = pager.next_page().await? {
             for (key, raw) in page {
                 let cell = match self.shared().codec.decode(&key) {
@@ -273,7 +309,9 @@ impl Transaction {
                     }
                 };
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
-                if let Some(value) = self.read_versioned(&cell, key, snap).await?.0 {
+                let read = self.read_versioned(&cell, key, snap).await?;
+                beyond_head |= read.beyond_head;
+                if let Some(value) = read.value {
                     result.insert(cell, value);
                 }
             }
@@ -289,8 +327,11 @@ impl Transaction {
                 };
             }
         }
+        // One check after the last read covers every read of the scan.
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
         self.check_lifetime()?;
-        self.check_snapshot().await?;
         Ok(result.into_iter().collect())
     }
 
@@ -666,12 +707,14 @@ impl Transaction {
         // Our lock is not there: committed (by us, through a CAS reported failed) or fenced.
         match shared.txn_status(primary, start_ts, 0).await {
             Ok(TxnStatus::Committed(_)) => Ok(()),
-            // A writer stalled for longer than the GC lag may have lost the evidence of its
-            // commit to GC: do not guess.
-            Ok(TxnStatus::RolledBack) if self.inner.started.elapsed() > shared.config.gc_lag => {
-                Err(TxnError::CommitUnknown { start_ts })
-            }
-            Ok(TxnStatus::RolledBack) => Err(TxnError::Aborted { start_ts }),
+            // GC may have removed the evidence of our commit once its safe point passed our
+            // start_ts (a writer stalled for longer than the GC lag): do not guess. A safe
+            // point read after the status check that is still at or below start_ts proves
+            // the check saw every version GC could later remove.
+            Ok(TxnStatus::RolledBack) => match super::gc::read_safe_point(shared).await {
+                Ok(safe_point) if safe_point <= start_ts => Err(TxnError::Aborted { start_ts }),
+                _ => Err(TxnError::CommitUnknown { start_ts }),
+            },
             Ok(TxnStatus::Pending) => Err(TxnError::CommitUnknown { start_ts }),
             Err(TxnError::Storage(_)) => Err(TxnError::CommitUnknown { start_ts }),
             Err(e) => Err(e),
@@ -693,6 +736,16 @@ impl Transaction {
         }
         Ok(())
     }
+}
+
+/// What [`Transaction::read_versioned`] found.
+struct VersionedRead {
+    /// The visible value (`None`: absent or deleted).
+    value: Option<Vec<u8>>,
+    /// The commit_ts of the version read.
+    commit_ts: Option<u64>,
+    /// Whether the answer came from beyond the head (`V`), so GC could have changed it.
+    beyond_head: bool,
 }
 
 /// What a read finds in the transaction itself.
