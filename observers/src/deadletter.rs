@@ -88,9 +88,18 @@ impl DeadLetter {
     /// Puts the notification back into the notify space and removes the letter, so workers
     /// run the observer again.
     pub async fn replay(&self, client: &Client) -> Result<(), WorkerError> {
+        // Into a bucket scanners reach (the letter's own bucket is most likely below the
+        // notify floor by now).
+        let Ok(percolator::codec::Key::Notify { cell, ts, .. }) =
+            client.codec().decode(&self.notify_key)
+        else {
+            return Err(WorkerError::CorruptDeadLetter {
+                key: self.notify_key.escape_ascii().to_string(),
+                reason: "not a notify key of this namespace".to_string(),
+            });
+        };
         client
-            .store()
-            .put(self.notify_key.clone(), self.notification.clone())
+            .put_notification(&cell, ts, self.notification.clone())
             .await?;
         client
             .store()

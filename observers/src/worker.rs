@@ -6,8 +6,8 @@ use crate::error::WorkerError;
 use crate::metrics::Metrics;
 use crate::process::{handle, Outcome};
 use crate::registry::Registry;
-use percolator::codec::{Key, Space};
-use percolator::kv::{KeyRange, RangePager, ScanOrder};
+use percolator::codec::Key;
+use percolator::kv::{RangePager, ScanOrder};
 use percolator::{Cell, Client};
 use rand::Rng;
 use std::collections::{HashMap, HashSet};
@@ -294,12 +294,13 @@ impl Inner {
     }
 
     async fn has_pending_notifications(&self) -> Result<bool, WorkerError> {
-        let range = self.client.codec().space_range(Space::Notify);
+        let floor = self.client.notify_floor().await?;
+        let range = self.client.codec().notify_from(floor);
         let kv = self.client.store().clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
         while let Some(page) = pager.next_page().await? {
             for (key, _) in page {
-                if let Ok(Key::Notify(cell, _)) = self.client.codec().decode(&key) {
+                if let Ok(Key::Notify { cell, .. }) = self.client.codec().decode(&key) {
                     if self.registry.get(&cell).is_some() {
                         return Ok(true);
                     }
@@ -362,15 +363,6 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     Ok(())
 }
 
-/// A random key inside the notify space.
-fn random_start(inner: &Inner) -> Vec<u8> {
-    let range = inner.client.codec().space_range(Space::Notify);
-    let mut start = range.start.clone();
-    let mut rng = rand::thread_rng();
-    start.extend((0..4).map(|_| rng.gen::<u8>()));
-    start
-}
-
 /// Handles the hints of this process's commits: each notify key this worker observes and
 /// owns is dispatched at once, without waiting for a scan. Lost hints wake the scanners.
 async fn hint_loop(inner: Arc<Inner>) {
@@ -392,7 +384,10 @@ async fn hint_loop(inner: Arc<Inner>) {
                     if inner.registry.get(cell).is_none() || !inner.owns(cell) {
                         continue;
                     }
-                    let key = inner.client.codec().notify(cell, hint.notify_ts);
+                    let key = inner
+                        .client
+                        .codec()
+                        .notify(cell, hint.notify_ts, hint.bucket);
                     // The committer knows the fate: no earlier "undecided" backoff applies.
                     lock(&inner.retry).remove(&key);
                     match dispatch(&inner, cell, &key, &value, true).await {
@@ -462,21 +457,16 @@ async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Durat
     }
 }
 
-/// One pass over the notify space from a random point, wrapping around. Returns how many
+/// One pass over the notify space from the notify floor, oldest bucket first; at its end,
+/// raises the floor to the oldest bucket that still holds a notification (at most the
+/// previous second), so the next pass skips what this one found handled. Returns how many
 /// notifications were dispatched to observer runs.
 async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError> {
-    let space = inner.client.codec().space_range(Space::Notify);
-    let start = random_start(inner);
-    let halves = [
-        KeyRange {
-            start: start.clone(),
-            end: space.end.clone(),
-        },
-        KeyRange {
-            start: space.start.clone(),
-            end: Some(start),
-        },
-    ];
+    let floor = inner.client.notify_floor().await?;
+    let range = inner.client.codec().notify_from(floor);
+    // The bucket of the first key met: every notification that existed when the pass
+    // began at `floor` is in it or later.
+    let mut oldest_left: Option<u64> = None;
     let kv = inner.client.store().clone();
     let mut dispatched = 0;
     let now_ms = std::time::SystemTime::now()
@@ -489,7 +479,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
             recent.retain(|_, at| at.elapsed() < RECENT_FOR);
         }
     }
-    for range in halves {
+    {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
         while let Some(page) = pager.next_page().await? {
             let mut clumped = 0;
@@ -498,9 +488,12 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     return Ok(dispatched);
                 }
                 Metrics::add(&inner.metrics.scanned);
-                let Ok(Key::Notify(cell, ts)) = inner.client.codec().decode(&key) else {
+                let Ok(Key::Notify { bucket, cell, ts }) = inner.client.codec().decode(&key) else {
+                    // Not ours to judge (another codec version?): keep the floor below it.
+                    oldest_left.get_or_insert(floor);
                     continue;
                 };
+                oldest_left.get_or_insert(bucket);
                 if inner.registry.get(&cell).is_none() {
                     continue;
                 }
@@ -540,6 +533,19 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     Dispatch::Stopped => return Ok(dispatched),
                 }
             }
+        }
+    }
+    // Keys still being put in the current second stay above the floor.
+    let to = oldest_left
+        .unwrap_or(u64::MAX)
+        .min(percolator::txn::wall_bucket().saturating_sub(1));
+    if to > floor {
+        let raise = inner.client.raise_notify_floor(floor, to).await?;
+        if raise.relocated > 0 {
+            tracing::debug!(
+                relocated = raise.relocated,
+                "notify keys moved above the floor"
+            );
         }
     }
     Ok(dispatched)

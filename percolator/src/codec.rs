@@ -23,7 +23,10 @@ pub enum Space {
     Head,
     /// `M`: metadata (oracle window, GC safe point, worker registry, …).
     Meta,
-    /// `N`: a notification marking a cell dirty.
+    /// `Q`: a notification marking a cell dirty, ordered by the second it was put in (its
+    /// bucket) so that scans start at the notify floor instead of walking every
+    /// notification ever handled (ARCHITECTURE.md "The notify space"). (Before the buckets,
+    /// notify keys had the tag `N`; they are not read.)
     Notify,
     /// `V`: a committed version that is no longer the latest, keyed by commit_ts.
     Version,
@@ -36,7 +39,7 @@ impl Space {
             Space::Data => b'D',
             Space::Head => b'H',
             Space::Meta => b'M',
-            Space::Notify => b'N',
+            Space::Notify => b'Q',
             Space::Version => b'V',
         }
     }
@@ -47,7 +50,7 @@ impl Space {
             b'D' => Space::Data,
             b'H' => Space::Head,
             b'M' => Space::Meta,
-            b'N' => Space::Notify,
+            b'Q' => Space::Notify,
             b'V' => Space::Version,
             _ => return None,
         })
@@ -97,8 +100,16 @@ pub enum Key {
     Version(Cell, u64),
     /// An out-of-line value written by the transaction with this `start_ts`.
     Data(Cell, u64),
-    /// A notification on a cell, at timestamp `ts`.
-    Notify(Cell, u64),
+    /// A notification on a cell, at timestamp `ts` (the writer's start_ts, or the commit_ts
+    /// of a weak or notify-only commit), put during second `bucket`.
+    Notify {
+        /// The wall-clock second (Unix time) the key was put in, or the notify floor then.
+        bucket: u64,
+        /// The dirty cell.
+        cell: Cell,
+        /// The notification's timestamp.
+        ts: u64,
+    },
     /// A metadata record.
     Meta(Vec<u8>),
 }
@@ -234,8 +245,12 @@ impl KeyCodec {
                 encode_desc_ts(&mut k, *ts);
                 k
             }
-            Key::Notify(cell, ts) => {
-                let mut k = self.cell_key(Space::Notify, cell);
+            Key::Notify { bucket, cell, ts } => {
+                let mut k = self.start(Space::Notify);
+                k.extend_from_slice(&bucket.to_be_bytes());
+                encode_part(&mut k, &cell.table);
+                encode_part(&mut k, &cell.row);
+                encode_part(&mut k, &cell.column);
                 k.extend_from_slice(&ts.to_be_bytes());
                 k
             }
@@ -262,9 +277,33 @@ impl KeyCodec {
         self.encode(&Key::Data(cell.clone(), start_ts))
     }
 
-    /// The notify key of `cell` at `ts`.
-    pub fn notify(&self, cell: &Cell, ts: u64) -> Vec<u8> {
-        self.encode(&Key::Notify(cell.clone(), ts))
+    /// The notify key of `cell` at `ts` in bucket `bucket`.
+    pub fn notify(&self, cell: &Cell, ts: u64, bucket: u64) -> Vec<u8> {
+        self.encode(&Key::Notify {
+            bucket,
+            cell: cell.clone(),
+            ts,
+        })
+    }
+
+    /// The notify keys of buckets `from` and later, oldest bucket first.
+    pub fn notify_from(&self, from: u64) -> KeyRange {
+        let mut start = self.start(Space::Notify);
+        let end = KeyRange::prefix(&start).end;
+        start.extend_from_slice(&from.to_be_bytes());
+        KeyRange { start, end }
+    }
+
+    /// The notify keys of buckets in `[from, to)`.
+    pub fn notify_between(&self, from: u64, to: u64) -> KeyRange {
+        let mut start = self.start(Space::Notify);
+        let mut end = start.clone();
+        start.extend_from_slice(&from.to_be_bytes());
+        end.extend_from_slice(&to.to_be_bytes());
+        KeyRange {
+            start,
+            end: Some(end),
+        }
     }
 
     /// The key of metadata record `name`.
@@ -339,6 +378,12 @@ impl KeyCodec {
             let (name, rest) = decode_part(rest)?;
             return finish(rest, Key::Meta(name));
         }
+        let (bucket, rest) = if space == Space::Notify {
+            let (bucket, rest) = take_u64(rest)?;
+            (Some(bucket), rest)
+        } else {
+            (None, rest)
+        };
         let (table, rest) = decode_part(rest)?;
         let (row, rest) = decode_part(rest)?;
         let (column, rest) = decode_part(rest)?;
@@ -355,7 +400,8 @@ impl KeyCodec {
             }
             Space::Notify => {
                 let (ts, rest) = take_u64(rest)?;
-                finish(rest, Key::Notify(cell, ts))
+                let bucket = bucket.unwrap_or_default();
+                finish(rest, Key::Notify { bucket, cell, ts })
             }
             Space::Meta => unreachable!("handled above"),
         }
@@ -392,7 +438,11 @@ mod tests {
             cell().prop_map(Key::Head),
             (cell(), any::<u64>()).prop_map(|(c, t)| Key::Version(c, t)),
             (cell(), any::<u64>()).prop_map(|(c, t)| Key::Data(c, t)),
-            (cell(), any::<u64>()).prop_map(|(c, t)| Key::Notify(c, t)),
+            (cell(), any::<u64>(), any::<u64>()).prop_map(|(cell, ts, bucket)| Key::Notify {
+                bucket,
+                cell,
+                ts
+            }),
             bytes().prop_map(Key::Meta),
         ]
     }
@@ -454,6 +504,21 @@ mod tests {
             let _ = codec.decode(&key);
             let _ = codec.decode(&garbage);
         }
+    }
+
+    #[test]
+    fn notify_keys_sort_by_bucket_first() {
+        let codec = KeyCodec::new("ns");
+        let (a, z) = (Cell::new("a", "a", "a"), Cell::new("z", "z", "z"));
+        assert!(codec.notify(&z, 1, 5) < codec.notify(&a, 9, 6));
+        assert!(codec.notify_from(6).contains(&codec.notify(&a, 9, 6)));
+        assert!(!codec.notify_from(6).contains(&codec.notify(&z, 1, 5)));
+        let between = codec.notify_between(5, 6);
+        assert!(between.contains(&codec.notify(&z, u64::MAX, 5)));
+        assert!(!between.contains(&codec.notify(&a, 0, 6)));
+        assert!(codec
+            .space_range(Space::Notify)
+            .contains(&codec.notify(&a, 0, 0)));
     }
 
     #[test]

@@ -301,10 +301,11 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     worker.shutdown().await;
 }
 
-/// Counts raw calls that touch keys outside the notify space.
+/// Counts raw calls that touch keys outside the notify space (and its floor record).
 struct SpaceCounter {
     inner: MemoryKv,
     notify_prefix: Vec<u8>,
+    notify_floor: Vec<u8>,
     outside: AtomicU64,
     calls: AtomicU64,
 }
@@ -312,7 +313,7 @@ struct SpaceCounter {
 impl SpaceCounter {
     fn note(&self, key: &[u8]) {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        if !key.starts_with(&self.notify_prefix) {
+        if !key.starts_with(&self.notify_prefix) && key != self.notify_floor.as_slice() {
             self.outside.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -359,6 +360,7 @@ async fn scanning_reads_only_the_notify_space() {
     let kv = Arc::new(SpaceCounter {
         inner: MemoryKv::new(),
         notify_prefix: codec.space_range(Space::Notify).start,
+        notify_floor: codec.meta(percolator::txn::NOTIFY_FLOOR_META),
         outside: AtomicU64::new(0),
         calls: AtomicU64::new(0),
     });
@@ -411,5 +413,175 @@ async fn scanning_reads_only_the_notify_space() {
         kv.calls.load(Ordering::Relaxed) < 1000,
         "{} raw reads",
         kv.calls.load(Ordering::Relaxed)
+    );
+}
+
+/// A model of an LSM store's delete markers over `MemoryKv`: deleted keys stay as markers
+/// that every scan of their range walks past (as fjall's and RocksDB's do until compaction),
+/// and scans of the notify space count the entries they visit, markers included.
+struct TombstoneModel {
+    inner: MemoryKv,
+    markers: std::sync::Mutex<std::collections::BTreeSet<Vec<u8>>>,
+    notify: KeyRange,
+    visited: AtomicU64,
+    scans: AtomicU64,
+}
+
+impl TombstoneModel {
+    fn mark(&self, key: &[u8]) {
+        self.markers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_vec());
+    }
+    fn unmark(&self, key: &[u8]) {
+        self.markers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+#[async_trait::async_trait]
+impl RawKv for TombstoneModel {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.inner.get(key).await
+    }
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.inner.batch_get(keys).await
+    }
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.unmark(&key);
+        self.inner.put(key, value).await
+    }
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        pairs.iter().for_each(|(k, _)| self.unmark(k));
+        self.inner.batch_put(pairs).await
+    }
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.mark(&key);
+        self.inner.delete(key).await
+    }
+    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        keys.iter().for_each(|k| self.mark(k));
+        self.inner.batch_delete(keys).await
+    }
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        let out = self.inner.scan(range.clone(), limit, order).await?;
+        if self.notify.contains(&range.start) && order == ScanOrder::Forward {
+            // Markers walked: those in the range up to the last key returned (or the whole
+            // range when the page was not full).
+            let markers = self.markers.lock().unwrap_or_else(|p| p.into_inner());
+            let walked = markers
+                .range(range.start.clone()..)
+                .take_while(|k| range.contains(k))
+                .take_while(|k| out.len() < limit || out.last().is_some_and(|(last, _)| *k < last))
+                .count();
+            self.visited
+                .fetch_add((walked + out.len()) as u64, Ordering::Relaxed);
+            self.scans.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
+        let out = self
+            .inner
+            .compare_and_swap(key.clone(), expected, new)
+            .await?;
+        if out.swapped {
+            self.unmark(&key);
+        }
+        Ok(out)
+    }
+}
+
+/// After 20,000 notifications were handled (their delete markers still in the store), a
+/// worker's scans of a notify space holding 10 live notifications visit O(10) entries, not
+/// the 20,000 markers: the notify floor moves past the buckets it found drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_skip_handled_notifications() {
+    let codec = percolator::KeyCodec::new("test");
+    let kv = Arc::new(TombstoneModel {
+        inner: MemoryKv::new(),
+        markers: Default::default(),
+        notify: codec.space_range(Space::Notify),
+        visited: AtomicU64::new(0),
+        scans: AtomicU64::new(0),
+    });
+    let c: Client = client_on(kv.clone(), test_config());
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "t",
+            "v",
+            "noop",
+            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
+        )
+        .unwrap();
+    let registry = Arc::new(registry);
+    let worker = Worker::start(
+        c.clone(),
+        registry,
+        WorkerConfig {
+            scanners: 1,
+            ..quick()
+        },
+    );
+    for chunk in (0..20_000u32).collect::<Vec<_>>().chunks(500) {
+        let t = c.begin().await.unwrap();
+        for i in chunk {
+            t.set(Cell::new("t", format!("r{i:06}"), "v"), "x");
+        }
+        t.commit().await.unwrap();
+    }
+    quiesce(std::slice::from_ref(&worker)).await;
+    assert_eq!(worker.metrics().snapshot().processed, 20_000);
+    let markers = kv.markers.lock().unwrap().len();
+    assert!(markers >= 20_000, "{markers} delete markers");
+    // Live notifications on a column nobody observes stay; they are put in a later second
+    // than every handled one.
+    let handled_until = percolator::txn::wall_bucket();
+    while percolator::txn::wall_bucket() <= handled_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let t = c.begin().await.unwrap();
+    for i in 0..10 {
+        t.notify(Cell::new("t", format!("live{i}"), "unobserved"));
+    }
+    t.commit().await.unwrap();
+    // Wait (a liveness bound, not a timing claim) until a pass raised the floor past the
+    // handled buckets.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while c.notify_floor().await.unwrap() <= handled_until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the notify floor rises past the drained buckets");
+    kv.visited.store(0, Ordering::Relaxed);
+    kv.scans.store(0, Ordering::Relaxed);
+    let scanned_before = worker.metrics().snapshot().scanned;
+    // Several passes.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while worker.metrics().snapshot().scanned < scanned_before + 50 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the worker keeps scanning");
+    let (visited, scans) = (
+        kv.visited.load(Ordering::Relaxed),
+        kv.scans.load(Ordering::Relaxed),
+    );
+    worker.shutdown().await;
+    assert!(scans >= 5, "{scans} scans");
+    assert!(
+        visited <= scans * 12,
+        "{visited} entries visited in {scans} scans of a space with 10 live notifications"
     );
 }

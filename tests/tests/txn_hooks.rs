@@ -36,7 +36,7 @@ async fn notify_hints_name_the_cells_and_the_commit() {
     assert_eq!(cells, expected);
     // The notify keys exist where the hint says.
     for cell in &first.cells {
-        let key = c.codec().notify(cell, first.notify_ts);
+        let key = c.codec().notify(cell, first.notify_ts, first.bucket);
         assert!(c.store().get(&key).await.unwrap().is_some(), "{cell}");
     }
     // The plain commit published nothing: the next hint is the weak notification.

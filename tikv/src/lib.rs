@@ -649,7 +649,7 @@ mod tests {
         assert!(rule.is_atomic(&codec.meta("oracle")));
         assert!(!rule.is_atomic(&codec.version(&cell, 7)));
         assert!(!rule.is_atomic(&codec.data(&cell, 7)));
-        assert!(!rule.is_atomic(&codec.notify(&cell, 7)));
+        assert!(!rule.is_atomic(&codec.notify(&cell, 7, 1)));
         // Another namespace's heads are not covered.
         assert!(!rule.is_atomic(&KeyCodec::new("appN").head(&cell)));
         let pred = AtomicKeys::Predicate(Arc::new(|k: &[u8]| k.first() == Some(&b'x')));

@@ -32,7 +32,8 @@ pub struct GcStats {
 pub(crate) async fn resolve_notifications_below(shared: &Shared, below: u64) -> TxnResult<usize> {
     use crate::record::Notification;
     let mut resolved = 0;
-    let range = shared.codec.space_range(Space::Notify);
+    // Nothing is left below the notify floor.
+    let range = shared.codec.notify_from(shared.read_notify_floor().await?);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page().await? {
         for (key, raw) in page {

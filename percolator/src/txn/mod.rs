@@ -31,6 +31,7 @@ mod error;
 mod failpoint;
 mod gc;
 mod heads;
+mod notify;
 mod status;
 mod transaction;
 
@@ -40,6 +41,7 @@ pub use error::{TxnError, TxnResult};
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
+pub use notify::{wall_bucket, FloorRaise, NOTIFY_FLOOR_META};
 pub use status::TxnStatus;
 pub use transaction::Transaction;
 
@@ -65,6 +67,9 @@ pub(crate) struct Shared {
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
     pub(crate) committed_heads: Option<heads::CommittedHeads>,
+    /// The highest notify floor this client has read or raised (new notify keys go to a
+    /// bucket at or above it).
+    pub(crate) notify_floor_seen: std::sync::atomic::AtomicU64,
 }
 
 /// The notify keys one commit of this client put, published once the commit is decided.
@@ -77,6 +82,10 @@ pub struct CommittedNotify {
     pub notify_ts: u64,
     /// The writer's fate as a notify record states it: `Committed` or `Weak`.
     pub notification: crate::record::Notification,
+    /// The bucket of the notify keys (see [`crate::codec::KeyCodec::notify`]). Rarely, a key
+    /// was moved to a later bucket after the hint was made (the notify floor passed it);
+    /// the moved key is then found by a scan.
+    pub bucket: u64,
     /// The cells notified.
     pub cells: Vec<crate::codec::Cell>,
 }
@@ -137,6 +146,7 @@ impl Client {
                 kv: store,
                 oracle,
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
+                notify_floor_seen: Default::default(),
                 config,
                 observed: Default::default(),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
@@ -193,15 +203,47 @@ impl Client {
     /// Puts a weak notification on `cell`: no transaction, its observers run at least once.
     pub async fn weak_notify(&self, cell: &crate::codec::Cell) -> TxnResult<()> {
         let ts = self.shared.oracle.get_timestamp().await?;
-        let key = self.shared.codec.notify(cell, ts.0);
         let record = crate::record::Notification::Weak.encode();
-        self.shared.kv.put(key, record).await?;
+        let bucket = self
+            .shared
+            .put_notify_keys(&[(cell.clone(), ts.0, record)])
+            .await?;
         self.shared.publish_hint(CommittedNotify {
             notify_ts: ts.0,
             notification: crate::record::Notification::Weak,
+            bucket,
             cells: vec![cell.clone()],
         });
         Ok(())
+    }
+
+    /// Puts notification `record` for `cell` at timestamp `ts` back into the notify space
+    /// (e.g. a replayed dead letter), in a bucket scanners will reach. Returns its key.
+    pub async fn put_notification(
+        &self,
+        cell: &crate::codec::Cell,
+        ts: u64,
+        record: Vec<u8>,
+    ) -> TxnResult<Vec<u8>> {
+        let bucket = self
+            .shared
+            .put_notify_keys(&[(cell.clone(), ts, record)])
+            .await?;
+        Ok(self.shared.codec.notify(cell, ts, bucket))
+    }
+
+    /// The published notify floor: no notification is left in a bucket below it, so scans
+    /// of the notify space start at [`crate::codec::KeyCodec::notify_from`] of it.
+    pub async fn notify_floor(&self) -> TxnResult<u64> {
+        self.shared.read_notify_floor().await
+    }
+
+    /// Raises the notify floor from `from` (as read by [`Client::notify_floor`]) to `to`.
+    /// The caller must have seen, in a scan that began at `from` after reading it, no notify
+    /// key in a bucket below `to`; keys put there meanwhile are moved above `to` by this
+    /// call. A floor moved by someone else since `from` was read is left alone.
+    pub async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
+        self.shared.raise_notify_floor(from, to).await
     }
 
     /// Begins a transaction at a fresh start_ts.

@@ -382,14 +382,15 @@ impl Transaction {
             self.check_lifetime()?;
             let ts = self.shared().oracle.get_timestamp().await?;
             let record = crate::record::Notification::Committed { commit_ts: ts.0 }.encode();
-            let puts = notifies
+            let entries: Vec<_> = notifies
                 .iter()
-                .map(|cell| (self.shared().codec.notify(cell, ts.0), record.clone()))
+                .map(|cell| (cell.clone(), ts.0, record.clone()))
                 .collect();
-            self.shared().kv.batch_put(puts).await?;
+            let bucket = self.shared().put_notify_keys(&entries).await?;
             self.shared().publish_hint(super::CommittedNotify {
                 notify_ts: ts.0,
                 notification: crate::record::Notification::Committed { commit_ts: ts.0 },
+                bucket,
                 cells: notifies.into_iter().collect(),
             });
             return Ok(ts);
@@ -405,7 +406,9 @@ impl Transaction {
         } else {
             Vec::new()
         };
-        let result = self.commit_writes(writes, notifies).await;
+        // One bucket for every notify key of the commit, so one hint names them all.
+        let bucket = self.shared().notify_bucket();
+        let result = self.commit_writes(writes, notifies, bucket).await;
         if notified {
             if let Ok(commit_ts) = &result {
                 self.shared().publish_hint(super::CommittedNotify {
@@ -413,6 +416,7 @@ impl Transaction {
                     notification: crate::record::Notification::Committed {
                         commit_ts: commit_ts.0,
                     },
+                    bucket,
                     cells: hinted,
                 });
             }
@@ -424,6 +428,7 @@ impl Transaction {
         &self,
         writes: BTreeMap<Cell, Option<Vec<u8>>>,
         notifies: std::collections::BTreeSet<Cell>,
+        notify_bucket: u64,
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
@@ -439,8 +444,14 @@ impl Transaction {
 
         // Keep the primary's lock alive while the commit takes long: the heartbeat runs in
         // this task beside the commit (no task spawned per commit) and stops with it.
-        let work =
-            std::pin::pin!(self.prewrite_and_commit(&cells, &primary, ttl_ms, cached, notifies));
+        let work = std::pin::pin!(self.prewrite_and_commit(
+            &cells,
+            &primary,
+            ttl_ms,
+            cached,
+            notifies,
+            notify_bucket
+        ));
         // Unconstrained by tokio's cooperative budget: the commit work is polled first and
         // can spend the task's whole budget on every poll (in-process stores yield through
         // `consume_budget`), which would keep the heartbeat's timer from ever firing.
@@ -464,6 +475,7 @@ impl Transaction {
         ttl_ms: u64,
         cached: HashMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
+        notify_bucket: u64,
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
@@ -493,6 +505,7 @@ impl Transaction {
                     ttl_ms,
                     notify,
                     notify_primary: primary,
+                    notify_bucket,
                 },
                 cached.get(&shared.codec.head(cell)).cloned(),
                 &locked,
@@ -576,6 +589,7 @@ impl Transaction {
             ttl_ms,
             notify,
             notify_primary,
+            notify_bucket,
         } = args;
         let mut notify_written = notify.is_empty();
         let op = match value {
@@ -628,6 +642,7 @@ impl Transaction {
                     puts.push((shared.codec.version(cell, v.commit_ts), v.encode()));
                 }
             }
+            let mut notify_entries = Vec::new();
             if !notify_written {
                 let record = crate::record::Notification::Strong {
                     start_ts,
@@ -636,12 +651,21 @@ impl Transaction {
                 }
                 .encode();
                 for dirty in &notify {
-                    puts.push((shared.codec.notify(dirty, start_ts), record.clone()));
+                    let key = shared.codec.notify(dirty, start_ts, notify_bucket);
+                    puts.push((key, record.clone()));
+                    notify_entries.push((dirty.clone(), start_ts, record.clone()));
                 }
                 notify_written = true;
             }
             if !puts.is_empty() {
                 shared.kv.batch_put(puts).await?;
+            }
+            if !notify_entries.is_empty() {
+                // Before our lock: a notify key put below a floor raised meanwhile is moved
+                // above it, so it exists where scanners look before the commit point.
+                shared
+                    .settle_notify_keys(notify_bucket, &notify_entries)
+                    .await?;
             }
             let mut next: Head = head.next();
             if spill {
@@ -770,6 +794,8 @@ struct Prewrite<'a> {
     notify: Vec<Cell>,
     /// The transaction's primary, recorded in the notify keys.
     notify_primary: &'a Cell,
+    /// The bucket of the notify keys.
+    notify_bucket: u64,
 }
 
 /// Extends the primary's lock TTL while a commit runs long; runs until the transaction is

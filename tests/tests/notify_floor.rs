@@ -1,0 +1,158 @@
+//! The notify floor (ARCHITECTURE.md "The notify space"): scanners raise it past drained
+//! buckets; writers that put notify keys below a floor raised meanwhile move them above it,
+//! and the raiser moves the ones it finds below after its raise. No notification is lost.
+
+mod common;
+use common::*;
+use percolator::codec::Key;
+use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
+use percolator::txn::wall_bucket;
+use percolator::Cell;
+use rand::Rng;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Every notify key of the namespace: (bucket, cell, ts).
+async fn notify_keys(client: &percolator::Client) -> Vec<(u64, Cell, u64)> {
+    let range = client.codec().space_range(percolator::codec::Space::Notify);
+    scan_all(client.store().as_ref(), range, ScanOrder::Forward)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(k, _)| match client.codec().decode(&k) {
+            Ok(Key::Notify { bucket, cell, ts }) => Some((bucket, cell, ts)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A key put below the floor before the raise is moved above it by the raise; a writer
+/// whose clock is behind a raised floor puts (or moves) its key at or above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_below_a_raised_floor_are_moved_above_it() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let raiser = client_on(kv.clone(), test_config());
+    let lagging = client_on(kv.clone(), test_config());
+    let now = wall_bucket();
+    // A writer's key that landed in an old bucket, unseen by the scan that chose the floor.
+    let stale = raiser.codec().notify(&cell("old"), 7, now - 100);
+    kv.put(stale.clone(), b"record".to_vec()).await.unwrap();
+    let raise = raiser.raise_notify_floor(0, now + 50).await.unwrap();
+    assert!(raise.raised);
+    assert_eq!(raise.relocated, 1);
+    assert_eq!(kv.get(&stale).await.unwrap(), None);
+    // A raise from a floor that is no longer current does nothing.
+    assert!(!raiser.raise_notify_floor(0, now + 60).await.unwrap().raised);
+    // A client that never saw the floor: its clock says `now`, the floor is 50 s ahead.
+    let key = lagging
+        .put_notification(&cell("late"), 9, b"record".to_vec())
+        .await
+        .unwrap();
+    assert!(kv.get(&key).await.unwrap().is_some());
+    let keys = notify_keys(&raiser).await;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(
+        keys.iter().all(|(bucket, _, _)| *bucket >= now + 50),
+        "{keys:?}"
+    );
+}
+
+/// Randomized: writers (separate clients, so separate views of the floor) put notifications
+/// while a raiser keeps pushing the floor ahead of their clocks, obeying the scanner's rule
+/// (never past the oldest key its scan from the floor found and left) and handles most keys
+/// it finds. Afterwards every notification was handled or is at or above the floor, and none
+/// is below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_writers_and_raises_lose_no_notification() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let raised = Arc::new(AtomicU32::new(0));
+    // The raiser also plays the observers: it handles (deletes) most keys it finds.
+    let raiser = {
+        let client = client_on(kv.clone(), test_config());
+        let (stop, raised) = (stop.clone(), raised.clone());
+        tokio::spawn(async move {
+            let mut raises = 0u32;
+            let mut handled = BTreeSet::new();
+            while !stop.load(Ordering::SeqCst) {
+                let floor = client.notify_floor().await.unwrap();
+                let range = client.codec().notify_from(floor);
+                let page = scan_all(client.store().as_ref(), range, ScanOrder::Forward)
+                    .await
+                    .unwrap();
+                let mut oldest: Option<u64> = None;
+                for (key, _) in page {
+                    let Ok(Key::Notify { bucket, cell, ts }) = client.codec().decode(&key) else {
+                        continue;
+                    };
+                    if rand::thread_rng().gen_bool(0.9) {
+                        client.store().delete(key).await.unwrap();
+                        handled.insert((cell, ts));
+                    } else {
+                        oldest = Some(oldest.map_or(bucket, |o| o.min(bucket)));
+                    }
+                }
+                let step = rand::thread_rng().gen_range(1..3);
+                let to = oldest
+                    .unwrap_or(u64::MAX)
+                    .min(floor.max(wall_bucket()) + step);
+                if client.raise_notify_floor(floor, to).await.unwrap().raised {
+                    raises += 1;
+                    raised.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+            }
+            (raises, handled)
+        })
+    };
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let client = client_on(kv.clone(), test_config());
+            let raised = raised.clone();
+            tokio::spawn(async move {
+                let mut written = BTreeSet::new();
+                // At least 300 each, and on until the floor was raised 30 times meanwhile
+                // (or 20,000: writers that keep filling the floor's bucket can hold it).
+                for i in 0u64..20_000 {
+                    if i >= 300 && raised.load(Ordering::SeqCst) >= 30 {
+                        break;
+                    }
+                    let cell = cell(&format!("w{w}-{i}"));
+                    client
+                        .put_notification(&cell, i, b"record".to_vec())
+                        .await
+                        .unwrap();
+                    written.insert((cell, i));
+                    if i % 16 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                written
+            })
+        })
+        .collect();
+    let mut written = BTreeSet::new();
+    for w in writers {
+        written.extend(w.await.unwrap());
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (raises, handled) = raiser.await.unwrap();
+    assert!(
+        raises >= 5,
+        "only {raises} raises: the race was not exercised"
+    );
+    let client = client_on(kv.clone(), test_config());
+    let floor = client.notify_floor().await.unwrap();
+    let keys = notify_keys(&client).await;
+    let below: Vec<_> = keys.iter().filter(|(b, _, _)| *b < floor).collect();
+    assert!(below.is_empty(), "keys below the floor {floor}: {below:?}");
+    let mut found: BTreeSet<(Cell, u64)> = keys.into_iter().map(|(_, c, ts)| (c, ts)).collect();
+    found.extend(handled);
+    let lost: Vec<_> = written.difference(&found).collect();
+    assert!(
+        lost.is_empty(),
+        "{} notifications lost: {lost:?}",
+        lost.len()
+    );
+}
