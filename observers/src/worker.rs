@@ -38,9 +38,12 @@ pub struct WorkerConfig {
     /// Heartbeat period in the worker registry.
     pub heartbeat: Duration,
     /// Every this many passes a scanner sweeps: it also takes notifications outside its
-    /// share of the hash split, if they are older than `orphan_age` (a dead worker's share).
+    /// share of the hash split that are older than `orphan_age` and whose owner has made no
+    /// progress for `orphan_age` (a stuck worker, or a dead one the split has not caught up
+    /// with). An owner that is busy with a backlog keeps its share.
     pub sweep_every: u32,
-    /// How old a notification outside this worker's share must be before a sweep takes it.
+    /// How old a notification outside this worker's share must be, and how long its owner
+    /// must have made no progress, before a sweep takes it.
     pub orphan_age: Duration,
     /// Scanners leave notifications younger than this to the in-process hint path (a commit
     /// of this process hands its notify keys straight to the worker); a notification written
@@ -89,6 +92,14 @@ struct Inner {
     recent: Mutex<HashMap<Vec<u8>, Instant>>,
     /// (my index, live workers) of the hash split.
     share: Mutex<(u64, u64)>,
+    /// Per index of the hash split: whether that worker has made no progress (handled no
+    /// notification) for `orphan_age`, so sweeps may take its share.
+    stalled: Mutex<Vec<bool>>,
+    /// Per worker key: the last progress count seen and when it last changed.
+    progress_seen: Mutex<HashMap<Vec<u8>, (u64, Instant)>>,
+    /// Notifications this worker finished handling (whatever the outcome): its progress,
+    /// published with its heartbeat.
+    handled: std::sync::atomic::AtomicU64,
     /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
     /// after its first heartbeat, when the others have seen it, so that its share does not
     /// overlap theirs as it joins. `None` before the first heartbeat.
@@ -146,6 +157,9 @@ impl Worker {
             retry: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             share: Mutex::new((0, 1)),
+            stalled: Mutex::new(Vec::new()),
+            progress_seen: Mutex::new(HashMap::new()),
+            handled: std::sync::atomic::AtomicU64::new(0),
             owns_from: Mutex::new(None),
             runs: Mutex::new(tokio::task::JoinSet::new()),
             shutdown,
@@ -281,6 +295,13 @@ impl Inner {
         live <= 1 || stable_hash(cell) % live == index
     }
 
+    /// Whether the owner of `cell` in the hash split has made no progress for `orphan_age`.
+    fn owner_stalled(&self, cell: &Cell) -> bool {
+        let (_, live) = *lock(&self.share);
+        let owner = (stable_hash(cell) % live.max(1)) as usize;
+        lock(&self.stalled).get(owner).copied().unwrap_or(true)
+    }
+
     /// Whether this worker handled notify key `key` less than `RECENT_FOR` ago (a key put
     /// again later, e.g. rewritten by GC, is handled again).
     fn handled_recently(&self, key: &[u8]) -> bool {
@@ -333,11 +354,11 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         .await
         .map_err(percolator::TxnError::from)?;
     let key = inner.worker_key();
-    inner
-        .client
-        .store()
-        .put(key, now.physical_ms().to_be_bytes().to_vec())
-        .await?;
+    // The beat (oracle ms) and the progress (notifications handled so far).
+    let mut record = now.physical_ms().to_be_bytes().to_vec();
+    let handled = inner.handled.load(std::sync::atomic::Ordering::Relaxed);
+    record.extend_from_slice(&handled.to_be_bytes());
+    inner.client.store().put(key, record).await?;
     let pairs = percolator::kv::scan_all(
         inner.client.store().as_ref(),
         inner.client.codec().meta_prefix_range(WORKERS_META),
@@ -345,19 +366,47 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     )
     .await?;
     let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
-    let mut live: Vec<Vec<u8>> = pairs
+    let word = |v: &[u8], at: usize| {
+        v.get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+    };
+    // (key, progress) of the live workers; a record without progress (an older worker)
+    // counts as always progressing.
+    let mut live: Vec<(Vec<u8>, Option<u64>)> = pairs
         .into_iter()
         .filter(|(_, v)| {
-            <[u8; 8]>::try_from(v.as_slice())
-                .map(u64::from_be_bytes)
-                .is_ok_and(|beat| beat.saturating_add(horizon) >= now.physical_ms())
+            (v.len() == 8 || v.len() == 16)
+                && word(v, 0).is_some_and(|beat| beat.saturating_add(horizon) >= now.physical_ms())
         })
-        .map(|(k, _)| k)
+        .map(|(k, v)| {
+            let progress = word(&v, 8);
+            (k, progress)
+        })
         .collect();
     live.sort();
     let me = inner.worker_key();
-    let index = live.iter().position(|k| *k == me).unwrap_or(0) as u64;
+    let index = live.iter().position(|(k, _)| *k == me).unwrap_or(0) as u64;
+    let stalled: Vec<bool> = {
+        let mut seen = lock(&inner.progress_seen);
+        seen.retain(|k, _| live.iter().any(|(l, _)| l == k));
+        live.iter()
+            .map(|(key, progress)| {
+                let Some(progress) = *progress else {
+                    return false;
+                };
+                let entry = seen
+                    .entry(key.clone())
+                    .or_insert((progress, Instant::now()));
+                if entry.0 != progress {
+                    *entry = (progress, Instant::now());
+                }
+                *key != me && entry.1.elapsed() >= inner.config.orphan_age
+            })
+            .collect()
+    };
     *lock(&inner.share) = (index, live.len().max(1) as u64);
+    *lock(&inner.stalled) = stalled;
     lock(&inner.owns_from)
         .get_or_insert_with(|| Instant::now() + inner.config.heartbeat.min(SETTLE_MAX));
     Ok(())
@@ -499,7 +548,12 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 }
                 let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
                 if !inner.owns(&cell) {
-                    if !sweep || age_ms < inner.config.orphan_age.as_millis() as u64 {
+                    // Another live worker's share: taken only from an owner that made no
+                    // progress for `orphan_age` (one busy with a backlog keeps it).
+                    if !sweep
+                        || age_ms < inner.config.orphan_age.as_millis() as u64
+                        || !inner.owner_stalled(&cell)
+                    {
                         continue;
                     }
                 } else if age_ms < inner.config.hint_grace.as_millis() as u64
@@ -677,6 +731,9 @@ async fn after_handle(
     value: &[u8],
     outcome: Result<Outcome, percolator::TxnError>,
 ) {
+    inner
+        .handled
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let backoff = inner.config.retry_backoff;
     let retry_later = |failures: u32| {
         let delay = backoff * 2u32.saturating_pow(failures.min(8));

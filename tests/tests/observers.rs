@@ -585,3 +585,143 @@ async fn scans_skip_handled_notifications() {
         "{visited} entries visited in {scans} scans of a space with 10 live notifications"
     );
 }
+
+/// Two workers with a backlog far older than `orphan_age` (slow observers, sweeps every
+/// pass): both make progress, so neither takes the other's share, and no change is run
+/// twice (before, a sweep took any notification older than `orphan_age`, and under backlog
+/// both workers ran everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_owner_keeps_its_share_under_backlog() {
+    let c = memory_client();
+    let calls = Arc::new(AtomicU64::new(0));
+    let config = WorkerConfig {
+        scanners: 1,
+        max_in_flight: 2,
+        sweep_every: 1,
+        orphan_age: Duration::from_millis(300),
+        hint_grace: Duration::ZERO,
+        ..quick()
+    };
+    let mut workers = Vec::new();
+    for w in 0..2 {
+        let calls = calls.clone();
+        let mut registry = Registry::new();
+        registry
+            .strong(
+                "in",
+                "v",
+                "slow",
+                observer_fn(move |_txn, _cell: Cell| {
+                    let calls = calls.clone();
+                    async move {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        Ok(())
+                    }
+                }),
+            )
+            .unwrap();
+        let worker = Worker::start(
+            c.clone(),
+            Arc::new(registry),
+            WorkerConfig {
+                id: format!("busy-{w}"),
+                ..config.clone()
+            },
+        );
+        worker.wait_until_settled().await;
+        workers.push(worker);
+    }
+    // 800 changes: at 2 in flight and 5 ms each, each worker's share takes about 2 s, more
+    // than six times the orphan age.
+    for chunk in (0..800u32).collect::<Vec<_>>().chunks(100) {
+        let t = c.begin().await.unwrap();
+        for i in chunk {
+            t.set(Cell::new("in", format!("r{i:04}"), "v"), "x");
+        }
+        t.commit().await.unwrap();
+    }
+    quiesce(&workers).await;
+    let (mut processed, mut duplicates) = (0, 0);
+    for w in &workers {
+        let m = w.metrics().snapshot();
+        processed += m.processed;
+        duplicates += m.duplicates;
+    }
+    for w in &workers {
+        w.shutdown().await;
+    }
+    assert_eq!(processed, 800);
+    assert_eq!(duplicates, 0, "changes taken from a busy owner");
+    assert_eq!(calls.load(Ordering::SeqCst), 800, "observer calls");
+}
+
+/// A worker whose observer hangs still heartbeats but makes no progress: after
+/// `orphan_age` the other worker takes its share, and every change is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_owner_loses_its_share() {
+    let c = memory_client();
+    let config = WorkerConfig {
+        scanners: 1,
+        max_in_flight: 1,
+        sweep_every: 1,
+        orphan_age: Duration::from_millis(300),
+        ..quick()
+    };
+    let mut healthy = Registry::new();
+    healthy
+        .strong(
+            "in",
+            "v",
+            "mark",
+            observer_fn(|txn, cell: Cell| async move {
+                txn.set(Cell::new("in", &cell.row, "done"), "1");
+                Ok(())
+            }),
+        )
+        .unwrap();
+    let mut stuck = Registry::new();
+    stuck
+        .strong(
+            "in",
+            "v",
+            "mark",
+            observer_fn(|_txn, _cell: Cell| async move {
+                std::future::pending::<()>().await;
+                Ok(())
+            }),
+        )
+        .unwrap();
+    let workers: Vec<Worker> = [("healthy", healthy), ("stuck", stuck)]
+        .into_iter()
+        .map(|(id, registry)| {
+            Worker::start(
+                c.clone(),
+                Arc::new(registry),
+                WorkerConfig {
+                    id: id.to_string(),
+                    ..config.clone()
+                },
+            )
+        })
+        .collect();
+    for w in &workers {
+        w.wait_until_settled().await;
+    }
+    let t = c.begin().await.unwrap();
+    for i in 0..40u32 {
+        t.set(Cell::new("in", format!("r{i:02}"), "v"), "x");
+    }
+    t.commit().await.unwrap();
+    quiesce(&workers[..1]).await;
+    let r = c.begin().await.unwrap();
+    for i in 0..40u32 {
+        let done = r
+            .get(&Cell::new("in", format!("r{i:02}"), "done"))
+            .await
+            .unwrap();
+        assert_eq!(done, Some(b"1".to_vec()), "r{i:02}");
+    }
+    workers[1].kill();
+    workers[0].shutdown().await;
+}
