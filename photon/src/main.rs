@@ -381,7 +381,7 @@ async fn load_follow(
     stats: &LoadStats,
     poll: Duration,
 ) -> anyhow::Result<()> {
-    let stop = tokio::signal::ctrl_c();
+    let stop = percolator_cli::shutdown_signal()?;
     tokio::pin!(stop);
     loop {
         photon::load::load_dir(client, input, options, stats).await?;
@@ -394,13 +394,7 @@ async fn load_follow(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    percolator_cli::init_tracing("warn");
     let cli = Cli::parse();
     match cli.command {
         Command::Gen(args) => {
@@ -461,6 +455,9 @@ async fn main() -> anyhow::Result<()> {
             work,
             metrics_addr,
         } => {
+            // The handlers first: a SIGTERM the instant readiness is printed must shut the
+            // worker down gracefully, not kill it.
+            let shutdown = percolator_cli::shutdown_signal()?;
             let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
             let pipeline = start_pipeline(&client, &work)?;
             let sweeper = spawn_sweeper(
@@ -482,7 +479,13 @@ async fn main() -> anyhow::Result<()> {
                 "photon worker running (pipeline {}); SIGINT/SIGTERM to stop",
                 work.pipeline
             );
-            pipelines[0].worker.run_until_signal().await;
+            pipelines[0]
+                .worker
+                .run_until(async {
+                    let signal = shutdown.await;
+                    tracing::info!(%signal, "shutting down");
+                })
+                .await;
             sweeper.abort();
         }
         Command::Verify { store, input, json } => {
