@@ -441,13 +441,18 @@ async fn main() -> anyhow::Result<()> {
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
                 bar.finish_and_clear();
             }
+            let rejected = stats.rejected.load(Ordering::Relaxed);
+            // The rejects file is only written (created) when a line is rejected.
+            let malformed = match rejected {
+                0 => "no malformed lines".to_string(),
+                1 => format!("1 malformed line reported to {}", rejects.display()),
+                n => format!("{n} malformed lines reported to {}", rejects.display()),
+            };
             println!(
-                "loaded {} events in {} batches in {:.1?}; {} malformed lines reported to {}",
+                "loaded {} events in {} batches in {:.1?}; {malformed}",
                 stats.loaded.load(Ordering::Relaxed),
                 stats.batches.load(Ordering::Relaxed),
                 started.elapsed(),
-                stats.rejected.load(Ordering::Relaxed),
-                rejects.display()
             );
         }
         Command::Work {

@@ -92,22 +92,37 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
             path: path.display().to_string(),
             source,
         })?;
-        for line in std::io::BufReader::new(file).lines() {
-            let line = line.map_err(|source| VerifyError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-            if line.trim().is_empty() {
+        // Lines are read as bytes: one that is not UTF-8 counts as malformed (as the loader
+        // rejected it).
+        let mut reader = std::io::BufReader::new(file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| VerifyError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            let line = buf.trim_ascii();
+            if line.is_empty() {
                 continue;
             }
+            let Ok(line) = std::str::from_utf8(line) else {
+                report.malformed_lines += 1;
+                continue;
+            };
             match kind {
-                Kind::Query => match serde_json::from_str::<Query>(&line) {
+                Kind::Query => match serde_json::from_str::<Query>(line) {
                     Ok(q) => {
                         queries.insert(q.query_id);
                     }
                     Err(_) => report.malformed_lines += 1,
                 },
-                Kind::Click => match serde_json::from_str::<Click>(&line) {
+                Kind::Click => match serde_json::from_str::<Click>(line) {
                     Ok(c) => {
                         clicks.insert(c.click_id.clone(), c);
                     }
