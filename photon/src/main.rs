@@ -34,9 +34,28 @@ struct StoreArgs {
     #[arg(long, default_value = "photon")]
     namespace: String,
     /// Oracle service addresses (comma-separated); default: an in-process oracle persisted in
-    /// the store (one process per store). Required when several processes share a TiKV store.
+    /// the store (one process per store: embedded and memory stores only). Required with a
+    /// TiKV store, which several processes share.
     #[arg(long, value_delimiter = ',')]
     oracle: Vec<String>,
+}
+
+impl StoreArgs {
+    /// Opens the store and a client on it. A shared (TiKV) store needs the shared oracle
+    /// service: an in-process oracle there would hand out timestamps unrelated to the other
+    /// processes' (their transactions could then see each other out of order).
+    async fn client(&self) -> anyhow::Result<Client> {
+        if matches!(self.store, StoreSpec::Tikv(_)) && self.oracle.is_empty() {
+            anyhow::bail!(
+                "--store {} is shared by several processes: give the shared oracle service \
+                 with --oracle ADDR[,ADDR...] (`oracle serve --store {}`); the in-process \
+                 oracle is only for embedded and memory stores",
+                self.store,
+                self.store
+            );
+        }
+        photon::open_client(&self.store, &self.namespace, &self.oracle).await
+    }
 }
 
 #[derive(Args, Clone)]
@@ -418,7 +437,7 @@ async fn main() -> anyhow::Result<()> {
             follow,
             poll_ms,
         } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let options = LoadOptions {
                 batch,
                 rejects: rejects.clone(),
@@ -463,7 +482,7 @@ async fn main() -> anyhow::Result<()> {
             // The handlers first: a SIGTERM the instant readiness is printed must shut the
             // worker down gracefully, not kill it.
             let shutdown = percolator_cli::shutdown_signal()?;
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let pipeline = start_pipeline(&client, &work)?;
             let sweeper = spawn_sweeper(
                 client.clone(),
@@ -494,7 +513,7 @@ async fn main() -> anyhow::Result<()> {
             sweeper.abort();
         }
         Command::Verify { store, input, json } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let report = photon::verify::verify(&client, &input).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -506,7 +525,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Export { store, out } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let joined = photon::verify::joined_events(&client).await?;
             let mut w: Box<dyn std::io::Write> = match &out {
                 Some(path) => Box::new(std::io::BufWriter::new(
@@ -529,7 +548,7 @@ async fn main() -> anyhow::Result<()> {
             store,
             retention_days,
         } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let today = photon::event::day_of(photon::schema::now_ms());
             let (boundary, deleted) =
                 join::gc_registry(&client, today.saturating_sub(retention_days)).await?;

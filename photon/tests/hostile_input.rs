@@ -200,6 +200,31 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
     assert!(err.to_string().contains("changed"), "{err}");
 }
 
+/// `photon load` and `photon work` on a shared (TiKV) store without `--oracle` fail at once
+/// (before connecting anywhere) instead of running a private oracle next to the shared one.
+#[test]
+fn shared_store_without_the_oracle_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard): nothing answers there; the check must come first.
+    let store = "tikv:127.0.0.1:9";
+    for args in [
+        vec!["load", "--store", store, dir.path().to_str().unwrap()],
+        vec!["work", "--store", store],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_photon"))
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--oracle") && stderr.contains("shared"),
+            "{args:?}: the error names the missing flag: {stderr}"
+        );
+    }
+}
+
 /// `photon load` mentions a rejects file only when it wrote one; a huge malformed line is
 /// echoed to stderr as a bounded prefix, and kept whole in the rejects file.
 #[test]
