@@ -200,6 +200,63 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
     assert!(err.to_string().contains("changed"), "{err}");
 }
 
+/// A click whose query arrives after the horizon is reported by verify as expired past the
+/// horizon (with the horizon), not as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn click_whose_query_arrived_past_the_horizon_is_reported_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let now = photon::schema::now_ms();
+    let old = now - 2 * HORIZON.as_millis() as u64;
+    std::fs::write(
+        logs.join("clicks-000.jsonl"),
+        format!(
+            "{{\"click_id\":\"late\",\"query_id\":\"q-late\",\"event_time\":{old}}}\n\
+             {{\"click_id\":\"fine\",\"query_id\":\"q-fine\",\"event_time\":{now}}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        format!("{{\"query_id\":\"q-fine\",\"event_time\":{now}}}\n"),
+    )
+    .unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, stats) = pipeline(&client);
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, &worker).await;
+    assert_eq!(stats.expired.load(Ordering::Relaxed), 1);
+    // The query of the expired click arrives, past the horizon.
+    std::fs::write(
+        logs.join("queries-001.jsonl"),
+        format!("{{\"query_id\":\"q-late\",\"event_time\":{old}}}\n"),
+    )
+    .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, &worker).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert_eq!(report.lost, 0, "{report:?}");
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, 1, "{report:?}");
+    let expired: Vec<_> = report
+        .reasons
+        .iter()
+        .filter(|(reason, _)| reason.contains("past the horizon"))
+        .collect();
+    assert_eq!(expired.len(), 1, "{report:?}");
+    assert_eq!(*expired[0].1, 1, "{report:?}");
+    assert!(
+        expired[0].0.contains("3600"),
+        "names the horizon: {report:?}"
+    );
+    worker.shutdown().await;
+}
+
 /// `photon load` and `photon work` on a shared (TiKV) store without `--oracle` fail at once
 /// (before connecting anywhere) instead of running a private oracle next to the shared one.
 #[test]
