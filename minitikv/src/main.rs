@@ -37,13 +37,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    percolator_cli::init_tracing("info");
     let cli = Cli::parse();
     match cli.command {
         Command::Serve {
@@ -51,6 +45,9 @@ async fn main() -> anyhow::Result<()> {
             listen,
             advertise,
         } => {
+            // The handlers first: a SIGTERM the instant readiness is printed must shut down
+            // gracefully, not kill the process.
+            let shutdown = percolator_cli::shutdown_signal()?;
             let server = minitikv::start(minitikv::ServerConfig {
                 listen,
                 advertise,
@@ -63,31 +60,9 @@ async fn main() -> anyhow::Result<()> {
             stdout.flush()?;
             tokio::select! {
                 result = server.wait() => result.context("minitikv server stopped")?,
-                () = shutdown_signal() => tracing::info!("shutting down"),
+                signal = shutdown => tracing::info!(%signal, "shutting down"),
             }
             Ok(())
         }
-    }
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

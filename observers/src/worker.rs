@@ -218,10 +218,12 @@ impl Worker {
         lock(&self.inner.runs).abort_all();
     }
 
-    /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
-    pub async fn run_until_signal(&self) {
-        wait_for_signal().await;
-        tracing::info!("signal received, shutting down");
+    /// Runs until `stop` resolves, then shuts down gracefully. Binaries pass the future of
+    /// `percolator_cli::shutdown_signal()`, created (handlers installed) before they announce
+    /// readiness.
+    pub async fn run_until(&self, stop: impl std::future::Future<Output = ()>) {
+        stop.await;
+        tracing::info!("stopping, shutting down");
         self.shutdown().await;
     }
 
@@ -253,27 +255,6 @@ impl Worker {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-#[cfg(unix)]
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() {
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 impl Inner {

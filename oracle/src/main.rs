@@ -71,13 +71,7 @@ struct GetArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    percolator_cli::init_tracing("info");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -91,6 +85,9 @@ fn main() -> Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
+    // The handlers first: a SIGTERM the instant readiness is printed must shut down
+    // gracefully (releasing leadership), not kill the process.
+    let shutdown = percolator_cli::shutdown_signal()?;
     // Embedded and memory stores belong to this process alone (directory lock): no other
     // oracle can be serving on them, so the server takes over at once. On a shared store
     // (TiKV) it waits out the lease of a possibly live leader.
@@ -121,19 +118,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // Readiness line for scripts and tests.
     println!("listening on {}", server.local_addr());
     std::io::stdout().flush().ok();
-    shutdown_signal().await?;
-    tracing::info!("shutting down");
+    let signal = shutdown.await;
+    tracing::info!(%signal, "shutting down");
     server.shutdown().await;
-    Ok(())
-}
-
-async fn shutdown_signal() -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
-        _ = term.recv() => {}
-    }
     Ok(())
 }
 

@@ -148,7 +148,11 @@ async fn join_click(
         None => {
             let age = now_ms().saturating_sub(click.event_time);
             if age > config.horizon.as_millis() as u64 {
-                txn.set(outcome_cell(&click.click_id), "expired");
+                // With the horizon, for verify to name it.
+                txn.set(
+                    outcome_cell(&click.click_id),
+                    format!("expired:{}", config.horizon.as_secs()),
+                );
                 bump(&stats.expired);
                 return Ok(());
             }

@@ -5,7 +5,7 @@
 use crate::event::{Click, Kind, Query};
 use crate::schema::{click_cell, declare_observed, now_ms, offset_cell, query_cell, Stored};
 use percolator::{Client, TxnError};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -105,6 +105,21 @@ pub enum LoadError {
         /// The error.
         source: TxnError,
     },
+    /// The bytes of a log below its stored offset changed since they were loaded: the file
+    /// was rewritten or truncated in place (logs may only be appended to).
+    #[error(
+        "{path}: the log changed in place: its first {offset} bytes were already loaded and \
+         are no longer what was loaded (rewritten or truncated?); refusing to load it from the \
+         stored offset, which would cut lines in the middle. Logs may only be appended to: \
+         write new events to a new file (another name or directory), or load the rewritten \
+         logs into a fresh store or another --namespace"
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// The stored offset (bytes loaded).
+        offset: u64,
+    },
     /// The stored offset of a file is not understood.
     #[error("{path}: stored loader offset {value:?} is corrupt")]
     CorruptOffset {
@@ -115,11 +130,76 @@ pub enum LoadError {
     },
 }
 
-/// Progress through one file: byte offset and line number of the next line to load.
+/// Progress through one file: byte offset and line number of the next line to load, and
+/// the fingerprint of the loaded bytes just before the offset. Stored as
+/// `offset,line,fingerprint` (hex) with each batch; offsets stored without a fingerprint
+/// (`offset,line`, by earlier versions) are accepted and only checked against the file size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Progress {
     offset: u64,
     line: u64,
+    fingerprint: Option<u64>,
+}
+
+impl Progress {
+    fn encode(&self) -> String {
+        match self.fingerprint {
+            Some(f) => format!("{},{},{f:016x}", self.offset, self.line),
+            None => format!("{},{}", self.offset, self.line),
+        }
+    }
+}
+
+/// Bytes of a log just before the stored offset that its fingerprint covers. A rewrite in
+/// place changes them unless it leaves the whole window as it was (and checking them costs
+/// one small read per batch, where hashing the whole prefix would re-read the file).
+pub const FINGERPRINT_WINDOW: usize = 4096;
+
+/// FNV-1a, 64 bits: a stable hash (same value on every platform and version) of `bytes`.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The fingerprint of the loaded prefix `tail` ends (its last [`FINGERPRINT_WINDOW`] bytes).
+fn fingerprint(tail: &[u8]) -> u64 {
+    fnv1a(&tail[tail.len().saturating_sub(FINGERPRINT_WINDOW)..])
+}
+
+/// Reads the last (up to) [`FINGERPRINT_WINDOW`] bytes before `progress.offset` and checks
+/// them against the stored fingerprint: a file shorter than the offset, or with other bytes
+/// there, changed in place since it was loaded.
+fn loaded_tail(
+    file: &mut std::fs::File,
+    path: &Path,
+    progress: &Progress,
+) -> Result<Vec<u8>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let changed = || LoadError::Changed {
+        path: path.to_path_buf(),
+        offset: progress.offset,
+    };
+    if file.metadata().map_err(io)?.len() < progress.offset {
+        return Err(changed());
+    }
+    let start = progress.offset.saturating_sub(FINGERPRINT_WINDOW as u64);
+    let mut tail = Vec::with_capacity(FINGERPRINT_WINDOW);
+    file.seek(SeekFrom::Start(start)).map_err(io)?;
+    Read::take(&mut *file, progress.offset - start)
+        .read_to_end(&mut tail)
+        .map_err(io)?;
+    if tail.len() as u64 != progress.offset - start
+        || progress
+            .fingerprint
+            .is_some_and(|f| f != fingerprint(&tail))
+    {
+        return Err(changed());
+    }
+    Ok(tail)
 }
 
 fn parse_progress(path: &Path, v: Option<Vec<u8>>) -> Result<Progress, LoadError> {
@@ -131,10 +211,19 @@ fn parse_progress(path: &Path, v: Option<Vec<u8>>) -> Result<Progress, LoadError
         path: path.to_path_buf(),
         value: text.clone(),
     };
-    let (offset, line) = text.split_once(',').ok_or_else(corrupt)?;
+    let mut parts = text.split(',');
+    let (Some(offset), Some(line), fingerprint, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(corrupt());
+    };
     Ok(Progress {
         offset: offset.parse().map_err(|_| corrupt())?,
         line: line.parse().map_err(|_| corrupt())?,
+        fingerprint: fingerprint
+            .map(|f| u64::from_str_radix(f, 16))
+            .transpose()
+            .map_err(|_| corrupt())?,
     })
 }
 
@@ -159,6 +248,39 @@ pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
         .collect();
     files.sort();
     Ok(files)
+}
+
+/// A malformed line: its number, what is wrong, and the line as it was (maybe not UTF-8).
+struct Rejected {
+    line: u64,
+    error: String,
+    text: Vec<u8>,
+}
+
+/// Bytes of a rejected line echoed to the log (the rejects file keeps the whole line).
+pub const ECHO_PREFIX: usize = 200;
+
+/// The first [`ECHO_PREFIX`] bytes of `text`, printable: control characters and bytes that
+/// are not UTF-8 escaped (`\n`, `\xff`), with the length of the rest if cut.
+fn echo(text: &[u8]) -> String {
+    let shown = &text[..text.len().min(ECHO_PREFIX)];
+    let mut out = String::new();
+    for chunk in shown.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if text.len() > shown.len() {
+        out.push_str(&format!("... ({} more bytes)", text.len() - shown.len()));
+    }
+    out
 }
 
 /// A parsed line ready to be written.
@@ -229,32 +351,49 @@ async fn load_file_aligned(
             parse_progress(path, v)?
         };
         let mut file = std::fs::File::open(path).map_err(io)?;
+        // The loaded bytes just before the offset, checked against the stored fingerprint;
+        // extended with each line read, for the fingerprint committed with the batch.
+        let mut tail = loaded_tail(&mut file, path, &progress)?;
         file.seek(SeekFrom::Start(progress.offset)).map_err(io)?;
         let mut reader = BufReader::new(file);
         let mut batch = Vec::new();
         let mut bad = Vec::new();
         let mut next = progress;
-        let mut buf = String::new();
+        // Lines are read as bytes: one that is not UTF-8 is rejected like any malformed line.
+        let mut buf = Vec::new();
         while batch.len() < options.batch.max(1) {
             buf.clear();
-            let n = reader.read_line(&mut buf).map_err(io)?;
-            if n == 0 || !buf.ends_with('\n') {
+            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+            if n == 0 || !buf.ends_with(b"\n") {
                 break; // EOF, or a line still being written (--follow).
             }
             next.offset += n as u64;
             next.line += 1;
-            let line = buf.trim_end();
+            tail.extend_from_slice(&buf);
+            if tail.len() > 2 * FINGERPRINT_WINDOW {
+                tail.drain(..tail.len() - FINGERPRINT_WINDOW);
+            }
+            let line = buf.trim_ascii_end();
             if line.is_empty() {
                 continue;
             }
-            match parse_line(kind, line) {
+            let parsed = match std::str::from_utf8(line) {
+                Ok(text) => parse_line(kind, text),
+                Err(e) => Err(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
+            };
+            match parsed {
                 Ok(p) => batch.push(p),
-                Err(e) => bad.push(format!("{}:{}: {e}: {line}", path.display(), next.line)),
+                Err(error) => bad.push(Rejected {
+                    line: next.line,
+                    error,
+                    text: line.to_vec(),
+                }),
             }
         }
-        if next == progress {
+        if next.offset == progress.offset {
             return Ok(loaded);
         }
+        next.fingerprint = Some(fingerprint(&tail));
         if let Some((frontier, me)) = align {
             let first = batch.iter().map(|p| match p {
                 Parsed::Query(q) => q.event_time,
@@ -280,9 +419,14 @@ async fn load_file_aligned(
                 *guard = Some(f);
             }
             if let Some(f) = guard.as_mut() {
-                for line in &bad {
-                    tracing::warn!("rejected {line}");
-                    writeln!(f, "{line}").map_err(|source| LoadError::Io {
+                for r in &bad {
+                    let at = format!("{}:{}: {}", path.display(), r.line, r.error);
+                    // The log gets a bounded, escaped prefix; the rejects file the whole line.
+                    tracing::warn!("rejected {at}: {}", echo(&r.text));
+                    let mut entry = format!("{at}: ").into_bytes();
+                    entry.extend_from_slice(&r.text);
+                    entry.push(b'\n');
+                    f.write_all(&entry).map_err(|source| LoadError::Io {
                         path: options.rejects.clone(),
                         source,
                     })?;
@@ -327,7 +471,7 @@ async fn load_file_aligned(
                             ),
                         }
                     }
-                    txn.set(offset_cell(&key), format!("{},{}", next.offset, next.line));
+                    txn.set(offset_cell(&key), next.encode());
                     Ok(true)
                 }
             })

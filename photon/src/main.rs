@@ -34,9 +34,28 @@ struct StoreArgs {
     #[arg(long, default_value = "photon")]
     namespace: String,
     /// Oracle service addresses (comma-separated); default: an in-process oracle persisted in
-    /// the store (one process per store). Required when several processes share a TiKV store.
+    /// the store (one process per store: embedded and memory stores only). Required with a
+    /// TiKV store, which several processes share.
     #[arg(long, value_delimiter = ',')]
     oracle: Vec<String>,
+}
+
+impl StoreArgs {
+    /// Opens the store and a client on it. A shared (TiKV) store needs the shared oracle
+    /// service: an in-process oracle there would hand out timestamps unrelated to the other
+    /// processes' (their transactions could then see each other out of order).
+    async fn client(&self) -> anyhow::Result<Client> {
+        if matches!(self.store, StoreSpec::Tikv(_)) && self.oracle.is_empty() {
+            anyhow::bail!(
+                "--store {} is shared by several processes: give the shared oracle service \
+                 with --oracle ADDR[,ADDR...] (`oracle serve --store {}`); the in-process \
+                 oracle is only for embedded and memory stores",
+                self.store,
+                self.store
+            );
+        }
+        photon::open_client(&self.store, &self.namespace, &self.oracle).await
+    }
 }
 
 #[derive(Args, Clone)]
@@ -381,7 +400,7 @@ async fn load_follow(
     stats: &LoadStats,
     poll: Duration,
 ) -> anyhow::Result<()> {
-    let stop = tokio::signal::ctrl_c();
+    let stop = percolator_cli::shutdown_signal()?;
     tokio::pin!(stop);
     loop {
         photon::load::load_dir(client, input, options, stats).await?;
@@ -394,13 +413,7 @@ async fn load_follow(
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    percolator_cli::init_tracing("warn");
     let cli = Cli::parse();
     match cli.command {
         Command::Gen(args) => {
@@ -424,7 +437,7 @@ async fn main() -> anyhow::Result<()> {
             follow,
             poll_ms,
         } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let options = LoadOptions {
                 batch,
                 rejects: rejects.clone(),
@@ -447,13 +460,18 @@ async fn main() -> anyhow::Result<()> {
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
                 bar.finish_and_clear();
             }
+            let rejected = stats.rejected.load(Ordering::Relaxed);
+            // The rejects file is only written (created) when a line is rejected.
+            let malformed = match rejected {
+                0 => "no malformed lines".to_string(),
+                1 => format!("1 malformed line reported to {}", rejects.display()),
+                n => format!("{n} malformed lines reported to {}", rejects.display()),
+            };
             println!(
-                "loaded {} events in {} batches in {:.1?}; {} malformed lines reported to {}",
+                "loaded {} events in {} batches in {:.1?}; {malformed}",
                 stats.loaded.load(Ordering::Relaxed),
                 stats.batches.load(Ordering::Relaxed),
                 started.elapsed(),
-                stats.rejected.load(Ordering::Relaxed),
-                rejects.display()
             );
         }
         Command::Work {
@@ -461,7 +479,10 @@ async fn main() -> anyhow::Result<()> {
             work,
             metrics_addr,
         } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            // The handlers first: a SIGTERM the instant readiness is printed must shut the
+            // worker down gracefully, not kill it.
+            let shutdown = percolator_cli::shutdown_signal()?;
+            let client = store.client().await?;
             let pipeline = start_pipeline(&client, &work)?;
             let sweeper = spawn_sweeper(
                 client.clone(),
@@ -482,11 +503,17 @@ async fn main() -> anyhow::Result<()> {
                 "photon worker running (pipeline {}); SIGINT/SIGTERM to stop",
                 work.pipeline
             );
-            pipelines[0].worker.run_until_signal().await;
+            pipelines[0]
+                .worker
+                .run_until(async {
+                    let signal = shutdown.await;
+                    tracing::info!(%signal, "shutting down");
+                })
+                .await;
             sweeper.abort();
         }
         Command::Verify { store, input, json } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let report = photon::verify::verify(&client, &input).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -498,7 +525,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Export { store, out } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let joined = photon::verify::joined_events(&client).await?;
             let mut w: Box<dyn std::io::Write> = match &out {
                 Some(path) => Box::new(std::io::BufWriter::new(
@@ -521,7 +548,7 @@ async fn main() -> anyhow::Result<()> {
             store,
             retention_days,
         } => {
-            let client = photon::open_client(&store.store, &store.namespace, &store.oracle).await?;
+            let client = store.client().await?;
             let today = photon::event::day_of(photon::schema::now_ms());
             let (boundary, deleted) =
                 join::gc_registry(&client, today.saturating_sub(retention_days)).await?;

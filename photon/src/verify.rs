@@ -25,7 +25,9 @@ pub struct Report {
     pub lost: u64,
     /// Joins of clicks that are not joinable (should be 0).
     pub unexpected: u64,
-    /// Non-joinable clicks by reason (`query_missing`, `expired`, `too_old`, ...).
+    /// Non-joinable clicks by reason (`query_missing`, `expired` with the horizon, `too_old`,
+    /// ...). A click expired by the join (no query within `--horizon-secs` of its event
+    /// time) and never joined counts here even if its query was loaded later.
     pub reasons: BTreeMap<String, u64>,
     /// Arrival (later of click and query load) to join commit, percentiles in ms.
     pub p50_ms: f64,
@@ -65,6 +67,26 @@ pub enum VerifyError {
     Load(#[from] crate::load::LoadError),
 }
 
+/// The horizon recorded in an `expired` outcome (`expired:<seconds>`, or `expired` as
+/// written by earlier versions): `None` for other outcomes, `Some(None)` if not recorded.
+fn expired_horizon(outcome: &str) -> Option<Option<u64>> {
+    match outcome.split_once(':') {
+        None if outcome == "expired" => Some(None),
+        Some(("expired", secs)) => Some(secs.parse().ok()),
+        _ => None,
+    }
+}
+
+/// The reason verify gives for clicks that expired.
+fn expired_reason(horizon_secs: Option<u64>) -> String {
+    match horizon_secs {
+        Some(s) => {
+            format!("expired (query arrived past the horizon, --horizon-secs {s}, or never)")
+        }
+        None => "expired (query arrived past the horizon, or never)".to_string(),
+    }
+}
+
 /// Every joined event in the store, by click id (more than one means a duplicate).
 pub async fn joined_events(
     client: &Client,
@@ -92,22 +114,37 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
             path: path.display().to_string(),
             source,
         })?;
-        for line in std::io::BufReader::new(file).lines() {
-            let line = line.map_err(|source| VerifyError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-            if line.trim().is_empty() {
+        // Lines are read as bytes: one that is not UTF-8 counts as malformed (as the loader
+        // rejected it).
+        let mut reader = std::io::BufReader::new(file);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| VerifyError::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            let line = buf.trim_ascii();
+            if line.is_empty() {
                 continue;
             }
+            let Ok(line) = std::str::from_utf8(line) else {
+                report.malformed_lines += 1;
+                continue;
+            };
             match kind {
-                Kind::Query => match serde_json::from_str::<Query>(&line) {
+                Kind::Query => match serde_json::from_str::<Query>(line) {
                     Ok(q) => {
                         queries.insert(q.query_id);
                     }
                     Err(_) => report.malformed_lines += 1,
                 },
-                Kind::Click => match serde_json::from_str::<Click>(&line) {
+                Kind::Click => match serde_json::from_str::<Click>(line) {
                     Ok(c) => {
                         clicks.insert(c.click_id.clone(), c);
                     }
@@ -134,9 +171,12 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
     for (id, click) in &clicks {
         let outcome = outcomes.get(id).map(String::as_str);
         let joins = joined.get(id).map_or(0, Vec::len);
+        // Expired and never joined: its query arrived past the horizon (or never).
+        let expired = joins == 0 && outcome.is_some_and(|o| expired_horizon(o).is_some());
         let joinable = queries.contains(&click.query_id)
             && outcome != Some("too_old")
-            && outcome != Some("filtered");
+            && outcome != Some("filtered")
+            && !expired;
         if joins > 1 {
             report.duplicates += 1;
         }
@@ -157,14 +197,14 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
                 report.unexpected += 1;
             }
             let reason = match outcome {
-                Some("expired") => "expired (query past the horizon)",
-                Some("too_old") => "too_old (older than the IdRegistry boundary)",
-                Some("waiting") => "query_missing (still waiting)",
-                Some("filtered") => "filtered by the adapter",
-                _ if !queries.contains(&click.query_id) => "query_missing",
-                _ => "unknown",
+                Some(o) if expired => expired_reason(expired_horizon(o).flatten()),
+                Some("too_old") => "too_old (older than the IdRegistry boundary)".to_string(),
+                Some("waiting") => "query_missing (still waiting)".to_string(),
+                Some("filtered") => "filtered by the adapter".to_string(),
+                _ if !queries.contains(&click.query_id) => "query_missing".to_string(),
+                _ => "unknown".to_string(),
             };
-            *report.reasons.entry(reason.to_string()).or_default() += 1;
+            *report.reasons.entry(reason).or_default() += 1;
         }
         for j in joined.get(id).into_iter().flatten() {
             let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));

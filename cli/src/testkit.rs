@@ -1,0 +1,102 @@
+//! Test helpers for the binaries (feature `testkit`): start one, wait for its readiness line
+//! and send SIGTERM the instant it appears.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, ExitStatus, Stdio};
+
+/// The output stream that carries a binary's readiness line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// What a binary did when terminated at its readiness line.
+#[derive(Debug)]
+pub struct Terminated {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// The readiness line (without the line break).
+    pub ready: String,
+    /// Everything it wrote to stdout (readiness line included, if there).
+    pub stdout: String,
+    /// Everything it wrote to stderr (readiness line included, if there).
+    pub stderr: String,
+}
+
+/// Sends SIGTERM to `pid` directly (kill(2), no `kill` child process in between).
+pub fn sigterm(pid: u32) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `command` with stdout and stderr captured, sends SIGTERM as soon as a line starting
+/// with `ready` appears on `stream` (no sleeping: the signal follows the read of the line),
+/// then collects the rest of its output and its exit status.
+///
+/// # Panics
+/// If the process cannot be started, or exits without printing the readiness line.
+pub fn sigterm_at_readiness(command: &mut Command, stream: Stream, ready: &str) -> Terminated {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {command:?}: {e}"));
+    let out = child.stdout.take().expect("piped stdout");
+    let err = child.stderr.take().expect("piped stderr");
+    let (watched, other): (Box<dyn Read + Send>, Box<dyn Read + Send>) = match stream {
+        Stream::Stdout => (Box::new(out), Box::new(err)),
+        Stream::Stderr => (Box::new(err), Box::new(out)),
+    };
+    // The other stream is drained meanwhile, so the child never blocks on a full pipe.
+    let drain = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(other).read_to_string(&mut text);
+        text
+    });
+    let mut reader = BufReader::new(watched);
+    let mut seen = String::new();
+    let mut ready_line = None;
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        seen.push_str(&line);
+        if line.starts_with(ready) {
+            if let Err(e) = sigterm(child.id()) {
+                panic!("SIGTERM to {command:?}: {e}");
+            }
+            ready_line = Some(line.trim_end().to_string());
+            break;
+        }
+    }
+    let _ = reader.read_to_string(&mut seen);
+    let other_text = drain.join().unwrap_or_default();
+    let status = child.wait().expect("waiting for the child");
+    let (stdout, stderr) = match stream {
+        Stream::Stdout => (seen, other_text),
+        Stream::Stderr => (other_text, seen),
+    };
+    let Some(ready) = ready_line else {
+        panic!(
+            "{command:?} exited ({status}) without printing a line starting with {ready:?}\n\
+             stdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    };
+    Terminated {
+        status,
+        ready,
+        stdout,
+        stderr,
+    }
+}

@@ -1,0 +1,344 @@
+//! The loader and the verifier against hostile or careless input: invalid UTF-8, logs
+//! rewritten in place after loading, shared stores without the shared oracle, clicks whose
+//! query arrived past the horizon, huge malformed lines; and what `photon load` reports.
+
+use observers::{Registry, Worker, WorkerConfig};
+use percolator::kv::{MemoryKv, RawKv};
+use percolator::ts::LocalClock;
+use percolator::{Client, ClientConfig};
+use photon::gen::{generate, GenOptions};
+use photon::join::{self, JoinConfig, JoinStats};
+use photon::load::{load_dir, LoadOptions, LoadStats};
+use photon::verify::verify;
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The join horizon of the test pipeline.
+const HORIZON: Duration = Duration::from_secs(3600);
+
+fn client_on(kv: Arc<dyn RawKv>) -> Client {
+    Client::with_config(
+        kv,
+        Arc::new(LocalClock::new()),
+        ClientConfig::with_namespace("photon"),
+    )
+}
+
+fn pipeline(client: &Client) -> (Worker, Arc<JoinStats>) {
+    let stats = Arc::new(JoinStats::default());
+    let mut registry = Registry::new();
+    join::register(
+        &mut registry,
+        JoinConfig {
+            pipeline: "dc1".to_string(),
+            worker: "dc1-w0".to_string(),
+            horizon: HORIZON,
+            adapter: None,
+        },
+        stats.clone(),
+    )
+    .unwrap();
+    let config = WorkerConfig {
+        id: "dc1-0".to_string(),
+        idle_interval: Duration::from_millis(20),
+        max_idle_interval: Duration::from_millis(200),
+        heartbeat: Duration::from_millis(100),
+        retry_backoff: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    };
+    (
+        Worker::start(client.clone(), Arc::new(registry), config),
+        stats,
+    )
+}
+
+/// Waits until every notification is handled and no parked click has its query (a hang
+/// guard of 120 s, not a timing assertion).
+async fn drain(client: &Client, worker: &Worker) {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            worker.wait_until_quiescent().await.unwrap();
+            if join::sweep_pending(client, HORIZON).await.unwrap() == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("join did not drain within 120 s");
+}
+
+fn options(dir: &Path) -> LoadOptions {
+    LoadOptions {
+        batch: 50,
+        rejects: dir.join("rejects.txt"),
+    }
+}
+
+/// Inserts `line` (without its line break) as line `at` (1-based) of `path`.
+fn insert_line(path: &Path, at: usize, line: &[u8]) {
+    let text = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    for (i, l) in text.split_inclusive(|b| *b == b'\n').enumerate() {
+        if i + 1 == at {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(l);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// A line with invalid UTF-8 is rejected with file:line like any malformed line (also in
+/// the rejects file, byte for byte); every other line loads exactly once, and verify counts
+/// it as malformed instead of failing on the directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 400,
+        duplicates: 0.0,
+        orphans: 0.0,
+        files: 1,
+        seed: 5,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    let bad: &[u8] = b"{\"click_id\":\"c\xff\xfe\",\"query_id\":\"q\",\"event_time\":1}";
+    insert_line(&logs.join("clicks-000.jsonl"), 7, bad);
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, _) = pipeline(&client);
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .expect("an invalid UTF-8 line must not stop the load");
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        summary.queries + summary.clicks
+    );
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
+    // A second run loads nothing again.
+    let again = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &again)
+        .await
+        .unwrap();
+    assert_eq!(again.loaded.load(Ordering::Relaxed), 0);
+    assert_eq!(again.rejected.load(Ordering::Relaxed), 0);
+    let rejects = std::fs::read(dir.path().join("rejects.txt")).unwrap();
+    let text = String::from_utf8_lossy(&rejects);
+    assert!(text.contains("clicks-000.jsonl:7:"), "{text}");
+    assert!(
+        rejects.windows(bad.len()).any(|w| w == bad),
+        "the rejects file keeps the line as it was: {text}"
+    );
+    drain(&client, &worker).await;
+    let report = verify(&client, &logs)
+        .await
+        .expect("verify must not fail on the directory");
+    assert_eq!(report.malformed_lines, 1, "{report:?}");
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, summary.clicks, "{report:?}");
+    worker.shutdown().await;
+}
+
+/// A log rewritten in place after it was loaded (here: `photon gen` with another seed into
+/// the same directory) is refused with an error naming the file and what to do, instead of
+/// being read from the middle of a line; appending to a loaded log still loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_rewritten_in_place_after_loading_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = |seed| GenOptions {
+        queries: 300,
+        files: 1,
+        seed,
+        ..GenOptions::default()
+    };
+    generate(&logs, &gen(1)).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    // Appending is what logs do: loads.
+    let queries = logs.join("queries-000.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&queries)
+        .unwrap();
+    writeln!(f, "{{\"query_id\":\"appended\",\"event_time\":1}}").unwrap();
+    drop(f);
+    let appended = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &appended)
+        .await
+        .unwrap();
+    assert_eq!(appended.loaded.load(Ordering::Relaxed), 1);
+    // Rewritten in place with other content (and more of it): refused.
+    generate(&logs, &gen(2)).unwrap();
+    let stats = LoadStats::default();
+    let err = load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .expect_err("a rewritten log must be refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("-000.jsonl") && msg.contains("changed"),
+        "the error names the file and says what happened: {msg}"
+    );
+    assert!(
+        msg.contains("new file") || msg.contains("fresh store"),
+        "the error says what to do: {msg}"
+    );
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 0, "no fragments");
+    // Truncated below the stored offset: refused too.
+    std::fs::write(&queries, b"").unwrap();
+    let err = load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .expect_err("a truncated log must be refused");
+    assert!(err.to_string().contains("changed"), "{err}");
+}
+
+/// A click whose query arrives after the horizon is reported by verify as expired past the
+/// horizon (with the horizon), not as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn click_whose_query_arrived_past_the_horizon_is_reported_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let now = photon::schema::now_ms();
+    let old = now - 2 * HORIZON.as_millis() as u64;
+    std::fs::write(
+        logs.join("clicks-000.jsonl"),
+        format!(
+            "{{\"click_id\":\"late\",\"query_id\":\"q-late\",\"event_time\":{old}}}\n\
+             {{\"click_id\":\"fine\",\"query_id\":\"q-fine\",\"event_time\":{now}}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        format!("{{\"query_id\":\"q-fine\",\"event_time\":{now}}}\n"),
+    )
+    .unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, stats) = pipeline(&client);
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, &worker).await;
+    assert_eq!(stats.expired.load(Ordering::Relaxed), 1);
+    // The query of the expired click arrives, past the horizon.
+    std::fs::write(
+        logs.join("queries-001.jsonl"),
+        format!("{{\"query_id\":\"q-late\",\"event_time\":{old}}}\n"),
+    )
+    .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, &worker).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert_eq!(report.lost, 0, "{report:?}");
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, 1, "{report:?}");
+    let expired: Vec<_> = report
+        .reasons
+        .iter()
+        .filter(|(reason, _)| reason.contains("past the horizon"))
+        .collect();
+    assert_eq!(expired.len(), 1, "{report:?}");
+    assert_eq!(*expired[0].1, 1, "{report:?}");
+    assert!(
+        expired[0].0.contains("3600"),
+        "names the horizon: {report:?}"
+    );
+    worker.shutdown().await;
+}
+
+/// `photon load` and `photon work` on a shared (TiKV) store without `--oracle` fail at once
+/// (before connecting anywhere) instead of running a private oracle next to the shared one.
+#[test]
+fn shared_store_without_the_oracle_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Port 9 (discard): nothing answers there; the check must come first.
+    let store = "tikv:127.0.0.1:9";
+    for args in [
+        vec!["load", "--store", store, dir.path().to_str().unwrap()],
+        vec!["work", "--store", store],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_photon"))
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--oracle") && stderr.contains("shared"),
+            "{args:?}: the error names the missing flag: {stderr}"
+        );
+    }
+}
+
+/// `photon load` mentions a rejects file only when it wrote one; a huge malformed line is
+/// echoed to stderr as a bounded prefix, and kept whole in the rejects file.
+#[test]
+fn load_reports_rejects_only_when_written_and_echoes_a_bounded_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 100,
+        files: 1,
+        seed: 9,
+        ..GenOptions::default()
+    };
+    generate(&logs, &gen).unwrap();
+    let store = format!("embedded:{}", dir.path().join("store").display());
+    let rejects = dir.path().join("rejects.txt");
+    let load = || {
+        Command::new(env!("CARGO_BIN_EXE_photon"))
+            .args(["load", "--store", &store, "--rejects"])
+            .arg(&rejects)
+            .arg(&logs)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let out = load();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!rejects.exists());
+    assert!(
+        !stdout.contains("reported to"),
+        "no rejects file was written: {stdout}"
+    );
+    // One malformed line of 1 MB.
+    let huge = format!("{{\"query_id\": {}", "x".repeat(1 << 20));
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(logs.join("queries-000.jsonl"))
+        .unwrap();
+    writeln!(f, "{huge}").unwrap();
+    drop(f);
+    let out = load();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("1 malformed line") && stdout.contains("rejects.txt"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("queries-000.jsonl:"), "{stderr}");
+    assert!(
+        stderr.len() < 4096,
+        "stderr echoes a bounded prefix, not the whole line ({} bytes)",
+        stderr.len()
+    );
+    let kept = std::fs::read_to_string(&rejects).unwrap();
+    assert!(
+        kept.contains(&huge),
+        "the rejects file keeps the whole line"
+    );
+}

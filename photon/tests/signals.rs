@@ -1,0 +1,50 @@
+//! `photon work` terminated by SIGTERM the instant it announces readiness: the handler must
+//! already be installed, so the worker shuts down gracefully (status 0) every time instead of
+//! dying from the signal's default action. Its logs, written to a pipe, carry no ANSI colour
+//! codes.
+
+use percolator_cli::testkit::{sigterm_at_readiness, Stream};
+use std::process::Command;
+
+/// Starts, each terminated at its readiness line.
+const ROUNDS: usize = 50;
+
+/// The readiness line of `photon work` (on stderr).
+const READY: &str = "photon worker running";
+
+fn work(store: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_photon"));
+    cmd.arg("work")
+        .arg("--store")
+        .arg(format!("embedded:{}", store.display()))
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR");
+    cmd
+}
+
+#[test]
+fn sigterm_at_readiness_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..ROUNDS {
+        let run = sigterm_at_readiness(&mut work(&dir.path().join("store")), Stream::Stderr, READY);
+        assert!(
+            run.status.success(),
+            "round {round}: SIGTERM at readiness: {} (not a clean exit)\nstderr:\n{}",
+            run.status,
+            run.stderr
+        );
+    }
+}
+
+/// Logs redirected to a pipe (not a terminal) are plain text.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = sigterm_at_readiness(&mut work(&dir.path().join("store")), Stream::Stderr, READY);
+    assert!(run.stderr.contains("shutting down"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains('\u{1b}'),
+        "ANSI codes in {:?}",
+        run.stderr
+    );
+}
