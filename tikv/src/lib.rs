@@ -62,7 +62,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tikv_client::{BoundRange, Key, RawClient};
 
 /// Which keys are CASed, and so must only be written through the atomic client.
@@ -151,6 +151,12 @@ pub struct TikvConfig {
     /// Try `RawClient::scan_reverse` (guarded and verified) for bounded reverse scans before
     /// falling back to forward paging (default `true`; `false` always pages forward).
     pub reverse_scan_fast_path: bool,
+    /// First delay of the adapter's retries of transient errors (default 5 ms); each retry
+    /// doubles it up to [`TikvConfig::retry_max_delay`], with jitter (a delay is drawn
+    /// uniformly between half and all of the current step). Retries stop at `op_timeout`.
+    pub retry_base_delay: Duration,
+    /// Largest delay between two retries of one call (default 500 ms).
+    pub retry_max_delay: Duration,
 }
 
 impl TikvConfig {
@@ -167,7 +173,31 @@ impl TikvConfig {
             unique_cas_values: false,
             delete_concurrency: 16,
             reverse_scan_fast_path: true,
+            retry_base_delay: Duration::from_millis(5),
+            retry_max_delay: Duration::from_millis(500),
         }
+    }
+
+    /// tikv-client's own backoff, used for the region errors and gRPC errors it retries
+    /// itself (refreshing its region cache in between). Its default
+    /// (`DEFAULT_REGION_BACKOFF`: 10 attempts, 2 ms doubling to 500 ms, ~1.5 s in all) gives
+    /// up long before `op_timeout` under region churn; this one is jittered (so that many
+    /// clients hitting one split do not retry in step) and has enough attempts for its
+    /// delays to add up to at least `op_timeout` (the adapter's deadline stops it first).
+    /// Capped at 40 attempts: the client doubles its step without a bound, and 2 ms << 62
+    /// overflows.
+    fn client_backoff(&self) -> tikv_client::Backoff {
+        const BASE_MS: u64 = 2;
+        let max_ms = (self.retry_max_delay.as_millis() as u64).max(BASE_MS);
+        let budget_ms = self.op_timeout.as_millis() as u64;
+        let (mut attempts, mut step, mut total) = (0u32, BASE_MS, 0u64);
+        while total < budget_ms && attempts < 40 {
+            // Equal jitter waits at least half of each step.
+            total += step.min(max_ms) / 2;
+            step = step.saturating_mul(2);
+            attempts += 1;
+        }
+        tikv_client::Backoff::equal_jitter_backoff(BASE_MS, max_ms, attempts.max(10))
     }
 
     fn client_config(&self) -> tikv_client::Config {
@@ -181,12 +211,97 @@ impl TikvConfig {
     }
 }
 
+/// Why the adapter retried a call (see [`TikvKv::retry_counts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryCause {
+    /// TiKV answered `ServerIsBusy` (its scheduler or raftstore is overloaded): nothing was
+    /// applied. tikv-client 0.4.0 returns it at once, without backoff.
+    ServerBusy,
+    /// A region error the client did not resolve within its own backoff (`RegionNotFound`,
+    /// `EpochNotMatch`, `NotLeader`, `StoreNotMatch`, stale command, no leader known) or a
+    /// region lookup in PD that failed.
+    Region,
+    /// The connection failed or the reply was lost (gRPC `Unavailable`, `Unknown`,
+    /// `Aborted`, broken channel, PD unreachable): a write may or may not have applied.
+    Transport,
+    /// An RPC outlived [`TikvConfig::rpc_timeout`]: a write may or may not have applied.
+    Deadline,
+}
+
+/// How many times the adapter retried calls, by cause (a health figure: all stay near 0 on
+/// a quiet cluster). Retries inside tikv-client (region errors it resolves itself) are not
+/// counted here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryCounts {
+    /// Retries after `ServerIsBusy`.
+    pub server_busy: u64,
+    /// Retries after region errors.
+    pub region: u64,
+    /// Retries after transport errors (lost replies).
+    pub transport: u64,
+    /// Retries after an RPC deadline expired.
+    pub deadline: u64,
+    /// Calls that still failed with a transient error when `op_timeout` left no time for
+    /// another attempt.
+    pub gave_up: u64,
+}
+
+impl RetryCounts {
+    /// Retries of every cause.
+    pub fn total(&self) -> u64 {
+        self.server_busy + self.region + self.transport + self.deadline
+    }
+}
+
+#[derive(Default)]
+struct RetryCounters {
+    server_busy: AtomicU64,
+    region: AtomicU64,
+    transport: AtomicU64,
+    deadline: AtomicU64,
+    gave_up: AtomicU64,
+}
+
+impl RetryCounters {
+    fn count(&self, cause: RetryCause) {
+        let counter = match cause {
+            RetryCause::ServerBusy => &self.server_busy,
+            RetryCause::Region => &self.region,
+            RetryCause::Transport => &self.transport,
+            RetryCause::Deadline => &self.deadline,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> RetryCounts {
+        RetryCounts {
+            server_busy: self.server_busy.load(Ordering::Relaxed),
+            region: self.region.load(Ordering::Relaxed),
+            transport: self.transport.load(Ordering::Relaxed),
+            deadline: self.deadline.load(Ordering::Relaxed),
+            gave_up: self.gave_up.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The deadline of one [`RawKv`] call: every attempt and every backoff of the call fits
+/// before it.
+#[derive(Clone, Copy, Debug)]
+struct Deadline(Instant);
+
+impl Deadline {
+    fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+}
+
 /// A [`RawKv`] over TiKV raw mode (see the crate documentation for the rules it follows).
 pub struct TikvKv {
     plain: RawClient,
     atomic: RawClient,
     config: TikvConfig,
     reverse_fallbacks: AtomicU64,
+    retries: RetryCounters,
 }
 
 impl std::fmt::Debug for TikvKv {
@@ -242,6 +357,7 @@ impl TikvKv {
                 })
             }
         };
+        let plain = plain.with_backoff(config.client_backoff());
         let atomic = plain.with_atomic_for_cas();
         tracing::debug!(endpoints = ?config.pd_endpoints, "connected to TiKV");
         Ok(TikvKv {
@@ -249,7 +365,17 @@ impl TikvKv {
             atomic,
             config,
             reverse_fallbacks: AtomicU64::new(0),
+            retries: RetryCounters::default(),
         })
+    }
+
+    /// Retries so far, by cause.
+    pub fn retry_counts(&self) -> RetryCounts {
+        self.retries.snapshot()
+    }
+
+    fn deadline(&self) -> Deadline {
+        Deadline(Instant::now() + self.config.op_timeout)
     }
 
     /// The configuration in use.
@@ -265,33 +391,80 @@ impl TikvKv {
         }
     }
 
-    /// Runs one client call under the call deadline, mapping its error.
-    async fn run<T>(
-        &self,
-        op: &'static str,
-        call: impl Future<Output = tikv_client::Result<T>>,
-    ) -> KvResult<T> {
-        match tokio::time::timeout(self.config.op_timeout, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(op, e)),
-            Err(_) => Err(KvError::Unavailable {
-                op,
-                message: format!(
-                    "no answer within {:?} (PD {})",
-                    self.config.op_timeout,
-                    self.config.pd_endpoints.join(",")
-                ),
-            }),
+    /// Runs one client call until it succeeds, fails with a permanent error, or `deadline`
+    /// leaves no time for another attempt. Transient errors ([`RetryCause`]) are retried
+    /// after a jittered exponential backoff.
+    ///
+    /// Only calls that may be repeated go through here, and all of ours may:
+    /// - reads are idempotent;
+    /// - `put`/`batch_put` write fixed values: repeating one is the same as the first attempt
+    ///   arriving late, which a concurrent writer can never tell from network delay (the
+    ///   contract orders nothing between concurrent plain writes of one key);
+    /// - `delete`/`batch_delete` are idempotent (deleting an absent key is a no-op);
+    /// - a partly applied `batch_put` (the client splits it per region and sends the parts
+    ///   concurrently) is completed by repeating the whole batch: the applied parts are
+    ///   rewritten with the same values;
+    /// - `compare_and_swap` is repeated with the same `expected`/`new`. If an earlier
+    ///   attempt applied and only its reply was lost, the repeat answers `swapped = false`
+    ///   with `previous == new` (the retry hazard; unique values make it recognisable, see
+    ///   [`TikvConfig::unique_cas_values`]), or, if another writer replaced our value in
+    ///   between, with that writer's value: callers treat a failed CAS as "re-read and
+    ///   decide" (percolator checks the transaction's status), never as proof that nothing
+    ///   was written.
+    async fn call<T, F, Fut>(&self, op: &'static str, deadline: Deadline, mut attempt: F) -> KvResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = tikv_client::Result<T>>,
+    {
+        let policy = &self.config;
+        let mut step = policy.retry_base_delay.max(Duration::from_micros(100));
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let remaining = deadline.remaining();
+            let error = match tokio::time::timeout(remaining, attempt()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.retries.gave_up.fetch_add(1, Ordering::Relaxed);
+                    return Err(KvError::Unavailable {
+                        op,
+                        message: format!(
+                            "no answer within {:?} after {attempts} attempt(s) (PD {})",
+                            policy.op_timeout,
+                            policy.pd_endpoints.join(",")
+                        ),
+                    });
+                }
+            };
+            let Some(cause) = transient_cause(&error) else {
+                return Err(map_error(op, error));
+            };
+            // Equal jitter: between half and all of the current step.
+            let delay = step.mul_f64(0.5 + rand::random::<f64>() * 0.5);
+            if delay >= deadline.remaining() {
+                self.retries.gave_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(op, ?cause, attempts, error = %error, "transient error; no time left for another attempt");
+                return Err(map_error(op, error));
+            }
+            self.retries.count(cause);
+            tracing::debug!(op, ?cause, attempts, ?delay, error = %error, "transient error; retrying");
+            tokio::time::sleep(delay).await;
+            step = (step * 2).min(policy.retry_max_delay.max(step));
         }
     }
 
     /// Up to `limit` pairs of a non-empty `range`, ascending, through `batch_scan`.
-    async fn scan_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+    async fn scan_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
         let mut pairs: Vec<KvPair> = self
-            .run(
-                "scan",
-                self.plain.batch_scan(vec![bound(range)], limit as u32),
-            )
+            .call("scan", deadline, || {
+                self.plain.batch_scan(vec![bound(range)], limit as u32)
+            })
             .await?
             .into_iter()
             .map(|p| {
@@ -308,12 +481,16 @@ impl TikvKv {
     }
 
     /// Up to `limit` keys of a non-empty `range`, ascending, through `batch_scan_keys`.
-    async fn scan_keys_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<Vec<u8>>> {
+    async fn scan_keys_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<Vec<u8>>> {
         let mut keys: Vec<Vec<u8>> = self
-            .run(
-                "scan",
-                self.plain.batch_scan_keys(vec![bound(range)], limit as u32),
-            )
+            .call("scan", deadline, || {
+                self.plain.batch_scan_keys(vec![bound(range)], limit as u32)
+            })
             .await?
             .into_iter()
             .map(Vec::from)
@@ -334,22 +511,30 @@ impl TikvKv {
     /// keys, strictly descending, inside the range, with no key of the range above the first
     /// one (which rules out an answer from the wrong region). Anything else falls back to
     /// forward paging.
-    async fn scan_reverse(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+    async fn scan_reverse(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
         if self.config.reverse_scan_fast_path && range.end.is_some() {
-            let probe = self.scan_keys_forward(range, limit).await?;
+            let probe = self.scan_keys_forward(range, limit, deadline).await?;
             if probe.len() < limit {
                 let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
-                let values = self.get_many(&keys).await?;
+                let values = self.get_many(&keys, deadline).await?;
                 if values.iter().all(Option::is_some) {
                     return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
                 }
-            } else if let Some(pairs) = self.try_client_scan_reverse(range, limit).await? {
+            } else if let Some(pairs) = self
+                .try_client_scan_reverse(range, limit, deadline)
+                .await?
+            {
                 return Ok(pairs);
             }
             self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(?range, limit, "reverse scan falls back to forward paging");
         }
-        self.scan_reverse_by_paging(range, limit).await
+        self.scan_reverse_by_paging(range, limit, deadline).await
     }
 
     /// `RawClient::scan_reverse` on a bounded range known to hold at least `limit` keys;
@@ -358,14 +543,23 @@ impl TikvKv {
         &self,
         range: &KeyRange,
         limit: usize,
+        deadline: Deadline,
     ) -> KvResult<Option<Vec<KvPair>>> {
-        let call = self.plain.scan_reverse(bound(range), limit as u32);
-        // Should a concurrent delete leave fewer than `limit` keys, the client loops around
-        // the last region; stop it and fall back.
-        let pairs = match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
-            Err(_) => return Ok(None),
-            Ok(Err(e)) => return Err(map_error("scan", e)),
-            Ok(Ok(pairs)) => pairs,
+        // `scan_reverse` retries no gRPC error itself (and gives up on region errors after
+        // its fixed store backoff): lost replies are retried here like any other read.
+        let pairs = self
+            .call("scan", deadline, || async {
+                let call = self.plain.scan_reverse(bound(range), limit as u32);
+                // Should a concurrent delete leave fewer than `limit` keys, the client loops
+                // around the last region; stop it and fall back.
+                match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
+                    Err(_) => Ok(None),
+                    Ok(result) => result.map(Some),
+                }
+            })
+            .await?;
+        let Some(pairs) = pairs else {
+            return Ok(None);
         };
         let pairs: Vec<KvPair> = pairs
             .into_iter()
@@ -386,7 +580,12 @@ impl TikvKv {
             start: above_start,
             end: range.end.clone(),
         };
-        if !above.is_empty() && !self.scan_keys_forward(&above, 1).await?.is_empty() {
+        if !above.is_empty()
+            && !self
+                .scan_keys_forward(&above, 1, deadline)
+                .await?
+                .is_empty()
+        {
             return Ok(None);
         }
         Ok(Some(pairs))
@@ -399,6 +598,7 @@ impl TikvKv {
         &self,
         range: &KeyRange,
         limit: usize,
+        deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
         // A key deleted between the key scan and the value read would shorten the page (and
         // a short page means "range exhausted" to pagers): retry a few times.
@@ -408,7 +608,9 @@ impl TikvKv {
             let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit);
             let mut rest = range.clone();
             loop {
-                let page = self.scan_keys_forward(&rest, MAX_SCAN_LIMIT).await?;
+                let page = self
+                    .scan_keys_forward(&rest, MAX_SCAN_LIMIT, deadline)
+                    .await?;
                 let full = page.len() == MAX_SCAN_LIMIT;
                 if let Some(k) = page.last() {
                     let mut next = k.clone();
@@ -426,7 +628,7 @@ impl TikvKv {
                 }
             }
             let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
-            let values = self.get_many(&keys).await?;
+            let values = self.get_many(&keys, deadline).await?;
             let complete = values.iter().all(Option::is_some);
             let pairs: Vec<KvPair> = keys
                 .into_iter()
@@ -445,12 +647,16 @@ impl TikvKv {
         self.reverse_fallbacks.load(Ordering::Relaxed)
     }
 
-    async fn get_many(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+    async fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        deadline: Deadline,
+    ) -> KvResult<Vec<Option<Vec<u8>>>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let found: HashMap<Vec<u8>, Vec<u8>> = self
-            .run("batch_get", self.plain.batch_get(keys.to_vec()))
+            .call("batch_get", deadline, || self.plain.batch_get(keys.to_vec()))
             .await?
             .into_iter()
             .map(|p| {
@@ -466,39 +672,50 @@ fn bound(range: &KeyRange) -> BoundRange {
     BoundRange::from((range.start.clone(), range.end.clone()))
 }
 
-/// Whether a client error means "the cluster could not be reached or did not answer".
-fn is_unavailable(e: &tikv_client::Error) -> bool {
+/// The cause of a transient client error (worth retrying after a backoff), or `None` for a
+/// permanent one.
+fn transient_cause(e: &tikv_client::Error) -> Option<RetryCause> {
     use tikv_client::Error as E;
     match e {
-        E::Grpc(_)
-        | E::Io(_)
-        | E::Channel(_)
-        | E::Canceled(_)
-        | E::RegionError(_)
+        E::RegionError(region) if region.server_is_busy.is_some() => Some(RetryCause::ServerBusy),
+        E::RegionError(_)
         | E::LeaderNotFound { .. }
         | E::RegionForKeyNotFound { .. }
         | E::RegionForRangeNotFound { .. }
         | E::RegionNotFoundInResponse { .. }
         | E::EntryNotFoundInRegionCache
-        | E::NoCurrentRegions
+        | E::NoCurrentRegions => Some(RetryCause::Region),
+        E::Grpc(_)
+        | E::Io(_)
+        | E::Channel(_)
+        | E::Canceled(_)
         | E::JoinError(_)
         | E::UndeterminedError(_)
         // PD connection failures ("PD cluster failed to respond", "failed to connect to").
-        | E::InternalError { .. } => true,
-        E::GrpcAPI(status) => matches!(
-            status.code(),
+        | E::InternalError { .. } => Some(RetryCause::Transport),
+        E::GrpcAPI(status) => match status.code() {
+            tonic_code::DeadlineExceeded => Some(RetryCause::Deadline),
+            // tonic reports its own client-side timeout as `Cancelled: Timeout expired`.
+            tonic_code::Cancelled if status.message().contains("Timeout expired") => {
+                Some(RetryCause::Deadline)
+            }
             tonic_code::Unavailable
-                | tonic_code::DeadlineExceeded
-                | tonic_code::Cancelled
-                | tonic_code::Unknown
-                | tonic_code::Aborted
-                | tonic_code::ResourceExhausted
-        ),
+            | tonic_code::Cancelled
+            | tonic_code::Unknown
+            | tonic_code::Aborted
+            | tonic_code::ResourceExhausted => Some(RetryCause::Transport),
+            _ => None,
+        },
         E::ExtractedErrors(errors) | E::MultipleKeyErrors(errors) => {
-            errors.iter().any(is_unavailable)
+            errors.iter().find_map(transient_cause)
         }
-        _ => false,
+        _ => None,
     }
+}
+
+/// Whether a client error means "the cluster could not be reached or did not answer".
+fn is_unavailable(e: &tikv_client::Error) -> bool {
+    transient_cause(e).is_some()
 }
 
 use tonic::Code as tonic_code;
@@ -518,45 +735,64 @@ fn map_error(op: &'static str, e: tikv_client::Error) -> KvError {
 #[async_trait]
 impl RawKv for TikvKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.run("get", self.plain.get(key.to_vec())).await
+        self.call("get", self.deadline(), || self.plain.get(key.to_vec()))
+            .await
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        self.get_many(keys).await
+        self.get_many(keys, self.deadline()).await
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.run("put", self.writer(&key).put(key, value)).await
+        let writer = self.writer(&key);
+        self.call("put", self.deadline(), || {
+            writer.put(key.clone(), value.clone())
+        })
+        .await
     }
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
         let (atomic, plain): (Vec<KvPair>, Vec<KvPair>) = pairs
             .into_iter()
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
+        let deadline = self.deadline();
         if !plain.is_empty() {
-            self.run("batch_put", self.plain.batch_put(plain)).await?;
+            self.call("batch_put", deadline, || self.plain.batch_put(plain.clone()))
+                .await?;
         }
         if !atomic.is_empty() {
-            self.run("batch_put", self.atomic.batch_put(atomic)).await?;
+            self.call("batch_put", deadline, || {
+                self.atomic.batch_put(atomic.clone())
+            })
+            .await?;
         }
         Ok(())
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.run("delete", self.writer(&key).delete(key)).await
+        let writer = self.writer(&key);
+        self.call("delete", self.deadline(), || writer.delete(key.clone()))
+            .await
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
         let (atomic, plain): (Vec<Vec<u8>>, Vec<Vec<u8>>) = keys
             .into_iter()
             .partition(|k| self.config.atomic_keys.is_atomic(k));
+        let deadline = self.deadline();
         if !plain.is_empty() {
-            self.run("batch_delete", self.plain.batch_delete(plain))
-                .await?;
+            self.call("batch_delete", deadline, || {
+                self.plain.batch_delete(plain.clone())
+            })
+            .await?;
         }
         // The atomic client refuses batch_delete: one delete per key.
         futures::stream::iter(atomic)
-            .map(|key| self.run("batch_delete", self.atomic.delete(key)))
+            .map(|key| {
+                self.call("batch_delete", deadline, move || {
+                    self.atomic.delete(key.clone())
+                })
+            })
             .buffer_unordered(self.config.delete_concurrency.max(1))
             .try_collect::<Vec<()>>()
             .await?;
@@ -573,9 +809,10 @@ impl RawKv for TikvKv {
         if range.is_empty() {
             return Ok(Vec::new());
         }
+        let deadline = self.deadline();
         match order {
-            ScanOrder::Forward => self.scan_forward(&range, limit).await,
-            ScanOrder::Reverse => self.scan_reverse(&range, limit).await,
+            ScanOrder::Forward => self.scan_forward(&range, limit, deadline).await,
+            ScanOrder::Reverse => self.scan_reverse(&range, limit, deadline).await,
         }
     }
 
@@ -597,10 +834,10 @@ impl RawKv for TikvKv {
         }
         let check_own = self.config.unique_cas_values.then(|| new.clone());
         let (previous, swapped) = self
-            .run(
-                "compare_and_swap",
-                self.atomic.compare_and_swap(key, expected.clone(), new),
-            )
+            .call("compare_and_swap", self.deadline(), || {
+                self.atomic
+                    .compare_and_swap(key.clone(), expected.clone(), new.clone())
+            })
             .await?;
         if !swapped && check_own.is_some() && previous == check_own {
             // Our own write, reported by the client's retry (values are unique).
