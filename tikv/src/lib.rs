@@ -411,7 +411,12 @@ impl TikvKv {
     ///   between, with that writer's value: callers treat a failed CAS as "re-read and
     ///   decide" (percolator checks the transaction's status), never as proof that nothing
     ///   was written.
-    async fn call<T, F, Fut>(&self, op: &'static str, deadline: Deadline, mut attempt: F) -> KvResult<T>
+    async fn call<T, F, Fut>(
+        &self,
+        op: &'static str,
+        deadline: Deadline,
+        mut attempt: F,
+    ) -> KvResult<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = tikv_client::Result<T>>,
@@ -525,9 +530,7 @@ impl TikvKv {
                 if values.iter().all(Option::is_some) {
                     return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
                 }
-            } else if let Some(pairs) = self
-                .try_client_scan_reverse(range, limit, deadline)
-                .await?
+            } else if let Some(pairs) = self.try_client_scan_reverse(range, limit, deadline).await?
             {
                 return Ok(pairs);
             }
@@ -656,7 +659,9 @@ impl TikvKv {
             return Ok(Vec::new());
         }
         let found: HashMap<Vec<u8>, Vec<u8>> = self
-            .call("batch_get", deadline, || self.plain.batch_get(keys.to_vec()))
+            .call("batch_get", deadline, || {
+                self.plain.batch_get(keys.to_vec())
+            })
             .await?
             .into_iter()
             .map(|p| {
@@ -757,8 +762,10 @@ impl RawKv for TikvKv {
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
         let deadline = self.deadline();
         if !plain.is_empty() {
-            self.call("batch_put", deadline, || self.plain.batch_put(plain.clone()))
-                .await?;
+            self.call("batch_put", deadline, || {
+                self.plain.batch_put(plain.clone())
+            })
+            .await?;
         }
         if !atomic.is_empty() {
             self.call("batch_put", deadline, || {
