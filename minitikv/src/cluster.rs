@@ -42,6 +42,19 @@ impl Faults {
         Faults::default()
     }
 
+    /// The weather tests run in: 0.1% `ServerIsBusy`, 1% region errors, 0.5% replies lost
+    /// after apply, 1% of requests delayed by up to 5 ms.
+    pub fn weather(seed: u64) -> Self {
+        Faults {
+            seed,
+            server_busy: 0.001,
+            region_error: 0.01,
+            lost_reply: 0.005,
+            delay: 0.01,
+            max_delay: Duration::from_millis(5),
+        }
+    }
+
     /// Whether any fault is enabled.
     pub fn any(&self) -> bool {
         self.server_busy > 0.0

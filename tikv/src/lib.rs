@@ -49,6 +49,8 @@
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator --bench kv`, backend `tikv`.
 
+mod pd;
+
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use percolator::codec::Space;
@@ -302,6 +304,7 @@ pub struct TikvKv {
     config: TikvConfig,
     reverse_fallbacks: AtomicU64,
     retries: RetryCounters,
+    pd: pd::PdRegions,
 }
 
 impl std::fmt::Debug for TikvKv {
@@ -360,9 +363,15 @@ impl TikvKv {
         let plain = plain.with_backoff(config.client_backoff());
         let atomic = plain.with_atomic_for_cas();
         tracing::debug!(endpoints = ?config.pd_endpoints, "connected to TiKV");
+        let pd = pd::PdRegions::new(
+            config.pd_endpoints.clone(),
+            config.tls.clone(),
+            config.rpc_timeout,
+        );
         Ok(TikvKv {
             plain,
             atomic,
+            pd,
             config,
             reverse_fallbacks: AtomicU64::new(0),
             retries: RetryCounters::default(),
@@ -509,38 +518,139 @@ impl TikvKv {
 
     /// The last `limit` pairs of a non-empty `range`, descending.
     ///
-    /// Fast path (bounded ranges, [`TikvConfig::reverse_scan_fast_path`]): a key-only forward
-    /// probe of `limit` keys; if the range holds fewer, those are the answer. Otherwise the
-    /// range holds at least `limit` keys, so `RawClient::scan_reverse` fills its limit and
-    /// stops before it can loop around; its answer is accepted only if it is exactly `limit`
-    /// keys, strictly descending, inside the range, with no key of the range above the first
-    /// one (which rules out an answer from the wrong region). Anything else falls back to
-    /// forward paging.
+    /// With [`TikvConfig::reverse_scan_fast_path`] (the default), regions are walked from the
+    /// end of the range with PD's region boundaries (`GetRegion`, then `GetPrevRegion`), and
+    /// each region's part of the range is read by [`TikvKv::scan_reverse_in_region`] until
+    /// `limit` pairs are found: O(limit + regions touched). A region whose answer cannot be
+    /// trusted (the client's region cache disagrees with PD mid-split) is read by forward
+    /// paging, which costs that region's part of the range only and is counted in
+    /// [`TikvKv::reverse_scan_fallbacks`]. Without the fast path, the whole range is paged
+    /// forward.
     async fn scan_reverse(
         &self,
         range: &KeyRange,
         limit: usize,
         deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
-        if self.config.reverse_scan_fast_path && range.end.is_some() {
-            let probe = self.scan_keys_forward(range, limit, deadline).await?;
-            if probe.len() < limit {
-                let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
-                let values = self.get_many(&keys, deadline).await?;
-                if values.iter().all(Option::is_some) {
-                    return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
-                }
-            } else if let Some(pairs) = self.try_client_scan_reverse(range, limit, deadline).await?
-            {
-                return Ok(pairs);
-            }
-            self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(?range, limit, "reverse scan falls back to forward paging");
+        if !self.config.reverse_scan_fast_path {
+            return self.scan_reverse_by_paging(range, limit, deadline).await;
         }
-        self.scan_reverse_by_paging(range, limit, deadline).await
+        let mut out: Vec<KvPair> = Vec::new();
+        let mut region = match &range.end {
+            Some(end) => self.region_below(end, deadline).await?,
+            None => Some(self.last_region(deadline).await?),
+        };
+        let mut regions_touched = 0u32;
+        while let Some(r) = region {
+            regions_touched += 1;
+            // The range's part in this region (regions are visited downwards).
+            let part = KeyRange {
+                start: range.start.clone().max(r.start.clone()),
+                end: match (&range.end, r.end.is_empty()) {
+                    (Some(end), false) => Some(end.clone().min(r.end.clone())),
+                    (Some(end), true) => Some(end.clone()),
+                    (None, false) => Some(r.end.clone()),
+                    (None, true) => None,
+                },
+            };
+            if !part.is_empty() {
+                let want = limit - out.len();
+                let pairs = match self.scan_reverse_in_region(&part, want, deadline).await? {
+                    Some(pairs) => pairs,
+                    None => {
+                        self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            ?part,
+                            want,
+                            "reverse scan of a region falls back to forward paging"
+                        );
+                        self.scan_reverse_by_paging(&part, want, deadline).await?
+                    }
+                };
+                out.extend(pairs);
+            }
+            if out.len() >= limit || r.start.is_empty() || r.start <= range.start {
+                break;
+            }
+            let start = r.start.clone();
+            region = self
+                .call("scan", deadline, || self.pd.prev_region(&start))
+                .await?;
+            if let Some(prev) = &region {
+                if prev.end != start {
+                    // The layout changed between two lookups: ask again for the region below.
+                    region = self.region_below(&start, deadline).await?;
+                }
+            }
+        }
+        tracing::trace!(regions_touched, found = out.len(), "reverse scan");
+        out.truncate(limit);
+        Ok(out)
     }
 
-    /// `RawClient::scan_reverse` on a bounded range known to hold at least `limit` keys;
+    /// The region holding the keys just below `key` (`None`: no key is below it).
+    async fn region_below(
+        &self,
+        key: &[u8],
+        deadline: Deadline,
+    ) -> KvResult<Option<pd::RegionBounds>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
+        if holder.start.as_slice() < key {
+            return Ok(Some(holder));
+        }
+        self.call("scan", deadline, || self.pd.prev_region(key))
+            .await
+    }
+
+    /// The last region of the key space: the one holding a key above any realistic key,
+    /// walking forward should a split key be even higher.
+    async fn last_region(&self, deadline: Deadline) -> KvResult<pd::RegionBounds> {
+        let mut region = self
+            .call("scan", deadline, || self.pd.region(&[0xFF; 16]))
+            .await?;
+        while !region.end.is_empty() {
+            let next = region.end.clone();
+            region = self
+                .call("scan", deadline, || self.pd.region(&next))
+                .await?;
+        }
+        Ok(region)
+    }
+
+    /// The last `limit` pairs of `range`, which lies inside one region, descending; `None`
+    /// when the client's answer cannot be trusted.
+    ///
+    /// A key-only forward probe of `limit` keys comes first: if the range holds fewer, those
+    /// are the answer (values by one `batch_get`). Otherwise the range holds at least `limit`
+    /// keys, so `RawClient::scan_reverse` fills its limit from one region and stops before
+    /// it can loop around the last region; its answer is accepted only if it is exactly
+    /// `limit` keys, strictly descending, inside the range, with no key of the range above
+    /// the first one (which rules out an answer from another region).
+    async fn scan_reverse_in_region(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Option<Vec<KvPair>>> {
+        let probe = self.scan_keys_forward(range, limit, deadline).await?;
+        if probe.len() < limit {
+            let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
+            let values = self.get_many(&keys, deadline).await?;
+            if values.iter().all(Option::is_some) {
+                return Ok(Some(
+                    keys.into_iter().zip(values.into_iter().flatten()).collect(),
+                ));
+            }
+            // A key was deleted between the probe and the read.
+            return Ok(None);
+        }
+        self.try_client_scan_reverse(range, limit, deadline).await
+    }
+
+    /// `RawClient::scan_reverse` on a range of one region known to hold at least `limit` keys;
     /// `None` when its answer cannot be trusted.
     async fn try_client_scan_reverse(
         &self,
