@@ -239,14 +239,19 @@ impl StoreService {
     /// The region a request is for, or the region error TiKV would answer: the context must
     /// name an existing region, its current epoch and this store as its leader, and every
     /// key must lie inside it.
-    fn route(&self, ctx: Option<&Context>, keys: Keys<'_>) -> Result<RegionInfo, errorpb::Error> {
-        let result = self.check_route(ctx, keys);
-        if result.is_err() {
+    fn route(
+        &self,
+        ctx: Option<&Context>,
+        keys: Keys<'_>,
+    ) -> Result<RegionInfo, Box<errorpb::Error>> {
+        self.check_route(ctx, keys).map_err(|e| {
             self.counts.stale_route.fetch_add(1, Ordering::Relaxed);
-        }
-        result
+            Box::new(e)
+        })
     }
 
+    // A region error is what TiKV answers; it is boxed by `route` for the caller.
+    #[allow(clippy::result_large_err)]
     fn check_route(
         &self,
         ctx: Option<&Context>,
@@ -632,7 +637,7 @@ macro_rules! with_region {
         #[allow(unused_variables)]
         let $region = match $self.route($req.context.as_ref(), $keys) {
             Ok(region) => region,
-            Err(err) => return Ok(Response::new(<$resp>::default().with_region_error(err))),
+            Err(err) => return Ok(Response::new(<$resp>::default().with_region_error(*err))),
         };
         let reply: Result<Response<$resp>, Status> = async { $body }.await;
         if reply.is_ok() && $self.lose_reply() {

@@ -130,11 +130,15 @@ impl PdRegions {
             .connect_timeout(self.timeout);
         if let Some(tls) = &self.tls {
             let read = |p: &std::path::Path| {
-                std::fs::read(p).map_err(|e| pd_err(format!("reading {}: {e}", p.display())))
+                std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
+            };
+            let (ca, cert, key) = match (read(&tls.ca), read(&tls.cert), read(&tls.key)) {
+                (Ok(ca), Ok(cert), Ok(key)) => (ca, cert, key),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(pd_err(e)),
             };
             let config = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
-                .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+                .ca_certificate(Certificate::from_pem(ca))
+                .identity(Identity::from_pem(cert, key));
             endpoint = endpoint
                 .tls_config(config)
                 .map_err(|e| pd_err(format!("TLS for PD {addr}: {e}")))?;
