@@ -1,16 +1,23 @@
-//! minitikv: a single-node stand-in for a TiKV cluster, for tests, demos and benchmarks.
+//! minitikv: a stand-in for a TiKV cluster, for tests, demos and benchmarks.
 //!
-//! One gRPC server answers both the PD calls `tikv-client` 0.4.0 makes (`GetMembers`, the
-//! `Tso` stream, `GetRegion`, `GetRegionByID`, `GetStore`, `GetAllStores`, GC safe point) and
-//! the TiKV raw-mode RPCs (`RawGet`, `RawBatchGet`, `RawPut`, `RawBatchPut`, `RawDelete`,
-//! `RawBatchDelete`, `RawScan` forward/reverse/key-only, `RawBatchScan`, `RawDeleteRange`,
-//! `RawCompareAndSwap`). Data lives in a [`percolator::kv::RawKv`] store: the embedded
+//! gRPC servers answer both the PD calls `tikv-client` 0.4.0 and `percolator-tikv` make
+//! (`GetMembers`, the `Tso` stream, `GetRegion`, `GetPrevRegion`, `ScanRegions`,
+//! `GetRegionByID`, `GetStore`, `GetAllStores`, GC safe point) and the TiKV raw-mode RPCs
+//! (`RawGet`, `RawBatchGet`, `RawPut`, `RawBatchPut`, `RawDelete`, `RawBatchDelete`,
+//! `RawScan` forward/reverse/key-only, `RawBatchScan`, `RawDeleteRange`,
+//! `RawCompareAndSwap`). Data lives in one [`percolator::kv::RawKv`] store: the embedded
 //! (fjall) store for `--data DIR`, memory otherwise.
 //!
-//! The cluster has exactly one region covering the whole key space (empty start and end
-//! keys), as a fresh TiKV cluster does, so client behaviour at "the last region" is exercised
-//! rather than hidden. Requests naming another region, epoch or store get TiKV's region
-//! errors. Every other gRPC method answers `UNIMPLEMENTED`.
+//! By default the cluster has one store and exactly one region covering the whole key space
+//! (empty start and end keys), as a fresh TiKV cluster does, so client behaviour at "the last
+//! region" is exercised rather than hidden. [`ServerConfig`] adds the weather of a real
+//! cluster: several stores on their own ports ([`ServerConfig::stores`]), regions split at
+//! given keys ([`ServerConfig::split_keys`]), splits, merges and leader transfers at runtime
+//! ([`RunningServer::split`], [`RunningServer::merge`], [`RunningServer::transfer_leader`],
+//! or a seeded background task, [`Churn`]), and seeded fault injection ([`Faults`]:
+//! `ServerIsBusy`, region errors, replies lost after the request applied, delays). Requests
+//! naming a stale region, epoch, store or leader, or keys outside their region, get TiKV's
+//! region errors. Every other gRPC method answers `UNIMPLEMENTED`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), minitikv::ServerError> {
@@ -420,9 +427,26 @@ async fn churn_task(state: Arc<service::State>, churn: Churn, mut stopped: watch
         let result = if (roll == 0 && regions.len() < churn.max_regions)
             || regions.len() < churn.min_regions
         {
-            // Split between the region's bounds: a key derived from its start.
-            let mut key = pick.start.clone();
-            key.push((dice.next_u64() % 255) as u8 + 1);
+            // Split where the data is, as TiKV splits a region that grew: at one of the
+            // region's first keys, else at a key derived from its start.
+            let range = percolator::kv::KeyRange {
+                start: pick.start.clone(),
+                end: (!pick.end.is_empty()).then(|| pick.end.clone()),
+            };
+            let keys = state
+                .store
+                .scan(range, 64, percolator::kv::ScanOrder::Forward)
+                .await
+                .unwrap_or_default();
+            let key = if keys.len() > 1 {
+                keys[(dice.next_u64() % keys.len() as u64) as usize]
+                    .0
+                    .clone()
+            } else {
+                let mut key = pick.start.clone();
+                key.push((dice.next_u64() % 255) as u8 + 1);
+                key
+            };
             if !pick.end.is_empty() && key >= pick.end {
                 Err(LayoutError::AlreadyBoundary(key))
             } else {

@@ -39,44 +39,90 @@ enum Command {
     },
 }
 
-/// Layout and weather of the emulated cluster.
+/// Layout and weather of the emulated cluster. Every option can also be set by its
+/// `MINITIKV_*` environment variable (e.g. for a test that starts `minitikv serve` itself).
 #[derive(clap::Args, Debug)]
 struct ClusterArgs {
     /// Split the key space at these keys at start (comma-separated, UTF-8; repeatable).
-    #[arg(long, value_name = "KEY,...", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "MINITIKV_SPLIT_KEYS",
+        value_name = "KEY,...",
+        value_delimiter = ','
+    )]
     split_keys: Vec<String>,
     /// Split the keys under `--split-prefix` evenly into this many regions at start.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, env = "MINITIKV_REGIONS", value_name = "N", default_value_t = 0)]
     regions: usize,
     /// Prefix of the keys `--regions` spreads (default: the whole key space).
-    #[arg(long, value_name = "PREFIX", default_value = "")]
+    #[arg(
+        long,
+        env = "MINITIKV_SPLIT_PREFIX",
+        value_name = "PREFIX",
+        default_value = ""
+    )]
     split_prefix: String,
     /// Number of stores, each on its own port (store 1 on `--listen`, beside PD).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, env = "MINITIKV_STORES", value_name = "N", default_value_t = 1)]
     stores: usize,
     /// Seed of the injected faults and of the churn.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, env = "MINITIKV_SEED", value_name = "N", default_value_t = 0)]
     seed: u64,
     /// Rate of `ServerIsBusy` answers per request (e.g. 0.001).
-    #[arg(long, value_name = "RATE", default_value_t = 0.0)]
+    #[arg(
+        long,
+        env = "MINITIKV_BUSY_RATE",
+        value_name = "RATE",
+        default_value_t = 0.0
+    )]
     busy_rate: f64,
     /// Rate of injected region errors (NotLeader, EpochNotMatch, RegionNotFound) per request.
-    #[arg(long, value_name = "RATE", default_value_t = 0.0)]
+    #[arg(
+        long,
+        env = "MINITIKV_REGION_ERROR_RATE",
+        value_name = "RATE",
+        default_value_t = 0.0
+    )]
     region_error_rate: f64,
     /// Rate of replies dropped after the request was applied.
-    #[arg(long, value_name = "RATE", default_value_t = 0.0)]
+    #[arg(
+        long,
+        env = "MINITIKV_LOST_REPLY_RATE",
+        value_name = "RATE",
+        default_value_t = 0.0
+    )]
     lost_reply_rate: f64,
     /// Rate of delayed requests.
-    #[arg(long, value_name = "RATE", default_value_t = 0.0)]
+    #[arg(
+        long,
+        env = "MINITIKV_DELAY_RATE",
+        value_name = "RATE",
+        default_value_t = 0.0
+    )]
     delay_rate: f64,
     /// Longest injected delay, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "MINITIKV_MAX_DELAY_MS",
+        value_name = "MS",
+        default_value_t = 0
+    )]
     max_delay_ms: u64,
     /// Split, merge or move a leader every this many milliseconds (0: never).
-    #[arg(long, value_name = "MS", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "MINITIKV_CHURN_MS",
+        value_name = "MS",
+        default_value_t = 0
+    )]
     churn_ms: u64,
     /// Upper bound of the region count under churn.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(
+        long,
+        env = "MINITIKV_CHURN_MAX_REGIONS",
+        value_name = "N",
+        default_value_t = 64
+    )]
     churn_max_regions: usize,
 }
 

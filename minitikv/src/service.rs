@@ -33,7 +33,7 @@ struct FaultCounters {
 
 /// Shared state of both services and every store.
 pub(crate) struct State {
-    store: Arc<dyn RawKv>,
+    pub(crate) store: Arc<dyn RawKv>,
     advertise: String,
     stopped: watch::Receiver<bool>,
     tso: Mutex<(i64, i64)>,

@@ -18,16 +18,15 @@
 //!   is empty, so the client restarts from the beginning of the key space: duplicates, keys
 //!   outside the range, an endless loop on an empty range). Forward scans therefore use
 //!   `batch_scan` with one range, whose region split is correct; the result is sorted,
-//!   clipped to the range and truncated to the limit. Reverse scans have no safe client call
-//!   (`scan_reverse` loops the same way when the range holds fewer keys than the limit, and
-//!   asks the region of the range's *start*, not its end). A bounded reverse scan first probes
-//!   forward (key-only, `limit` keys): a range holding fewer keys is answered from the probe
-//!   (one `batch_get` for the values). Otherwise `scan_reverse` cannot loop (it fills its
-//!   limit in the first answer) and its answer is checked: exactly `limit` keys, strictly
-//!   descending, inside the range, and no key of the range above the first one. Whatever
-//!   fails a check (or an unbounded range) falls back to paging forward through the range
-//!   with key-only `batch_scan_keys`, keeping the last `limit` keys: correct on any region
-//!   layout, O(range size) per call ([`TikvKv::reverse_scan_fallbacks`] counts fallbacks).
+//!   clipped to the range and truncated to the limit. `scan_reverse` also asks the region of
+//!   the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore walk
+//!   regions from the end of the range with PD's region bounds (`GetRegion`,
+//!   `GetPrevRegion`; a minimal PD client, since the client exposes none), and read each
+//!   region's part with a key-only forward probe of the remaining limit (fewer keys: the
+//!   probe is the answer) or else with `scan_reverse` confined to that part, whose answer is
+//!   checked (exactly the limit, strictly descending, inside the part, no key of the part
+//!   above its first). A part failing a check is paged forward (O(that part),
+//!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -42,9 +41,17 @@
 //! - **No hangs.** Every call runs under [`TikvConfig::op_timeout`] (the client's own retries
 //!   with backoff can otherwise run for a long time when the cluster is down); each gRPC call
 //!   also has [`TikvConfig::rpc_timeout`].
+//! - **Weather.** Transient errors ([`RetryCause`]: `ServerIsBusy`, which the client returns
+//!   at once; region errors the client gave up on; lost replies and broken connections; RPC
+//!   deadlines) are retried by every call with jittered exponential backoff
+//!   ([`TikvConfig::retry_base_delay`] doubling to [`TikvConfig::retry_max_delay`]) until
+//!   `op_timeout`. The client's own backoff (used for the region and gRPC errors it retries
+//!   itself) is jittered and sized to `op_timeout` instead of its default ~1.5 s. Why every
+//!   call may be repeated (CAS included) is explained on the retry loop; counts by cause:
+//!   [`TikvKv::retry_counts`].
 //!
 //! Errors name the failing call: [`KvError::Unavailable`] for transport, region and timeout
-//! failures, [`KvError::Engine`] for errors the server reported.
+//! failures that outlived `op_timeout`, [`KvError::Engine`] for errors the server reported.
 //!
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator --bench kv`, backend `tikv`.
@@ -184,14 +191,18 @@ impl TikvConfig {
     /// itself (refreshing its region cache in between). Its default
     /// (`DEFAULT_REGION_BACKOFF`: 10 attempts, 2 ms doubling to 500 ms, ~1.5 s in all) gives
     /// up long before `op_timeout` under region churn; this one is jittered (so that many
-    /// clients hitting one split do not retry in step) and has enough attempts for its
-    /// delays to add up to at least `op_timeout` (the adapter's deadline stops it first).
+    /// clients hitting one split do not retry in step), its step grows to
+    /// `max(retry_max_delay, op_timeout / 20)` and it has enough attempts for its delays to
+    /// add up to about `op_timeout` (the adapter's deadline stops it first).
     /// Capped at 40 attempts: the client doubles its step without a bound, and 2 ms << 62
     /// overflows.
     fn client_backoff(&self) -> tikv_client::Backoff {
         const BASE_MS: u64 = 2;
-        let max_ms = (self.retry_max_delay.as_millis() as u64).max(BASE_MS);
         let budget_ms = self.op_timeout.as_millis() as u64;
+        // A step of a twentieth of the deadline lets 40 attempts cover it.
+        let max_ms = (self.retry_max_delay.as_millis() as u64)
+            .max(budget_ms / 20)
+            .max(BASE_MS);
         let (mut attempts, mut step, mut total) = (0u32, BASE_MS, 0u64);
         while total < budget_ms && attempts < 40 {
             // Equal jitter waits at least half of each step.
@@ -1008,6 +1019,53 @@ mod tests {
         assert!(!rule.is_atomic(&KeyCodec::new("appN").head(&cell)));
         let pred = AtomicKeys::Predicate(Arc::new(|k: &[u8]| k.first() == Some(&b'x')));
         assert!(pred.is_atomic(b"xy") && !pred.is_atomic(b"yx"));
+    }
+
+    #[test]
+    fn transient_errors_are_classified_by_cause() {
+        use tikv_client::Error as E;
+        let region = |f: fn(&mut tikv_client::ProtoRegionError)| {
+            let mut e = tikv_client::ProtoRegionError::default();
+            f(&mut e);
+            E::RegionError(Box::new(e))
+        };
+        let busy = region(|e| e.server_is_busy = Some(Default::default()));
+        assert_eq!(transient_cause(&busy), Some(RetryCause::ServerBusy));
+        let epoch = region(|e| e.epoch_not_match = Some(Default::default()));
+        assert_eq!(transient_cause(&epoch), Some(RetryCause::Region));
+        let lost = E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        assert_eq!(transient_cause(&lost), Some(RetryCause::Transport));
+        let late = E::GrpcAPI(tonic::Status::deadline_exceeded("late"));
+        assert_eq!(transient_cause(&late), Some(RetryCause::Deadline));
+        let nested = E::MultipleKeyErrors(vec![E::StringError("x".into()), busy]);
+        assert_eq!(transient_cause(&nested), Some(RetryCause::ServerBusy));
+        // Errors the server reported, and refused arguments, are permanent.
+        assert_eq!(
+            transient_cause(&E::KvError {
+                message: "bad".into()
+            }),
+            None
+        );
+        assert_eq!(
+            transient_cause(&E::GrpcAPI(tonic::Status::internal("x"))),
+            None
+        );
+        assert_eq!(transient_cause(&E::UnsupportedMode), None);
+    }
+
+    #[test]
+    fn the_clients_backoff_is_sized_to_the_deadline() {
+        let config = TikvConfig::new(vec!["pd:2379".into()]);
+        let mut backoff = config.client_backoff();
+        let mut total = Duration::ZERO;
+        while let Some(d) = backoff.next_delay_duration() {
+            total += d;
+        }
+        // Equal jitter waits at least half of each step.
+        assert!(
+            total >= config.op_timeout / 2,
+            "client backoff adds up to {total:?} only"
+        );
     }
 
     #[tokio::test]
