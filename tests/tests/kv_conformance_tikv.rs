@@ -650,3 +650,30 @@ async fn reverse_scans_on_1000_regions_never_fall_back() {
         "a reverse scan fell back to forward paging"
     );
 }
+
+/// The CAS counter (values carry their history) with one reply in ten lost after the swap
+/// applied: the client's retries report swaps that applied as failed, sometimes with a value
+/// another task already built on ours; every increment must still land exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cas_counter_with_one_reply_in_ten_lost() {
+    let server = minitikv::start(ServerConfig {
+        split_keys: vec![b"conf/counter/".to_vec(), b"conf/counter/d".to_vec()],
+        faults: minitikv::Faults {
+            seed: 9,
+            lost_reply: 0.1,
+            server_busy: 0.01,
+            ..minitikv::Faults::none()
+        },
+        ..ServerConfig::in_memory()
+    })
+    .await
+    .unwrap();
+    let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
+    within(
+        "cas_counter",
+        conformance::cas_counter(kv.clone(), b"conf/counter/", 8, 50),
+    )
+    .await;
+    report("cas counter, lost replies", &server, &kv);
+    assert!(server.fault_counts().lost_reply > 0);
+}
