@@ -157,8 +157,9 @@ pub struct TikvConfig {
     pub unique_cas_values: bool,
     /// Concurrent single-key deletes used for atomic keys (default 16).
     pub delete_concurrency: usize,
-    /// Try `RawClient::scan_reverse` (guarded and verified) for bounded reverse scans before
-    /// falling back to forward paging (default `true`; `false` always pages forward).
+    /// Reverse scans walk regions from the end of the range (PD region bounds, then a probe
+    /// or a verified `RawClient::scan_reverse` per region; default `true`). `false` always
+    /// pages the whole range forward (O(range size)).
     pub reverse_scan_fast_path: bool,
     /// First delay of the adapter's retries of transient errors (default 5 ms); each retry
     /// doubles it up to [`TikvConfig::retry_max_delay`], with jitter (a delay is drawn
