@@ -677,3 +677,34 @@ async fn cas_counter_with_one_reply_in_ten_lost() {
     report("cas counter, lost replies", &server, &kv);
     assert!(server.fault_counts().lost_reply > 0);
 }
+
+/// Region errors on 80% of requests: tikv-client's default backoff (10 attempts, ~1.5 s)
+/// fails about one call in ten here (the test fails with it, and without the adapter's own
+/// retries); with the client's backoff sized to `op_timeout` and the adapter's retries on
+/// top, every call succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn region_errors_outlast_the_clients_default_backoff() {
+    let server = minitikv::start(ServerConfig {
+        split_keys: vec![b"churn/4".to_vec()],
+        stores: 2,
+        faults: minitikv::Faults {
+            seed: 11,
+            region_error: 0.8,
+            ..minitikv::Faults::none()
+        },
+        ..ServerConfig::in_memory()
+    })
+    .await
+    .unwrap();
+    let kv = TikvKv::connect(config(&server)).await.unwrap();
+    within("calls", async {
+        for i in 0..20u32 {
+            let k = format!("churn/{}", i % 10).into_bytes();
+            kv.put(k.clone(), i.to_be_bytes().to_vec()).await.unwrap();
+            assert_eq!(kv.get(&k).await.unwrap(), Some(i.to_be_bytes().to_vec()));
+        }
+    })
+    .await;
+    report("80% region errors", &server, &kv);
+    assert!(server.fault_counts().region_error > 20);
+}
