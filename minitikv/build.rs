@@ -50,6 +50,20 @@ const PD_METHODS: &[(&str, &str, &str, &str, bool)] = &[
         false,
     ),
     (
+        "get_prev_region",
+        "GetPrevRegion",
+        "GetRegionRequest",
+        "GetRegionResponse",
+        false,
+    ),
+    (
+        "scan_regions",
+        "ScanRegions",
+        "ScanRegionsRequest",
+        "ScanRegionsResponse",
+        false,
+    ),
+    (
         "get_region_by_id",
         "GetRegionByID",
         "GetRegionByIdRequest",

@@ -1,16 +1,23 @@
-//! minitikv: a single-node stand-in for a TiKV cluster, for tests, demos and benchmarks.
+//! minitikv: a stand-in for a TiKV cluster, for tests, demos and benchmarks.
 //!
-//! One gRPC server answers both the PD calls `tikv-client` 0.4.0 makes (`GetMembers`, the
-//! `Tso` stream, `GetRegion`, `GetRegionByID`, `GetStore`, `GetAllStores`, GC safe point) and
-//! the TiKV raw-mode RPCs (`RawGet`, `RawBatchGet`, `RawPut`, `RawBatchPut`, `RawDelete`,
-//! `RawBatchDelete`, `RawScan` forward/reverse/key-only, `RawBatchScan`, `RawDeleteRange`,
-//! `RawCompareAndSwap`). Data lives in a [`percolator::kv::RawKv`] store: the embedded
+//! gRPC servers answer both the PD calls `tikv-client` 0.4.0 and `percolator-tikv` make
+//! (`GetMembers`, the `Tso` stream, `GetRegion`, `GetPrevRegion`, `ScanRegions`,
+//! `GetRegionByID`, `GetStore`, `GetAllStores`, GC safe point) and the TiKV raw-mode RPCs
+//! (`RawGet`, `RawBatchGet`, `RawPut`, `RawBatchPut`, `RawDelete`, `RawBatchDelete`,
+//! `RawScan` forward/reverse/key-only, `RawBatchScan`, `RawDeleteRange`,
+//! `RawCompareAndSwap`). Data lives in one [`percolator::kv::RawKv`] store: the embedded
 //! (fjall) store for `--data DIR`, memory otherwise.
 //!
-//! The cluster has exactly one region covering the whole key space (empty start and end
-//! keys), as a fresh TiKV cluster does, so client behaviour at "the last region" is exercised
-//! rather than hidden. Requests naming another region, epoch or store get TiKV's region
-//! errors. Every other gRPC method answers `UNIMPLEMENTED`.
+//! By default the cluster has one store and exactly one region covering the whole key space
+//! (empty start and end keys), as a fresh TiKV cluster does, so client behaviour at "the last
+//! region" is exercised rather than hidden. [`ServerConfig`] adds the weather of a real
+//! cluster: several stores on their own ports ([`ServerConfig::stores`]), regions split at
+//! given keys ([`ServerConfig::split_keys`]), splits, merges and leader transfers at runtime
+//! ([`RunningServer::split`], [`RunningServer::merge`], [`RunningServer::transfer_leader`],
+//! or a seeded background task, [`Churn`]), and seeded fault injection ([`Faults`]:
+//! `ServerIsBusy`, region errors, replies lost after the request applied, delays). Requests
+//! naming a stale region, epoch, store or leader, or keys outside their region, get TiKV's
+//! region errors. Every other gRPC method answers `UNIMPLEMENTED`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), minitikv::ServerError> {
@@ -20,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cluster;
 mod service;
 
 use percolator::kv::{EmbeddedKv, KvError, MemoryKv, RawKv};
@@ -31,7 +39,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use service::{CLUSTER_ID, PEER_ID, REGION_ID, STORE_ID};
+pub use cluster::{
+    Churn, FaultCounts, Faults, LayoutError, RegionInfo, PEER_ID, REGION_ID, STORE_ID,
+};
+pub use service::CLUSTER_ID;
 
 /// Generated protobuf messages (prost) of the vendored TiKV protos, and the two gRPC
 /// services minitikv implements (declared in `build.rs`).
@@ -129,6 +140,16 @@ pub struct ServerConfig {
     pub advertise: Option<String>,
     /// Data directory of the embedded store; `None` keeps data in memory.
     pub data: Option<PathBuf>,
+    /// Keys at which the key space is split into regions at start (empty: one region).
+    pub split_keys: Vec<Vec<u8>>,
+    /// Number of stores (default 1). Store 1 listens on `listen` beside PD; the others on
+    /// ephemeral ports of the same IP, each serving the TiKV RPCs as its own store. Every
+    /// region has a peer on every store; leaders start spread round-robin.
+    pub stores: usize,
+    /// Faults injected into TiKV RPCs (default: none).
+    pub faults: Faults,
+    /// Splits, merges and leader transfers at runtime (default: none).
+    pub churn: Option<Churn>,
 }
 
 impl ServerConfig {
@@ -138,7 +159,26 @@ impl ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             data: None,
+            split_keys: Vec::new(),
+            stores: 1,
+            faults: Faults::none(),
+            churn: None,
         }
+    }
+
+    /// `count - 1` split keys spreading keys that start with `prefix` over `count` regions:
+    /// `prefix` followed by one or two bytes evenly spaced (plus the regions before and after
+    /// the prefix).
+    pub fn even_splits(prefix: &[u8], count: usize) -> Vec<Vec<u8>> {
+        let count = count.max(1) as u64;
+        (1..count)
+            .map(|i| {
+                let v = (i * 65_536 / count) as u16;
+                let mut key = prefix.to_vec();
+                key.extend_from_slice(&v.to_be_bytes());
+                key
+            })
+            .collect()
     }
 
     /// A persistent server on 127.0.0.1 with an ephemeral port, storing data in `dir`.
@@ -156,9 +196,38 @@ pub struct RunningServer {
     advertise: String,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    stores: Vec<JoinHandle<Result<(), tonic::transport::Error>>>,
+    state: Arc<service::State>,
 }
 
 impl RunningServer {
+    /// The regions, in key order.
+    pub fn regions(&self) -> Vec<RegionInfo> {
+        self.state.layout.all()
+    }
+
+    /// Splits the region holding `key` at `key` (clients with the old epoch get
+    /// `EpochNotMatch`); returns the id of the new left region.
+    pub fn split(&self, key: &[u8]) -> Result<u64, LayoutError> {
+        self.state.layout.split(key)
+    }
+
+    /// Merges the region starting at `key` into its left neighbour (clients naming it get
+    /// `RegionNotFound`, those naming the neighbour `EpochNotMatch`).
+    pub fn merge(&self, key: &[u8]) -> Result<(), LayoutError> {
+        self.state.layout.merge(key)
+    }
+
+    /// Moves region `id`'s leader to `store` (requests to the old leader get `NotLeader`).
+    pub fn transfer_leader(&self, id: u64, store: u64) -> Result<(), LayoutError> {
+        self.state.layout.transfer_leader(id, store)
+    }
+
+    /// How many faults were injected so far, by kind.
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.state.fault_counts()
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -173,6 +242,15 @@ impl RunningServer {
     /// task to finish; connections still open after that are abandoned.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
+        for store in self.stores.drain(..) {
+            let abort = store.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), store)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
         if let Some(task) = self.task.take() {
             let abort = task.abort_handle();
             match tokio::time::timeout(Duration::from_secs(5), task).await {
@@ -214,15 +292,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         Some(dir) => Arc::new(EmbeddedKv::open(dir)?),
         None => Arc::new(MemoryKv::new()),
     };
-    start_with_store(store, config.listen, config.advertise).await
+    start_with_store(store, config).await
 }
 
-/// Starts serving `store` on `listen` (port 0: an ephemeral port) on the current runtime.
-pub async fn start_with_store(
-    store: Arc<dyn RawKv>,
-    listen: SocketAddr,
-    advertise: Option<String>,
-) -> Result<RunningServer, ServerError> {
+async fn bind(listen: SocketAddr) -> Result<(TcpListener, SocketAddr, String), ServerError> {
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| ServerError::Bind {
@@ -233,23 +306,82 @@ pub async fn start_with_store(
         addr: listen,
         source,
     })?;
-    let advertise = advertise.unwrap_or_else(|| {
-        let mut shown = addr;
-        if shown.ip().is_unspecified() {
-            shown.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        shown.to_string()
-    });
+    let mut shown = addr;
+    if shown.ip().is_unspecified() {
+        shown.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Ok((listener, addr, shown.to_string()))
+}
+
+/// Starts serving `store` as `config` says (its `data` is ignored) on the current runtime.
+pub async fn start_with_store(
+    store: Arc<dyn RawKv>,
+    config: ServerConfig,
+) -> Result<RunningServer, ServerError> {
+    let (listener, addr, shown) = bind(config.listen).await?;
+    let advertise = config.advertise.clone().unwrap_or(shown);
+    let stores = config.stores.max(1) as u64;
+    let mut extra = Vec::new();
+    let mut addrs = vec![advertise.clone()];
+    for _ in 1..stores {
+        let listen = SocketAddr::new(config.listen.ip(), 0);
+        let (listener, _, shown) = bind(listen).await?;
+        addrs.push(shown);
+        extra.push(listener);
+    }
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(service::State::new(
         store,
         advertise.clone(),
         stopped.clone(),
+        cluster::Layout::new(&config.split_keys, stores),
+        config.faults.clone(),
     ));
+    state.set_store_addrs(addrs);
+    let mut store_tasks = Vec::new();
+    for (i, listener) in extra.into_iter().enumerate() {
+        let service = service::StoreService {
+            state: state.clone(),
+            id: i as u64 + 2,
+        };
+        store_tasks.push(tokio::spawn(serve(
+            listener,
+            None,
+            service,
+            stopped.clone(),
+        )));
+    }
+    if let Some(churn) = config.churn.clone() {
+        tokio::spawn(churn_task(state.clone(), churn, stopped.clone()));
+    }
     let pd = proto::pd::PdServer::new(state.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let tikv = proto::tikv::tikv_server::TikvServer::new(state)
+    let first = service::StoreService {
+        state: state.clone(),
+        id: STORE_ID,
+    };
+    let server = serve(listener, Some(pd), first, stopped);
+    tracing::info!(%addr, %advertise, stores, regions = state.layout.len(), faults = ?config.faults, "minitikv serving PD and TiKV raw RPCs");
+    let task = tokio::spawn(server);
+    Ok(RunningServer {
+        addr,
+        advertise,
+        stop,
+        task: Some(task),
+        stores: store_tasks,
+        state,
+    })
+}
+
+/// Serves one store's TiKV RPCs (and PD's, on the first store) until `stopped`.
+async fn serve(
+    listener: TcpListener,
+    pd: Option<proto::pd::PdServer<Arc<service::State>>>,
+    store: service::StoreService,
+    stopped: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    let tikv = proto::tikv::tikv_server::TikvServer::new(store)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let incoming = futures::stream::unfold(listener, |listener| async move {
@@ -267,17 +399,65 @@ pub async fn start_with_store(
             }
         }
     };
-    let server = tonic::transport::Server::builder()
+    tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(pd)
+        .add_optional_service(pd)
         .add_service(tikv)
-        .serve_with_incoming_shutdown(incoming, shutdown);
-    tracing::info!(%addr, %advertise, "minitikv serving PD and TiKV raw RPCs");
-    let task = tokio::spawn(server);
-    Ok(RunningServer {
-        addr,
-        advertise,
-        stop,
-        task: Some(task),
-    })
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+/// Splits, merges and moves leaders at random every `churn.interval` until `stopped`.
+async fn churn_task(state: Arc<service::State>, churn: Churn, mut stopped: watch::Receiver<bool>) {
+    let dice = cluster::Dice::new(churn.seed);
+    let mut tick = tokio::time::interval(churn.interval.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.changed() => return,
+        }
+        if *stopped.borrow() {
+            return;
+        }
+        let layout = &state.layout;
+        let regions = layout.all();
+        let pick = &regions[(dice.next_u64() % regions.len() as u64) as usize];
+        let roll = dice.next_u64() % 3;
+        let result = if (roll == 0 && regions.len() < churn.max_regions)
+            || regions.len() < churn.min_regions
+        {
+            // Split where the data is, as TiKV splits a region that grew: at one of the
+            // region's first keys, else at a key derived from its start.
+            let range = percolator::kv::KeyRange {
+                start: pick.start.clone(),
+                end: (!pick.end.is_empty()).then(|| pick.end.clone()),
+            };
+            let keys = state
+                .store
+                .scan(range, 64, percolator::kv::ScanOrder::Forward)
+                .await
+                .unwrap_or_default();
+            let key = if keys.len() > 1 {
+                keys[(dice.next_u64() % keys.len() as u64) as usize]
+                    .0
+                    .clone()
+            } else {
+                let mut key = pick.start.clone();
+                key.push((dice.next_u64() % 255) as u8 + 1);
+                key
+            };
+            if !pick.end.is_empty() && key >= pick.end {
+                Err(LayoutError::AlreadyBoundary(key))
+            } else {
+                layout.split(&key).map(|_| ())
+            }
+        } else if roll == 1 && regions.len() > churn.min_regions.max(1) && !pick.start.is_empty() {
+            layout.merge(&pick.start)
+        } else {
+            let store = dice.next_u64() % layout.stores + 1;
+            layout.transfer_leader(pick.id, store)
+        };
+        tracing::debug!(?result, regions = layout.len(), "minitikv churn");
+    }
 }

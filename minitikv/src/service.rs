@@ -1,5 +1,9 @@
 //! The PD and TiKV gRPC services over one [`RawKv`] store.
 
+use crate::cluster::{
+    epoch_not_match, key_not_in_region, not_leader, region_not_found, server_is_busy, Dice,
+    FaultCounts, Faults, Layout, RegionInfo,
+};
 use crate::proto::kvrpcpb::{self, Context, KvPair};
 use crate::proto::pd::Pd;
 use crate::proto::tikv::tikv_server::Tikv;
@@ -8,33 +12,57 @@ use futures::{Stream, StreamExt};
 use percolator::kv::{KeyRange, KvError, RawKv, ScanOrder, MAX_SCAN_LIMIT};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The cluster id PD reports ("minitikv" in ASCII).
 pub const CLUSTER_ID: u64 = 0x6d69_6e69_7469_6b76;
-/// The id of the only store.
-pub const STORE_ID: u64 = 1;
-/// The id of the only region (covering every key).
-pub const REGION_ID: u64 = 2;
-/// The id of the only peer (the region's leader, on [`STORE_ID`]).
-pub const PEER_ID: u64 = 3;
-const EPOCH: metapb::RegionEpoch = metapb::RegionEpoch {
-    conf_ver: 1,
-    version: 1,
-};
 /// Logical bits of a PD timestamp.
 const LOGICAL_BITS: u32 = 18;
 
-/// Shared state of both services.
+#[derive(Default)]
+struct FaultCounters {
+    server_busy: AtomicU64,
+    region_error: AtomicU64,
+    lost_reply: AtomicU64,
+    delay: AtomicU64,
+    stale_route: AtomicU64,
+}
+
+/// Shared state of both services and every store.
 pub(crate) struct State {
-    store: Arc<dyn RawKv>,
+    pub(crate) store: Arc<dyn RawKv>,
     advertise: String,
     stopped: watch::Receiver<bool>,
     tso: Mutex<(i64, i64)>,
     gc_safe_point: AtomicU64,
+    pub(crate) layout: Layout,
+    /// Addresses of stores 1..=n (index 0 is store 1), set once every store listens.
+    store_addrs: RwLock<Vec<String>>,
+    faults: Faults,
+    dice: Dice,
+    counts: FaultCounters,
+}
+
+/// The TiKV service as one store of the cluster answers it.
+pub(crate) struct StoreService {
+    pub(crate) state: Arc<State>,
+    pub(crate) id: u64,
+}
+
+impl std::ops::Deref for StoreService {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+/// The keys a request touches, for routing checks.
+pub(crate) enum Keys<'a> {
+    One(&'a [u8]),
+    Many(Vec<&'a [u8]>),
 }
 
 impl State {
@@ -42,14 +70,82 @@ impl State {
         store: Arc<dyn RawKv>,
         advertise: String,
         stopped: watch::Receiver<bool>,
+        layout: Layout,
+        faults: Faults,
     ) -> Self {
         State {
             store,
-            advertise,
+            advertise: advertise.clone(),
             stopped,
             tso: Mutex::new((0, 0)),
             gc_safe_point: AtomicU64::new(0),
+            layout,
+            store_addrs: RwLock::new(vec![advertise]),
+            dice: Dice::new(faults.seed),
+            faults,
+            counts: FaultCounters::default(),
         }
+    }
+
+    pub(crate) fn set_store_addrs(&self, addrs: Vec<String>) {
+        *self.store_addrs.write().unwrap_or_else(|e| e.into_inner()) = addrs;
+    }
+
+    pub(crate) fn fault_counts(&self) -> FaultCounts {
+        let c = &self.counts;
+        FaultCounts {
+            server_busy: c.server_busy.load(Ordering::Relaxed),
+            region_error: c.region_error.load(Ordering::Relaxed),
+            lost_reply: c.lost_reply.load(Ordering::Relaxed),
+            delay: c.delay.load(Ordering::Relaxed),
+            stale_route: c.stale_route.load(Ordering::Relaxed),
+        }
+    }
+
+    fn store_addr(&self, id: u64) -> Option<String> {
+        let addrs = self.store_addrs.read().unwrap_or_else(|e| e.into_inner());
+        id.checked_sub(1)
+            .and_then(|i| addrs.get(i as usize))
+            .cloned()
+    }
+
+    /// An injected delay, if the dice say so.
+    fn injected_delay(&self) -> Option<Duration> {
+        if self.faults.max_delay.is_zero() || !self.dice.hit(self.faults.delay) {
+            return None;
+        }
+        self.counts.delay.fetch_add(1, Ordering::Relaxed);
+        Some(self.faults.max_delay.mul_f64(self.dice.unit()))
+    }
+
+    /// An injected `ServerIsBusy` or region error, if the dice say so.
+    fn injected_error(&self, ctx: Option<&Context>) -> Option<errorpb::Error> {
+        if self.dice.hit(self.faults.server_busy) {
+            self.counts.server_busy.fetch_add(1, Ordering::Relaxed);
+            return Some(server_is_busy());
+        }
+        if self.dice.hit(self.faults.region_error) {
+            self.counts.region_error.fetch_add(1, Ordering::Relaxed);
+            let region_id = ctx.map_or(0, |c| c.region_id);
+            let region = self.layout.by_id(region_id);
+            return Some(match (self.dice.next_u64() % 3, region) {
+                (0, Some(region)) => not_leader(&region),
+                (1, Some(region)) => {
+                    epoch_not_match(vec![region.meta(self.layout.stores)], region.id)
+                }
+                _ => region_not_found(region_id),
+            });
+        }
+        None
+    }
+
+    /// Whether to drop the reply of a request that was applied.
+    fn lose_reply(&self) -> bool {
+        let lost = self.dice.hit(self.faults.lost_reply);
+        if lost {
+            self.counts.lost_reply.fetch_add(1, Ordering::Relaxed);
+        }
+        lost
     }
 
     fn header(&self) -> pdpb::ResponseHeader {
@@ -92,34 +188,24 @@ impl State {
         }
     }
 
-    fn peer() -> metapb::Peer {
-        metapb::Peer {
-            id: PEER_ID,
-            store_id: STORE_ID,
-            role: metapb::PeerRole::Voter as i32,
-            is_witness: false,
-        }
-    }
-
-    fn region() -> metapb::Region {
-        metapb::Region {
-            id: REGION_ID,
-            start_key: Vec::new(),
-            end_key: Vec::new(),
-            region_epoch: Some(EPOCH),
-            peers: vec![Self::peer()],
-            ..Default::default()
-        }
-    }
-
-    fn store_meta(&self) -> metapb::Store {
-        metapb::Store {
-            id: STORE_ID,
-            address: self.advertise.clone(),
+    fn store_meta(&self, id: u64) -> Option<metapb::Store> {
+        let address = self.store_addr(id)?;
+        Some(metapb::Store {
+            id,
+            address: address.clone(),
             state: metapb::StoreState::Up as i32,
             version: "7.1.0".into(),
-            peer_address: self.advertise.clone(),
+            peer_address: address,
             node_state: metapb::NodeState::Serving as i32,
+            ..Default::default()
+        })
+    }
+
+    fn region_response(&self, region: Option<RegionInfo>) -> pdpb::GetRegionResponse {
+        pdpb::GetRegionResponse {
+            header: Some(self.header()),
+            leader: region.as_ref().map(RegionInfo::leader),
+            region: region.map(|r| r.meta(self.layout.stores)),
             ..Default::default()
         }
     }
@@ -147,48 +233,77 @@ impl State {
             suffix_bits: 0,
         }
     }
+}
 
-    /// A region error if the request's context does not name our region, epoch and store,
-    /// shaped like TiKV's.
-    fn check_context(&self, ctx: Option<&Context>) -> Option<errorpb::Error> {
+impl StoreService {
+    /// The region a request is for, or the region error TiKV would answer: the context must
+    /// name an existing region, its current epoch and this store as its leader, and every
+    /// key must lie inside it.
+    fn route(
+        &self,
+        ctx: Option<&Context>,
+        keys: Keys<'_>,
+    ) -> Result<RegionInfo, Box<errorpb::Error>> {
+        self.check_route(ctx, keys).map_err(|e| {
+            self.counts.stale_route.fetch_add(1, Ordering::Relaxed);
+            Box::new(e)
+        })
+    }
+
+    // A region error is what TiKV answers; it is boxed by `route` for the caller.
+    #[allow(clippy::result_large_err)]
+    fn check_route(
+        &self,
+        ctx: Option<&Context>,
+        keys: Keys<'_>,
+    ) -> Result<RegionInfo, errorpb::Error> {
         let Some(ctx) = ctx else {
-            return Some(region_not_found(0));
+            return Err(region_not_found(0));
         };
-        if ctx.region_id != REGION_ID {
-            return Some(region_not_found(ctx.region_id));
-        }
+        let Some(region) = self.layout.by_id(ctx.region_id) else {
+            return Err(region_not_found(ctx.region_id));
+        };
         if let Some(peer) = &ctx.peer {
-            if peer.store_id != STORE_ID {
-                return Some(errorpb::Error {
+            if peer.store_id != self.id {
+                return Err(errorpb::Error {
                     message: format!(
-                        "store not match, request store id is {}, but actual store id is {STORE_ID}",
-                        peer.store_id
+                        "store not match, request store id is {}, but actual store id is {}",
+                        peer.store_id, self.id
                     ),
                     store_not_match: Some(errorpb::StoreNotMatch {
                         request_store_id: peer.store_id,
-                        actual_store_id: STORE_ID,
+                        actual_store_id: self.id,
                     }),
                     ..Default::default()
                 });
             }
         }
-        let epoch = ctx.region_epoch.clone().unwrap_or_default();
-        if epoch != EPOCH {
-            return Some(errorpb::Error {
-                message: format!(
-                    "epoch not match: current epoch of region {REGION_ID} is conf_ver: {} \
-                     version: {}, but you sent conf_ver: {} version: {}",
-                    EPOCH.conf_ver, EPOCH.version, epoch.conf_ver, epoch.version
-                ),
-                epoch_not_match: Some(errorpb::EpochNotMatch {
-                    current_regions: vec![Self::region()],
-                }),
-                ..Default::default()
-            });
+        if region.leader_store != self.id {
+            return Err(not_leader(&region));
         }
-        None
+        let epoch = ctx.region_epoch.clone().unwrap_or_default();
+        if epoch != region.epoch() {
+            // Like TiKV: the current region and its neighbours (the halves of a split).
+            let mut current = vec![region.meta(self.layout.stores)];
+            if !region.start.is_empty() {
+                if let Some(prev) = self.layout.prev_region(&region.start) {
+                    current.push(prev.meta(self.layout.stores));
+                }
+            }
+            return Err(epoch_not_match(current, region.id));
+        }
+        let bad = match &keys {
+            Keys::One(k) => (!region.contains(k)).then_some(*k),
+            Keys::Many(ks) => ks.iter().find(|k| !region.contains(k)).copied(),
+        };
+        if let Some(key) = bad {
+            return Err(key_not_in_region(key, &region));
+        }
+        Ok(region)
     }
+}
 
+impl State {
     /// Pages through `range` in `order`, returning up to `limit` pairs (0: none).
     async fn scan(
         &self,
@@ -223,14 +338,6 @@ impl State {
             }
         }
         Ok(out)
-    }
-}
-
-fn region_not_found(region_id: u64) -> errorpb::Error {
-    errorpb::Error {
-        message: format!("region {region_id} is missing"),
-        region_not_found: Some(errorpb::RegionNotFound { region_id }),
-        ..Default::default()
     }
 }
 
@@ -276,6 +383,30 @@ fn scan_range(start_key: Vec<u8>, end_key: Vec<u8>, reverse: bool) -> (KeyRange,
             ScanOrder::Forward,
         )
     }
+}
+
+/// The lowest key a raw scan request reads (TiKV's reverse scans put the upper bound in
+/// `start_key`): it must lie in the region the request is sent to.
+fn scan_lower_bound<'a>(start_key: &'a [u8], end_key: &'a [u8], reverse: bool) -> &'a [u8] {
+    if reverse {
+        end_key
+    } else {
+        start_key
+    }
+}
+
+/// `range` cut to the keys of `region` (TiKV serves a scan from one region only).
+fn clamp(mut range: KeyRange, region: &RegionInfo) -> KeyRange {
+    if range.start < region.start {
+        range.start = region.start.clone();
+    }
+    if !region.end.is_empty() {
+        match &range.end {
+            Some(end) if end.as_slice() <= region.end.as_slice() => {}
+            _ => range.end = Some(region.end.clone()),
+        }
+    }
+    range
 }
 
 fn internal(op: &str, e: KvError) -> Status {
@@ -353,7 +484,7 @@ impl Pd for Arc<State> {
                 ..Default::default()
             }));
         }
-        if req.store_id != STORE_ID {
+        let Some(store) = self.store_meta(req.store_id) else {
             return Ok(Response::new(pdpb::GetStoreResponse {
                 header: Some(self.error_header(
                     pdpb::ErrorType::Unknown,
@@ -361,10 +492,10 @@ impl Pd for Arc<State> {
                 )),
                 ..Default::default()
             }));
-        }
+        };
         Ok(Response::new(pdpb::GetStoreResponse {
             header: Some(self.header()),
-            store: Some(self.store_meta()),
+            store: Some(store),
             stats: None,
         }))
     }
@@ -382,7 +513,9 @@ impl Pd for Arc<State> {
         }
         Ok(Response::new(pdpb::GetAllStoresResponse {
             header: Some(self.header()),
-            stores: vec![self.store_meta()],
+            stores: (1..=self.layout.stores)
+                .filter_map(|id| self.store_meta(id))
+                .collect(),
         }))
     }
 
@@ -397,11 +530,53 @@ impl Pd for Arc<State> {
                 ..Default::default()
             }));
         }
-        Ok(Response::new(pdpb::GetRegionResponse {
+        let region = self.layout.region_for(&req.region_key);
+        Ok(Response::new(self.region_response(Some(region))))
+    }
+
+    async fn get_prev_region(
+        &self,
+        request: Request<pdpb::GetRegionRequest>,
+    ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(header) = self.check_cluster(req.header.as_ref()) {
+            return Ok(Response::new(pdpb::GetRegionResponse {
+                header: Some(header),
+                ..Default::default()
+            }));
+        }
+        // Like PD: the region before the one holding the key; none before the first.
+        let region = self.layout.prev_region(&req.region_key);
+        Ok(Response::new(self.region_response(region)))
+    }
+
+    async fn scan_regions(
+        &self,
+        request: Request<pdpb::ScanRegionsRequest>,
+    ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(header) = self.check_cluster(req.header.as_ref()) {
+            return Ok(Response::new(pdpb::ScanRegionsResponse {
+                header: Some(header),
+                ..Default::default()
+            }));
+        }
+        let regions = self
+            .layout
+            .scan(&req.start_key, &req.end_key, req.limit.max(0) as usize);
+        let stores = self.layout.stores;
+        Ok(Response::new(pdpb::ScanRegionsResponse {
             header: Some(self.header()),
-            region: Some(State::region()),
-            leader: Some(State::peer()),
-            ..Default::default()
+            region_metas: regions.iter().map(|r| r.meta(stores)).collect(),
+            leaders: regions.iter().map(RegionInfo::leader).collect(),
+            regions: regions
+                .iter()
+                .map(|r| pdpb::Region {
+                    region: Some(r.meta(stores)),
+                    leader: Some(r.leader()),
+                    ..Default::default()
+                })
+                .collect(),
         }))
     }
 
@@ -417,13 +592,8 @@ impl Pd for Arc<State> {
             }));
         }
         // Like PD: an unknown region id is answered with no region, not an error.
-        let found = req.region_id == REGION_ID;
-        Ok(Response::new(pdpb::GetRegionResponse {
-            header: Some(self.header()),
-            region: found.then(State::region),
-            leader: found.then(State::peer),
-            ..Default::default()
-        }))
+        let region = self.layout.by_id(req.region_id);
+        Ok(Response::new(self.region_response(region)))
     }
 
     async fn get_gc_safe_point(
@@ -452,13 +622,30 @@ impl Pd for Arc<State> {
     }
 }
 
-/// Answers with a region error when the context is wrong, else runs `$body`.
+/// Injects the configured faults around a request: a delay, `ServerIsBusy` or a region
+/// error before it; a region error when the context names a stale region, epoch, store or
+/// leader or `$keys` lie outside the region; else runs `$body` with the region bound to
+/// `$region`, then maybe drops the reply (the request stays applied).
 macro_rules! with_region {
-    ($self:ident, $req:ident, $resp:ty, $body:block) => {{
-        if let Some(err) = $self.check_context($req.context.as_ref()) {
+    ($self:ident, $req:ident, $resp:ty, $keys:expr, |$region:ident| $body:block) => {{
+        if let Some(delay) = $self.injected_delay() {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(err) = $self.injected_error($req.context.as_ref()) {
             return Ok(Response::new(<$resp>::default().with_region_error(err)));
         }
-        $body
+        #[allow(unused_variables)]
+        let $region = match $self.route($req.context.as_ref(), $keys) {
+            Ok(region) => region,
+            Err(err) => return Ok(Response::new(<$resp>::default().with_region_error(*err))),
+        };
+        let reply: Result<Response<$resp>, Status> = async { $body }.await;
+        if reply.is_ok() && $self.lose_reply() {
+            return Err(Status::unavailable(
+                "minitikv: reply lost after the request was applied (injected)",
+            ));
+        }
+        reply
     }};
 }
 
@@ -523,14 +710,14 @@ error_field!(
 );
 
 #[tonic::async_trait]
-impl Tikv for Arc<State> {
+impl Tikv for StoreService {
     async fn raw_get(
         &self,
         request: Request<kvrpcpb::RawGetRequest>,
     ) -> Result<Response<kvrpcpb::RawGetResponse>, Status> {
         type R = kvrpcpb::RawGetResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
+        with_region!(self, req, R, Keys::One(&req.key), |region| {
             if let Err(msg) = check_cf(&req.cf) {
                 return error_response!(R, msg);
             }
@@ -554,31 +741,37 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawBatchGetResponse>, Status> {
         type R = kvrpcpb::RawBatchGetResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
-            check_cf(&req.cf).map_err(Status::invalid_argument)?;
-            let values = self
-                .store
-                .batch_get(&req.keys)
-                .await
-                .map_err(|e| internal("RawBatchGet", e))?;
-            // Like TiKV: only the keys that exist are returned.
-            let pairs = req
-                .keys
-                .into_iter()
-                .zip(values)
-                .filter_map(|(key, value)| {
-                    value.map(|value| KvPair {
-                        error: None,
-                        key,
-                        value,
+        with_region!(
+            self,
+            req,
+            R,
+            Keys::Many(req.keys.iter().map(Vec::as_slice).collect()),
+            |region| {
+                check_cf(&req.cf).map_err(Status::invalid_argument)?;
+                let values = self
+                    .store
+                    .batch_get(&req.keys)
+                    .await
+                    .map_err(|e| internal("RawBatchGet", e))?;
+                // Like TiKV: only the keys that exist are returned.
+                let pairs = req
+                    .keys
+                    .into_iter()
+                    .zip(values)
+                    .filter_map(|(key, value)| {
+                        value.map(|value| KvPair {
+                            error: None,
+                            key,
+                            value,
+                        })
                     })
-                })
-                .collect();
-            Ok(Response::new(R {
-                region_error: None,
-                pairs,
-            }))
-        })
+                    .collect();
+                Ok(Response::new(R {
+                    region_error: None,
+                    pairs,
+                }))
+            }
+        )
     }
 
     async fn raw_put(
@@ -587,7 +780,7 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawPutResponse>, Status> {
         type R = kvrpcpb::RawPutResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
+        with_region!(self, req, R, Keys::One(&req.key), |region| {
             if let Err(msg) = check_cf(&req.cf).and_then(|()| check_ttl(req.ttl)) {
                 return error_response!(R, msg);
             }
@@ -604,24 +797,30 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawBatchPutResponse>, Status> {
         type R = kvrpcpb::RawBatchPutResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
-            // The request-wide `ttl` is deprecated in favour of `ttls`, but still honoured.
-            #[allow(deprecated)]
-            let legacy_ttl = req.ttl;
-            let ttl_check = req
-                .ttls
-                .iter()
-                .chain([&legacy_ttl])
-                .try_for_each(|t| check_ttl(*t));
-            if let Err(msg) = check_cf(&req.cf).and(ttl_check) {
-                return error_response!(R, msg);
+        with_region!(
+            self,
+            req,
+            R,
+            Keys::Many(req.pairs.iter().map(|p| p.key.as_slice()).collect()),
+            |region| {
+                // The request-wide `ttl` is deprecated in favour of `ttls`, but still honoured.
+                #[allow(deprecated)]
+                let legacy_ttl = req.ttl;
+                let ttl_check = req
+                    .ttls
+                    .iter()
+                    .chain([&legacy_ttl])
+                    .try_for_each(|t| check_ttl(*t));
+                if let Err(msg) = check_cf(&req.cf).and(ttl_check) {
+                    return error_response!(R, msg);
+                }
+                let pairs = req.pairs.into_iter().map(|p| (p.key, p.value)).collect();
+                match self.store.batch_put(pairs).await {
+                    Ok(()) => Ok(Response::new(R::default())),
+                    Err(e) => error_response!(R, e.to_string()),
+                }
             }
-            let pairs = req.pairs.into_iter().map(|p| (p.key, p.value)).collect();
-            match self.store.batch_put(pairs).await {
-                Ok(()) => Ok(Response::new(R::default())),
-                Err(e) => error_response!(R, e.to_string()),
-            }
-        })
+        )
     }
 
     async fn raw_delete(
@@ -630,7 +829,7 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
         type R = kvrpcpb::RawDeleteResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
+        with_region!(self, req, R, Keys::One(&req.key), |region| {
             if let Err(msg) = check_cf(&req.cf) {
                 return error_response!(R, msg);
             }
@@ -647,15 +846,21 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
         type R = kvrpcpb::RawBatchDeleteResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
-            if let Err(msg) = check_cf(&req.cf) {
-                return error_response!(R, msg);
+        with_region!(
+            self,
+            req,
+            R,
+            Keys::Many(req.keys.iter().map(Vec::as_slice).collect()),
+            |region| {
+                if let Err(msg) = check_cf(&req.cf) {
+                    return error_response!(R, msg);
+                }
+                match self.store.batch_delete(req.keys).await {
+                    Ok(()) => Ok(Response::new(R::default())),
+                    Err(e) => error_response!(R, e.to_string()),
+                }
             }
-            match self.store.batch_delete(req.keys).await {
-                Ok(()) => Ok(Response::new(R::default())),
-                Err(e) => error_response!(R, e.to_string()),
-            }
-        })
+        )
     }
 
     async fn raw_scan(
@@ -664,18 +869,29 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawScanResponse>, Status> {
         type R = kvrpcpb::RawScanResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
-            check_cf(&req.cf).map_err(Status::invalid_argument)?;
-            let (range, order) = scan_range(req.start_key, req.end_key, req.reverse);
-            let kvs = self
-                .scan(range, req.limit as usize, order, req.key_only)
-                .await
-                .map_err(|e| internal("RawScan", e))?;
-            Ok(Response::new(R {
-                region_error: None,
-                kvs,
-            }))
-        })
+        with_region!(
+            self,
+            req,
+            R,
+            Keys::One(scan_lower_bound(&req.start_key, &req.end_key, req.reverse)),
+            |region| {
+                check_cf(&req.cf).map_err(Status::invalid_argument)?;
+                let (range, order) = scan_range(req.start_key, req.end_key, req.reverse);
+                let kvs = self
+                    .scan(
+                        clamp(range, &region),
+                        req.limit as usize,
+                        order,
+                        req.key_only,
+                    )
+                    .await
+                    .map_err(|e| internal("RawScan", e))?;
+                Ok(Response::new(R {
+                    region_error: None,
+                    kvs,
+                }))
+            }
+        )
     }
 
     async fn raw_batch_scan(
@@ -684,22 +900,38 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawBatchScanResponse>, Status> {
         type R = kvrpcpb::RawBatchScanResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
-            check_cf(&req.cf).map_err(Status::invalid_argument)?;
-            let mut kvs = Vec::new();
-            for r in req.ranges {
-                let (range, order) = scan_range(r.start_key, r.end_key, req.reverse);
-                let found = self
-                    .scan(range, req.each_limit as usize, order, req.key_only)
-                    .await
-                    .map_err(|e| internal("RawBatchScan", e))?;
-                kvs.extend(found);
+        with_region!(
+            self,
+            req,
+            R,
+            Keys::Many(
+                req.ranges
+                    .iter()
+                    .map(|r| scan_lower_bound(&r.start_key, &r.end_key, req.reverse))
+                    .collect()
+            ),
+            |region| {
+                check_cf(&req.cf).map_err(Status::invalid_argument)?;
+                let mut kvs = Vec::new();
+                for r in req.ranges {
+                    let (range, order) = scan_range(r.start_key, r.end_key, req.reverse);
+                    let found = self
+                        .scan(
+                            clamp(range, &region),
+                            req.each_limit as usize,
+                            order,
+                            req.key_only,
+                        )
+                        .await
+                        .map_err(|e| internal("RawBatchScan", e))?;
+                    kvs.extend(found);
+                }
+                Ok(Response::new(R {
+                    region_error: None,
+                    kvs,
+                }))
             }
-            Ok(Response::new(R {
-                region_error: None,
-                kvs,
-            }))
-        })
+        )
     }
 
     async fn raw_delete_range(
@@ -708,11 +940,12 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawDeleteRangeResponse>, Status> {
         type R = kvrpcpb::RawDeleteRangeResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
+        with_region!(self, req, R, Keys::One(&req.start_key), |region| {
             if let Err(msg) = check_cf(&req.cf) {
                 return error_response!(R, msg);
             }
             let (range, _) = scan_range(req.start_key, req.end_key, false);
+            let range = clamp(range, &region);
             loop {
                 let page = match self
                     .store
@@ -740,7 +973,7 @@ impl Tikv for Arc<State> {
     ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
         type R = kvrpcpb::RawCasResponse;
         let req = request.into_inner();
-        with_region!(self, req, R, {
+        with_region!(self, req, R, Keys::One(&req.key), |region| {
             if let Err(msg) = check_cf(&req.cf).and_then(|()| check_ttl(req.ttl)) {
                 return error_response!(R, msg);
             }

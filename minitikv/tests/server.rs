@@ -447,3 +447,229 @@ async fn the_binary_prints_its_port_and_serves() {
         "{text}"
     );
 }
+
+/// The context TiKV expects for `region` (as PD describes it) on its leader's store.
+fn ctx_for(region: &metapb::Region, leader: &metapb::Peer) -> Context {
+    Context {
+        region_id: region.id,
+        region_epoch: region.region_epoch.clone(),
+        peer: Some(leader.clone()),
+        ..Default::default()
+    }
+}
+
+async fn pd_region(pd: &mut PdClient<Channel>, key: &[u8]) -> (metapb::Region, metapb::Peer) {
+    let resp = pd
+        .get_region(pdpb::GetRegionRequest {
+            region_key: key.to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (resp.region.expect("region"), resp.leader.expect("leader"))
+}
+
+/// Several regions and stores: PD answers the right region per key (and the previous one,
+/// and ranges of them); a store that is not the leader answers `NotLeader` naming it; after a
+/// split the old epoch gets `EpochNotMatch`; a key outside the region `KeyNotInRegion`; after
+/// a merge the merged-away region is not found; after a leader transfer the old leader
+/// refuses.
+#[tokio::test]
+async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
+    let server = minitikv::start(ServerConfig {
+        split_keys: vec![b"g".to_vec(), b"p".to_vec()],
+        stores: 3,
+        ..ServerConfig::in_memory()
+    })
+    .await
+    .unwrap();
+    let (mut pd, _) = clients(&server).await;
+    let stores = pd
+        .get_all_stores(pdpb::GetAllStoresRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .stores;
+    assert_eq!(stores.len(), 3);
+    let addr = |store: u64| {
+        let s = stores.iter().find(|s| s.id == store).expect("store");
+        format!("http://{}", s.address)
+    };
+
+    let (a, _) = pd_region(&mut pd, b"a").await;
+    let (h, h_leader) = pd_region(&mut pd, b"h").await;
+    let (z, _) = pd_region(&mut pd, b"z").await;
+    assert_eq!(
+        (a.start_key.as_slice(), a.end_key.as_slice()),
+        (&b""[..], &b"g"[..])
+    );
+    assert_eq!(
+        (h.start_key.as_slice(), h.end_key.as_slice()),
+        (&b"g"[..], &b"p"[..])
+    );
+    assert_eq!(
+        (z.start_key.as_slice(), z.end_key.as_slice()),
+        (&b"p"[..], &b""[..])
+    );
+    let prev = pd
+        .get_prev_region(pdpb::GetRegionRequest {
+            region_key: b"h".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(prev.region.map(|r| r.id), Some(a.id));
+    let scanned = pd
+        .scan_regions(pdpb::ScanRegionsRequest {
+            start_key: b"b".to_vec(),
+            end_key: b"q".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        scanned
+            .regions
+            .iter()
+            .filter_map(|r| r.region.as_ref().map(|r| r.id))
+            .collect::<Vec<_>>(),
+        vec![a.id, h.id, z.id]
+    );
+
+    // The leader serves; another store answers NotLeader naming it.
+    let mut leader = TikvClient::connect(addr(h_leader.store_id)).await.unwrap();
+    let put = |key: &[u8], ctx: Context| kvrpcpb::RawPutRequest {
+        context: Some(ctx),
+        key: key.to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    };
+    let ok = leader
+        .raw_put(put(b"h", ctx_for(&h, &h_leader)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.region_error.is_none() && ok.error.is_empty(), "{ok:?}");
+    let other = h_leader.store_id % 3 + 1;
+    let mut follower = TikvClient::connect(addr(other)).await.unwrap();
+    let mut on_follower = ctx_for(&h, &h_leader);
+    on_follower.peer = Some(metapb::Peer {
+        store_id: other,
+        ..h_leader.clone()
+    });
+    let err = follower
+        .raw_put(put(b"h", on_follower))
+        .await
+        .unwrap()
+        .into_inner()
+        .region_error
+        .expect("not leader");
+    assert_eq!(
+        err.not_leader.and_then(|n| n.leader).map(|l| l.store_id),
+        Some(h_leader.store_id)
+    );
+
+    // A key of another region.
+    let err = leader
+        .raw_put(put(b"q", ctx_for(&h, &h_leader)))
+        .await
+        .unwrap()
+        .into_inner()
+        .region_error
+        .expect("key not in region");
+    assert!(err.key_not_in_region.is_some(), "{err:?}");
+
+    // Split: the old epoch is refused with the current regions.
+    server.split(b"k").unwrap();
+    let err = leader
+        .raw_put(put(b"m", ctx_for(&h, &h_leader)))
+        .await
+        .unwrap()
+        .into_inner()
+        .region_error
+        .expect("epoch not match");
+    let current = err
+        .epoch_not_match
+        .expect("epoch not match")
+        .current_regions;
+    assert!(
+        current.iter().any(|r| r.id == h.id && r.start_key == b"k"),
+        "{current:?}"
+    );
+    let (right, right_leader) = pd_region(&mut pd, b"m").await;
+    assert_eq!(right.id, h.id);
+    let ok = leader
+        .raw_put(put(b"m", ctx_for(&right, &right_leader)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.region_error.is_none(), "{ok:?}");
+
+    // Merge the right half away: naming it is RegionNotFound.
+    server.merge(b"k").unwrap();
+    let err = leader
+        .raw_put(put(b"m", ctx_for(&right, &right_leader)))
+        .await
+        .unwrap()
+        .into_inner()
+        .region_error
+        .expect("region not found");
+    assert!(err.region_not_found.is_some(), "{err:?}");
+
+    // Leader transfer: the old leader refuses, naming the new one.
+    let (merged, merged_leader) = pd_region(&mut pd, b"m").await;
+    let new_store = merged_leader.store_id % 3 + 1;
+    server.transfer_leader(merged.id, new_store).unwrap();
+    let err = leader
+        .raw_put(put(b"m", ctx_for(&merged, &merged_leader)))
+        .await
+        .unwrap()
+        .into_inner()
+        .region_error
+        .expect("not leader");
+    assert_eq!(
+        err.not_leader.and_then(|n| n.leader).map(|l| l.store_id),
+        Some(new_store)
+    );
+}
+
+/// A reply lost after apply: the client sees UNAVAILABLE, yet the write is there.
+#[tokio::test]
+async fn lost_replies_are_lost_after_the_write_applied() {
+    use percolator::kv::{MemoryKv, RawKv};
+    let store = std::sync::Arc::new(MemoryKv::new());
+    let server = minitikv::start_with_store(
+        store.clone(),
+        ServerConfig {
+            faults: minitikv::Faults {
+                seed: 1,
+                lost_reply: 1.0,
+                ..minitikv::Faults::none()
+            },
+            ..ServerConfig::in_memory()
+        },
+    )
+    .await
+    .unwrap();
+    let (_, mut kv) = clients(&server).await;
+    let status = kv
+        .raw_put(kvrpcpb::RawPutRequest {
+            context: ctx(),
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("reply lost");
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert_eq!(server.fault_counts().lost_reply, 1);
+    assert_eq!(
+        store.get(b"k").await.unwrap(),
+        Some(b"v".to_vec()),
+        "the put applied"
+    );
+    server.shutdown().await;
+}

@@ -2,7 +2,9 @@
 //! processes on it, one `photon load` and four `photon work` processes in two redundant
 //! pipelines. A seeded chaos loop SIGKILLs a random worker every 1–2 s and restarts it, and
 //! at least twice SIGKILLs the leading oracle and restarts it, while the logs load. Then the
-//! join drains and `photon verify` must find every joinable click joined exactly once.
+//! join drains and `photon verify` must find every joinable click joined exactly once. The
+//! run is repeated on a weathered minitikv (several stores and regions, churn, injected
+//! faults).
 //!
 //! The `oracle` and `minitikv` binaries are taken from the directory of the `photon` binary
 //! (`cargo nextest run --workspace` and `cargo test --workspace` build them); if they are
@@ -351,6 +353,28 @@ fn gen_summary(line: &str) -> (u64, u64) {
 
 #[test]
 fn separate_processes_with_sigkilled_workers_and_oracle_join_exactly_once() {
+    join_exactly_once(&[]);
+}
+
+/// The same run in a real cluster's weather (issue 12): minitikv with three stores, 64
+/// regions, a split, merge or leader move every 50 ms, 0.1% ServerIsBusy, 1% region errors
+/// and 0.5% replies lost after apply. Loader, workers, oracles and verifier ride it out.
+#[test]
+fn join_exactly_once_in_the_weather() {
+    join_exactly_once(&[
+        "--stores=3",
+        "--regions=64",
+        "--churn-ms=50",
+        "--churn-max-regions=300",
+        "--seed=12",
+        "--busy-rate=0.001",
+        "--region-error-rate=0.01",
+        "--lost-reply-rate=0.005",
+    ]);
+}
+
+/// The chaos run; `weather` are extra `minitikv serve` options.
+fn join_exactly_once(weather: &[&str]) {
     let seed = std::env::var("PHOTON_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -388,13 +412,14 @@ fn separate_processes_with_sigkilled_workers_and_oracle_join_exactly_once() {
 
     // The store server.
     let data = cluster.path().join("minitikv-data");
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "serve".into(),
         "--data".into(),
         data.display().to_string(),
         "--listen".into(),
         "127.0.0.1:0".into(),
     ];
+    args.extend(weather.iter().map(|a| a.to_string()));
     cluster.spawn("minitikv", &minitikv, &args, "warn");
     let pd = cluster
         .wait_line(

@@ -46,7 +46,7 @@ conformance_tests! {
     large_values => |kv, p| conformance::large_values(kv.as_ref(), p);
     batch_calls => |kv, p| conformance::batch_calls(kv.as_ref(), p);
     cas_semantics => |kv, p| conformance::cas_semantics(kv.as_ref(), p);
-    cas_counter_16x500 => |kv, p| conformance::cas_counter(kv.clone(), p, 16, 500);
+    cas_counter_8x100 => |kv, p| conformance::cas_counter(kv.clone(), p, 8, 100);
     scans => |kv, p| conformance::scans(kv.as_ref(), p);
     scan_limits_are_checked => |kv, p| conformance::scan_limits_are_checked(kv.as_ref(), p);
     paging_past_10240 => |kv, p| conformance::paging(kv.as_ref(), p, 25_000);

@@ -15,6 +15,12 @@
 //! - the bank and the checks that write or delete versions and data keys again with only
 //!   heads and meta records on the atomic client (`AtomicKeys::percolator_spaces`), so that
 //!   `V`/`D` keys go through the plain client (puts, `batch_delete` in GC).
+//! - in the weather (`common::weather_server`: three stores, ~100 regions through the test
+//!   namespace with a split, merge or leader transfer every 10 ms, 0.1% ServerIsBusy, 1%
+//!   region errors, 0.5% replies lost after apply): every anomaly and protocol check, the
+//!   bank with crashes (split keys) and the model histories; each anomaly and protocol
+//!   check runs again in a storm (ten times those rates), since short checks make too few
+//!   requests to meet the weather's faults often.
 
 #[macro_use]
 mod common;
@@ -189,5 +195,93 @@ mod split_keys_on_tikv {
         gc_keeps_what_the_safe_point_can_see_and_drops_the_rest,
         repeated_overwrites_and_gc_stay_bounded,
         gc_tombstone_keeps_versions_committed_after_the_safe_point,
+    }
+}
+
+mod in_the_weather {
+    use super::*;
+
+    /// A seed per test, from its name (same name, same faults).
+    fn seed(name: &str) -> u64 {
+        name.bytes()
+            .fold(17u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+    }
+
+    mod anomalies {
+        use super::*;
+
+        macro_rules! in_weather {
+            ($($name:ident),* $(,)?) => {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        for storm in [false, true] {
+                            let seed = seed(stringify!($name));
+                            let tikv = if storm {
+                                tikv_storm_store(seed).await
+                            } else {
+                                tikv_weather_store(seed).await
+                            };
+                            let client = client_on(tikv.kv.clone(), test_config());
+                            common::anomalies::$name(&client).await;
+                            tikv.report(stringify!($name));
+                        }
+                    }
+                )*
+            };
+        }
+
+        for_each_anomaly!(in_weather);
+    }
+
+    mod protocol {
+        use super::*;
+
+        macro_rules! in_weather {
+            ($($name:ident),* $(,)?) => {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        for storm in [false, true] {
+                            let seed = seed(stringify!($name));
+                            let tikv = if storm {
+                                tikv_storm_store(seed).await
+                            } else {
+                                tikv_weather_store(seed).await
+                            };
+                            common::protocol::$name(tikv.kv.clone()).await;
+                            tikv.report(stringify!($name));
+                        }
+                    }
+                )*
+            };
+        }
+
+        for_each_protocol_check!(in_weather);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bank_with_crashes() {
+        let codec = percolator::KeyCodec::new(test_config().namespace);
+        let tikv = tikv_store_with(weather_server(seed("bank")), None, |mut c| {
+            c.atomic_keys = percolator_tikv::AtomicKeys::percolator_spaces(&codec);
+            c
+        })
+        .await;
+        bank::bank(client_on(tikv.kv.clone(), test_config()), 3, 50).await;
+        let faults = tikv.server.fault_counts();
+        let retries = tikv.report("bank");
+        // The weather reached the bank: the server injected faults and the adapter retried.
+        assert!(faults.server_busy + faults.region_error + faults.lost_reply > 0);
+        assert!(retries.total() + faults.stale_route > 0, "{retries:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn randomized_histories_match_the_model() {
+        for seed in 0..2 {
+            let tikv = tikv_weather_store(1000 + seed).await;
+            model::run_history(tikv.kv.clone(), seed, 25).await;
+            tikv.report("model history");
+        }
     }
 }

@@ -18,16 +18,15 @@
 //!   is empty, so the client restarts from the beginning of the key space: duplicates, keys
 //!   outside the range, an endless loop on an empty range). Forward scans therefore use
 //!   `batch_scan` with one range, whose region split is correct; the result is sorted,
-//!   clipped to the range and truncated to the limit. Reverse scans have no safe client call
-//!   (`scan_reverse` loops the same way when the range holds fewer keys than the limit, and
-//!   asks the region of the range's *start*, not its end). A bounded reverse scan first probes
-//!   forward (key-only, `limit` keys): a range holding fewer keys is answered from the probe
-//!   (one `batch_get` for the values). Otherwise `scan_reverse` cannot loop (it fills its
-//!   limit in the first answer) and its answer is checked: exactly `limit` keys, strictly
-//!   descending, inside the range, and no key of the range above the first one. Whatever
-//!   fails a check (or an unbounded range) falls back to paging forward through the range
-//!   with key-only `batch_scan_keys`, keeping the last `limit` keys: correct on any region
-//!   layout, O(range size) per call ([`TikvKv::reverse_scan_fallbacks`] counts fallbacks).
+//!   clipped to the range and truncated to the limit. `scan_reverse` also asks the region of
+//!   the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore walk
+//!   regions from the end of the range with PD's region bounds (`GetRegion`,
+//!   `GetPrevRegion`; a minimal PD client, since the client exposes none), and read each
+//!   region's part with a key-only forward probe of the remaining limit (fewer keys: the
+//!   probe is the answer) or else with `scan_reverse` confined to that part, whose answer is
+//!   checked (exactly the limit, strictly descending, inside the part, no key of the part
+//!   above its first). A part failing a check is paged forward (O(that part),
+//!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -42,12 +41,22 @@
 //! - **No hangs.** Every call runs under [`TikvConfig::op_timeout`] (the client's own retries
 //!   with backoff can otherwise run for a long time when the cluster is down); each gRPC call
 //!   also has [`TikvConfig::rpc_timeout`].
+//! - **Weather.** Transient errors ([`RetryCause`]: `ServerIsBusy`, which the client returns
+//!   at once; region errors the client gave up on; lost replies and broken connections; RPC
+//!   deadlines) are retried by every call with jittered exponential backoff
+//!   ([`TikvConfig::retry_base_delay`] doubling to [`TikvConfig::retry_max_delay`]) until
+//!   `op_timeout`. The client's own backoff (used for the region and gRPC errors it retries
+//!   itself) is jittered and sized to `op_timeout` instead of its default ~1.5 s. Why every
+//!   call may be repeated (CAS included) is explained on the retry loop; counts by cause:
+//!   [`TikvKv::retry_counts`].
 //!
 //! Errors name the failing call: [`KvError::Unavailable`] for transport, region and timeout
-//! failures, [`KvError::Engine`] for errors the server reported.
+//! failures that outlived `op_timeout`, [`KvError::Engine`] for errors the server reported.
 //!
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator --bench kv`, backend `tikv`.
+
+mod pd;
 
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
@@ -62,7 +71,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tikv_client::{BoundRange, Key, RawClient};
 
 /// Which keys are CASed, and so must only be written through the atomic client.
@@ -148,9 +157,16 @@ pub struct TikvConfig {
     pub unique_cas_values: bool,
     /// Concurrent single-key deletes used for atomic keys (default 16).
     pub delete_concurrency: usize,
-    /// Try `RawClient::scan_reverse` (guarded and verified) for bounded reverse scans before
-    /// falling back to forward paging (default `true`; `false` always pages forward).
+    /// Reverse scans walk regions from the end of the range (PD region bounds, then a probe
+    /// or a verified `RawClient::scan_reverse` per region; default `true`). `false` always
+    /// pages the whole range forward (O(range size)).
     pub reverse_scan_fast_path: bool,
+    /// First delay of the adapter's retries of transient errors (default 5 ms); each retry
+    /// doubles it up to [`TikvConfig::retry_max_delay`], with jitter (a delay is drawn
+    /// uniformly between half and all of the current step). Retries stop at `op_timeout`.
+    pub retry_base_delay: Duration,
+    /// Largest delay between two retries of one call (default 500 ms).
+    pub retry_max_delay: Duration,
 }
 
 impl TikvConfig {
@@ -167,7 +183,35 @@ impl TikvConfig {
             unique_cas_values: false,
             delete_concurrency: 16,
             reverse_scan_fast_path: true,
+            retry_base_delay: Duration::from_millis(5),
+            retry_max_delay: Duration::from_millis(500),
         }
+    }
+
+    /// tikv-client's own backoff, used for the region errors and gRPC errors it retries
+    /// itself (refreshing its region cache in between). Its default
+    /// (`DEFAULT_REGION_BACKOFF`: 10 attempts, 2 ms doubling to 500 ms, ~1.5 s in all) gives
+    /// up long before `op_timeout` under region churn; this one is jittered (so that many
+    /// clients hitting one split do not retry in step), its step grows to
+    /// `max(retry_max_delay, op_timeout / 20)` and it has enough attempts for its delays to
+    /// add up to about `op_timeout` (the adapter's deadline stops it first).
+    /// Capped at 40 attempts: the client doubles its step without a bound, and 2 ms << 62
+    /// overflows.
+    fn client_backoff(&self) -> tikv_client::Backoff {
+        const BASE_MS: u64 = 2;
+        let budget_ms = self.op_timeout.as_millis() as u64;
+        // A step of a twentieth of the deadline lets 40 attempts cover it.
+        let max_ms = (self.retry_max_delay.as_millis() as u64)
+            .max(budget_ms / 20)
+            .max(BASE_MS);
+        let (mut attempts, mut step, mut total) = (0u32, BASE_MS, 0u64);
+        while total < budget_ms && attempts < 40 {
+            // Equal jitter waits at least half of each step.
+            total += step.min(max_ms) / 2;
+            step = step.saturating_mul(2);
+            attempts += 1;
+        }
+        tikv_client::Backoff::equal_jitter_backoff(BASE_MS, max_ms, attempts.max(10))
     }
 
     fn client_config(&self) -> tikv_client::Config {
@@ -181,12 +225,98 @@ impl TikvConfig {
     }
 }
 
+/// Why the adapter retried a call (see [`TikvKv::retry_counts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryCause {
+    /// TiKV answered `ServerIsBusy` (its scheduler or raftstore is overloaded): nothing was
+    /// applied. tikv-client 0.4.0 returns it at once, without backoff.
+    ServerBusy,
+    /// A region error the client did not resolve within its own backoff (`RegionNotFound`,
+    /// `EpochNotMatch`, `NotLeader`, `StoreNotMatch`, stale command, no leader known) or a
+    /// region lookup in PD that failed.
+    Region,
+    /// The connection failed or the reply was lost (gRPC `Unavailable`, `Unknown`,
+    /// `Aborted`, broken channel, PD unreachable): a write may or may not have applied.
+    Transport,
+    /// An RPC outlived [`TikvConfig::rpc_timeout`]: a write may or may not have applied.
+    Deadline,
+}
+
+/// How many times the adapter retried calls, by cause (a health figure: all stay near 0 on
+/// a quiet cluster). Retries inside tikv-client (region errors it resolves itself) are not
+/// counted here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryCounts {
+    /// Retries after `ServerIsBusy`.
+    pub server_busy: u64,
+    /// Retries after region errors.
+    pub region: u64,
+    /// Retries after transport errors (lost replies).
+    pub transport: u64,
+    /// Retries after an RPC deadline expired.
+    pub deadline: u64,
+    /// Calls that still failed with a transient error when `op_timeout` left no time for
+    /// another attempt.
+    pub gave_up: u64,
+}
+
+impl RetryCounts {
+    /// Retries of every cause.
+    pub fn total(&self) -> u64 {
+        self.server_busy + self.region + self.transport + self.deadline
+    }
+}
+
+#[derive(Default)]
+struct RetryCounters {
+    server_busy: AtomicU64,
+    region: AtomicU64,
+    transport: AtomicU64,
+    deadline: AtomicU64,
+    gave_up: AtomicU64,
+}
+
+impl RetryCounters {
+    fn count(&self, cause: RetryCause) {
+        let counter = match cause {
+            RetryCause::ServerBusy => &self.server_busy,
+            RetryCause::Region => &self.region,
+            RetryCause::Transport => &self.transport,
+            RetryCause::Deadline => &self.deadline,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> RetryCounts {
+        RetryCounts {
+            server_busy: self.server_busy.load(Ordering::Relaxed),
+            region: self.region.load(Ordering::Relaxed),
+            transport: self.transport.load(Ordering::Relaxed),
+            deadline: self.deadline.load(Ordering::Relaxed),
+            gave_up: self.gave_up.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The deadline of one [`RawKv`] call: every attempt and every backoff of the call fits
+/// before it.
+#[derive(Clone, Copy, Debug)]
+struct Deadline(Instant);
+
+impl Deadline {
+    fn remaining(&self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+}
+
 /// A [`RawKv`] over TiKV raw mode (see the crate documentation for the rules it follows).
 pub struct TikvKv {
     plain: RawClient,
     atomic: RawClient,
     config: TikvConfig,
     reverse_fallbacks: AtomicU64,
+    retries: RetryCounters,
+    pd: pd::PdRegions,
 }
 
 impl std::fmt::Debug for TikvKv {
@@ -242,14 +372,31 @@ impl TikvKv {
                 })
             }
         };
+        let plain = plain.with_backoff(config.client_backoff());
         let atomic = plain.with_atomic_for_cas();
         tracing::debug!(endpoints = ?config.pd_endpoints, "connected to TiKV");
+        let pd = pd::PdRegions::new(
+            config.pd_endpoints.clone(),
+            config.tls.clone(),
+            config.rpc_timeout,
+        );
         Ok(TikvKv {
             plain,
             atomic,
+            pd,
             config,
             reverse_fallbacks: AtomicU64::new(0),
+            retries: RetryCounters::default(),
         })
+    }
+
+    /// Retries so far, by cause.
+    pub fn retry_counts(&self) -> RetryCounts {
+        self.retries.snapshot()
+    }
+
+    fn deadline(&self) -> Deadline {
+        Deadline(Instant::now() + self.config.op_timeout)
     }
 
     /// The configuration in use.
@@ -265,33 +412,85 @@ impl TikvKv {
         }
     }
 
-    /// Runs one client call under the call deadline, mapping its error.
-    async fn run<T>(
+    /// Runs one client call until it succeeds, fails with a permanent error, or `deadline`
+    /// leaves no time for another attempt. Transient errors ([`RetryCause`]) are retried
+    /// after a jittered exponential backoff.
+    ///
+    /// Only calls that may be repeated go through here, and all of ours may:
+    /// - reads are idempotent;
+    /// - `put`/`batch_put` write fixed values: repeating one is the same as the first attempt
+    ///   arriving late, which a concurrent writer can never tell from network delay (the
+    ///   contract orders nothing between concurrent plain writes of one key);
+    /// - `delete`/`batch_delete` are idempotent (deleting an absent key is a no-op);
+    /// - a partly applied `batch_put` (the client splits it per region and sends the parts
+    ///   concurrently) is completed by repeating the whole batch: the applied parts are
+    ///   rewritten with the same values;
+    /// - `compare_and_swap` is repeated with the same `expected`/`new`. If an earlier
+    ///   attempt applied and only its reply was lost, the repeat answers `swapped = false`
+    ///   with `previous == new` (the retry hazard; unique values make it recognisable, see
+    ///   [`TikvConfig::unique_cas_values`]), or, if another writer replaced our value in
+    ///   between, with that writer's value: callers treat a failed CAS as "re-read and
+    ///   decide" (percolator checks the transaction's status), never as proof that nothing
+    ///   was written.
+    async fn call<T, F, Fut>(
         &self,
         op: &'static str,
-        call: impl Future<Output = tikv_client::Result<T>>,
-    ) -> KvResult<T> {
-        match tokio::time::timeout(self.config.op_timeout, call).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(op, e)),
-            Err(_) => Err(KvError::Unavailable {
-                op,
-                message: format!(
-                    "no answer within {:?} (PD {})",
-                    self.config.op_timeout,
-                    self.config.pd_endpoints.join(",")
-                ),
-            }),
+        deadline: Deadline,
+        mut attempt: F,
+    ) -> KvResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = tikv_client::Result<T>>,
+    {
+        let policy = &self.config;
+        let mut step = policy.retry_base_delay.max(Duration::from_micros(100));
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let remaining = deadline.remaining();
+            let error = match tokio::time::timeout(remaining, attempt()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.retries.gave_up.fetch_add(1, Ordering::Relaxed);
+                    return Err(KvError::Unavailable {
+                        op,
+                        message: format!(
+                            "no answer within {:?} after {attempts} attempt(s) (PD {})",
+                            policy.op_timeout,
+                            policy.pd_endpoints.join(",")
+                        ),
+                    });
+                }
+            };
+            let Some(cause) = transient_cause(&error) else {
+                return Err(map_error(op, error));
+            };
+            // Equal jitter: between half and all of the current step.
+            let delay = step.mul_f64(0.5 + rand::random::<f64>() * 0.5);
+            if delay >= deadline.remaining() {
+                self.retries.gave_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(op, ?cause, attempts, error = %error, "transient error; no time left for another attempt");
+                return Err(map_error(op, error));
+            }
+            self.retries.count(cause);
+            tracing::debug!(op, ?cause, attempts, ?delay, error = %error, "transient error; retrying");
+            tokio::time::sleep(delay).await;
+            step = (step * 2).min(policy.retry_max_delay.max(step));
         }
     }
 
     /// Up to `limit` pairs of a non-empty `range`, ascending, through `batch_scan`.
-    async fn scan_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
+    async fn scan_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
         let mut pairs: Vec<KvPair> = self
-            .run(
-                "scan",
-                self.plain.batch_scan(vec![bound(range)], limit as u32),
-            )
+            .call("scan", deadline, || {
+                self.plain.batch_scan(vec![bound(range)], limit as u32)
+            })
             .await?
             .into_iter()
             .map(|p| {
@@ -308,12 +507,16 @@ impl TikvKv {
     }
 
     /// Up to `limit` keys of a non-empty `range`, ascending, through `batch_scan_keys`.
-    async fn scan_keys_forward(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<Vec<u8>>> {
+    async fn scan_keys_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<Vec<u8>>> {
         let mut keys: Vec<Vec<u8>> = self
-            .run(
-                "scan",
-                self.plain.batch_scan_keys(vec![bound(range)], limit as u32),
-            )
+            .call("scan", deadline, || {
+                self.plain.batch_scan_keys(vec![bound(range)], limit as u32)
+            })
             .await?
             .into_iter()
             .map(Vec::from)
@@ -327,45 +530,161 @@ impl TikvKv {
 
     /// The last `limit` pairs of a non-empty `range`, descending.
     ///
-    /// Fast path (bounded ranges, [`TikvConfig::reverse_scan_fast_path`]): a key-only forward
-    /// probe of `limit` keys; if the range holds fewer, those are the answer. Otherwise the
-    /// range holds at least `limit` keys, so `RawClient::scan_reverse` fills its limit and
-    /// stops before it can loop around; its answer is accepted only if it is exactly `limit`
-    /// keys, strictly descending, inside the range, with no key of the range above the first
-    /// one (which rules out an answer from the wrong region). Anything else falls back to
-    /// forward paging.
-    async fn scan_reverse(&self, range: &KeyRange, limit: usize) -> KvResult<Vec<KvPair>> {
-        if self.config.reverse_scan_fast_path && range.end.is_some() {
-            let probe = self.scan_keys_forward(range, limit).await?;
-            if probe.len() < limit {
-                let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
-                let values = self.get_many(&keys).await?;
-                if values.iter().all(Option::is_some) {
-                    return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
-                }
-            } else if let Some(pairs) = self.try_client_scan_reverse(range, limit).await? {
-                return Ok(pairs);
-            }
-            self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(?range, limit, "reverse scan falls back to forward paging");
+    /// With [`TikvConfig::reverse_scan_fast_path`] (the default), regions are walked from the
+    /// end of the range with PD's region boundaries (`GetRegion`, then `GetPrevRegion`), and
+    /// each region's part of the range is read by [`TikvKv::scan_reverse_in_region`] until
+    /// `limit` pairs are found: O(limit + regions touched). A region whose answer cannot be
+    /// trusted (the client's region cache disagrees with PD mid-split) is read by forward
+    /// paging, which costs that region's part of the range only and is counted in
+    /// [`TikvKv::reverse_scan_fallbacks`]. Without the fast path, the whole range is paged
+    /// forward.
+    async fn scan_reverse(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        if !self.config.reverse_scan_fast_path {
+            return self.scan_reverse_by_paging(range, limit, deadline).await;
         }
-        self.scan_reverse_by_paging(range, limit).await
+        let mut out: Vec<KvPair> = Vec::new();
+        let mut region = match &range.end {
+            Some(end) => self.region_below(end, deadline).await?,
+            None => Some(self.last_region(deadline).await?),
+        };
+        let mut regions_touched = 0u32;
+        while let Some(r) = region {
+            regions_touched += 1;
+            // The range's part in this region (regions are visited downwards).
+            let part = KeyRange {
+                start: range.start.clone().max(r.start.clone()),
+                end: match (&range.end, r.end.is_empty()) {
+                    (Some(end), false) => Some(end.clone().min(r.end.clone())),
+                    (Some(end), true) => Some(end.clone()),
+                    (None, false) => Some(r.end.clone()),
+                    (None, true) => None,
+                },
+            };
+            if !part.is_empty() {
+                let want = limit - out.len();
+                let pairs = match self.scan_reverse_in_region(&part, want, deadline).await? {
+                    Some(pairs) => pairs,
+                    None => {
+                        self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            ?part,
+                            want,
+                            "reverse scan of a region falls back to forward paging"
+                        );
+                        self.scan_reverse_by_paging(&part, want, deadline).await?
+                    }
+                };
+                out.extend(pairs);
+            }
+            if out.len() >= limit || r.start.is_empty() || r.start <= range.start {
+                break;
+            }
+            let start = r.start.clone();
+            region = self
+                .call("scan", deadline, || self.pd.prev_region(&start))
+                .await?;
+            if let Some(prev) = &region {
+                if prev.end != start {
+                    // The layout changed between two lookups: ask again for the region below.
+                    region = self.region_below(&start, deadline).await?;
+                }
+            }
+        }
+        tracing::trace!(regions_touched, found = out.len(), "reverse scan");
+        out.truncate(limit);
+        Ok(out)
     }
 
-    /// `RawClient::scan_reverse` on a bounded range known to hold at least `limit` keys;
+    /// The region holding the keys just below `key` (`None`: no key is below it).
+    async fn region_below(
+        &self,
+        key: &[u8],
+        deadline: Deadline,
+    ) -> KvResult<Option<pd::RegionBounds>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
+        if holder.start.as_slice() < key {
+            return Ok(Some(holder));
+        }
+        self.call("scan", deadline, || self.pd.prev_region(key))
+            .await
+    }
+
+    /// The last region of the key space: the one holding a key above any realistic key,
+    /// walking forward should a split key be even higher.
+    async fn last_region(&self, deadline: Deadline) -> KvResult<pd::RegionBounds> {
+        let mut region = self
+            .call("scan", deadline, || self.pd.region(&[0xFF; 16]))
+            .await?;
+        while !region.end.is_empty() {
+            let next = region.end.clone();
+            region = self
+                .call("scan", deadline, || self.pd.region(&next))
+                .await?;
+        }
+        Ok(region)
+    }
+
+    /// The last `limit` pairs of `range`, which lies inside one region, descending; `None`
+    /// when the client's answer cannot be trusted.
+    ///
+    /// A key-only forward probe of `limit` keys comes first: if the range holds fewer, those
+    /// are the answer (values by one `batch_get`). Otherwise the range holds at least `limit`
+    /// keys, so `RawClient::scan_reverse` fills its limit from one region and stops before
+    /// it can loop around the last region; its answer is accepted only if it is exactly
+    /// `limit` keys, strictly descending, inside the range, with no key of the range above
+    /// the first one (which rules out an answer from another region).
+    async fn scan_reverse_in_region(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Option<Vec<KvPair>>> {
+        let probe = self.scan_keys_forward(range, limit, deadline).await?;
+        if probe.len() < limit {
+            let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
+            let values = self.get_many(&keys, deadline).await?;
+            if values.iter().all(Option::is_some) {
+                return Ok(Some(
+                    keys.into_iter().zip(values.into_iter().flatten()).collect(),
+                ));
+            }
+            // A key was deleted between the probe and the read.
+            return Ok(None);
+        }
+        self.try_client_scan_reverse(range, limit, deadline).await
+    }
+
+    /// `RawClient::scan_reverse` on a range of one region known to hold at least `limit` keys;
     /// `None` when its answer cannot be trusted.
     async fn try_client_scan_reverse(
         &self,
         range: &KeyRange,
         limit: usize,
+        deadline: Deadline,
     ) -> KvResult<Option<Vec<KvPair>>> {
-        let call = self.plain.scan_reverse(bound(range), limit as u32);
-        // Should a concurrent delete leave fewer than `limit` keys, the client loops around
-        // the last region; stop it and fall back.
-        let pairs = match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
-            Err(_) => return Ok(None),
-            Ok(Err(e)) => return Err(map_error("scan", e)),
-            Ok(Ok(pairs)) => pairs,
+        // `scan_reverse` retries no gRPC error itself (and gives up on region errors after
+        // its fixed store backoff): lost replies are retried here like any other read.
+        let pairs = self
+            .call("scan", deadline, || async {
+                let call = self.plain.scan_reverse(bound(range), limit as u32);
+                // Should a concurrent delete leave fewer than `limit` keys, the client loops
+                // around the last region; stop it and fall back.
+                match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
+                    Err(_) => Ok(None),
+                    Ok(result) => result.map(Some),
+                }
+            })
+            .await?;
+        let Some(pairs) = pairs else {
+            return Ok(None);
         };
         let pairs: Vec<KvPair> = pairs
             .into_iter()
@@ -386,7 +705,12 @@ impl TikvKv {
             start: above_start,
             end: range.end.clone(),
         };
-        if !above.is_empty() && !self.scan_keys_forward(&above, 1).await?.is_empty() {
+        if !above.is_empty()
+            && !self
+                .scan_keys_forward(&above, 1, deadline)
+                .await?
+                .is_empty()
+        {
             return Ok(None);
         }
         Ok(Some(pairs))
@@ -399,6 +723,7 @@ impl TikvKv {
         &self,
         range: &KeyRange,
         limit: usize,
+        deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
         // A key deleted between the key scan and the value read would shorten the page (and
         // a short page means "range exhausted" to pagers): retry a few times.
@@ -408,7 +733,9 @@ impl TikvKv {
             let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit);
             let mut rest = range.clone();
             loop {
-                let page = self.scan_keys_forward(&rest, MAX_SCAN_LIMIT).await?;
+                let page = self
+                    .scan_keys_forward(&rest, MAX_SCAN_LIMIT, deadline)
+                    .await?;
                 let full = page.len() == MAX_SCAN_LIMIT;
                 if let Some(k) = page.last() {
                     let mut next = k.clone();
@@ -426,7 +753,7 @@ impl TikvKv {
                 }
             }
             let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
-            let values = self.get_many(&keys).await?;
+            let values = self.get_many(&keys, deadline).await?;
             let complete = values.iter().all(Option::is_some);
             let pairs: Vec<KvPair> = keys
                 .into_iter()
@@ -445,12 +772,18 @@ impl TikvKv {
         self.reverse_fallbacks.load(Ordering::Relaxed)
     }
 
-    async fn get_many(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+    async fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        deadline: Deadline,
+    ) -> KvResult<Vec<Option<Vec<u8>>>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let found: HashMap<Vec<u8>, Vec<u8>> = self
-            .run("batch_get", self.plain.batch_get(keys.to_vec()))
+            .call("batch_get", deadline, || {
+                self.plain.batch_get(keys.to_vec())
+            })
             .await?
             .into_iter()
             .map(|p| {
@@ -466,39 +799,50 @@ fn bound(range: &KeyRange) -> BoundRange {
     BoundRange::from((range.start.clone(), range.end.clone()))
 }
 
-/// Whether a client error means "the cluster could not be reached or did not answer".
-fn is_unavailable(e: &tikv_client::Error) -> bool {
+/// The cause of a transient client error (worth retrying after a backoff), or `None` for a
+/// permanent one.
+fn transient_cause(e: &tikv_client::Error) -> Option<RetryCause> {
     use tikv_client::Error as E;
     match e {
-        E::Grpc(_)
-        | E::Io(_)
-        | E::Channel(_)
-        | E::Canceled(_)
-        | E::RegionError(_)
+        E::RegionError(region) if region.server_is_busy.is_some() => Some(RetryCause::ServerBusy),
+        E::RegionError(_)
         | E::LeaderNotFound { .. }
         | E::RegionForKeyNotFound { .. }
         | E::RegionForRangeNotFound { .. }
         | E::RegionNotFoundInResponse { .. }
         | E::EntryNotFoundInRegionCache
-        | E::NoCurrentRegions
+        | E::NoCurrentRegions => Some(RetryCause::Region),
+        E::Grpc(_)
+        | E::Io(_)
+        | E::Channel(_)
+        | E::Canceled(_)
         | E::JoinError(_)
         | E::UndeterminedError(_)
         // PD connection failures ("PD cluster failed to respond", "failed to connect to").
-        | E::InternalError { .. } => true,
-        E::GrpcAPI(status) => matches!(
-            status.code(),
+        | E::InternalError { .. } => Some(RetryCause::Transport),
+        E::GrpcAPI(status) => match status.code() {
+            tonic_code::DeadlineExceeded => Some(RetryCause::Deadline),
+            // tonic reports its own client-side timeout as `Cancelled: Timeout expired`.
+            tonic_code::Cancelled if status.message().contains("Timeout expired") => {
+                Some(RetryCause::Deadline)
+            }
             tonic_code::Unavailable
-                | tonic_code::DeadlineExceeded
-                | tonic_code::Cancelled
-                | tonic_code::Unknown
-                | tonic_code::Aborted
-                | tonic_code::ResourceExhausted
-        ),
+            | tonic_code::Cancelled
+            | tonic_code::Unknown
+            | tonic_code::Aborted
+            | tonic_code::ResourceExhausted => Some(RetryCause::Transport),
+            _ => None,
+        },
         E::ExtractedErrors(errors) | E::MultipleKeyErrors(errors) => {
-            errors.iter().any(is_unavailable)
+            errors.iter().find_map(transient_cause)
         }
-        _ => false,
+        _ => None,
     }
+}
+
+/// Whether a client error means "the cluster could not be reached or did not answer".
+fn is_unavailable(e: &tikv_client::Error) -> bool {
+    transient_cause(e).is_some()
 }
 
 use tonic::Code as tonic_code;
@@ -518,45 +862,66 @@ fn map_error(op: &'static str, e: tikv_client::Error) -> KvError {
 #[async_trait]
 impl RawKv for TikvKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.run("get", self.plain.get(key.to_vec())).await
+        self.call("get", self.deadline(), || self.plain.get(key.to_vec()))
+            .await
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        self.get_many(keys).await
+        self.get_many(keys, self.deadline()).await
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.run("put", self.writer(&key).put(key, value)).await
+        let writer = self.writer(&key);
+        self.call("put", self.deadline(), || {
+            writer.put(key.clone(), value.clone())
+        })
+        .await
     }
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
         let (atomic, plain): (Vec<KvPair>, Vec<KvPair>) = pairs
             .into_iter()
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
+        let deadline = self.deadline();
         if !plain.is_empty() {
-            self.run("batch_put", self.plain.batch_put(plain)).await?;
+            self.call("batch_put", deadline, || {
+                self.plain.batch_put(plain.clone())
+            })
+            .await?;
         }
         if !atomic.is_empty() {
-            self.run("batch_put", self.atomic.batch_put(atomic)).await?;
+            self.call("batch_put", deadline, || {
+                self.atomic.batch_put(atomic.clone())
+            })
+            .await?;
         }
         Ok(())
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.run("delete", self.writer(&key).delete(key)).await
+        let writer = self.writer(&key);
+        self.call("delete", self.deadline(), || writer.delete(key.clone()))
+            .await
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
         let (atomic, plain): (Vec<Vec<u8>>, Vec<Vec<u8>>) = keys
             .into_iter()
             .partition(|k| self.config.atomic_keys.is_atomic(k));
+        let deadline = self.deadline();
         if !plain.is_empty() {
-            self.run("batch_delete", self.plain.batch_delete(plain))
-                .await?;
+            self.call("batch_delete", deadline, || {
+                self.plain.batch_delete(plain.clone())
+            })
+            .await?;
         }
         // The atomic client refuses batch_delete: one delete per key.
         futures::stream::iter(atomic)
-            .map(|key| self.run("batch_delete", self.atomic.delete(key)))
+            .map(|key| {
+                self.call("batch_delete", deadline, move || {
+                    self.atomic.delete(key.clone())
+                })
+            })
             .buffer_unordered(self.config.delete_concurrency.max(1))
             .try_collect::<Vec<()>>()
             .await?;
@@ -573,9 +938,10 @@ impl RawKv for TikvKv {
         if range.is_empty() {
             return Ok(Vec::new());
         }
+        let deadline = self.deadline();
         match order {
-            ScanOrder::Forward => self.scan_forward(&range, limit).await,
-            ScanOrder::Reverse => self.scan_reverse(&range, limit).await,
+            ScanOrder::Forward => self.scan_forward(&range, limit, deadline).await,
+            ScanOrder::Reverse => self.scan_reverse(&range, limit, deadline).await,
         }
     }
 
@@ -597,10 +963,10 @@ impl RawKv for TikvKv {
         }
         let check_own = self.config.unique_cas_values.then(|| new.clone());
         let (previous, swapped) = self
-            .run(
-                "compare_and_swap",
-                self.atomic.compare_and_swap(key, expected.clone(), new),
-            )
+            .call("compare_and_swap", self.deadline(), || {
+                self.atomic
+                    .compare_and_swap(key.clone(), expected.clone(), new.clone())
+            })
             .await?;
         if !swapped && check_own.is_some() && previous == check_own {
             // Our own write, reported by the client's retry (values are unique).
@@ -654,6 +1020,53 @@ mod tests {
         assert!(!rule.is_atomic(&KeyCodec::new("appN").head(&cell)));
         let pred = AtomicKeys::Predicate(Arc::new(|k: &[u8]| k.first() == Some(&b'x')));
         assert!(pred.is_atomic(b"xy") && !pred.is_atomic(b"yx"));
+    }
+
+    #[test]
+    fn transient_errors_are_classified_by_cause() {
+        use tikv_client::Error as E;
+        let region = |f: fn(&mut tikv_client::ProtoRegionError)| {
+            let mut e = tikv_client::ProtoRegionError::default();
+            f(&mut e);
+            E::RegionError(Box::new(e))
+        };
+        let busy = region(|e| e.server_is_busy = Some(Default::default()));
+        assert_eq!(transient_cause(&busy), Some(RetryCause::ServerBusy));
+        let epoch = region(|e| e.epoch_not_match = Some(Default::default()));
+        assert_eq!(transient_cause(&epoch), Some(RetryCause::Region));
+        let lost = E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        assert_eq!(transient_cause(&lost), Some(RetryCause::Transport));
+        let late = E::GrpcAPI(tonic::Status::deadline_exceeded("late"));
+        assert_eq!(transient_cause(&late), Some(RetryCause::Deadline));
+        let nested = E::MultipleKeyErrors(vec![E::StringError("x".into()), busy]);
+        assert_eq!(transient_cause(&nested), Some(RetryCause::ServerBusy));
+        // Errors the server reported, and refused arguments, are permanent.
+        assert_eq!(
+            transient_cause(&E::KvError {
+                message: "bad".into()
+            }),
+            None
+        );
+        assert_eq!(
+            transient_cause(&E::GrpcAPI(tonic::Status::internal("x"))),
+            None
+        );
+        assert_eq!(transient_cause(&E::UnsupportedMode), None);
+    }
+
+    #[test]
+    fn the_clients_backoff_is_sized_to_the_deadline() {
+        let config = TikvConfig::new(vec!["pd:2379".into()]);
+        let mut backoff = config.client_backoff();
+        let mut total = Duration::ZERO;
+        while let Some(d) = backoff.next_delay_duration() {
+            total += d;
+        }
+        // Equal jitter waits at least half of each step.
+        assert!(
+            total >= config.op_timeout / 2,
+            "client backoff adds up to {total:?} only"
+        );
     }
 
     #[tokio::test]

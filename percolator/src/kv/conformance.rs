@@ -30,7 +30,7 @@ pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
     large_values(kv.as_ref(), &p("large/")).await;
     batch_calls(kv.as_ref(), &p("batch/")).await;
     cas_semantics(kv.as_ref(), &p("cas/")).await;
-    cas_counter(kv.clone(), &p("counter/"), 16, 500).await;
+    cas_counter(kv.clone(), &p("counter/"), 8, 100).await;
     scans(kv.as_ref(), &p("scan/")).await;
     scan_limits_are_checked(kv.as_ref(), &p("limits/")).await;
     paging(kv.as_ref(), &p("paging/"), 25_000).await;
@@ -245,31 +245,52 @@ pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
     );
 }
 
-/// `tasks` concurrent tasks each do `per_task` read-CAS increments of one counter; the
-/// counter must end at exactly `tasks * per_task`.
+/// Concurrent CAS increments, checkable under the retry hazard: a CAS whose reply was lost
+/// may have applied, and its retry then reports "not swapped" with our own value (or with a
+/// later writer's value built on ours). Every value is the counter's whole history, the
+/// list of `(task, seq)` increments applied so far, so every value is unique and each task
+/// decides like a careful caller: a CAS is ours if it swapped, if the key holds exactly our
+/// value, or if the value found lists our increment; otherwise it retries from the value
+/// found. At the end every increment must appear exactly once (no lost update, no
+/// increment applied twice).
 pub async fn cas_counter(kv: Arc<dyn RawKv>, prefix: &[u8], tasks: u64, per_task: u64) {
+    const ENTRY: usize = 6;
+    fn entries(value: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
+        value.chunks_exact(ENTRY).map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+    }
     let k = key(prefix, b"counter");
     let mut handles = Vec::new();
-    for _ in 0..tasks {
+    for task in 0..tasks {
         let kv = kv.clone();
         let k = k.clone();
+        let task = task as u16;
         handles.push(tokio::spawn(async move {
             let mut current = kv.get(&k).await.unwrap();
-            let mut done = 0;
-            while done < per_task {
-                let n = current
-                    .as_deref()
-                    .map(|b| u64::from_be_bytes(b.try_into().expect("8-byte counter")))
-                    .unwrap_or(0);
-                let out = kv
-                    .compare_and_swap(k.clone(), current.clone(), (n + 1).to_be_bytes().to_vec())
-                    .await
-                    .unwrap();
-                if out.swapped {
-                    done += 1;
-                    current = Some((n + 1).to_be_bytes().to_vec());
-                } else {
+            for seq in 0..per_task as u32 {
+                loop {
+                    let mut new = current.clone().unwrap_or_default();
+                    assert_eq!(new.len() % ENTRY, 0, "counter value is a list of entries");
+                    new.extend_from_slice(&task.to_be_bytes());
+                    new.extend_from_slice(&seq.to_be_bytes());
+                    let out = kv
+                        .compare_and_swap(k.clone(), current.clone(), new.clone())
+                        .await
+                        .unwrap();
+                    let found = out.previous.clone().unwrap_or_default();
+                    if out.swapped || found == new {
+                        current = Some(new);
+                        break;
+                    }
                     current = out.previous;
+                    if entries(&found).any(|e| e == (task, seq)) {
+                        // Applied, then built upon by another task before our retry.
+                        break;
+                    }
                 }
             }
         }));
@@ -278,8 +299,21 @@ pub async fn cas_counter(kv: Arc<dyn RawKv>, prefix: &[u8], tasks: u64, per_task
         h.await.unwrap();
     }
     let end = kv.get(&k).await.unwrap().expect("counter exists");
+    let mut seen = std::collections::HashSet::new();
+    for e in entries(&end) {
+        assert!(seen.insert(e), "increment {e:?} applied twice");
+    }
+    for task in 0..tasks as u16 {
+        for seq in 0..per_task as u32 {
+            assert!(
+                seen.contains(&(task, seq)),
+                "increment {:?} lost",
+                (task, seq)
+            );
+        }
+    }
     assert_eq!(
-        u64::from_be_bytes(end.try_into().expect("8-byte counter")),
+        seen.len() as u64,
         tasks * per_task,
         "concurrent CAS increments lost updates"
     );

@@ -45,8 +45,24 @@ pub fn embedded_client() -> (tempfile::TempDir, Client) {
 /// guard (dropping it stops the server).
 pub struct TikvStore {
     pub kv: Arc<dyn RawKv>,
-    _server: minitikv::RunningServer,
+    pub tikv: Arc<percolator_tikv::TikvKv>,
+    pub server: minitikv::RunningServer,
     _dir: Option<tempfile::TempDir>,
+}
+
+impl TikvStore {
+    /// Prints the faults the server injected and the adapter's retries by cause (shown with
+    /// `--no-capture`), and returns the retries.
+    pub fn report(&self, what: &str) -> percolator_tikv::RetryCounts {
+        let retries = self.tikv.retry_counts();
+        eprintln!(
+            "{what}: injected {:?}; regions {}; adapter retries {retries:?}; reverse-scan fallbacks {}",
+            self.server.fault_counts(),
+            self.server.regions().len(),
+            self.tikv.reverse_scan_fallbacks()
+        );
+        retries
+    }
 }
 
 /// A transaction client on a [`TikvStore`].
@@ -98,11 +114,87 @@ pub async fn tikv_store_with(
     let kv = percolator_tikv::TikvKv::connect(configure(tikv_config(server.endpoint())))
         .await
         .expect("connect to minitikv");
+    let tikv = Arc::new(kv);
     TikvStore {
-        kv: Arc::new(kv),
-        _server: server,
+        kv: tikv.clone(),
+        tikv,
+        server,
         _dir: dir,
     }
+}
+
+/// Split keys through the test namespace's key space: the start of each space, and the
+/// head, version and data keys of some of the cells the suites use (bank accounts, `t`
+/// rows, model keys), so that transactions span regions.
+pub fn weather_split_keys() -> Vec<Vec<u8>> {
+    use percolator::codec::Space;
+    let codec = percolator::KeyCodec::new(test_config().namespace);
+    let mut keys = Vec::new();
+    for space in [
+        Space::Data,
+        Space::Head,
+        Space::Meta,
+        Space::Notify,
+        Space::Version,
+    ] {
+        keys.push(codec.space_range(space).start);
+    }
+    let mut cells: Vec<Cell> = (0..100)
+        .step_by(7)
+        .map(|i| Cell::new("bank", format!("acct{i:03}"), "balance"))
+        .collect();
+    cells.extend(["a", "ab", "b", "c", "k", "x", "y"].map(cell));
+    cells.extend(
+        (0..40)
+            .step_by(5)
+            .map(|i| Cell::new("m", format!("k{i}"), "v")),
+    );
+    for c in &cells {
+        keys.push(codec.head(c));
+        keys.push(codec.version(c, u64::MAX / 2));
+        keys.push(codec.data(c, u64::MAX / 2));
+    }
+    keys
+}
+
+/// A `minitikv` with three stores, regions split by [`weather_split_keys`], a split, merge
+/// or leader transfer every 10 ms, and `Faults::weather(seed)` (0.1% ServerIsBusy, 1%
+/// region errors, 0.5% replies lost after apply, 1% delays up to 5 ms).
+pub fn weather_server(seed: u64) -> minitikv::ServerConfig {
+    minitikv::ServerConfig {
+        split_keys: weather_split_keys(),
+        stores: 3,
+        faults: minitikv::Faults::weather(seed),
+        churn: Some(minitikv::Churn {
+            interval: Duration::from_millis(10),
+            seed,
+            min_regions: 40,
+            max_regions: 300,
+        }),
+        ..minitikv::ServerConfig::in_memory()
+    }
+}
+
+/// Like [`weather_server`] with ten times the fault rates (1% ServerIsBusy, 10% region
+/// errors, 5% replies lost after apply, 10% delays), so that short checks meet faults too.
+pub fn storm_server(seed: u64) -> minitikv::ServerConfig {
+    let mut config = weather_server(seed);
+    let f = &mut config.faults;
+    f.server_busy *= 10.0;
+    f.region_error *= 10.0;
+    f.lost_reply *= 10.0;
+    f.delay *= 10.0;
+    config
+}
+
+/// A `TikvKv` (default settings) on a [`storm_server`].
+pub async fn tikv_storm_store(seed: u64) -> TikvStore {
+    tikv_store_with(storm_server(seed), None, |c| c).await
+}
+
+/// A `TikvKv` (default settings) on a [`weather_server`].
+pub async fn tikv_weather_store(seed: u64) -> TikvStore {
+    tikv_store_with(weather_server(seed), None, |c| c).await
 }
 
 /// A transaction client with [`test_config`] on a fresh in-memory `minitikv`.

@@ -1,0 +1,274 @@
+//! A minimal PD client for region boundaries (`GetRegion`, `GetPrevRegion`), which
+//! tikv-client 0.4.0 does not expose. Reverse scans use it to walk regions from the end of
+//! a range.
+//!
+//! The messages are declared here with only the fields read (prost skips the others), so
+//! the adapter needs no protobuf build step.
+
+use crate::TlsFiles;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RequestHeader {
+    #[prost(uint64, tag = "1")]
+    cluster_id: u64,
+    #[prost(uint64, tag = "2")]
+    sender_id: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ResponseHeader {
+    #[prost(uint64, tag = "1")]
+    cluster_id: u64,
+    #[prost(message, optional, tag = "2")]
+    error: Option<PdError>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PdError {
+    #[prost(int32, tag = "1")]
+    kind: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetMembersRequest {
+    #[prost(message, optional, tag = "1")]
+    header: Option<RequestHeader>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Member {
+    #[prost(string, repeated, tag = "4")]
+    client_urls: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetMembersResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(message, optional, tag = "3")]
+    leader: Option<Member>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetRegionRequest {
+    #[prost(message, optional, tag = "1")]
+    header: Option<RequestHeader>,
+    #[prost(bytes = "vec", tag = "2")]
+    region_key: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Region {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(bytes = "vec", tag = "2")]
+    start_key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    end_key: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetRegionResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(message, optional, tag = "2")]
+    region: Option<Region>,
+}
+
+/// A region's key range as PD sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RegionBounds {
+    pub(crate) id: u64,
+    /// Inclusive; empty: the start of the key space.
+    pub(crate) start: Vec<u8>,
+    /// Exclusive; empty: the end of the key space.
+    pub(crate) end: Vec<u8>,
+}
+
+/// Connection to the PD leader, made on first use and again after a failure.
+pub(crate) struct PdRegions {
+    endpoints: Vec<String>,
+    tls: Option<TlsFiles>,
+    timeout: Duration,
+    conn: Mutex<Option<(Channel, u64)>>,
+}
+
+fn pd_err(message: String) -> tikv_client::Error {
+    // Reported like the client's own PD failures (an `InternalError`): transient.
+    tikv_client::Error::InternalError { message }
+}
+
+impl PdRegions {
+    pub(crate) fn new(endpoints: Vec<String>, tls: Option<TlsFiles>, timeout: Duration) -> Self {
+        PdRegions {
+            endpoints,
+            tls,
+            timeout,
+            conn: Mutex::new(None),
+        }
+    }
+
+    fn url(&self, addr: &str) -> String {
+        if addr.starts_with("http://") || addr.starts_with("https://") {
+            addr.to_string()
+        } else if self.tls.is_some() {
+            format!("https://{addr}")
+        } else {
+            format!("http://{addr}")
+        }
+    }
+
+    async fn channel(&self, addr: &str) -> tikv_client::Result<Channel> {
+        let mut endpoint = Endpoint::from_shared(self.url(addr))
+            .map_err(|e| pd_err(format!("PD address {addr}: {e}")))?
+            .timeout(self.timeout)
+            .connect_timeout(self.timeout);
+        if let Some(tls) = &self.tls {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
+            };
+            let (ca, cert, key) = match (read(&tls.ca), read(&tls.cert), read(&tls.key)) {
+                (Ok(ca), Ok(cert), Ok(key)) => (ca, cert, key),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(pd_err(e)),
+            };
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca))
+                .identity(Identity::from_pem(cert, key));
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| pd_err(format!("TLS for PD {addr}: {e}")))?;
+        }
+        endpoint
+            .connect()
+            .await
+            .map_err(|e| pd_err(format!("connecting to PD {addr}: {e}")))
+    }
+
+    async fn unary<Req, Resp>(
+        channel: Channel,
+        path: &'static str,
+        request: Req,
+    ) -> tikv_client::Result<Resp>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| pd_err(format!("PD not ready: {e}")))?;
+        let codec: tonic::codec::ProstCodec<Req, Resp> = tonic::codec::ProstCodec::default();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+        grpc.unary(tonic::Request::new(request), path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(tikv_client::Error::GrpcAPI)
+    }
+
+    /// The leader's channel and the cluster id, connecting if needed.
+    async fn leader(&self) -> tikv_client::Result<(Channel, u64)> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut last = pd_err("no PD endpoint".into());
+        for addr in &self.endpoints {
+            let members = match self.channel(addr).await {
+                Ok(channel) => Self::unary::<_, GetMembersResponse>(
+                    channel.clone(),
+                    "/pdpb.PD/GetMembers",
+                    GetMembersRequest { header: None },
+                )
+                .await
+                .map(|m| (channel, m)),
+                Err(e) => Err(e),
+            };
+            let (channel, members) = match members {
+                Ok(found) => found,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let cluster_id = members.header.map_or(0, |h| h.cluster_id);
+            let leader_url = members
+                .leader
+                .and_then(|l| l.client_urls.into_iter().next());
+            let channel = match leader_url {
+                Some(url)
+                    if url
+                        .trim_start_matches("http://")
+                        .trim_start_matches("https://")
+                        != addr
+                            .trim_start_matches("http://")
+                            .trim_start_matches("https://") =>
+                {
+                    match self.channel(&url).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            last = e;
+                            continue;
+                        }
+                    }
+                }
+                _ => channel,
+            };
+            *conn = Some((channel.clone(), cluster_id));
+            return Ok((channel, cluster_id));
+        }
+        Err(last)
+    }
+
+    async fn region_call(
+        &self,
+        path: &'static str,
+        key: &[u8],
+    ) -> tikv_client::Result<Option<RegionBounds>> {
+        let (channel, cluster_id) = self.leader().await?;
+        let request = GetRegionRequest {
+            header: Some(RequestHeader {
+                cluster_id,
+                sender_id: 0,
+            }),
+            region_key: key.to_vec(),
+        };
+        let reply = Self::unary::<_, GetRegionResponse>(channel, path, request).await;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                // Reconnect (perhaps to a new leader) next time.
+                *self.conn.lock().await = None;
+                return Err(e);
+            }
+        };
+        if let Some(error) = reply.header.and_then(|h| h.error) {
+            *self.conn.lock().await = None;
+            return Err(pd_err(format!("PD {path}: {}", error.message)));
+        }
+        Ok(reply.region.map(|r| RegionBounds {
+            id: r.id,
+            start: r.start_key,
+            end: r.end_key,
+        }))
+    }
+
+    /// The region holding `key`.
+    pub(crate) async fn region(&self, key: &[u8]) -> tikv_client::Result<RegionBounds> {
+        self.region_call("/pdpb.PD/GetRegion", key)
+            .await?
+            .ok_or_else(|| pd_err(format!("PD knows no region for key {key:?}")))
+    }
+
+    /// The region before the one holding `key` (`None` before the first region).
+    pub(crate) async fn prev_region(
+        &self,
+        key: &[u8],
+    ) -> tikv_client::Result<Option<RegionBounds>> {
+        self.region_call("/pdpb.PD/GetPrevRegion", key).await
+    }
+}
