@@ -735,6 +735,13 @@ async fn after_handle(
             fail(inner, key, value, error, &retry_later).await;
         }
         Err(e) if e.is_retryable() => retry_later(1),
+        // A busy or unreachable store or oracle is not the observer's fault: retry with
+        // backoff, without counting towards the dead letter.
+        Err(e) if e.is_transient() => {
+            tracing::debug!(error = %e, "transient error; notification retried later");
+            let failures = lock(&inner.retry).get(key).map_or(0, |(f, _)| *f);
+            retry_later(failures);
+        }
         Err(e) => {
             // Anything else (a corrupt record met on the way, a storage error) counts as a
             // failure too, so a notification that can never be handled ends as a dead letter

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// Loader settings.
 #[derive(Clone, Debug)]
@@ -337,17 +338,15 @@ async fn load_file_aligned(
     loop {
         // Where we are, as committed (another loader of the same file may have moved it).
         let progress = {
-            let txn = client.begin().await.map_err(|source| LoadError::Txn {
+            let v = retry_transient(path, || async {
+                let txn = client.begin().await?;
+                txn.get(&offset_cell(&key)).await
+            })
+            .await
+            .map_err(|source| LoadError::Txn {
                 path: path.to_path_buf(),
                 source,
             })?;
-            let v = txn
-                .get(&offset_cell(&key))
-                .await
-                .map_err(|source| LoadError::Txn {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
             parse_progress(path, v)?
         };
         let mut file = std::fs::File::open(path).map_err(io)?;
@@ -439,8 +438,8 @@ async fn load_file_aligned(
         let count = batch.len() as u64;
         let loaded_at = now_ms();
         let expected = progress;
-        let result = client
-            .run(|txn| {
+        let result = retry_transient(path, || {
+            client.run(|txn| {
                 let key = key.clone();
                 let batch = &batch;
                 async move {
@@ -475,17 +474,46 @@ async fn load_file_aligned(
                     Ok(true)
                 }
             })
-            .await
-            .map_err(|source| LoadError::Txn {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        })
+        .await
+        .map_err(|source| LoadError::Txn {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if !result {
             continue;
         }
         stats.loaded.fetch_add(count, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         loaded += count;
+    }
+}
+
+/// How long a loader keeps retrying a batch that fails with transient store or oracle errors
+/// (busy or unreachable servers, lost replies, an unknown commit outcome) before it gives up.
+/// Retrying is safe: each batch commits with its file's offset and rechecks it first, so a
+/// batch that did commit is not written twice.
+pub const TRANSIENT_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// Runs `attempt` until it succeeds, fails with a non-transient error, or
+/// [`TRANSIENT_RETRY_FOR`] has passed, with jittered exponential backoff (10 ms to 2 s).
+async fn retry_transient<T, F, Fut>(path: &Path, mut attempt: F) -> Result<T, TxnError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, TxnError>>,
+{
+    let started = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match attempt().await {
+            Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_RETRY_FOR => {
+                tracing::warn!(file = %path.display(), error = %e, "transient error; retrying the batch");
+                let jitter = rand::random::<f64>() * 0.5 + 0.5;
+                tokio::time::sleep(backoff.mul_f64(jitter)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
     }
 }
 

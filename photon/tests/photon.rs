@@ -361,6 +361,7 @@ async fn parked_clicks_woken_without_sweep(seed: u64) {
         cas_hazard: 0.0,
         delay: 0.3,
         max_delay: Duration::from_millis(2),
+        ..Default::default()
     };
     let kv = percolator::kv::FaultyKv::new(Arc::new(MemoryKv::new()), faults);
     let client = client_on(Arc::new(kv));
@@ -397,5 +398,56 @@ async fn parked_clicks_woken_without_sweep(seed: u64) {
         "parked {parked}, woken by the wake observer {}",
         stats.woken.load(std::sync::atomic::Ordering::Relaxed)
     );
+    worker.shutdown().await;
+}
+
+/// A store that fails 0.2% of calls as unreachable (half of them after applying the call, as
+/// a lost reply would): the loader and the workers retry instead of dying, and every
+/// joinable click is still joined exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loader_and_workers_ride_out_transient_store_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 600,
+        seed: 11,
+        ..GenOptions::default()
+    };
+    generate(&logs, &gen).unwrap();
+    let store: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let faults = percolator::kv::Faults {
+        cas_hazard: 0.05,
+        delay: 0.0,
+        unavailable: 0.002,
+        ..Default::default()
+    };
+    let faulty = Arc::new(percolator::kv::FaultyKv::new(store.clone(), faults));
+    let weather = client_on(faulty.clone());
+    let clean = client_on(store);
+    let (worker, _) = pipeline(&weather, "dc1", 0);
+    worker.wait_until_settled().await;
+    load_dir(&weather, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .expect("the loader retries transient errors");
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if worker.wait_until_quiescent().await.is_err() {
+                continue; // The quiescence scan itself met an injected error.
+            }
+            let woken = join::sweep_pending(&clean, Duration::from_secs(3600))
+                .await
+                .unwrap();
+            if woken == 0 {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("join drains");
+    let report = verify(&clean, &logs).await.unwrap();
+    assert_eq!(report.duplicates, 0, "{report:?}");
+    assert_eq!(report.lost, 0, "{report:?}");
+    assert!(report.joined > 250, "{report:?}");
+    assert_eq!(worker.metrics().snapshot().dead_lettered, 0);
     worker.shutdown().await;
 }

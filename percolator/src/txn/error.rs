@@ -75,6 +75,22 @@ impl TxnError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, TxnError::Conflict { .. } | TxnError::Aborted { .. })
     }
+
+    /// Whether the failure may pass if the caller tries again later, as a new transaction:
+    /// retryable conflicts, an unreachable or slow store or oracle, and a commit whose
+    /// outcome is unknown (the caller must then re-read its progress inside the retry,
+    /// as a loader does with its offsets). Corruption, bad arguments and user errors are not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TxnError::Conflict { .. }
+            | TxnError::Aborted { .. }
+            | TxnError::CommitUnknown { .. }
+            | TxnError::SnapshotTooOld { .. }
+            | TxnError::Timestamp(_) => true,
+            TxnError::Storage(e) => matches!(e, KvError::Unavailable { .. }),
+            _ => false,
+        }
+    }
 }
 
 /// Shorthand for transaction results.

@@ -41,6 +41,7 @@ pub async fn cas_reported_failed_but_applied_is_success(kv: Arc<dyn RawKv>) {
             cas_hazard: 0.5,
             delay: 0.2,
             max_delay: Duration::from_millis(2),
+            ..Default::default()
         },
     ));
     let c = client_on(faulty.clone(), test_config());
