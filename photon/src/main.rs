@@ -526,7 +526,6 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Export { store, out } => {
             let client = store.client().await?;
-            let joined = photon::verify::joined_events(&client).await?;
             let mut w: Box<dyn std::io::Write> = match &out {
                 Some(path) => Box::new(std::io::BufWriter::new(
                     std::fs::File::create(path)
@@ -534,12 +533,23 @@ async fn main() -> anyhow::Result<()> {
                 )),
                 None => Box::new(std::io::stdout().lock()),
             };
-            let mut n = 0;
-            for events in joined.values() {
-                for e in events {
-                    writeln!(w, "{}", serde_json::to_string(e)?)?;
-                    n += 1;
+            // Streamed page by page (bounded memory), in click id order; each stored
+            // event is one JSON line.
+            let mut n = 0u64;
+            let mut failed: Option<std::io::Error> = None;
+            photon::verify::for_each_cell(&client, photon::schema::JOINED, |_cell, value| {
+                if failed.is_some() {
+                    return;
                 }
+                let written = w.write_all(&value).and_then(|()| w.write_all(b"\n"));
+                match written {
+                    Ok(()) => n += 1,
+                    Err(e) => failed = Some(e),
+                }
+            })
+            .await?;
+            if let Some(e) = failed {
+                return Err(e).context("writing the export");
             }
             w.flush()?;
             eprintln!("exported {n} joined events");

@@ -6,7 +6,7 @@ use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
 use percolator::Client;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -87,28 +87,106 @@ fn expired_reason(horizon_secs: Option<u64>) -> String {
     }
 }
 
-/// Every joined event in the store, by click id (more than one means a duplicate).
+/// Calls `each` with every cell of `table` that holds a value, in (row, column) order,
+/// reading one snapshot page by page, so memory stays bounded however large the table is.
+pub async fn for_each_cell(
+    client: &Client,
+    table: &str,
+    mut each: impl FnMut(percolator::Cell, Vec<u8>),
+) -> Result<(), percolator::TxnError> {
+    let ts = client.oracle().get_timestamp().await?;
+    let snapshot = client.snapshot_at(ts).await?;
+    let mut after: Option<percolator::Cell> = None;
+    loop {
+        let page = snapshot
+            .scan_page(table.as_bytes(), b"", None, after.as_ref(), PAGE)
+            .await?;
+        let full = page.len() >= PAGE;
+        for (cell, value) in page {
+            after = Some(cell.clone());
+            each(cell, value);
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Cells per page of [`for_each_cell`].
+const PAGE: usize = 4096;
+
+/// Every joined event in the store, by click id (more than one means a duplicate). Holds
+/// them all in memory: for large outputs use [`for_each_cell`] over `JOINED`.
 pub async fn joined_events(
     client: &Client,
 ) -> Result<HashMap<String, Vec<Joined>>, percolator::TxnError> {
-    let txn = client.begin().await?;
-    let rows = txn.scan(JOINED.as_bytes(), b"", None).await?;
     let mut out: HashMap<String, Vec<Joined>> = HashMap::new();
-    for (cell, value) in rows {
+    for_each_cell(client, JOINED, |cell, value| {
         if let Ok(j) = serde_json::from_slice::<Joined>(&value) {
             out.entry(String::from_utf8_lossy(&cell.row).into_owned())
                 .or_default()
                 .push(j);
         }
-    }
+    })
+    .await?;
     Ok(out)
 }
 
-/// Compares the store's output with the logs in `input`.
+/// What verify keeps per input click: a few bytes besides its id.
+#[derive(Clone, Copy, Debug, Default)]
+struct ClickState {
+    /// Index of its query id in the interned query ids.
+    query: u32,
+    event_time: u64,
+    /// Joined events found for it.
+    joins: u32,
+    outcome: Outcome,
+}
+
+/// A click's recorded outcome (the `outcomes` table).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Outcome {
+    #[default]
+    None,
+    TooOld,
+    Filtered,
+    Waiting,
+    /// Expired, with the horizon in seconds if recorded (`u64::MAX`: not recorded).
+    Expired(u64),
+    Other,
+}
+
+impl Outcome {
+    fn parse(outcome: &str) -> Outcome {
+        match outcome {
+            "too_old" => Outcome::TooOld,
+            "filtered" => Outcome::Filtered,
+            "waiting" => Outcome::Waiting,
+            o => match expired_horizon(o) {
+                Some(horizon) => Outcome::Expired(horizon.unwrap_or(u64::MAX)),
+                None => Outcome::Other,
+            },
+        }
+    }
+}
+
+/// Compares the store's output with the logs in `input`. Memory: the input's click ids
+/// and query ids with a few bytes each; the store's output is streamed page by page.
 pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError> {
     let mut report = Report::default();
-    let mut queries: HashSet<String> = HashSet::new();
-    let mut clicks: HashMap<String, Click> = HashMap::new();
+    // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
+    // whether query `i` is in the input.
+    let mut query_ids: HashMap<String, u32> = HashMap::new();
+    let mut defined: Vec<bool> = Vec::new();
+    fn intern(id: String, query_ids: &mut HashMap<String, u32>, defined: &mut Vec<bool>) -> u32 {
+        let next = query_ids.len() as u32;
+        let i = *query_ids.entry(id).or_insert(next);
+        if i as usize == defined.len() {
+            defined.push(false);
+        }
+        i
+    }
+    let mut clicks: HashMap<String, ClickState> = HashMap::new();
     for (path, kind) in log_files(input)? {
         let file = std::fs::File::open(&path).map_err(|source| VerifyError::Io {
             path: path.display().to_string(),
@@ -140,42 +218,55 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
             match kind {
                 Kind::Query => match serde_json::from_str::<Query>(line) {
                     Ok(q) => {
-                        queries.insert(q.query_id);
+                        let i = intern(q.query_id, &mut query_ids, &mut defined);
+                        defined[i as usize] = true;
                     }
                     Err(_) => report.malformed_lines += 1,
                 },
                 Kind::Click => match serde_json::from_str::<Click>(line) {
                     Ok(c) => {
-                        clicks.insert(c.click_id.clone(), c);
+                        let query = intern(c.query_id, &mut query_ids, &mut defined);
+                        clicks.insert(
+                            c.click_id,
+                            ClickState {
+                                query,
+                                event_time: c.event_time,
+                                ..ClickState::default()
+                            },
+                        );
                     }
                     Err(_) => report.malformed_lines += 1,
                 },
             }
         }
     }
-    let joined = joined_events(client).await?;
-    let txn = client.begin().await?;
-    let outcomes: HashMap<String, String> = txn
-        .scan(OUTCOMES.as_bytes(), b"", None)
-        .await?
-        .into_iter()
-        .map(|(cell, v)| {
-            (
-                String::from_utf8_lossy(&cell.row).into_owned(),
-                String::from_utf8_lossy(&v).into_owned(),
-            )
-        })
-        .collect();
+    drop(query_ids);
     let mut latency = Histogram::<u64>::new(3).expect("histogram");
+    for_each_cell(client, JOINED, |cell, value| {
+        let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
+            return;
+        };
+        if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
+            state.joins += 1;
+            let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
+        }
+    })
+    .await?;
+    for_each_cell(client, OUTCOMES, |cell, value| {
+        if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
+            state.outcome = Outcome::parse(&String::from_utf8_lossy(&value));
+        }
+    })
+    .await?;
     report.clicks = clicks.len() as u64;
-    for (id, click) in &clicks {
-        let outcome = outcomes.get(id).map(String::as_str);
-        let joins = joined.get(id).map_or(0, Vec::len);
+    for click in clicks.values() {
+        let joins = click.joins;
+        let query_known = defined[click.query as usize];
         // Expired and never joined: its query arrived past the horizon (or never).
-        let expired = joins == 0 && outcome.is_some_and(|o| expired_horizon(o).is_some());
-        let joinable = queries.contains(&click.query_id)
-            && outcome != Some("too_old")
-            && outcome != Some("filtered")
+        let expired = joins == 0 && matches!(click.outcome, Outcome::Expired(_));
+        let joinable = query_known
+            && click.outcome != Outcome::TooOld
+            && click.outcome != Outcome::Filtered
             && !expired;
         if joins > 1 {
             report.duplicates += 1;
@@ -196,18 +287,15 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
             if joins > 0 {
                 report.unexpected += 1;
             }
-            let reason = match outcome {
-                Some(o) if expired => expired_reason(expired_horizon(o).flatten()),
-                Some("too_old") => "too_old (older than the IdRegistry boundary)".to_string(),
-                Some("waiting") => "query_missing (still waiting)".to_string(),
-                Some("filtered") => "filtered by the adapter".to_string(),
-                _ if !queries.contains(&click.query_id) => "query_missing".to_string(),
+            let reason = match click.outcome {
+                Outcome::Expired(h) if expired => expired_reason((h != u64::MAX).then_some(h)),
+                Outcome::TooOld => "too_old (older than the IdRegistry boundary)".to_string(),
+                Outcome::Waiting => "query_missing (still waiting)".to_string(),
+                Outcome::Filtered => "filtered by the adapter".to_string(),
+                _ if !query_known => "query_missing".to_string(),
                 _ => "unknown".to_string(),
             };
             *report.reasons.entry(reason).or_default() += 1;
-        }
-        for j in joined.get(id).into_iter().flatten() {
-            let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
         }
     }
     if !latency.is_empty() {

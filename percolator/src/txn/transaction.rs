@@ -246,7 +246,11 @@ impl Transaction {
                 .visible_version(cell, &snap.head, start_ts)
                 .await?
         };
-        self.state().heads.insert(key, snap);
+        // Kept as the expectation of a later prewrite; a read-only snapshot never prewrites,
+        // so it keeps nothing (a long scan would otherwise hold every head it read).
+        if !self.inner.read_only {
+            self.state().heads.insert(key, snap);
+        }
         let Some(version) = version else {
             return Ok(VersionedRead {
                 value: None,
@@ -333,6 +337,69 @@ impl Transaction {
         }
         self.check_lifetime()?;
         Ok(result.into_iter().collect())
+    }
+
+    /// One page of a scan of a read-only snapshot ([`super::Client::snapshot_at`]): at most
+    /// `limit` cells of `table` with rows in `[row_start, row_end)` that hold a value, in
+    /// (row, column) order, starting after cell `after` if given (the last cell of the
+    /// previous page). Memory stays bounded by the page however large the table; each page
+    /// is checked against GC like [`Transaction::scan`]. A transaction that is not a
+    /// read-only snapshot gets `InvalidArgument` (its own writes are not paged).
+    pub async fn scan_page(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+        after: Option<&Cell>,
+        limit: usize,
+    ) -> TxnResult<Vec<(Cell, Vec<u8>)>> {
+        use crate::codec::{Key, Space};
+        self.check_open()?;
+        if !self.inner.read_only {
+            return Err(TxnError::InvalidArgument(
+                "scan_page needs a read-only snapshot (Client::snapshot_at)".to_string(),
+            ));
+        }
+        let mut range = self
+            .shared()
+            .codec
+            .rows_range(Space::Head, table, row_start, row_end);
+        if let Some(after) = after {
+            let mut next = self.shared().codec.head(after);
+            next.push(0);
+            range.start = range.start.max(next);
+        }
+        let limit = limit.max(1);
+        let mut out = Vec::with_capacity(limit.min(4096));
+        let mut beyond_head = false;
+        let kv = self.shared().kv.clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, limit.min(1024));
+        'pages: while let Some(page) = pager.next_page().await? {
+            for (key, raw) in page {
+                let Ok(Key::Head(cell)) = self.shared().codec.decode(&key) else {
+                    return Err(TxnError::Storage(KvError::Engine {
+                        op: "scan_page",
+                        message: format!(
+                            "key {} in the head range is not a head",
+                            key.escape_ascii()
+                        ),
+                    }));
+                };
+                let snap = HeadSnapshot::decode(&key, Some(raw))?;
+                let read = self.read_versioned(&cell, key, snap).await?;
+                beyond_head |= read.beyond_head;
+                if let Some(value) = read.value {
+                    out.push((cell, value));
+                    if out.len() >= limit {
+                        break 'pages;
+                    }
+                }
+            }
+        }
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        Ok(out)
     }
 
     /// Abandons the transaction. Nothing was written to the store before commit, so nothing

@@ -1,0 +1,59 @@
+//! `Transaction::scan_page`: paging a read-only snapshot gives exactly what one scan gives.
+
+mod common;
+use common::*;
+use percolator::txn::TxnError;
+use percolator::Cell;
+use rand::Rng;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_concatenate_to_the_scan() {
+    let c = memory_client();
+    let mut rng = rand::thread_rng();
+    for chunk in 0..5 {
+        let t = c.begin().await.unwrap();
+        for row in 0..100 {
+            for col in ["a", "b", "c"] {
+                let cell = Cell::new("p", format!("r{:04}", chunk * 100 + row), col);
+                if rng.gen_bool(0.2) {
+                    t.delete(cell);
+                } else {
+                    t.set(cell, format!("{chunk}-{row}-{col}"));
+                }
+            }
+        }
+        // Another table around it, which no page may include.
+        t.set(Cell::new("o", "r0001", "a"), "other");
+        t.set(Cell::new("q", "r0001", "a"), "other");
+        t.commit().await.unwrap();
+    }
+    let ts = c.oracle().get_timestamp().await.unwrap();
+    let whole = c.snapshot_at(ts).await.unwrap();
+    let expected = whole.scan(b"p", b"r0100", Some(b"r0400")).await.unwrap();
+    assert!(expected.len() > 500);
+    for limit in [1, 7, 300, 10_000] {
+        let snap = c.snapshot_at(ts).await.unwrap();
+        let mut paged = Vec::new();
+        let mut after: Option<Cell> = None;
+        loop {
+            let page = snap
+                .scan_page(b"p", b"r0100", Some(b"r0400"), after.as_ref(), limit)
+                .await
+                .unwrap();
+            assert!(page.len() <= limit);
+            let full = page.len() == limit;
+            after = page.last().map(|(cell, _)| cell.clone()).or(after);
+            paged.extend(page);
+            if !full {
+                break;
+            }
+        }
+        assert_eq!(paged, expected, "limit {limit}");
+    }
+    // A transaction that may write cannot page.
+    let t = c.begin().await.unwrap();
+    assert!(matches!(
+        t.scan_page(b"p", b"", None, None, 10).await,
+        Err(TxnError::InvalidArgument(_))
+    ));
+}
