@@ -719,7 +719,10 @@ async fn demo(
     join_bar.set_position(joined_now(&running));
     join_bar.finish();
     sweeper.abort();
+    let peak_rss_join_mb = peak_rss_mb();
+    let verify_started = Instant::now();
     let report = photon::verify::verify(&client, &logs).await?;
+    let verify_seconds = verify_started.elapsed().as_secs_f64();
     let wasted: u64 = running
         .iter()
         .map(|p| p.stats.wasted.load(Ordering::Relaxed))
@@ -763,6 +766,9 @@ async fn demo(
             "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
             "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
             "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_before_verify_mb": peak_rss_join_mb,
+            "verify_seconds": verify_seconds,
         });
         println!("{out}");
     } else {
@@ -778,4 +784,12 @@ async fn demo(
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The process's peak resident set so far, in MiB (Linux `VmHWM`; `None` elsewhere).
+fn peak_rss_mb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
 }
