@@ -54,7 +54,7 @@
 //! failures that outlived `op_timeout`, [`KvError::Engine`] for errors the server reported.
 //!
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
-//! `cargo bench -p percolator --bench kv`, backend `tikv`.
+//! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
 mod pd;
 
