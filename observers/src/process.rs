@@ -1,5 +1,5 @@
-//! Handling one notify key (DESIGN §5): decide the writer's fate, run the observer in a
-//! transaction guarded by the acknowledgment column, delete the key.
+//! Handling one notify key (ARCHITECTURE.md, "Observers"): decide the writer's fate, run the
+//! observer in a transaction guarded by the acknowledgment column, delete the key.
 
 use crate::deadletter::DeadLetter;
 use crate::error::ObserverError;

@@ -1,4 +1,5 @@
-//! Lock resolution passes and version garbage collection (DESIGN §4.6).
+//! Lock resolution passes and version garbage collection (ARCHITECTURE.md, "Garbage
+//! collection").
 
 use super::heads::HeadSnapshot;
 use super::status::TxnStatus;

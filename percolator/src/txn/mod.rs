@@ -274,8 +274,9 @@ impl Client {
         ))
     }
 
-    /// The fate of transaction `start_ts` whose primary is `primary` (DESIGN §4.3). An
-    /// expired undecided transaction is rolled back for good by this call.
+    /// The fate of transaction `start_ts` whose primary is `primary` (ARCHITECTURE.md,
+    /// "Status through the primary"). An expired undecided transaction is rolled back for
+    /// good by this call.
     pub async fn txn_status(
         &self,
         primary: &crate::codec::Cell,
@@ -339,9 +340,9 @@ impl Client {
         gc::resolve_locks_below(&self.shared, u64::MAX).await
     }
 
-    /// Garbage-collects below `safe_point` (DESIGN §4.6): publishes it, resolves every older
-    /// lock, then deletes versions no snapshot at or after it can see. Refuses a safe point
-    /// less than `config.gc_lag` behind the oracle.
+    /// Garbage-collects below `safe_point` (ARCHITECTURE.md, "Garbage collection"):
+    /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
+    /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.
     pub async fn gc(&self, safe_point: crate::ts::Timestamp) -> TxnResult<GcStats> {
         gc::collect(&self.shared, safe_point).await
     }

@@ -1,4 +1,5 @@
-//! Transaction status through the primary (DESIGN §4.3) and lock resolution (§4.4).
+//! Transaction status through the primary and lock resolution (ARCHITECTURE.md, "Status
+//! through the primary" and "Lock resolution").
 
 use super::heads::HeadSnapshot;
 use super::{Shared, TxnError, TxnResult};
