@@ -7,6 +7,7 @@ use crate::ts::TimestampError;
 
 /// Why a transaction (or a GC pass) failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxnError {
     /// Another transaction wrote or locked `cell` concurrently; retrying may succeed.
     #[error("write conflict on {cell}")]
@@ -63,6 +64,7 @@ pub enum TxnError {
     InvalidArgument(String),
     /// A crash was injected here by a test hook (feature `failpoints`); the transaction
     /// stopped dead, leaving whatever it had written.
+    #[cfg(feature = "failpoints")]
     #[error("crash injected at {0:?}")]
     InjectedCrash(crate::txn::CrashPoint),
     /// An error raised by the closure passed to `Client::run`.

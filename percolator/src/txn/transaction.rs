@@ -584,6 +584,7 @@ impl Transaction {
         for result in results {
             match result {
                 Ok(snap) => locked_heads.push(Some(snap)),
+                #[cfg(feature = "failpoints")]
                 Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
                 Err(e) => {
                     locked_heads.push(None);
