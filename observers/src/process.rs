@@ -165,7 +165,7 @@ pub(crate) async fn handle(
             .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
             .await?
         {
-            TxnStatus::Committed(commit_ts) => Some(commit_ts),
+            TxnStatus::Committed(commit_ts) => Some(commit_ts.0),
             TxnStatus::RolledBack => {
                 client.store().delete(key.to_vec()).await?;
                 Metrics::add(&metrics.rolled_back);

@@ -73,6 +73,15 @@ pub enum TxnError {
 }
 
 impl TxnError {
+    /// A corrupt record at store key `key` (kept escaped in the error), `why` saying what was
+    /// wrong with it.
+    pub fn corrupt(key: &[u8], why: RecordError) -> TxnError {
+        TxnError::Corrupt {
+            key: key.escape_ascii().to_string(),
+            source: why,
+        }
+    }
+
     /// Whether retrying the whole transaction may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, TxnError::Conflict { .. } | TxnError::Aborted { .. })

@@ -31,8 +31,8 @@ mod error;
 mod failpoint;
 mod gc;
 mod heads;
+mod locks;
 mod notify;
-mod status;
 mod transaction;
 
 pub use config::ClientConfig;
@@ -41,8 +41,8 @@ pub use error::{TxnError, TxnResult};
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
+pub use locks::TxnStatus;
 pub use notify::{wall_bucket, FloorRaise, NOTIFY_FLOOR_META};
-pub use status::TxnStatus;
 pub use transaction::Transaction;
 
 use crate::codec::KeyCodec;
@@ -261,7 +261,7 @@ impl Client {
     /// it with writes fails with `InvalidArgument`.
     pub async fn snapshot_at(&self, ts: crate::ts::Timestamp) -> TxnResult<Transaction> {
         let safe_point = gc::read_safe_point(&self.shared).await?;
-        if ts.0 < safe_point {
+        if ts < safe_point {
             return Err(TxnError::SnapshotTooOld {
                 start_ts: ts.0,
                 max_lifetime_ms: self.shared.config.max_lifetime.as_millis() as u64,
@@ -283,7 +283,7 @@ impl Client {
         start_ts: crate::ts::Timestamp,
     ) -> TxnResult<TxnStatus> {
         let ttl_ms = self.shared.config.lock_ttl.as_millis() as u64;
-        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+        self.shared.txn_status(primary, start_ts, ttl_ms).await
     }
 
     /// [`Client::txn_status`] with the writer's lock TTL known (e.g. from a notify key):
@@ -294,7 +294,7 @@ impl Client {
         start_ts: crate::ts::Timestamp,
         ttl_ms: u64,
     ) -> TxnResult<TxnStatus> {
-        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+        self.shared.txn_status(primary, start_ts, ttl_ms).await
     }
 
     /// Runs `body` in a transaction and commits it, retrying the whole transaction on
@@ -337,7 +337,7 @@ impl Client {
     /// afterwards no lock that existed when the pass started is left. Returns how many locks
     /// were resolved.
     pub async fn resolve_all_locks(&self) -> TxnResult<usize> {
-        gc::resolve_locks_below(&self.shared, u64::MAX).await
+        gc::resolve_locks_below(&self.shared, crate::ts::Timestamp(u64::MAX)).await
     }
 
     /// Garbage-collects below `safe_point` (ARCHITECTURE.md, "Garbage collection"):
