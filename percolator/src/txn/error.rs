@@ -67,7 +67,8 @@ pub enum TxnError {
     #[cfg(feature = "failpoints")]
     #[error("crash injected at {0:?}")]
     InjectedCrash(crate::txn::CrashPoint),
-    /// An error raised by the closure passed to `Client::run`.
+    /// An error raised by the closure passed to `Client::run` whose error type is
+    /// `TxnError` (a body may instead fail with its own error type, see [`RunError`]).
     #[error("{0}")]
     User(String),
 }
@@ -101,6 +102,46 @@ impl TxnError {
             TxnError::Storage(e) => matches!(e, KvError::Unavailable { .. }),
             _ => false,
         }
+    }
+}
+
+/// An error a [`crate::txn::Client::run`] body may fail with: the application's own error
+/// type, which carries transaction errors (`From<TxnError>`, so `?` works on every
+/// transaction call) and shows them again, so that `run` can retry the retryable ones
+/// whatever the body's error type. `TxnError` itself implements it; an application error
+/// with a `Txn(TxnError)` variant implements it in three lines:
+///
+/// ```
+/// use percolator::txn::{RunError, TxnError};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Txn(TxnError),
+///     Invalid(String),
+/// }
+/// impl From<TxnError> for AppError {
+///     fn from(e: TxnError) -> Self {
+///         AppError::Txn(e)
+///     }
+/// }
+/// impl RunError for AppError {
+///     fn as_txn_error(&self) -> Option<&TxnError> {
+///         match self {
+///             AppError::Txn(e) => Some(e),
+///             _ => None,
+///         }
+///     }
+/// }
+/// # let _ = AppError::Invalid(String::new());
+/// ```
+pub trait RunError: From<TxnError> {
+    /// The transaction error this is, if it is one (`run` retries it if it is retryable).
+    fn as_txn_error(&self) -> Option<&TxnError>;
+}
+
+impl RunError for TxnError {
+    fn as_txn_error(&self) -> Option<&TxnError> {
+        Some(self)
     }
 }
 

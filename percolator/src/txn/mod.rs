@@ -19,7 +19,7 @@
 //!             let a: i64 = txn.get(&alice).await?.map_or(100, |v| String::from_utf8_lossy(&v).parse().unwrap_or(0));
 //!             txn.set(alice, (a - 10).to_string());
 //!             txn.set(bob, "10");
-//!             Ok(())
+//!             Ok::<_, percolator::txn::TxnError>(())
 //!         }
 //!     })
 //!     .await?;
@@ -36,7 +36,7 @@ mod notify;
 mod transaction;
 
 pub use config::ClientConfig;
-pub use error::{TxnError, TxnResult};
+pub use error::{RunError, TxnError, TxnResult};
 #[cfg(feature = "failpoints")]
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
@@ -300,10 +300,17 @@ impl Client {
     /// Runs `body` in a transaction and commits it, retrying the whole transaction on
     /// conflicts (with jittered exponential backoff) up to `config.max_attempts` times.
     /// `body` gets a fresh transaction each attempt and must not commit it itself.
-    pub async fn run<T, F, Fut>(&self, mut body: F) -> TxnResult<T>
+    ///
+    /// `body` fails with its own error type `E` (see [`RunError`]): transaction errors reach
+    /// it through `?`, the caller gets `E` back, and `run` still retries every retryable
+    /// [`TxnError`] inside it (a conflict met in the body or at commit). Errors of the
+    /// application's own are returned at once, after rolling the transaction back. A body
+    /// whose error type is not fixed otherwise says it, e.g. `Ok::<_, TxnError>(())`.
+    pub async fn run<T, E, F, Fut>(&self, mut body: F) -> Result<T, E>
     where
+        E: RunError,
         F: FnMut(Transaction) -> Fut,
-        Fut: Future<Output = TxnResult<T>>,
+        Fut: Future<Output = Result<T, E>>,
     {
         let config = &self.shared.config;
         let mut attempt = 0;
@@ -312,14 +319,18 @@ impl Client {
             let txn = self.begin().await?;
             let outcome = match body(txn.clone()).await {
                 Ok(value) if txn.is_finished() => Ok(value),
-                Ok(value) => txn.commit().await.map(|_| value),
+                Ok(value) => txn.commit().await.map(|_| value).map_err(E::from),
                 Err(e) => {
                     txn.rollback();
                     Err(e)
                 }
             };
-            match outcome {
-                Err(e) if e.is_retryable() && attempt < config.max_attempts => {
+            let retryable = match &outcome {
+                Err(e) => e.as_txn_error().filter(|e| e.is_retryable()),
+                Ok(_) => None,
+            };
+            match retryable {
+                Some(e) if attempt < config.max_attempts => {
                     // Doubling up to 256x the base: with the defaults the attempts span more
                     // than a lock TTL, so a conflict with a crashed writer's live lock outlasts
                     // it instead of failing the caller.
@@ -328,7 +339,7 @@ impl Client {
                     tracing::debug!(attempt, error = %e, "transaction retry");
                     tokio::time::sleep(base.mul_f64(jitter)).await;
                 }
-                other => return other,
+                _ => return outcome,
             }
         }
     }

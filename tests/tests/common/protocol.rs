@@ -58,7 +58,7 @@ pub async fn cas_reported_failed_but_applied_is_success(kv: Arc<dyn RawKv>) {
                         let m = num(txn.get(&cell("m")).await?).unwrap_or(0);
                         txn.set(cell("n"), (n + 1).to_string());
                         txn.set(cell("m"), (m + 1).to_string());
-                        Ok(())
+                        Ok::<_, TxnError>(())
                     })
                     .await;
                 match r {
