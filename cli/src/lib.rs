@@ -34,6 +34,7 @@ impl std::fmt::Display for Signal {
 
 /// Errors of [`shutdown_signal`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignalError {
     /// A handler could not be installed (or no tokio runtime with signals enabled is
     /// running).

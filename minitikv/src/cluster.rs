@@ -160,6 +160,7 @@ impl RegionInfo {
 
 /// Errors of layout changes.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LayoutError {
     /// The split key is already a region boundary (or empty).
     #[error("{0:?} is already a region boundary")]

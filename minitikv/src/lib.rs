@@ -113,6 +113,7 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Errors starting or running the server.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]

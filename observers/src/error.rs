@@ -4,6 +4,7 @@ use percolator::TxnError;
 
 /// What an observer may fail with.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ObserverError {
     /// A transaction call failed (conflicts are retried by the framework).
     #[error(transparent)]
@@ -22,6 +23,7 @@ impl ObserverError {
 
 /// Errors of registration and of the worker runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkerError {
     /// Two observers were registered on one (table, column).
     #[error("an observer is already registered on {table}/{column}")]

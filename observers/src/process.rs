@@ -1,5 +1,5 @@
-//! Handling one notify key (DESIGN §5): decide the writer's fate, run the observer in a
-//! transaction guarded by the acknowledgment column, delete the key.
+//! Handling one notify key (ARCHITECTURE.md, "Observers"): decide the writer's fate, run the
+//! observer in a transaction guarded by the acknowledgment column, delete the key.
 
 use crate::deadletter::DeadLetter;
 use crate::error::ObserverError;
@@ -165,7 +165,7 @@ pub(crate) async fn handle(
             .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
             .await?
         {
-            TxnStatus::Committed(commit_ts) => Some(commit_ts),
+            TxnStatus::Committed(commit_ts) => Some(commit_ts.0),
             TxnStatus::RolledBack => {
                 client.store().delete(key.to_vec()).await?;
                 Metrics::add(&metrics.rolled_back);

@@ -71,6 +71,7 @@ pub struct ClientStats {
 
 /// Why an [`OracleClient`] call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The client was built with no address.
     #[error("no oracle address given")]

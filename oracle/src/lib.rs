@@ -32,6 +32,7 @@ use std::time::Duration;
 
 /// Errors of the oracle crate (the server side and [`LocalOracle`]).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OracleError {
     /// The store failed.
     #[error("store error: {0}")]

@@ -42,6 +42,7 @@ pub fn parse_hello(bytes: &[u8; HELLO_LEN]) -> Result<u16, ProtocolError> {
 
 /// A protocol violation; the connection is closed with this as the logged reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     /// The handshake does not start with [`MAGIC`].
     #[error("bad handshake magic")]

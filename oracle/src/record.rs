@@ -34,6 +34,7 @@ pub struct OracleRecord {
 
 /// A stored record that cannot be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// The bytes end before the field at `offset`.
     #[error("oracle record truncated at byte {offset} ({len} bytes)")]

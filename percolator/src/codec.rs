@@ -116,6 +116,7 @@ pub enum Key {
 
 /// Why a key could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
     /// The key does not start with this codec's namespace.
     #[error("key is outside the namespace")]

@@ -69,6 +69,7 @@ pub struct Head {
 
 /// Why a stored record could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// The bytes end in the middle of a field.
     #[error("record truncated while reading {field}")]

@@ -51,6 +51,7 @@ impl std::fmt::Display for Timestamp {
 
 /// Why a timestamp could not be had.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum TimestampError {
     /// No oracle could be reached or none is serving.
     #[error("timestamp oracle unavailable: {0}")]

@@ -307,7 +307,7 @@ pub async fn gc_registry(client: &Client, day: u64) -> Result<(u64, usize), perc
             if day > current {
                 txn.set(boundary_cell(), day.to_string());
             }
-            Ok(day.max(current))
+            Ok::<_, percolator::TxnError>(day.max(current))
         })
         .await?;
     tokio::time::sleep(client.config().max_lifetime + Duration::from_millis(100)).await;

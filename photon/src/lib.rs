@@ -1,7 +1,7 @@
 //! Photon: joins ad clicks with the search queries that produced them, exactly once, over
-//! Percolator transactions (DESIGN §6). Loaders write query and click logs into tables; join
-//! observers register each click in the IdRegistry and write the joined event in one
-//! transaction; redundant pipelines may run at once.
+//! Percolator transactions (ARCHITECTURE.md, "Photon"). Loaders write query and click logs
+//! into tables; join observers register each click in the IdRegistry and write the joined
+//! event in one transaction; redundant pipelines may run at once.
 
 pub mod event;
 pub mod gen;

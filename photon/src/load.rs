@@ -89,6 +89,7 @@ impl Frontier {
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// A log or rejects file could not be read or written.
     #[error("{path}: {source}")]

@@ -50,6 +50,7 @@ impl Report {
 
 /// Errors of the verifier.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// An input file could not be read.
     #[error("{path}: {source}")]

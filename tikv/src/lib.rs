@@ -32,8 +32,8 @@
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
 //!   report `swapped == false` for a swap that did happen (it finds its own value). Callers
 //!   must make every CASed value unique and read "not swapped, but `previous == new`" as
-//!   success (DESIGN §4.2 does). With [`TikvConfig::unique_cas_values`] set, the adapter does
-//!   that translation itself. A CAS that fails with [`KvError::Unavailable`] (including the
+//!   success (percolator's heads do: ARCHITECTURE.md, "The retry hazard"). With
+//!   [`TikvConfig::unique_cas_values`] set, the adapter does that translation itself. A CAS that fails with [`KvError::Unavailable`] (including the
 //!   adapter's own deadline) has an unknown outcome: re-read.
 //! - **CAS cannot delete**: the contract never asks it to.
 //! - **`batch_put` is not atomic**: the client splits it into ~16 KB RPCs sent concurrently;
@@ -54,7 +54,7 @@
 //! failures that outlived `op_timeout`, [`KvError::Engine`] for errors the server reported.
 //!
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
-//! `cargo bench -p percolator --bench kv`, backend `tikv`.
+//! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
 mod pd;
 
@@ -151,9 +151,9 @@ pub struct TikvConfig {
     /// Largest gRPC message the client accepts (default 256 MiB; the client's default of 4 MiB
     /// would refuse a scan page of large values).
     pub max_message_bytes: usize,
-    /// Every CASed value is unique (DESIGN §4.2): read a failed CAS that found exactly the new
-    /// value as a success (the client's retry hazard). Default `false`: outcomes are reported
-    /// as the server gave them.
+    /// Every CASed value is unique (ARCHITECTURE.md, "The retry hazard"): read a failed CAS
+    /// that found exactly the new value as a success (the client's retry hazard). Default
+    /// `false`: outcomes are reported as the server gave them.
     pub unique_cas_values: bool,
     /// Concurrent single-key deletes used for atomic keys (default 16).
     pub delete_concurrency: usize,

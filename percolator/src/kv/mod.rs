@@ -30,6 +30,7 @@ pub type KvPair = (Vec<u8>, Vec<u8>);
 
 /// Errors a [`RawKv`] backend reports.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KvError {
     /// The storage engine failed; `op` names the call that failed.
     #[error("storage engine error in {op}: {message}")]

@@ -7,6 +7,7 @@ use crate::ts::TimestampError;
 
 /// Why a transaction (or a GC pass) failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxnError {
     /// Another transaction wrote or locked `cell` concurrently; retrying may succeed.
     #[error("write conflict on {cell}")]
@@ -63,14 +64,25 @@ pub enum TxnError {
     InvalidArgument(String),
     /// A crash was injected here by a test hook (feature `failpoints`); the transaction
     /// stopped dead, leaving whatever it had written.
+    #[cfg(feature = "failpoints")]
     #[error("crash injected at {0:?}")]
     InjectedCrash(crate::txn::CrashPoint),
-    /// An error raised by the closure passed to `Client::run`.
+    /// An error raised by the closure passed to `Client::run` whose error type is
+    /// `TxnError` (a body may instead fail with its own error type, see [`RunError`]).
     #[error("{0}")]
     User(String),
 }
 
 impl TxnError {
+    /// A corrupt record at store key `key` (kept escaped in the error), `why` saying what was
+    /// wrong with it.
+    pub fn corrupt(key: &[u8], why: RecordError) -> TxnError {
+        TxnError::Corrupt {
+            key: key.escape_ascii().to_string(),
+            source: why,
+        }
+    }
+
     /// Whether retrying the whole transaction may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, TxnError::Conflict { .. } | TxnError::Aborted { .. })
@@ -90,6 +102,46 @@ impl TxnError {
             TxnError::Storage(e) => matches!(e, KvError::Unavailable { .. }),
             _ => false,
         }
+    }
+}
+
+/// An error a [`crate::txn::Client::run`] body may fail with: the application's own error
+/// type, which carries transaction errors (`From<TxnError>`, so `?` works on every
+/// transaction call) and shows them again, so that `run` can retry the retryable ones
+/// whatever the body's error type. `TxnError` itself implements it; an application error
+/// with a `Txn(TxnError)` variant implements it in three lines:
+///
+/// ```
+/// use percolator::txn::{RunError, TxnError};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Txn(TxnError),
+///     Invalid(String),
+/// }
+/// impl From<TxnError> for AppError {
+///     fn from(e: TxnError) -> Self {
+///         AppError::Txn(e)
+///     }
+/// }
+/// impl RunError for AppError {
+///     fn as_txn_error(&self) -> Option<&TxnError> {
+///         match self {
+///             AppError::Txn(e) => Some(e),
+///             _ => None,
+///         }
+///     }
+/// }
+/// # let _ = AppError::Invalid(String::new());
+/// ```
+pub trait RunError: From<TxnError> {
+    /// The transaction error this is, if it is one (`run` retries it if it is retryable).
+    fn as_txn_error(&self) -> Option<&TxnError>;
+}
+
+impl RunError for TxnError {
+    fn as_txn_error(&self) -> Option<&TxnError> {
+        Some(self)
     }
 }
 

@@ -1,7 +1,8 @@
-//! Lock resolution passes and version garbage collection (DESIGN §4.6).
+//! Lock resolution passes and version garbage collection (ARCHITECTURE.md, "Garbage
+//! collection").
 
 use super::heads::HeadSnapshot;
-use super::status::TxnStatus;
+use super::locks::TxnStatus;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
 use crate::kv::{KeyRange, RangePager, ScanOrder};
@@ -29,7 +30,10 @@ pub struct GcStats {
 
 /// Rewrites every strong notify key with start_ts below `below` as "committed at c", or
 /// deletes it if its writer rolled back, so that no status check needs old versions.
-pub(crate) async fn resolve_notifications_below(shared: &Shared, below: u64) -> TxnResult<usize> {
+pub(crate) async fn resolve_notifications_below(
+    shared: &Shared,
+    below: Timestamp,
+) -> TxnResult<usize> {
     use crate::record::Notification;
     let mut resolved = 0;
     // Nothing is left below the notify floor.
@@ -45,6 +49,7 @@ pub(crate) async fn resolve_notifications_below(shared: &Shared, below: u64) -> 
             else {
                 continue;
             };
+            let start_ts = Timestamp(start_ts);
             if start_ts >= below {
                 continue;
             }
@@ -52,7 +57,10 @@ pub(crate) async fn resolve_notifications_below(shared: &Shared, below: u64) -> 
             loop {
                 match shared.txn_status(&primary, start_ts, ttl_ms).await? {
                     TxnStatus::Committed(commit_ts) => {
-                        let record = Notification::Committed { commit_ts }.encode();
+                        let record = Notification::Committed {
+                            commit_ts: commit_ts.0,
+                        }
+                        .encode();
                         // A plain put (notify keys are never CASed): if an observer consumed the
                         // key meanwhile, the resurrected key is harmless, as its acknowledgment
                         // already covers commit_ts and the observer will not run again.
@@ -85,7 +93,7 @@ fn cell_of(shared: &Shared, key: &[u8]) -> TxnResult<Key> {
 }
 
 /// Resolves every lock with start_ts below `below`, waiting on live ones.
-pub(crate) async fn resolve_locks_below(shared: &Shared, below: u64) -> TxnResult<usize> {
+pub(crate) async fn resolve_locks_below(shared: &Shared, below: Timestamp) -> TxnResult<usize> {
     let mut resolved = 0;
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
@@ -96,7 +104,7 @@ pub(crate) async fn resolve_locks_below(shared: &Shared, below: u64) -> TxnResul
             };
             let mut snap = HeadSnapshot::decode(&key, Some(raw))?;
             let mut attempt = 0;
-            while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts < below) {
+            while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts < below.0) {
                 if shared.resolve_lock(&cell, &lock).await? == TxnStatus::Pending {
                     tokio::time::sleep(lock_wait(attempt)).await;
                     attempt += 1;
@@ -111,7 +119,7 @@ pub(crate) async fn resolve_locks_below(shared: &Shared, below: u64) -> TxnResul
 }
 
 /// Publishes `safe_point` in the meta space; it never moves backwards.
-async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
+async fn publish_safe_point(shared: &Shared, safe_point: Timestamp) -> TxnResult<()> {
     let key = shared.codec.meta(SAFE_POINT_META);
     let mut current = shared.kv.get(&key).await?;
     loop {
@@ -119,7 +127,7 @@ async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
         if published >= safe_point {
             return Ok(());
         }
-        let new = safe_point.to_be_bytes().to_vec();
+        let new = safe_point.0.to_be_bytes().to_vec();
         let out = shared
             .kv
             .compare_and_swap(key.clone(), current.clone(), new.clone())
@@ -131,24 +139,26 @@ async fn publish_safe_point(shared: &Shared, safe_point: u64) -> TxnResult<()> {
     }
 }
 
-/// The last published GC safe point (0 if none).
-pub(crate) async fn read_safe_point(shared: &Shared) -> TxnResult<u64> {
+/// The last published GC safe point (zero if none).
+pub(crate) async fn read_safe_point(shared: &Shared) -> TxnResult<Timestamp> {
     let key = shared.codec.meta(SAFE_POINT_META);
     let bytes = shared.kv.get(&key).await?;
     decode_safe_point(&key, bytes.as_deref())
 }
 
-/// Decodes the safe point record at `key` (absent: 0).
-fn decode_safe_point(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<u64> {
+/// Decodes the safe point record at `key` (absent: zero).
+fn decode_safe_point(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<Timestamp> {
     match bytes {
-        None => Ok(0),
+        None => Ok(Timestamp::ZERO),
         Some(bytes) => <[u8; 8]>::try_from(bytes)
-            .map(u64::from_be_bytes)
-            .map_err(|_| TxnError::Corrupt {
-                key: key.escape_ascii().to_string(),
-                source: crate::record::RecordError::Truncated {
-                    field: "safe point",
-                },
+            .map(|b| Timestamp(u64::from_be_bytes(b)))
+            .map_err(|_| {
+                TxnError::corrupt(
+                    key,
+                    crate::record::RecordError::Truncated {
+                        field: "safe point",
+                    },
+                )
             }),
     }
 }
@@ -161,12 +171,13 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
             "safe point {safe_point} is less than the GC lag ({lag_ms} ms) behind the oracle ({now})"
         )));
     }
-    let sp = safe_point.0;
     let mut stats = GcStats::default();
     // 1. Publish; 2. resolve every older lock before deleting anything.
-    publish_safe_point(shared, sp).await?;
-    stats.locks_resolved = resolve_locks_below(shared, sp).await?;
-    stats.notifications_resolved = resolve_notifications_below(shared, sp).await?;
+    publish_safe_point(shared, safe_point).await?;
+    stats.locks_resolved = resolve_locks_below(shared, safe_point).await?;
+    stats.notifications_resolved = resolve_notifications_below(shared, safe_point).await?;
+    // Below, sp is compared with the timestamps inside records.
+    let sp = safe_point.0;
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
@@ -190,10 +201,7 @@ async fn versions_in(shared: &Shared, range: KeyRange) -> TxnResult<Vec<(Vec<u8>
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page().await? {
         for (key, bytes) in page {
-            let v = Version::decode(&bytes).map_err(|source| TxnError::Corrupt {
-                key: key.escape_ascii().to_string(),
-                source,
-            })?;
+            let v = Version::decode(&bytes).map_err(|why| TxnError::corrupt(&key, why))?;
             out.push((key, v));
         }
     }
@@ -237,7 +245,7 @@ async fn collect_cell(
                     latest: None,
                     ..head.clone()
                 },
-                sp,
+                Timestamp(sp),
             )
             .await?
             .map(|v| v.commit_ts),

@@ -3,6 +3,9 @@
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::record::{Head, Version};
+use crate::ts::Timestamp;
+use std::future::Future;
+use std::sync::Arc;
 
 /// At most this many versions are kept in a head's `recent` list.
 pub(crate) const RECENT_MAX: usize = 4;
@@ -68,10 +71,7 @@ impl HeadSnapshot {
     pub(crate) fn decode(key: &[u8], raw: Option<Vec<u8>>) -> TxnResult<HeadSnapshot> {
         let head = match &raw {
             None => Head::default(),
-            Some(bytes) => Head::decode(bytes).map_err(|source| TxnError::Corrupt {
-                key: key.escape_ascii().to_string(),
-                source,
-            })?,
+            Some(bytes) => Head::decode(bytes).map_err(|why| TxnError::corrupt(key, why))?,
         };
         Ok(HeadSnapshot { raw, head })
     }
@@ -133,6 +133,47 @@ impl Shared {
         Ok(Err(HeadSnapshot::decode(&key, out.previous)?))
     }
 
+    /// The read-modify-CAS loop on the head of `cell`, written once: starting from `start`
+    /// (the head as the caller last saw it, or `None` to read it), asks `decide` what to do
+    /// with the head; a [`HeadStep::Write`] is one CAS from exactly the bytes `decide` saw,
+    /// and when it fails (the head moved) `decide` runs again on the head found. So whatever
+    /// `decide` concluded holds for the head it replaced, never for a head it did not see.
+    ///
+    /// Returns what `decide` kept with the head it kept it on, or the head written.
+    ///
+    /// `decide` gets the head in an `Arc` and returns a future that owns it (rather than an
+    /// async closure borrowing it): a future borrowing the argument would need a
+    /// higher-ranked lifetime, which defeats the compiler's proof that callers' futures are
+    /// `Send` (they are spawned on tokio).
+    pub(crate) async fn update_head<T, F, Fut>(
+        &self,
+        cell: &Cell,
+        start: Option<HeadSnapshot>,
+        mut decide: F,
+    ) -> TxnResult<HeadUpdate<T>>
+    where
+        F: FnMut(Arc<HeadSnapshot>) -> Fut,
+        Fut: Future<Output = TxnResult<HeadStep<T>>>,
+    {
+        let mut snap = Arc::new(match start {
+            Some(snap) => snap,
+            None => self.read_head(cell).await?,
+        });
+        loop {
+            let found = match decide(snap.clone()).await? {
+                HeadStep::Keep(value) => {
+                    return Ok(HeadUpdate::Kept(value, Arc::unwrap_or_clone(snap)))
+                }
+                HeadStep::Reread => self.read_head(cell).await?,
+                HeadStep::Write(next) => match self.cas_head(cell, &snap, next).await? {
+                    Ok(written) => return Ok(HeadUpdate::Written(written)),
+                    Err(current) => current,
+                },
+            };
+            snap = Arc::new(found);
+        }
+    }
+
     /// Writes `versions` of `cell` to `V` (one batch), so a head may drop them afterwards.
     pub(crate) async fn spill_versions(&self, cell: &Cell, versions: &[Version]) -> TxnResult<()> {
         if versions.is_empty() {
@@ -151,12 +192,12 @@ impl Shared {
         &self,
         cell: &Cell,
         head: &Head,
-        ts: u64,
+        ts: Timestamp,
     ) -> TxnResult<Option<Version>> {
-        if let Some(version) = head.visible_at(ts) {
+        if let Some(version) = head.visible_at(ts.0) {
             return Ok(Some(version.clone()));
         }
-        let range = self.codec.versions_at_or_below(cell, ts);
+        let range = self.codec.versions_at_or_below(cell, ts.0);
         let page = self
             .kv
             .scan(range, 1, crate::kv::ScanOrder::Forward)
@@ -164,10 +205,7 @@ impl Shared {
         let Some((key, bytes)) = page.into_iter().next() else {
             return Ok(None);
         };
-        let version = Version::decode(&bytes).map_err(|source| TxnError::Corrupt {
-            key: key.escape_ascii().to_string(),
-            source,
-        })?;
+        let version = Version::decode(&bytes).map_err(|why| TxnError::corrupt(&key, why))?;
         if version.commit_ts < head.floor {
             // Garbage below the GC floor (a stale write that landed after GC).
             return Ok(None);
@@ -192,17 +230,36 @@ impl Shared {
                 let key = self.codec.data(cell, version.start_ts);
                 match self.kv.get(&key).await? {
                     Some(value) if value.len() as u64 == len => Ok(ValueFetch::Value(Some(value))),
-                    Some(_) => Err(TxnError::Corrupt {
-                        key: key.escape_ascii().to_string(),
-                        source: crate::record::RecordError::Truncated {
+                    Some(_) => Err(TxnError::corrupt(
+                        &key,
+                        crate::record::RecordError::Truncated {
                             field: "out-of-line value (wrong length)",
                         },
-                    }),
+                    )),
                     None => Ok(ValueFetch::Missing { key }),
                 }
             }
         }
     }
+}
+
+/// What [`Shared::update_head`] should do with the head its decision saw.
+pub(crate) enum HeadStep<T> {
+    /// Leave the head as it is and finish with this value.
+    Keep(T),
+    /// CAS the head to this record (its `seq` one above the head seen, see `Head::next`).
+    Write(Head),
+    /// The head was changed by other means meanwhile (e.g. a lock met on it was resolved):
+    /// read it again and decide again.
+    Reread,
+}
+
+/// How [`Shared::update_head`] finished.
+pub(crate) enum HeadUpdate<T> {
+    /// The decision kept the head (the last one read), with its value.
+    Kept(T, HeadSnapshot),
+    /// The decision's write applied; the head is now this.
+    Written(HeadSnapshot),
 }
 
 /// What fetching a version's value found.

@@ -19,7 +19,7 @@
 //!             let a: i64 = txn.get(&alice).await?.map_or(100, |v| String::from_utf8_lossy(&v).parse().unwrap_or(0));
 //!             txn.set(alice, (a - 10).to_string());
 //!             txn.set(bob, "10");
-//!             Ok(())
+//!             Ok::<_, percolator::txn::TxnError>(())
 //!         }
 //!     })
 //!     .await?;
@@ -31,18 +31,18 @@ mod error;
 mod failpoint;
 mod gc;
 mod heads;
+mod locks;
 mod notify;
-mod status;
 mod transaction;
 
 pub use config::ClientConfig;
-pub use error::{TxnError, TxnResult};
+pub use error::{RunError, TxnError, TxnResult};
 #[cfg(feature = "failpoints")]
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
+pub use locks::TxnStatus;
 pub use notify::{wall_bucket, FloorRaise, NOTIFY_FLOOR_META};
-pub use status::TxnStatus;
 pub use transaction::Transaction;
 
 use crate::codec::KeyCodec;
@@ -261,7 +261,7 @@ impl Client {
     /// it with writes fails with `InvalidArgument`.
     pub async fn snapshot_at(&self, ts: crate::ts::Timestamp) -> TxnResult<Transaction> {
         let safe_point = gc::read_safe_point(&self.shared).await?;
-        if ts.0 < safe_point {
+        if ts < safe_point {
             return Err(TxnError::SnapshotTooOld {
                 start_ts: ts.0,
                 max_lifetime_ms: self.shared.config.max_lifetime.as_millis() as u64,
@@ -274,15 +274,16 @@ impl Client {
         ))
     }
 
-    /// The fate of transaction `start_ts` whose primary is `primary` (DESIGN §4.3). An
-    /// expired undecided transaction is rolled back for good by this call.
+    /// The fate of transaction `start_ts` whose primary is `primary` (ARCHITECTURE.md,
+    /// "Status through the primary"). An expired undecided transaction is rolled back for
+    /// good by this call.
     pub async fn txn_status(
         &self,
         primary: &crate::codec::Cell,
         start_ts: crate::ts::Timestamp,
     ) -> TxnResult<TxnStatus> {
         let ttl_ms = self.shared.config.lock_ttl.as_millis() as u64;
-        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+        self.shared.txn_status(primary, start_ts, ttl_ms).await
     }
 
     /// [`Client::txn_status`] with the writer's lock TTL known (e.g. from a notify key):
@@ -293,16 +294,23 @@ impl Client {
         start_ts: crate::ts::Timestamp,
         ttl_ms: u64,
     ) -> TxnResult<TxnStatus> {
-        self.shared.txn_status(primary, start_ts.0, ttl_ms).await
+        self.shared.txn_status(primary, start_ts, ttl_ms).await
     }
 
     /// Runs `body` in a transaction and commits it, retrying the whole transaction on
     /// conflicts (with jittered exponential backoff) up to `config.max_attempts` times.
     /// `body` gets a fresh transaction each attempt and must not commit it itself.
-    pub async fn run<T, F, Fut>(&self, mut body: F) -> TxnResult<T>
+    ///
+    /// `body` fails with its own error type `E` (see [`RunError`]): transaction errors reach
+    /// it through `?`, the caller gets `E` back, and `run` still retries every retryable
+    /// [`TxnError`] inside it (a conflict met in the body or at commit). Errors of the
+    /// application's own are returned at once, after rolling the transaction back. A body
+    /// whose error type is not fixed otherwise says it, e.g. `Ok::<_, TxnError>(())`.
+    pub async fn run<T, E, F, Fut>(&self, mut body: F) -> Result<T, E>
     where
+        E: RunError,
         F: FnMut(Transaction) -> Fut,
-        Fut: Future<Output = TxnResult<T>>,
+        Fut: Future<Output = Result<T, E>>,
     {
         let config = &self.shared.config;
         let mut attempt = 0;
@@ -311,14 +319,18 @@ impl Client {
             let txn = self.begin().await?;
             let outcome = match body(txn.clone()).await {
                 Ok(value) if txn.is_finished() => Ok(value),
-                Ok(value) => txn.commit().await.map(|_| value),
+                Ok(value) => txn.commit().await.map(|_| value).map_err(E::from),
                 Err(e) => {
                     txn.rollback();
                     Err(e)
                 }
             };
-            match outcome {
-                Err(e) if e.is_retryable() && attempt < config.max_attempts => {
+            let retryable = match &outcome {
+                Err(e) => e.as_txn_error().filter(|e| e.is_retryable()),
+                Ok(_) => None,
+            };
+            match retryable {
+                Some(e) if attempt < config.max_attempts => {
                     // Doubling up to 256x the base: with the defaults the attempts span more
                     // than a lock TTL, so a conflict with a crashed writer's live lock outlasts
                     // it instead of failing the caller.
@@ -327,7 +339,7 @@ impl Client {
                     tracing::debug!(attempt, error = %e, "transaction retry");
                     tokio::time::sleep(base.mul_f64(jitter)).await;
                 }
-                other => return other,
+                _ => return outcome,
             }
         }
     }
@@ -336,12 +348,12 @@ impl Client {
     /// afterwards no lock that existed when the pass started is left. Returns how many locks
     /// were resolved.
     pub async fn resolve_all_locks(&self) -> TxnResult<usize> {
-        gc::resolve_locks_below(&self.shared, u64::MAX).await
+        gc::resolve_locks_below(&self.shared, crate::ts::Timestamp(u64::MAX)).await
     }
 
-    /// Garbage-collects below `safe_point` (DESIGN §4.6): publishes it, resolves every older
-    /// lock, then deletes versions no snapshot at or after it can see. Refuses a safe point
-    /// less than `config.gc_lag` behind the oracle.
+    /// Garbage-collects below `safe_point` (ARCHITECTURE.md, "Garbage collection"):
+    /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
+    /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.
     pub async fn gc(&self, safe_point: crate::ts::Timestamp) -> TxnResult<GcStats> {
         gc::collect(&self.shared, safe_point).await
     }

@@ -154,11 +154,13 @@ fn decode_floor(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<u64> {
         None => Ok(0),
         Some(bytes) => <[u8; 8]>::try_from(bytes)
             .map(u64::from_be_bytes)
-            .map_err(|_| TxnError::Corrupt {
-                key: key.escape_ascii().to_string(),
-                source: crate::record::RecordError::Truncated {
-                    field: "notify floor",
-                },
+            .map_err(|_| {
+                TxnError::corrupt(
+                    key,
+                    crate::record::RecordError::Truncated {
+                        field: "notify floor",
+                    },
+                )
             }),
     }
 }

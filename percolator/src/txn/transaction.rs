@@ -2,15 +2,15 @@
 
 #[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
 use super::failpoint::{crash_point, CrashPoint};
-use super::heads::{HeadSnapshot, ValueFetch};
-use super::status::TxnStatus;
+use super::heads::{HeadSnapshot, HeadStep, HeadUpdate, ValueFetch};
+use super::locks::TxnStatus;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::kv::{KvError, RangePager, ScanOrder};
 use crate::record::{Head, Lock, Op};
 use crate::ts::Timestamp;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ pub struct Transaction {
 
 struct Inner {
     shared: Arc<Shared>,
-    start_ts: u64,
+    start_ts: Timestamp,
     started: Instant,
     read_only: bool,
     state: Mutex<State>,
@@ -53,7 +53,7 @@ struct State {
 impl std::fmt::Debug for Transaction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transaction")
-            .field("start_ts", &self.inner.start_ts)
+            .field("start_ts", &self.inner.start_ts.0)
             .finish_non_exhaustive()
     }
 }
@@ -63,7 +63,7 @@ impl Transaction {
         Transaction {
             inner: Arc::new(Inner {
                 shared,
-                start_ts: start_ts.0,
+                start_ts,
                 started,
                 read_only: false,
                 state: Mutex::new(State::default()),
@@ -75,7 +75,7 @@ impl Transaction {
         Transaction {
             inner: Arc::new(Inner {
                 shared,
-                start_ts: ts.0,
+                start_ts: ts,
                 started,
                 read_only: true,
                 state: Mutex::new(State::default()),
@@ -97,7 +97,7 @@ impl Transaction {
 
     /// The snapshot timestamp of the transaction.
     pub fn start_ts(&self) -> Timestamp {
-        Timestamp(self.inner.start_ts)
+        self.inner.start_ts
     }
 
     /// Installs a crash hook (feature `failpoints`, tests only).
@@ -147,7 +147,7 @@ impl Transaction {
 
     fn too_old(&self) -> TxnError {
         TxnError::SnapshotTooOld {
-            start_ts: self.inner.start_ts,
+            start_ts: self.inner.start_ts.0,
             max_lifetime_ms: self.shared().config.max_lifetime.as_millis() as u64,
         }
     }
@@ -155,7 +155,7 @@ impl Transaction {
     fn check_open(&self) -> TxnResult<()> {
         if self.state().finished {
             return Err(TxnError::Finished {
-                start_ts: self.inner.start_ts,
+                start_ts: self.inner.start_ts.0,
             });
         }
         Ok(())
@@ -213,7 +213,7 @@ impl Transaction {
         let state = self.state();
         if state.finished {
             return Err(TxnError::Finished {
-                start_ts: self.inner.start_ts,
+                start_ts: self.inner.start_ts.0,
             });
         }
         if let Some(write) = state.writes.get(cell) {
@@ -240,7 +240,7 @@ impl Transaction {
     ) -> TxnResult<VersionedRead> {
         let start_ts = self.inner.start_ts;
         let mut backoff = Duration::from_millis(1);
-        while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts) {
+        while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts.0) {
             self.check_lifetime()?;
             if self.shared().resolve_lock(cell, &lock).await? == TxnStatus::Pending {
                 tokio::time::sleep(backoff).await;
@@ -251,7 +251,7 @@ impl Transaction {
         // No head at all: the cell was never prewritten, so nothing is in `V` either (heads
         // are created by the first prewrite and GC never deletes one).
         let never_written = snap.raw.is_none();
-        let beyond_head = !never_written && snap.head.visible_at(start_ts).is_none();
+        let beyond_head = !never_written && snap.head.visible_at(start_ts.0).is_none();
         let version = if never_written {
             None
         } else {
@@ -282,12 +282,12 @@ impl Transaction {
             // safe point tells which.
             ValueFetch::Missing { key } => {
                 self.ensure_not_collected().await?;
-                Err(TxnError::Corrupt {
-                    key: key.escape_ascii().to_string(),
-                    source: crate::record::RecordError::Truncated {
+                Err(TxnError::corrupt(
+                    &key,
+                    crate::record::RecordError::Truncated {
                         field: "out-of-line value (missing)",
                     },
-                })
+                ))
             }
         }
     }
@@ -436,7 +436,7 @@ impl Transaction {
             let mut state = self.state();
             if state.finished {
                 return Err(TxnError::Finished {
-                    start_ts: self.inner.start_ts,
+                    start_ts: self.inner.start_ts.0,
                 });
             }
             state.finished = true;
@@ -492,7 +492,7 @@ impl Transaction {
         if notified {
             if let Ok(commit_ts) = &result {
                 self.shared().publish_hint(super::CommittedNotify {
-                    notify_ts: self.inner.start_ts,
+                    notify_ts: self.inner.start_ts.0,
                     notification: crate::record::Notification::Committed {
                         commit_ts: commit_ts.0,
                     },
@@ -591,6 +591,7 @@ impl Transaction {
         for result in results {
             match result {
                 Ok(snap) => locked_heads.push(Some(snap)),
+                #[cfg(feature = "failpoints")]
                 Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
                 Err(e) => {
                     locked_heads.push(None);
@@ -609,12 +610,12 @@ impl Transaction {
         // Phase 2: commit_ts, then the commit point.
         let commit_ts = shared.oracle.get_timestamp().await?;
         let lifetime_ms = shared.config.max_lifetime.as_millis() as u64;
-        if commit_ts.physical_ms() > Timestamp(start_ts).physical_ms() + lifetime_ms {
+        if commit_ts.physical_ms() > start_ts.physical_ms() + lifetime_ms {
             self.abort(primary, cells).await?;
             return Err(self.too_old());
         }
         let primary_snap = locked_heads[0].take();
-        self.commit_primary(primary, commit_ts.0, primary_snap)
+        self.commit_primary(primary, commit_ts, primary_snap)
             .await?;
         crash_point!(self, CrashPoint::Committed);
 
@@ -628,11 +629,11 @@ impl Transaction {
                 let committed = &committed;
                 let shared = shared.clone();
                 async move {
-                    match shared.roll_forward(cell, start_ts, commit_ts.0, snap).await {
+                    match shared.roll_forward(cell, start_ts, commit_ts, snap).await {
                         Ok(Some(committed)) => shared.remember_committed_head(cell, committed),
                         Ok(None) => {}
                         Err(e) => {
-                            tracing::debug!(%cell, start_ts, error = %e, "secondary commit failed; readers will roll it forward");
+                            tracing::debug!(%cell, %start_ts, error = %e, "secondary commit failed; readers will roll it forward");
                         }
                     }
                     let _done = committed.fetch_add(1, Ordering::SeqCst) + 1;
@@ -664,7 +665,6 @@ impl Transaction {
             notify_primary,
             notify_bucket,
         } = args;
-        let mut notify_written = notify.is_empty();
         let op = match value {
             None => Op::Delete,
             Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
@@ -674,90 +674,93 @@ impl Transaction {
         // commit of the cell left, else a guess that the cell is new (no head). A wrong
         // expectation costs nothing extra: the CAS fails and returns the current head, which
         // is what a read would have fetched (see ARCHITECTURE "Remembered heads").
-        let mut snap = cached
+        let expected = cached
             .or_else(|| shared.remembered_head(cell))
             .unwrap_or(HeadSnapshot {
                 raw: None,
                 head: Head::default(),
             });
-        let mut data_written = false;
-        loop {
-            let head = &snap.head;
-            if let Some(lock) = &head.lock {
-                if lock.start_ts == start_ts {
-                    break; // Our own lock (a retried CAS that did apply).
+        let s = start_ts.0;
+        // What earlier attempts of the loop below already put (each is put once).
+        let data_written = AtomicBool::new(false);
+        let notify_written = AtomicBool::new(notify.is_empty());
+        let (data_written, notify_written) = (&data_written, &notify_written);
+        let (op, notify, primary) = (&op, &notify, &primary);
+        let update = shared
+            .update_head(cell, Some(expected), |snap: Arc<HeadSnapshot>| async move {
+                let head = &snap.head;
+                if let Some(lock) = &head.lock {
+                    if lock.start_ts == s {
+                        // Our own lock (a retried CAS that did apply).
+                        return Ok(HeadStep::Keep(()));
+                    }
+                    let lock = lock.clone();
+                    if shared.resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                        return Err(TxnError::Conflict { cell: cell.clone() });
+                    }
+                    return Ok(HeadStep::Reread);
                 }
-                let lock = lock.clone();
-                if shared.resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                let newer_commit = head.latest.as_ref().is_some_and(|v| v.commit_ts >= s);
+                if newer_commit || head.rollback_ts >= s {
                     return Err(TxnError::Conflict { cell: cell.clone() });
                 }
-                snap = shared.read_head(cell).await?;
-                continue;
-            }
-            let newer_commit = head
-                .latest
-                .as_ref()
-                .is_some_and(|v| v.commit_ts >= start_ts);
-            if newer_commit || head.rollback_ts >= start_ts {
-                return Err(TxnError::Conflict { cell: cell.clone() });
-            }
-            let mut puts = Vec::new();
-            if let (Op::PutExternal(_), false, Some(v)) = (&op, data_written, value) {
-                puts.push((shared.codec.data(cell, start_ts), v.to_vec()));
-                data_written = true;
-            }
-            // Invariant 4: the versions our commit would push out of the head are durable in
-            // V before our lock exists. Our commit moves `latest` into `recent`; when that
-            // would overflow, `recent` goes to V now and leaves the head with our lock.
-            let spill = super::heads::recent_full(head);
-            if spill {
-                for v in &head.recent {
-                    puts.push((shared.codec.version(cell, v.commit_ts), v.encode()));
+                let mut puts = Vec::new();
+                if let (Op::PutExternal(_), Some(v)) = (op, value) {
+                    if !data_written.swap(true, Ordering::Relaxed) {
+                        puts.push((shared.codec.data(cell, s), v.to_vec()));
+                    }
                 }
-            }
-            let mut notify_entries = Vec::new();
-            if !notify_written {
-                let record = crate::record::Notification::Strong {
-                    start_ts,
-                    primary: notify_primary.clone(),
+                // Invariant 4: the versions our commit would push out of the head are
+                // durable in V before our lock exists. Our commit moves `latest` into
+                // `recent`; when that would overflow, `recent` goes to V now and leaves
+                // the head with our lock.
+                let spill = super::heads::recent_full(head);
+                if spill {
+                    for v in &head.recent {
+                        puts.push((shared.codec.version(cell, v.commit_ts), v.encode()));
+                    }
+                }
+                let mut notify_entries = Vec::new();
+                if !notify_written.swap(true, Ordering::Relaxed) {
+                    let record = crate::record::Notification::Strong {
+                        start_ts: s,
+                        primary: notify_primary.clone(),
+                        ttl_ms: self.lock_ttl_ms(),
+                    }
+                    .encode();
+                    for dirty in notify {
+                        let key = shared.codec.notify(dirty, s, notify_bucket);
+                        puts.push((key, record.clone()));
+                        notify_entries.push((dirty.clone(), s, record.clone()));
+                    }
+                }
+                if !puts.is_empty() {
+                    shared.kv.batch_put(puts).await?;
+                }
+                if !notify_entries.is_empty() {
+                    // Before our lock: a notify key put below a floor raised meanwhile is
+                    // moved above it, so it exists where scanners look before the commit
+                    // point.
+                    shared
+                        .settle_notify_keys(notify_bucket, &notify_entries)
+                        .await?;
+                }
+                let mut next: Head = head.next();
+                if spill {
+                    next.recent.clear();
+                }
+                next.lock = Some(Lock {
+                    start_ts: s,
+                    primary: primary.clone(),
+                    op: op.clone(),
                     ttl_ms: self.lock_ttl_ms(),
-                }
-                .encode();
-                for dirty in &notify {
-                    let key = shared.codec.notify(dirty, start_ts, notify_bucket);
-                    puts.push((key, record.clone()));
-                    notify_entries.push((dirty.clone(), start_ts, record.clone()));
-                }
-                notify_written = true;
-            }
-            if !puts.is_empty() {
-                shared.kv.batch_put(puts).await?;
-            }
-            if !notify_entries.is_empty() {
-                // Before our lock: a notify key put below a floor raised meanwhile is moved
-                // above it, so it exists where scanners look before the commit point.
-                shared
-                    .settle_notify_keys(notify_bucket, &notify_entries)
-                    .await?;
-            }
-            let mut next: Head = head.next();
-            if spill {
-                next.recent.clear();
-            }
-            next.lock = Some(Lock {
-                start_ts,
-                primary: primary.clone(),
-                op: op.clone(),
-                ttl_ms: self.lock_ttl_ms(),
-            });
-            match shared.cas_head(cell, &snap, next).await? {
-                Ok(new) => {
-                    snap = new;
-                    break;
-                }
-                Err(current) => snap = current,
-            }
-        }
+                });
+                Ok(HeadStep::Write(next))
+            })
+            .await?;
+        let snap = match update {
+            HeadUpdate::Kept((), snap) | HeadUpdate::Written(snap) => snap,
+        };
         let _locked = locked.fetch_add(1, Ordering::SeqCst) + 1;
         crash_point!(
             self,
@@ -773,7 +776,7 @@ impl Transaction {
     async fn commit_primary(
         &self,
         primary: &Cell,
-        commit_ts: u64,
+        commit_ts: Timestamp,
         known: Option<HeadSnapshot>,
     ) -> TxnResult<()> {
         let shared = self.shared();
@@ -792,9 +795,11 @@ impl Transaction {
                 Ok(None) => break, // Our lock is gone: find out why below.
                 Err(TxnError::Storage(e)) => {
                     storage_failures += 1;
-                    tracing::warn!(start_ts, error = %e, "commit-point CAS failed; retrying");
+                    tracing::warn!(%start_ts, error = %e, "commit-point CAS failed; retrying");
                     if storage_failures >= COMMIT_STORAGE_RETRIES {
-                        return Err(TxnError::CommitUnknown { start_ts });
+                        return Err(TxnError::CommitUnknown {
+                            start_ts: start_ts.0,
+                        });
                     }
                     tokio::time::sleep(Duration::from_millis(10 << storage_failures)).await;
                 }
@@ -809,11 +814,19 @@ impl Transaction {
             // point read after the status check that is still at or below start_ts proves
             // the check saw every version GC could later remove.
             Ok(TxnStatus::RolledBack) => match super::gc::read_safe_point(shared).await {
-                Ok(safe_point) if safe_point <= start_ts => Err(TxnError::Aborted { start_ts }),
-                _ => Err(TxnError::CommitUnknown { start_ts }),
+                Ok(safe_point) if safe_point <= start_ts => Err(TxnError::Aborted {
+                    start_ts: start_ts.0,
+                }),
+                _ => Err(TxnError::CommitUnknown {
+                    start_ts: start_ts.0,
+                }),
             },
-            Ok(TxnStatus::Pending) => Err(TxnError::CommitUnknown { start_ts }),
-            Err(TxnError::Storage(_)) => Err(TxnError::CommitUnknown { start_ts }),
+            Ok(TxnStatus::Pending) => Err(TxnError::CommitUnknown {
+                start_ts: start_ts.0,
+            }),
+            Err(TxnError::Storage(_)) => Err(TxnError::CommitUnknown {
+                start_ts: start_ts.0,
+            }),
             Err(e) => Err(e),
         }
     }
@@ -828,7 +841,7 @@ impl Transaction {
             .map(|(cell, _)| shared.roll_back(cell, start_ts, None));
         for result in futures::future::join_all(secondaries).await {
             if let Err(e) = result {
-                tracing::debug!(start_ts, error = %e, "removing a secondary lock failed; readers will roll it back");
+                tracing::debug!(%start_ts, error = %e, "removing a secondary lock failed; readers will roll it back");
             }
         }
         Ok(())
@@ -873,36 +886,40 @@ struct Prewrite<'a> {
 /// Extends the primary's lock TTL while a commit runs long; runs until the transaction is
 /// decided (or forever if heartbeats are off), so it is raced against the commit and
 /// dropped with it.
-async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: u64, started: Instant) {
+async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: Timestamp, started: Instant) {
     if !shared.config.heartbeat {
         return std::future::pending().await;
     }
     let ttl = shared.config.lock_ttl;
     let max = shared.config.max_lifetime;
+    let s = start_ts.0;
     loop {
         tokio::time::sleep(ttl / 3).await;
         // Never extend beyond the transaction's maximum lifetime.
         let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
-        let Ok(snap) = shared.read_head(&primary).await else {
-            continue;
-        };
-        let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts) else {
-            // Not locked yet (a slow prewrite): keep watching; committed or fenced:
-            // nothing left to keep alive.
-            let decided =
-                snap.head.committed_by(start_ts).is_some() || snap.head.rollback_ts >= start_ts;
-            if decided {
-                return;
-            }
-            continue;
-        };
-        if lock.ttl_ms >= wanted {
-            continue;
+        // Keeps `true` once the transaction is decided: nothing left to keep alive.
+        let update = shared
+            .update_head(&primary, None, |snap: Arc<HeadSnapshot>| async move {
+                let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == s) else {
+                    // Not locked yet (a slow prewrite): keep watching; committed or
+                    // fenced: done.
+                    let decided = snap.head.committed_by(s).is_some() || snap.head.rollback_ts >= s;
+                    return Ok(HeadStep::Keep(decided));
+                };
+                if lock.ttl_ms >= wanted {
+                    return Ok(HeadStep::Keep(false));
+                }
+                // Only the TTL of our own lock changes, from the exact head read.
+                let mut next = snap.head.next();
+                if let Some(l) = next.lock.as_mut() {
+                    l.ttl_ms = wanted;
+                }
+                Ok(HeadStep::Write(next))
+            })
+            .await;
+        // A store error is retried at the next beat.
+        if let Ok(HeadUpdate::Kept(true, _)) = update {
+            return;
         }
-        let mut next = snap.head.next();
-        if let Some(l) = next.lock.as_mut() {
-            l.ttl_ms = wanted;
-        }
-        let _ = shared.cas_head(&primary, &snap, next).await;
     }
 }

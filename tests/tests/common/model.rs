@@ -121,7 +121,7 @@ pub async fn run_history(kv: Arc<dyn RawKv>, seed: u64, txns_per_task: usize) {
                 .await
                 .unwrap()
             {
-                TxnStatus::Committed(ts) => rec.commit_ts = Some(ts),
+                TxnStatus::Committed(ts) => rec.commit_ts = Some(ts.0),
                 TxnStatus::RolledBack => {}
                 TxnStatus::Pending => panic!("still pending after resolution"),
             }

@@ -58,7 +58,7 @@ pub async fn cas_reported_failed_but_applied_is_success(kv: Arc<dyn RawKv>) {
                         let m = num(txn.get(&cell("m")).await?).unwrap_or(0);
                         txn.set(cell("n"), (n + 1).to_string());
                         txn.set(cell("m"), (m + 1).to_string());
-                        Ok(())
+                        Ok::<_, TxnError>(())
                     })
                     .await;
                 match r {
@@ -495,7 +495,7 @@ pub async fn gc_tombstone_keeps_versions_committed_after_the_safe_point(kv: Arc<
     let (t1_start, c1) = rx.await.expect("hook ran");
     assert_eq!(
         c.txn_status(&cell("x"), t1_start).await.unwrap(),
-        TxnStatus::Committed(c1.0),
+        TxnStatus::Committed(c1),
         "t1's commit record survived GC"
     );
     let snap = c.snapshot_at(c1).await.unwrap();
@@ -550,7 +550,7 @@ pub async fn every_version_stays_readable_from_the_head_or_v(kv: Arc<dyn RawKv>)
             );
             assert_eq!(
                 c.txn_status(&target, *writer).await.unwrap(),
-                TxnStatus::Committed(commit_ts.0),
+                TxnStatus::Committed(*commit_ts),
                 "{name}: status of writer {i}"
             );
         }

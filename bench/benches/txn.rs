@@ -4,7 +4,7 @@
 //! timestamps from the in-process `LocalClock`. Raw keys encode the same cells as the
 //! transactional ones (another namespace), so both sides look up keys of the same shape.
 //!
-//! Run: `cargo bench -p percolator --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
+//! Run: `cargo bench -p percolator-bench --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
 //! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
 //! 64 tasks; `tikv_`-prefixed for TiKV), `txn10_per_sec`, `abort_rate_hot` and the raw store
 //! calls per transaction (the last three on the embedded store).

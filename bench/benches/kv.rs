@@ -7,7 +7,7 @@
 //! `embedded` is the cost of the network path (client, gRPC over loopback, server), not of a
 //! real TiKV cluster; the line before the last gives that ratio per cell.
 //!
-//! Run: `cargo bench -p percolator --bench kv` (`KV_BENCH_SECS` sets seconds per cell,
+//! Run: `cargo bench -p percolator-bench --bench kv` (`KV_BENCH_SECS` sets seconds per cell,
 //! default 1; every backend gets the same time). The last line printed is one JSON object
 //! `{"backend": {"op@concurrency": ops_per_sec, ...}, ...}`.
 

@@ -1,0 +1,604 @@
+//! The TiKV service (raw API) as one store of the cluster answers it. Every request takes
+//! one path, [`StoreService::serve`]: injected faults, the routing checks TiKV makes, the
+//! column family check, then the request's own work, whose error the response type maps the
+//! way TiKV does (its `error` string, or a gRPC status for responses without one).
+
+use super::State;
+use crate::cluster::{
+    epoch_not_match, key_not_in_region, not_leader, region_not_found, RegionInfo,
+};
+use crate::proto::errorpb;
+use crate::proto::kvrpcpb::{self, Context, KvPair};
+use crate::proto::tikv::tikv_server::Tikv;
+use percolator::kv::{KeyRange, KvError, ScanOrder, MAX_SCAN_LIMIT};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The TiKV service as one store of the cluster answers it.
+pub(crate) struct StoreService {
+    pub(crate) state: Arc<State>,
+    pub(crate) id: u64,
+}
+
+impl std::ops::Deref for StoreService {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+/// The keys a request touches, for routing checks.
+pub(crate) enum Keys<'a> {
+    One(&'a [u8]),
+    Many(Vec<&'a [u8]>),
+}
+
+/// Why a raw request's own work failed; its response type says how TiKV answers it
+/// ([`RawResponse::with_error`]).
+enum RawError {
+    /// A request TiKV would refuse: a column family other than `default`, a TTL.
+    Refused(String),
+    /// The store failed in the named call.
+    Store(&'static str, KvError),
+}
+
+/// A raw request: its context (region, epoch, peer), column family and the keys it
+/// touches (which must lie in its region).
+trait RawRequest {
+    fn context(&self) -> Option<&Context>;
+    fn cf(&self) -> &str;
+    fn keys(&self) -> Keys<'_>;
+}
+
+macro_rules! raw_request {
+    ($($t:ty => |$r:ident| $keys:expr;)*) => {$(
+        impl RawRequest for $t {
+            fn context(&self) -> Option<&Context> {
+                self.context.as_ref()
+            }
+            fn cf(&self) -> &str {
+                &self.cf
+            }
+            fn keys(&self) -> Keys<'_> {
+                let $r = self;
+                $keys
+            }
+        }
+    )*};
+}
+
+raw_request!(
+    kvrpcpb::RawGetRequest => |r| Keys::One(&r.key);
+    kvrpcpb::RawBatchGetRequest => |r| many(&r.keys);
+    kvrpcpb::RawPutRequest => |r| Keys::One(&r.key);
+    kvrpcpb::RawBatchPutRequest => |r| Keys::Many(r.pairs.iter().map(|p| p.key.as_slice()).collect());
+    kvrpcpb::RawDeleteRequest => |r| Keys::One(&r.key);
+    kvrpcpb::RawBatchDeleteRequest => |r| many(&r.keys);
+    // TiKV's reverse scans put the upper bound in `start_key`: the lower bound is routed.
+    kvrpcpb::RawScanRequest => |r| Keys::One(scan_lower_bound(&r.start_key, &r.end_key, r.reverse));
+    kvrpcpb::RawBatchScanRequest => |r| Keys::Many(
+        r.ranges
+            .iter()
+            .map(|range| scan_lower_bound(&range.start_key, &range.end_key, r.reverse))
+            .collect(),
+    );
+    kvrpcpb::RawDeleteRangeRequest => |r| Keys::One(&r.start_key);
+    kvrpcpb::RawCasRequest => |r| Keys::One(&r.key);
+);
+
+/// A raw response: carries a region error, and answers a [`RawError`] as TiKV does.
+trait RawResponse: Default + Sized {
+    fn with_region_error(self, err: errorpb::Error) -> Self;
+    /// The answer to `error`: in the response's `error` string, or, for responses without
+    /// one, a gRPC status (`INVALID_ARGUMENT` for a refused request, `INTERNAL` for a store
+    /// failure).
+    fn with_error(self, error: RawError) -> Result<Self, Status>;
+}
+
+/// Responses with an `error` string: every failure goes there.
+macro_rules! raw_response_with_error_string {
+    ($($t:ty),*) => {$(
+        impl RawResponse for $t {
+            fn with_region_error(mut self, err: errorpb::Error) -> Self {
+                self.region_error = Some(err);
+                self
+            }
+            fn with_error(mut self, error: RawError) -> Result<Self, Status> {
+                self.error = match error {
+                    RawError::Refused(message) => message,
+                    RawError::Store(_, e) => e.to_string(),
+                };
+                Ok(self)
+            }
+        }
+    )*};
+}
+
+/// Responses without an `error` string: failures are gRPC statuses.
+macro_rules! raw_response_with_status {
+    ($($t:ty),*) => {$(
+        impl RawResponse for $t {
+            fn with_region_error(mut self, err: errorpb::Error) -> Self {
+                self.region_error = Some(err);
+                self
+            }
+            fn with_error(self, error: RawError) -> Result<Self, Status> {
+                Err(match error {
+                    RawError::Refused(message) => Status::invalid_argument(message),
+                    RawError::Store(op, e) => {
+                        tracing::warn!(op, error = %e, "storage error");
+                        Status::internal(format!("minitikv {op}: {e}"))
+                    }
+                })
+            }
+        }
+    )*};
+}
+
+raw_response_with_error_string!(
+    kvrpcpb::RawGetResponse,
+    kvrpcpb::RawPutResponse,
+    kvrpcpb::RawBatchPutResponse,
+    kvrpcpb::RawDeleteResponse,
+    kvrpcpb::RawBatchDeleteResponse,
+    kvrpcpb::RawDeleteRangeResponse,
+    kvrpcpb::RawCasResponse
+);
+
+raw_response_with_status!(
+    kvrpcpb::RawBatchGetResponse,
+    kvrpcpb::RawScanResponse,
+    kvrpcpb::RawBatchScanResponse
+);
+
+impl StoreService {
+    /// Serves one raw request: injects the configured faults (a delay, then `ServerIsBusy`
+    /// or a region error); answers a region error when the context names a stale region,
+    /// epoch, store or leader or the request's keys lie outside the region; refuses column
+    /// families other than `default`; else runs `work` with the region, mapping its error
+    /// as the response type does; then maybe drops the reply (the request stays applied).
+    async fn serve<Q, R, F, Fut>(&self, req: Q, work: F) -> Result<Response<R>, Status>
+    where
+        Q: RawRequest,
+        R: RawResponse,
+        F: FnOnce(Q, RegionInfo) -> Fut,
+        Fut: Future<Output = Result<R, RawError>>,
+    {
+        if let Some(delay) = self.injected_delay() {
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(err) = self.injected_error(req.context()) {
+            return Ok(Response::new(R::default().with_region_error(err)));
+        }
+        let region = match self.route(req.context(), req.keys()) {
+            Ok(region) => region,
+            Err(err) => return Ok(Response::new(R::default().with_region_error(*err))),
+        };
+        let done = match check_cf(req.cf()) {
+            Ok(()) => work(req, region).await,
+            Err(refused) => Err(refused),
+        };
+        let reply = match done {
+            Ok(response) => Ok(response),
+            Err(error) => R::default().with_error(error),
+        };
+        if reply.is_ok() && self.lose_reply() {
+            return Err(Status::unavailable(
+                "minitikv: reply lost after the request was applied (injected)",
+            ));
+        }
+        reply.map(Response::new)
+    }
+
+    /// The region a request is for, or the region error TiKV would answer: the context must
+    /// name an existing region, its current epoch and this store as its leader, and every
+    /// key must lie inside it.
+    fn route(
+        &self,
+        ctx: Option<&Context>,
+        keys: Keys<'_>,
+    ) -> Result<RegionInfo, Box<errorpb::Error>> {
+        self.check_route(ctx, keys).map_err(|e| {
+            self.counts.stale_route.fetch_add(1, Ordering::Relaxed);
+            Box::new(e)
+        })
+    }
+
+    // A region error is what TiKV answers; it is boxed by `route` for the caller.
+    #[allow(clippy::result_large_err)]
+    fn check_route(
+        &self,
+        ctx: Option<&Context>,
+        keys: Keys<'_>,
+    ) -> Result<RegionInfo, errorpb::Error> {
+        let Some(ctx) = ctx else {
+            return Err(region_not_found(0));
+        };
+        let Some(region) = self.layout.by_id(ctx.region_id) else {
+            return Err(region_not_found(ctx.region_id));
+        };
+        if let Some(peer) = &ctx.peer {
+            if peer.store_id != self.id {
+                return Err(errorpb::Error {
+                    message: format!(
+                        "store not match, request store id is {}, but actual store id is {}",
+                        peer.store_id, self.id
+                    ),
+                    store_not_match: Some(errorpb::StoreNotMatch {
+                        request_store_id: peer.store_id,
+                        actual_store_id: self.id,
+                    }),
+                    ..Default::default()
+                });
+            }
+        }
+        if region.leader_store != self.id {
+            return Err(not_leader(&region));
+        }
+        let epoch = ctx.region_epoch.clone().unwrap_or_default();
+        if epoch != region.epoch() {
+            // Like TiKV: the current region and its neighbours (the halves of a split).
+            let mut current = vec![region.meta(self.layout.stores)];
+            if !region.start.is_empty() {
+                if let Some(prev) = self.layout.prev_region(&region.start) {
+                    current.push(prev.meta(self.layout.stores));
+                }
+            }
+            return Err(epoch_not_match(current, region.id));
+        }
+        let bad = match &keys {
+            Keys::One(k) => (!region.contains(k)).then_some(*k),
+            Keys::Many(ks) => ks.iter().find(|k| !region.contains(k)).copied(),
+        };
+        if let Some(key) = bad {
+            return Err(key_not_in_region(key, &region));
+        }
+        Ok(region)
+    }
+}
+
+impl State {
+    /// Pages through `range` in `order`, returning up to `limit` pairs (0: none).
+    async fn scan(
+        &self,
+        range: KeyRange,
+        limit: usize,
+        order: ScanOrder,
+        key_only: bool,
+    ) -> Result<Vec<KvPair>, KvError> {
+        let mut out = Vec::new();
+        let mut range = range;
+        while out.len() < limit && !range.is_empty() {
+            let want = (limit - out.len()).min(MAX_SCAN_LIMIT);
+            let page = self.store.scan(range.clone(), want, order).await?;
+            let full = page.len() == want;
+            if let Some((last, _)) = page.last() {
+                match order {
+                    ScanOrder::Forward => {
+                        let mut next = last.clone();
+                        next.push(0);
+                        range.start = next;
+                    }
+                    ScanOrder::Reverse => range.end = Some(last.clone()),
+                }
+            }
+            out.extend(page.into_iter().map(|(key, value)| KvPair {
+                error: None,
+                key,
+                value: if key_only { Vec::new() } else { value },
+            }));
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// TiKV's raw API serves the `default`, `lock` and `write` column families; minitikv keeps
+/// only `default` (an empty name) and refuses the others with an error string.
+fn check_cf(cf: &str) -> Result<(), RawError> {
+    if cf.is_empty() || cf == "default" {
+        Ok(())
+    } else {
+        Err(RawError::Refused(format!(
+            "minitikv: column family {cf:?} is not supported (only \"default\")"
+        )))
+    }
+}
+
+fn check_ttl(ttl: u64) -> Result<(), RawError> {
+    if ttl == 0 {
+        Ok(())
+    } else {
+        Err(RawError::Refused(
+            "minitikv: TTL is not supported (storage.enable-ttl = false)".into(),
+        ))
+    }
+}
+
+/// The raw scan range of a request: forward scans `[start, end)`; reverse scans
+/// `[end, start)` descending (TiKV's convention). An empty upper bound means "to the end of
+/// the region", here of the key space.
+fn scan_range(start_key: Vec<u8>, end_key: Vec<u8>, reverse: bool) -> (KeyRange, ScanOrder) {
+    let bound = |k: Vec<u8>| (!k.is_empty()).then_some(k);
+    if reverse {
+        (
+            KeyRange {
+                start: end_key,
+                end: bound(start_key),
+            },
+            ScanOrder::Reverse,
+        )
+    } else {
+        (
+            KeyRange {
+                start: start_key,
+                end: bound(end_key),
+            },
+            ScanOrder::Forward,
+        )
+    }
+}
+
+/// The lowest key a raw scan request reads (TiKV's reverse scans put the upper bound in
+/// `start_key`): it must lie in the region the request is sent to.
+fn scan_lower_bound<'a>(start_key: &'a [u8], end_key: &'a [u8], reverse: bool) -> &'a [u8] {
+    if reverse {
+        end_key
+    } else {
+        start_key
+    }
+}
+
+/// `range` cut to the keys of `region` (TiKV serves a scan from one region only).
+fn clamp(mut range: KeyRange, region: &RegionInfo) -> KeyRange {
+    if range.start < region.start {
+        range.start = region.start.clone();
+    }
+    if !region.end.is_empty() {
+        match &range.end {
+            Some(end) if end.as_slice() <= region.end.as_slice() => {}
+            _ => range.end = Some(region.end.clone()),
+        }
+    }
+    range
+}
+
+/// The keys of a batch request, for routing.
+fn many(keys: &[Vec<u8>]) -> Keys<'_> {
+    Keys::Many(keys.iter().map(Vec::as_slice).collect())
+}
+
+#[tonic::async_trait]
+impl Tikv for StoreService {
+    async fn raw_get(
+        &self,
+        request: Request<kvrpcpb::RawGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawGetResponse>, Status> {
+        type R = kvrpcpb::RawGetResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            match self.store.get(&req.key).await {
+                Ok(Some(value)) => Ok(R {
+                    value,
+                    ..R::default()
+                }),
+                Ok(None) => Ok(R {
+                    not_found: true,
+                    ..R::default()
+                }),
+                Err(e) => Err(RawError::Store("RawGet", e)),
+            }
+        })
+        .await
+    }
+
+    async fn raw_batch_get(
+        &self,
+        request: Request<kvrpcpb::RawBatchGetRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchGetResponse>, Status> {
+        type R = kvrpcpb::RawBatchGetResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            let values = self
+                .store
+                .batch_get(&req.keys)
+                .await
+                .map_err(|e| RawError::Store("RawBatchGet", e))?;
+            // Like TiKV: only the keys that exist are returned.
+            let pairs = req
+                .keys
+                .into_iter()
+                .zip(values)
+                .filter_map(|(key, value)| {
+                    value.map(|value| KvPair {
+                        error: None,
+                        key,
+                        value,
+                    })
+                })
+                .collect();
+            Ok(R {
+                region_error: None,
+                pairs,
+            })
+        })
+        .await
+    }
+
+    async fn raw_put(
+        &self,
+        request: Request<kvrpcpb::RawPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawPutResponse>, Status> {
+        type R = kvrpcpb::RawPutResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            check_ttl(req.ttl)?;
+            self.store
+                .put(req.key, req.value)
+                .await
+                .map_err(|e| RawError::Store("RawPut", e))?;
+            Ok(R::default())
+        })
+        .await
+    }
+
+    async fn raw_batch_put(
+        &self,
+        request: Request<kvrpcpb::RawBatchPutRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchPutResponse>, Status> {
+        type R = kvrpcpb::RawBatchPutResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            // The request-wide `ttl` is deprecated in favour of `ttls`, but still honoured.
+            #[allow(deprecated)]
+            let legacy_ttl = req.ttl;
+            req.ttls
+                .iter()
+                .chain([&legacy_ttl])
+                .try_for_each(|t| check_ttl(*t))?;
+            let pairs = req.pairs.into_iter().map(|p| (p.key, p.value)).collect();
+            self.store
+                .batch_put(pairs)
+                .await
+                .map_err(|e| RawError::Store("RawBatchPut", e))?;
+            Ok(R::default())
+        })
+        .await
+    }
+
+    async fn raw_delete(
+        &self,
+        request: Request<kvrpcpb::RawDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
+        type R = kvrpcpb::RawDeleteResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            self.store
+                .delete(req.key)
+                .await
+                .map_err(|e| RawError::Store("RawDelete", e))?;
+            Ok(R::default())
+        })
+        .await
+    }
+
+    async fn raw_batch_delete(
+        &self,
+        request: Request<kvrpcpb::RawBatchDeleteRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
+        type R = kvrpcpb::RawBatchDeleteResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            self.store
+                .batch_delete(req.keys)
+                .await
+                .map_err(|e| RawError::Store("RawBatchDelete", e))?;
+            Ok(R::default())
+        })
+        .await
+    }
+
+    async fn raw_scan(
+        &self,
+        request: Request<kvrpcpb::RawScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawScanResponse>, Status> {
+        type R = kvrpcpb::RawScanResponse;
+        self.serve(request.into_inner(), |req, region| async move {
+            let (range, order) = scan_range(req.start_key, req.end_key, req.reverse);
+            let kvs = self
+                .scan(
+                    clamp(range, &region),
+                    req.limit as usize,
+                    order,
+                    req.key_only,
+                )
+                .await
+                .map_err(|e| RawError::Store("RawScan", e))?;
+            Ok(R {
+                region_error: None,
+                kvs,
+            })
+        })
+        .await
+    }
+
+    async fn raw_batch_scan(
+        &self,
+        request: Request<kvrpcpb::RawBatchScanRequest>,
+    ) -> Result<Response<kvrpcpb::RawBatchScanResponse>, Status> {
+        type R = kvrpcpb::RawBatchScanResponse;
+        self.serve(request.into_inner(), |req, region| async move {
+            let mut kvs = Vec::new();
+            for r in req.ranges {
+                let (range, order) = scan_range(r.start_key, r.end_key, req.reverse);
+                let found = self
+                    .scan(
+                        clamp(range, &region),
+                        req.each_limit as usize,
+                        order,
+                        req.key_only,
+                    )
+                    .await
+                    .map_err(|e| RawError::Store("RawBatchScan", e))?;
+                kvs.extend(found);
+            }
+            Ok(R {
+                region_error: None,
+                kvs,
+            })
+        })
+        .await
+    }
+
+    async fn raw_delete_range(
+        &self,
+        request: Request<kvrpcpb::RawDeleteRangeRequest>,
+    ) -> Result<Response<kvrpcpb::RawDeleteRangeResponse>, Status> {
+        type R = kvrpcpb::RawDeleteRangeResponse;
+        self.serve(request.into_inner(), |req, region| async move {
+            let (range, _) = scan_range(req.start_key, req.end_key, false);
+            let range = clamp(range, &region);
+            loop {
+                let page = self
+                    .store
+                    .scan(range.clone(), MAX_SCAN_LIMIT, ScanOrder::Forward)
+                    .await
+                    .map_err(|e| RawError::Store("RawDeleteRange", e))?;
+                if page.is_empty() {
+                    break;
+                }
+                let keys = page.into_iter().map(|(k, _)| k).collect();
+                self.store
+                    .batch_delete(keys)
+                    .await
+                    .map_err(|e| RawError::Store("RawDeleteRange", e))?;
+            }
+            Ok(R::default())
+        })
+        .await
+    }
+
+    async fn raw_compare_and_swap(
+        &self,
+        request: Request<kvrpcpb::RawCasRequest>,
+    ) -> Result<Response<kvrpcpb::RawCasResponse>, Status> {
+        type R = kvrpcpb::RawCasResponse;
+        self.serve(request.into_inner(), |req, _| async move {
+            check_ttl(req.ttl)?;
+            let expected = (!req.previous_not_exist).then_some(req.previous_value);
+            // The store's CAS is atomic against every write of its key (for_cas or not), so
+            // minitikv is stricter than TiKV, where only for_cas writes take the latches.
+            let out = self
+                .store
+                .compare_and_swap(req.key, expected, req.value)
+                .await
+                .map_err(|e| RawError::Store("RawCompareAndSwap", e))?;
+            Ok(R {
+                region_error: None,
+                error: String::new(),
+                succeed: out.swapped,
+                previous_not_exist: out.previous.is_none(),
+                previous_value: out.previous.unwrap_or_default(),
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,134 @@
+//! The PD and TiKV gRPC services over one [`RawKv`] store: the state they share (layout,
+//! injected faults) here, one service per file: [`pd`] (placement driver: members, TSO,
+//! regions, stores, GC safe point) and [`kv`] (the TiKV raw API, one routing and error path
+//! for every request).
+
+mod kv;
+mod pd;
+
+pub(crate) use kv::StoreService;
+
+use crate::cluster::{
+    epoch_not_match, not_leader, region_not_found, server_is_busy, Dice, FaultCounts, Faults,
+    Layout,
+};
+use crate::proto::errorpb;
+use crate::proto::kvrpcpb::Context;
+use percolator::kv::RawKv;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The cluster id PD reports ("minitikv" in ASCII).
+pub const CLUSTER_ID: u64 = 0x6d69_6e69_7469_6b76;
+/// Logical bits of a PD timestamp.
+const LOGICAL_BITS: u32 = 18;
+
+#[derive(Default)]
+struct FaultCounters {
+    server_busy: AtomicU64,
+    region_error: AtomicU64,
+    lost_reply: AtomicU64,
+    delay: AtomicU64,
+    stale_route: AtomicU64,
+}
+
+/// Shared state of both services and every store.
+pub(crate) struct State {
+    pub(crate) store: Arc<dyn RawKv>,
+    advertise: String,
+    stopped: watch::Receiver<bool>,
+    tso: Mutex<(i64, i64)>,
+    gc_safe_point: AtomicU64,
+    pub(crate) layout: Layout,
+    /// Addresses of stores 1..=n (index 0 is store 1), set once every store listens.
+    store_addrs: RwLock<Vec<String>>,
+    faults: Faults,
+    dice: Dice,
+    counts: FaultCounters,
+}
+
+impl State {
+    pub(crate) fn new(
+        store: Arc<dyn RawKv>,
+        advertise: String,
+        stopped: watch::Receiver<bool>,
+        layout: Layout,
+        faults: Faults,
+    ) -> Self {
+        State {
+            store,
+            advertise: advertise.clone(),
+            stopped,
+            tso: Mutex::new((0, 0)),
+            gc_safe_point: AtomicU64::new(0),
+            layout,
+            store_addrs: RwLock::new(vec![advertise]),
+            dice: Dice::new(faults.seed),
+            faults,
+            counts: FaultCounters::default(),
+        }
+    }
+
+    pub(crate) fn set_store_addrs(&self, addrs: Vec<String>) {
+        *self.store_addrs.write().unwrap_or_else(|e| e.into_inner()) = addrs;
+    }
+
+    pub(crate) fn fault_counts(&self) -> FaultCounts {
+        let c = &self.counts;
+        FaultCounts {
+            server_busy: c.server_busy.load(Ordering::Relaxed),
+            region_error: c.region_error.load(Ordering::Relaxed),
+            lost_reply: c.lost_reply.load(Ordering::Relaxed),
+            delay: c.delay.load(Ordering::Relaxed),
+            stale_route: c.stale_route.load(Ordering::Relaxed),
+        }
+    }
+
+    fn store_addr(&self, id: u64) -> Option<String> {
+        let addrs = self.store_addrs.read().unwrap_or_else(|e| e.into_inner());
+        id.checked_sub(1)
+            .and_then(|i| addrs.get(i as usize))
+            .cloned()
+    }
+
+    /// An injected delay, if the dice say so.
+    fn injected_delay(&self) -> Option<Duration> {
+        if self.faults.max_delay.is_zero() || !self.dice.hit(self.faults.delay) {
+            return None;
+        }
+        self.counts.delay.fetch_add(1, Ordering::Relaxed);
+        Some(self.faults.max_delay.mul_f64(self.dice.unit()))
+    }
+
+    /// An injected `ServerIsBusy` or region error, if the dice say so.
+    fn injected_error(&self, ctx: Option<&Context>) -> Option<errorpb::Error> {
+        if self.dice.hit(self.faults.server_busy) {
+            self.counts.server_busy.fetch_add(1, Ordering::Relaxed);
+            return Some(server_is_busy());
+        }
+        if self.dice.hit(self.faults.region_error) {
+            self.counts.region_error.fetch_add(1, Ordering::Relaxed);
+            let region_id = ctx.map_or(0, |c| c.region_id);
+            let region = self.layout.by_id(region_id);
+            return Some(match (self.dice.next_u64() % 3, region) {
+                (0, Some(region)) => not_leader(&region),
+                (1, Some(region)) => {
+                    epoch_not_match(vec![region.meta(self.layout.stores)], region.id)
+                }
+                _ => region_not_found(region_id),
+            });
+        }
+        None
+    }
+
+    /// Whether to drop the reply of a request that was applied.
+    fn lose_reply(&self) -> bool {
+        let lost = self.dice.hit(self.faults.lost_reply);
+        if lost {
+            self.counts.lost_reply.fetch_add(1, Ordering::Relaxed);
+        }
+        lost
+    }
+}

@@ -1,0 +1,235 @@
+//! Locks met on cells and the fate of their transactions: status through the primary, roll
+//! forward (on the primary: the commit point), roll back, fencing (ARCHITECTURE.md, "Status
+//! through the primary" and "Lock resolution").
+//!
+//! Every change here is one CAS of a head from the exact bytes just read, through
+//! [`Shared::update_head`]: when the head moved meanwhile the CAS fails, and the decision is
+//! taken again on the head found. Each step may therefore race any other client taking the
+//! same or the opposite step: exactly one CAS wins, and the loser sees its effect.
+
+use super::heads::{HeadSnapshot, HeadStep, HeadUpdate, RECENT_MAX};
+use super::{Shared, TxnError, TxnResult};
+use crate::codec::{Cell, Space};
+use crate::kv::{KeyRange, RangePager, ScanOrder};
+use crate::record::{Lock, Version};
+use crate::ts::Timestamp;
+use std::sync::Arc;
+
+/// The fate of a transaction, as decided by its primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnStatus {
+    /// Committed at this commit_ts.
+    Committed(Timestamp),
+    /// Rolled back for good: it can never commit.
+    RolledBack,
+    /// Still undecided and not expired: wait.
+    Pending,
+}
+
+impl Shared {
+    /// Whether oracle time has passed `physical(start_ts) + ttl_ms`.
+    async fn expired(&self, start_ts: Timestamp, ttl_ms: u64) -> TxnResult<bool> {
+        let now = self.oracle.get_timestamp().await?;
+        // Saturating: a TTL decoded from the store must not overflow into "expired".
+        Ok(now.physical_ms() > start_ts.physical_ms().saturating_add(ttl_ms))
+    }
+
+    /// The commit_ts of transaction `start_ts` if a `V` entry of `primary` records its commit.
+    async fn committed_in_versions(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+    ) -> TxnResult<Option<Timestamp>> {
+        // Versions newer than start_ts: from the newest down to (excluded) !start_ts.
+        let all = self.codec.cell_range(Space::Version, primary);
+        let range = KeyRange::new(all.start, self.codec.version(primary, start_ts.0));
+        let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 256);
+        while let Some(page) = pager.next_page().await? {
+            for (key, bytes) in page {
+                let v = Version::decode(&bytes).map_err(|why| TxnError::corrupt(&key, why))?;
+                if v.start_ts == start_ts.0 {
+                    return Ok(Some(Timestamp(v.commit_ts)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The status of transaction `start_ts` with primary `primary`, fencing it (rolling it
+    /// back for good) if it is expired. `ttl_ms` is the TTL of the lock that led us here,
+    /// used when the primary holds no lock of the transaction (it may still be in flight).
+    pub(crate) async fn txn_status(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+        ttl_ms: u64,
+    ) -> TxnResult<TxnStatus> {
+        let s = start_ts.0;
+        let update = self
+            .update_head(primary, None, |snap: Arc<HeadSnapshot>| async move {
+                let head = &snap.head;
+                // 1. The primary is locked by the transaction: pending unless expired;
+                //    expired, it is fenced: lock removed and rollback mark raised in one
+                //    CAS (invariant 3).
+                if let Some(lock) = head.lock.as_ref().filter(|l| l.start_ts == s) {
+                    if !self.expired(start_ts, lock.ttl_ms).await? {
+                        return Ok(HeadStep::Keep(TxnStatus::Pending));
+                    }
+                    let mut fenced = head.next();
+                    fenced.lock = None;
+                    fenced.rollback_ts = fenced.rollback_ts.max(s);
+                    return Ok(HeadStep::Write(fenced));
+                }
+                // 2. Committed: one of the primary's versions (in the head or in V) says so.
+                if let Some(version) = head.committed_by(s) {
+                    let commit_ts = Timestamp(version.commit_ts);
+                    return Ok(HeadStep::Keep(TxnStatus::Committed(commit_ts)));
+                }
+                if let Some(commit_ts) = self.committed_in_versions(primary, start_ts).await? {
+                    return Ok(HeadStep::Keep(TxnStatus::Committed(commit_ts)));
+                }
+                // 3. No lock, no commit: rolled back if the mark covers it, else maybe in
+                //    flight (prewrites run in parallel): wait out its TTL, then fence with
+                //    a CAS expecting exactly the head steps 1-2 examined, so a lock or a
+                //    commit that lands meanwhile fails it and is decided on again.
+                if head.rollback_ts >= s {
+                    return Ok(HeadStep::Keep(TxnStatus::RolledBack));
+                }
+                if !self.expired(start_ts, ttl_ms).await? {
+                    return Ok(HeadStep::Keep(TxnStatus::Pending));
+                }
+                let mut fenced = head.next();
+                fenced.rollback_ts = s;
+                Ok(HeadStep::Write(fenced))
+            })
+            .await?;
+        Ok(match update {
+            HeadUpdate::Kept(status, _) => status,
+            HeadUpdate::Written(_) => {
+                tracing::debug!(%start_ts, %primary, "fenced an expired transaction");
+                TxnStatus::RolledBack
+            }
+        })
+    }
+
+    /// Resolves `lock`, met on `cell`: rolls it forward if its transaction committed, back if
+    /// it rolled back. Returns the status; `Pending` means the lock is live and still there.
+    pub(crate) async fn resolve_lock(&self, cell: &Cell, lock: &Lock) -> TxnResult<TxnStatus> {
+        let primary = lock.primary.as_ref().unwrap_or(cell);
+        let start_ts = Timestamp(lock.start_ts);
+        let status = self.txn_status(primary, start_ts, lock.ttl_ms).await?;
+        match status {
+            TxnStatus::Committed(commit_ts) => {
+                self.roll_forward(cell, start_ts, commit_ts, None).await?;
+            }
+            TxnStatus::RolledBack => {
+                self.roll_back(cell, start_ts, None).await?;
+            }
+            TxnStatus::Pending => {}
+        }
+        Ok(status)
+    }
+
+    /// Turns the lock of transaction `start_ts` on `cell` (if still there) into the latest
+    /// version at `commit_ts`. `known` is the head if the caller has just read or written it.
+    /// Returns the head after the change, or `None` if the lock was no longer there.
+    ///
+    /// On the primary, by its own writer, this CAS is the commit point (invariant 3): the
+    /// one write that turns the transaction from undecided into committed. It applies only
+    /// while our lock is still in the head, so it can never follow a fence (which removes
+    /// the lock in its own CAS); once it applied, every status check finds the version.
+    pub(crate) async fn roll_forward(
+        &self,
+        cell: &Cell,
+        start_ts: Timestamp,
+        commit_ts: Timestamp,
+        known: Option<HeadSnapshot>,
+    ) -> TxnResult<Option<HeadSnapshot>> {
+        let update = self
+            .update_head(cell, known, |snap: Arc<HeadSnapshot>| async move {
+                let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts.0)
+                else {
+                    return Ok(HeadStep::Keep(()));
+                };
+                let mut next = snap.head.next();
+                let superseded = next.latest.replace(Version {
+                    commit_ts: commit_ts.0,
+                    start_ts: start_ts.0,
+                    op: lock.op.clone(),
+                });
+                next.lock = None;
+                if let Some(previous) = superseded {
+                    next.recent.insert(0, previous);
+                }
+                // The prewrite made room in `recent`; a head that still overflows (not
+                // written by this protocol version) spills its oldest versions to V
+                // before they leave it (invariant 4).
+                if next.recent.len() > RECENT_MAX {
+                    let overflow = next.recent.split_off(RECENT_MAX);
+                    self.spill_versions(cell, &overflow).await?;
+                }
+                Ok(HeadStep::Write(next))
+            })
+            .await?;
+        Ok(match update {
+            HeadUpdate::Kept((), _) => None,
+            HeadUpdate::Written(new) => Some(new),
+        })
+    }
+
+    /// Removes the lock of transaction `start_ts` from `cell` (if still there), raising the
+    /// rollback mark so it can never lock the cell again.
+    pub(crate) async fn roll_back(
+        &self,
+        cell: &Cell,
+        start_ts: Timestamp,
+        known: Option<HeadSnapshot>,
+    ) -> TxnResult<()> {
+        let s = start_ts.0;
+        self.update_head(cell, known, |snap: Arc<HeadSnapshot>| async move {
+            if snap.head.lock.as_ref().is_none_or(|l| l.start_ts != s) {
+                return Ok(HeadStep::Keep(()));
+            }
+            let mut next = snap.head.next();
+            next.lock = None;
+            next.rollback_ts = next.rollback_ts.max(s);
+            Ok(HeadStep::Write(next))
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Fences transaction `start_ts` on its primary: removes its lock if present and raises
+    /// the rollback mark to at least `start_ts`, creating the head if needed. Afterwards the
+    /// transaction can never commit. Returns `Committed` status if it already committed.
+    pub(crate) async fn fence_primary(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+    ) -> TxnResult<TxnStatus> {
+        let s = start_ts.0;
+        let update = self
+            .update_head(primary, None, |snap: Arc<HeadSnapshot>| async move {
+                let head = &snap.head;
+                if let Some(version) = head.committed_by(s) {
+                    let commit_ts = Timestamp(version.commit_ts);
+                    return Ok(HeadStep::Keep(TxnStatus::Committed(commit_ts)));
+                }
+                let ours = head.lock.as_ref().is_some_and(|l| l.start_ts == s);
+                if !ours && head.rollback_ts >= s {
+                    return Ok(HeadStep::Keep(TxnStatus::RolledBack));
+                }
+                let mut next = head.next();
+                if ours {
+                    next.lock = None;
+                }
+                next.rollback_ts = next.rollback_ts.max(s);
+                Ok(HeadStep::Write(next))
+            })
+            .await?;
+        Ok(match update {
+            HeadUpdate::Kept(status, _) => status,
+            HeadUpdate::Written(_) => TxnStatus::RolledBack,
+        })
+    }
+}
