@@ -12,6 +12,43 @@ use percolator::{Cell, Client, Timestamp, TxnError};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
+/// The value of a notify key, decoded once where it was read (a scan) or made (a commit
+/// hint), and passed on typed.
+#[derive(Clone, Debug)]
+pub(crate) enum Payload {
+    /// A notification record.
+    Record(Notification),
+    /// Bytes that are no notification record (parked as a dead letter by [`handle`]).
+    Corrupt {
+        /// The value as stored.
+        bytes: Vec<u8>,
+        /// Why it does not decode.
+        error: String,
+    },
+}
+
+impl Payload {
+    /// Decodes a notify key's stored value.
+    pub(crate) fn decode(bytes: &[u8]) -> Payload {
+        match Notification::decode(bytes) {
+            Ok(n) => Payload::Record(n),
+            Err(e) => Payload::Corrupt {
+                bytes: bytes.to_vec(),
+                error: e.to_string(),
+            },
+        }
+    }
+
+    /// The stored form (what a dead letter keeps). Decoding is strict, so a record encodes
+    /// back to the very bytes it was decoded from.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Payload::Record(n) => n.encode(),
+            Payload::Corrupt { bytes, .. } => bytes.clone(),
+        }
+    }
+}
+
 /// What became of one notify key.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -32,7 +69,7 @@ pub(crate) enum Outcome {
         /// The error.
         error: String,
         /// The decided notification record, if the writer's commit was established.
-        resolved: Option<Vec<u8>>,
+        resolved: Option<Notification>,
     },
 }
 
@@ -120,26 +157,26 @@ async fn call(
     }
 }
 
-/// Handles the notify key `key` (value `value`) of `cell`.
+/// Handles the notify key `key` (value `payload`) of `cell`.
 pub(crate) async fn handle(
     client: &Client,
     registry: &Registry,
     metrics: &Metrics,
     cell: &Cell,
     key: &[u8],
-    value: &[u8],
+    payload: &Payload,
 ) -> Result<Outcome, TxnError> {
     let Some(registered) = registry.get(cell) else {
         return Ok(Outcome::Unobserved);
     };
-    let notification = match Notification::decode(value) {
-        Ok(n) => n,
-        Err(e) => {
+    let notification = match payload {
+        Payload::Record(n) => n,
+        Payload::Corrupt { bytes, error } => {
             // A corrupt notify key can never be processed: park it for the operator.
             let letter = DeadLetter {
                 notify_key: key.to_vec(),
-                notification: value.to_vec(),
-                error: format!("corrupt notification: {e}"),
+                notification: bytes.clone(),
+                error: format!("corrupt notification: {error}"),
             };
             DeadLetter::park(client, &letter)
                 .await
@@ -151,7 +188,7 @@ pub(crate) async fn handle(
             });
         }
     };
-    let covered = match (&notification, registered.kind) {
+    let covered = match (notification, registered.kind) {
         (Notification::Weak, _) => None,
         (Notification::Committed { commit_ts }, _) => Some(*commit_ts),
         (
@@ -198,9 +235,9 @@ pub(crate) async fn handle(
         }
         Err(e) => {
             Metrics::add(&metrics.failures);
-            let resolved = match (&notification, covered) {
+            let resolved = match (notification, covered) {
                 (Notification::Strong { .. }, Some(commit_ts)) => {
-                    Some(Notification::Committed { commit_ts }.encode())
+                    Some(Notification::Committed { commit_ts })
                 }
                 _ => None,
             };

@@ -9,15 +9,12 @@
 //! replies lost after the write applied, 1% delays), where every call must still succeed.
 
 use minitikv::{RunningServer, ServerConfig};
-use percolator::kv::{conformance, scan_all, KeyRange, KvError, RawKv, ScanOrder, StoreSpec};
+use percolator::kv::conformance::{self, within};
+use percolator::kv::{scan_all, KeyRange, KvError, RawKv, ScanOrder, StoreSpec};
 use percolator_tikv::{AtomicKeys, RetryCounts, TikvConfig, TikvKv};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Anything that should answer promptly but might loop (the client's scan bug) runs under
-/// this deadline.
-const NO_HANG: Duration = Duration::from_secs(60);
 
 fn config(server: &RunningServer) -> TikvConfig {
     let mut config = TikvConfig::new(vec![server.endpoint()]);
@@ -59,12 +56,6 @@ async fn mixed_mode() -> (RunningServer, Arc<dyn RawKv>) {
     ]);
     let kv = TikvKv::connect(config).await.expect("connect to minitikv");
     (server, Arc::new(kv))
-}
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(NO_HANG, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {NO_HANG:?}"))
 }
 
 /// Split keys through the key space of the checks: after each prefix the checks use, at
@@ -126,48 +117,28 @@ fn report(what: &str, server: &RunningServer, kv: &TikvKv) -> RetryCounts {
     retries
 }
 
-macro_rules! conformance_tests {
-    ($($name:ident => |$kv:ident, $p:ident| $body:expr;)*) => {
-        mod tikv_atomic_everywhere {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let (_server, $kv) = in_memory().await;
-                    let $p: &[u8] = b"conf/";
-                    within(stringify!($name), $body).await;
-                }
-            )*
-        }
-
-        mod tikv_weather {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let seed = stringify!($name).len() as u64;
-                    let (server, tikv) = weather(seed).await;
-                    let $kv: Arc<dyn RawKv> = tikv.clone();
-                    let $p: &[u8] = b"conf/";
-                    within(stringify!($name), $body).await;
-                    report(stringify!($name), &server, &tikv);
-                }
-            )*
-        }
-    };
+/// What the weather did, printed when a check in it ends (`--no-capture` shows it).
+struct WeatherReport {
+    check: &'static str,
+    server: RunningServer,
+    kv: Arc<TikvKv>,
 }
 
-conformance_tests! {
-    absent_vs_empty => |kv, p| conformance::absent_vs_empty(kv.as_ref(), p);
-    binary_keys => |kv, p| conformance::binary_keys(kv.as_ref(), p);
-    large_values => |kv, p| conformance::large_values(kv.as_ref(), p);
-    batch_calls => |kv, p| conformance::batch_calls(kv.as_ref(), p);
-    cas_semantics => |kv, p| conformance::cas_semantics(kv.as_ref(), p);
-    cas_counter_8x100 => |kv, p| conformance::cas_counter(kv.clone(), p, 8, 100);
-    scans => |kv, p| conformance::scans(kv.as_ref(), p);
-    scan_limits_are_checked => |kv, p| conformance::scan_limits_are_checked(kv.as_ref(), p);
-    paging_past_10240 => |kv, p| conformance::paging(kv.as_ref(), p, 25_000);
+impl Drop for WeatherReport {
+    fn drop(&mut self) {
+        report(self.check, &self.server, &self.kv);
+    }
 }
+
+/// A weather server seeded by the check's name, and a store on it.
+async fn weather_for(check: &'static str) -> (WeatherReport, Arc<dyn RawKv>) {
+    let (server, kv) = weather(check.len() as u64).await;
+    let store: Arc<dyn RawKv> = kv.clone();
+    (WeatherReport { check, server, kv }, store)
+}
+
+percolator::conformance_suite!(tikv_atomic_everywhere, |_check| in_memory());
+percolator::conformance_suite!(tikv_weather, |check| weather_for(check));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_checks_on_an_embedded_minitikv() {

@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
 use percolator::codec::Space;
-use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, RawKv, ScanOrder};
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, ScanOrder};
 use percolator::txn::{Client, CrashPoint, TxnError};
 use percolator::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -301,9 +302,8 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     worker.shutdown().await;
 }
 
-/// Counts raw calls that touch keys outside the notify space (and its floor record).
+/// Hooks counting raw reads of keys outside the notify space (and its floor record).
 struct SpaceCounter {
-    inner: MemoryKv,
     notify_prefix: Vec<u8>,
     notify_floor: Vec<u8>,
     outside: AtomicU64,
@@ -320,36 +320,17 @@ impl SpaceCounter {
 }
 
 #[async_trait::async_trait]
-impl RawKv for SpaceCounter {
-    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.note(key);
-        self.inner.get(key).await
+impl Hooks for SpaceCounter {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        match call {
+            Call::Get { key } => self.note(key),
+            Call::BatchGet { keys } => keys.iter().for_each(|k| self.note(k)),
+            _ => {}
+        }
+        Ok(())
     }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        keys.iter().for_each(|k| self.note(k));
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.inner.delete(key).await
-    }
-    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
-        let out = self.inner.scan(range, limit, order).await?;
-        out.iter().for_each(|(k, _)| self.note(k));
-        Ok(out)
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> KvResult<CasOutcome> {
-        self.inner.compare_and_swap(key, expected, new).await
+    fn scanned(&self, _range: &KeyRange, _limit: usize, _order: ScanOrder, pairs: &[KvPair]) {
+        pairs.iter().for_each(|(k, _)| self.note(k));
     }
 }
 
@@ -357,13 +338,16 @@ impl RawKv for SpaceCounter {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scanning_reads_only_the_notify_space() {
     let codec = percolator::KeyCodec::new("test");
-    let kv = Arc::new(SpaceCounter {
-        inner: MemoryKv::new(),
-        notify_prefix: codec.space_range(Space::Notify).start,
-        notify_floor: codec.meta(percolator::txn::NOTIFY_FLOOR_META),
-        outside: AtomicU64::new(0),
-        calls: AtomicU64::new(0),
-    });
+    let kv = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()),
+        SpaceCounter {
+            notify_prefix: codec.space_range(Space::Notify).start,
+            notify_floor: codec.meta(percolator::txn::NOTIFY_FLOOR_META),
+            outside: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+        },
+    ));
+    let counter = kv.hooks();
     let c: Client = client_on(kv.clone(), test_config());
     let mut registry = Registry::new();
     registry
@@ -389,8 +373,8 @@ async fn scanning_reads_only_the_notify_space() {
         t.set(Cell::new("big", format!("r{i:06}"), "v"), "dirty");
         t.commit().await.unwrap();
     }
-    kv.outside.store(0, Ordering::Relaxed);
-    kv.calls.store(0, Ordering::Relaxed);
+    counter.outside.store(0, Ordering::Relaxed);
+    counter.calls.store(0, Ordering::Relaxed);
     let config = WorkerConfig {
         scanners: 1,
         heartbeat: Duration::from_secs(3600),
@@ -404,23 +388,22 @@ async fn scanning_reads_only_the_notify_space() {
     worker.shutdown().await;
     // Reads outside the notify space: per dirty cell, the observer transaction reads the
     // primary's head (status), the cell's head and its ack; plus the worker registry.
-    let outside = kv.outside.load(Ordering::Relaxed);
+    let outside = counter.outside.load(Ordering::Relaxed);
     assert!(
         outside <= 5 * 4 + 8,
         "{outside} reads outside the notify space"
     );
     assert!(
-        kv.calls.load(Ordering::Relaxed) < 1000,
+        counter.calls.load(Ordering::Relaxed) < 1000,
         "{} raw reads",
-        kv.calls.load(Ordering::Relaxed)
+        counter.calls.load(Ordering::Relaxed)
     );
 }
 
-/// A model of an LSM store's delete markers over `MemoryKv`: deleted keys stay as markers
-/// that every scan of their range walks past (as fjall's and RocksDB's do until compaction),
-/// and scans of the notify space count the entries they visit, markers included.
+/// Hooks modelling an LSM store's delete markers over `MemoryKv`: deleted keys stay as
+/// markers that every scan of their range walks past (as fjall's and RocksDB's do until
+/// compaction), and scans of the notify space count the entries they visit, markers included.
 struct TombstoneModel {
-    inner: MemoryKv,
     markers: std::sync::Mutex<std::collections::BTreeSet<Vec<u8>>>,
     notify: KeyRange,
     visited: AtomicU64,
@@ -443,31 +426,18 @@ impl TombstoneModel {
 }
 
 #[async_trait::async_trait]
-impl RawKv for TombstoneModel {
-    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.inner.get(key).await
+impl Hooks for TombstoneModel {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        match call {
+            Call::Put { key, .. } => self.unmark(key),
+            Call::BatchPut { pairs } => pairs.iter().for_each(|(k, _)| self.unmark(k)),
+            Call::Delete { key } => self.mark(key),
+            Call::BatchDelete { keys } => keys.iter().for_each(|k| self.mark(k)),
+            _ => {}
+        }
+        Ok(())
     }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.unmark(&key);
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
-        pairs.iter().for_each(|(k, _)| self.unmark(k));
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.mark(&key);
-        self.inner.delete(key).await
-    }
-    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
-        keys.iter().for_each(|k| self.mark(k));
-        self.inner.batch_delete(keys).await
-    }
-    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
-        let out = self.inner.scan(range.clone(), limit, order).await?;
+    fn scanned(&self, range: &KeyRange, limit: usize, order: ScanOrder, out: &[KvPair]) {
         if self.notify.contains(&range.start) && order == ScanOrder::Forward {
             // Markers walked: those in the range up to the last key returned (or the whole
             // range when the page was not full).
@@ -481,20 +451,10 @@ impl RawKv for TombstoneModel {
                 .fetch_add((walked + out.len()) as u64, Ordering::Relaxed);
             self.scans.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(out)
     }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> KvResult<CasOutcome> {
-        let out = self
-            .inner
-            .compare_and_swap(key.clone(), expected, new)
-            .await?;
+    async fn swapped(&self, key: &[u8], _new: &[u8], out: CasOutcome) -> KvResult<CasOutcome> {
         if out.swapped {
-            self.unmark(&key);
+            self.unmark(key);
         }
         Ok(out)
     }
@@ -506,13 +466,16 @@ impl RawKv for TombstoneModel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_skip_handled_notifications() {
     let codec = percolator::KeyCodec::new("test");
-    let kv = Arc::new(TombstoneModel {
-        inner: MemoryKv::new(),
-        markers: Default::default(),
-        notify: codec.space_range(Space::Notify),
-        visited: AtomicU64::new(0),
-        scans: AtomicU64::new(0),
-    });
+    let kv = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()),
+        TombstoneModel {
+            markers: Default::default(),
+            notify: codec.space_range(Space::Notify),
+            visited: AtomicU64::new(0),
+            scans: AtomicU64::new(0),
+        },
+    ));
+    let model = kv.hooks();
     let c: Client = client_on(kv.clone(), test_config());
     let mut registry = Registry::new();
     registry
@@ -541,7 +504,7 @@ async fn scans_skip_handled_notifications() {
     }
     quiesce(std::slice::from_ref(&worker)).await;
     assert_eq!(worker.metrics().snapshot().processed, 20_000);
-    let markers = kv.markers.lock().unwrap().len();
+    let markers = model.markers.lock().unwrap().len();
     assert!(markers >= 20_000, "{markers} delete markers");
     // Live notifications on a column nobody observes stay; they are put in a later second
     // than every handled one.
@@ -563,8 +526,8 @@ async fn scans_skip_handled_notifications() {
     })
     .await
     .expect("the notify floor rises past the drained buckets");
-    kv.visited.store(0, Ordering::Relaxed);
-    kv.scans.store(0, Ordering::Relaxed);
+    model.visited.store(0, Ordering::Relaxed);
+    model.scans.store(0, Ordering::Relaxed);
     let scanned_before = worker.metrics().snapshot().scanned;
     // Several passes.
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -575,8 +538,8 @@ async fn scans_skip_handled_notifications() {
     .await
     .expect("the worker keeps scanning");
     let (visited, scans) = (
-        kv.visited.load(Ordering::Relaxed),
-        kv.scans.load(Ordering::Relaxed),
+        model.visited.load(Ordering::Relaxed),
+        model.scans.load(Ordering::Relaxed),
     );
     worker.shutdown().await;
     assert!(scans >= 5, "{scans} scans");

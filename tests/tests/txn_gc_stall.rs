@@ -11,10 +11,10 @@
 mod common;
 use async_trait::async_trait;
 use common::*;
-use percolator::kv::{KvError, MemoryKv, RawKv, ScanOrder};
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::{KvError, MemoryKv, RawKv};
 use percolator::ts::{LocalClock, Timestamp, TimestampError, TimestampSource};
 use percolator::txn::{Client, ClientConfig, TxnError};
-use percolator::{CasOutcome, KeyRange};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,10 +147,9 @@ async fn a_late_start_ts_never_reads_below_the_gc_safe_point_out_of_line() {
     late_start_ts(4096).await;
 }
 
-/// A store that, once armed, holds back the first read of an out-of-line value (`D` key)
-/// until released: a scan that stalls between reading a head and fetching its value.
+/// Hooks that, once armed, hold back the first read of an out-of-line value (`D` key) until
+/// released: a scan that stalls between reading a head and fetching its value.
 struct StallDataReads {
-    inner: Arc<dyn RawKv>,
     data_prefix: Vec<u8>,
     armed: AtomicBool,
     reached: Semaphore,
@@ -158,44 +157,15 @@ struct StallDataReads {
 }
 
 #[async_trait]
-impl RawKv for StallDataReads {
-    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        if key.starts_with(&self.data_prefix) && self.armed.swap(false, Ordering::SeqCst) {
-            self.reached.add_permits(1);
-            self.release.acquire().await.expect("open").forget();
+impl Hooks for StallDataReads {
+    async fn before(&self, call: Call<'_>) -> Result<(), KvError> {
+        if let Call::Get { key } = call {
+            if key.starts_with(&self.data_prefix) && self.armed.swap(false, Ordering::SeqCst) {
+                self.reached.add_permits(1);
+                self.release.acquire().await.expect("open").forget();
+            }
         }
-        self.inner.get(key).await
-    }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KvError> {
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), KvError> {
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> Result<(), KvError> {
-        self.inner.delete(key).await
-    }
-    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> Result<(), KvError> {
-        self.inner.batch_delete(keys).await
-    }
-    async fn scan(
-        &self,
-        range: KeyRange,
-        limit: usize,
-        order: ScanOrder,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
-        self.inner.scan(range, limit, order).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> Result<CasOutcome, KvError> {
-        self.inner.compare_and_swap(key, expected, new).await
+        Ok(())
     }
 }
 
@@ -205,13 +175,16 @@ impl RawKv for StallDataReads {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_outliving_its_snapshot_is_too_old_not_corrupt() {
     let codec = percolator::KeyCodec::new(test_config().namespace);
-    let kv = Arc::new(StallDataReads {
-        inner: Arc::new(MemoryKv::new()),
-        data_prefix: codec.space_range(percolator::codec::Space::Data).start,
-        armed: AtomicBool::new(false),
-        reached: Semaphore::new(0),
-        release: Semaphore::new(0),
-    });
+    let kv = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()),
+        StallDataReads {
+            data_prefix: codec.space_range(percolator::codec::Space::Data).start,
+            armed: AtomicBool::new(false),
+            reached: Semaphore::new(0),
+            release: Semaphore::new(0),
+        },
+    ));
+    let stall = kv.hooks();
     let clock = Arc::new(LocalClock::new());
     let writer = Client::with_config(kv.clone(), clock.clone(), reader_config());
     let reader = Client::with_config(kv.clone(), clock.clone(), reader_config());
@@ -219,22 +192,22 @@ async fn a_scan_outliving_its_snapshot_is_too_old_not_corrupt() {
     let big = |b: u8| vec![b; 4096];
     write(&writer, &["a"], &big(b'1')).await;
 
-    kv.armed.store(true, Ordering::SeqCst);
+    stall.armed.store(true, Ordering::SeqCst);
     let txn = reader.begin().await.unwrap();
     let scanning = tokio::spawn(async move { txn.scan(b"t", b"", None).await });
-    kv.reached.acquire().await.unwrap().forget();
+    stall.reached.acquire().await.unwrap().forget();
     let v2_ts = write(&writer, &["a"], &big(b'2')).await;
     gc_above(&gc, v2_ts).await;
-    kv.release.add_permits(1);
+    stall.release.add_permits(1);
     assert_too_old(scanning.await.unwrap(), "scan");
 
     // Without GC in between, the same stall reads the right value.
-    kv.armed.store(true, Ordering::SeqCst);
+    stall.armed.store(true, Ordering::SeqCst);
     let txn = reader.begin().await.unwrap();
     let scanning = tokio::spawn(async move { txn.scan(b"t", b"", None).await });
-    kv.reached.acquire().await.unwrap().forget();
+    stall.reached.acquire().await.unwrap().forget();
     write(&writer, &["a"], &big(b'3')).await;
-    kv.release.add_permits(1);
+    stall.release.add_permits(1);
     let cells = scanning.await.unwrap().expect("scan without GC");
     assert_eq!(cells.len(), 1);
     assert_eq!(cells[0].1, big(b'2'));

@@ -25,8 +25,9 @@
 #[macro_use]
 mod common;
 use common::*;
-use percolator::kv::{Faults, FaultyKv, KvPair, RawKv, ScanOrder};
-use percolator::{CasOutcome, KeyRange, KvError};
+use percolator::kv::intercept::{Hooks, Intercepted};
+use percolator::kv::{Faults, FaultyKv, KvResult};
+use percolator::CasOutcome;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,53 +87,17 @@ async fn randomized_histories_on_tikv_match_the_model() {
     }
 }
 
-/// Passes every call through, counting CASes reported as not swapped although the key holds
-/// exactly the value they wrote: with unique values (heads carry `seq`), only a retried CAS
-/// that had applied reports that.
-struct RetryWitnessKv {
-    inner: Arc<dyn RawKv>,
+/// Hooks counting CASes reported as not swapped although the key holds exactly the value
+/// they wrote: with unique values (heads carry `seq`), only a retried CAS that had applied
+/// reports that.
+struct RetryWitness {
     own_value_reports: AtomicU64,
 }
 
 #[async_trait::async_trait]
-impl RawKv for RetryWitnessKv {
-    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(key).await
-    }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KvError> {
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<KvPair>) -> Result<(), KvError> {
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> Result<(), KvError> {
-        self.inner.delete(key).await
-    }
-    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> Result<(), KvError> {
-        self.inner.batch_delete(keys).await
-    }
-    async fn scan(
-        &self,
-        range: KeyRange,
-        limit: usize,
-        order: ScanOrder,
-    ) -> Result<Vec<KvPair>, KvError> {
-        self.inner.scan(range, limit, order).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> Result<CasOutcome, KvError> {
-        let out = self
-            .inner
-            .compare_and_swap(key, expected, new.clone())
-            .await?;
-        if !out.swapped && out.previous.as_deref() == Some(new.as_slice()) {
+impl Hooks for RetryWitness {
+    async fn swapped(&self, _key: &[u8], new: &[u8], out: CasOutcome) -> KvResult<CasOutcome> {
+        if !out.swapped && out.previous.as_deref() == Some(new) {
             self.own_value_reports.fetch_add(1, Ordering::Relaxed);
         }
         Ok(out)
@@ -152,12 +117,14 @@ async fn randomized_histories_survive_the_clients_own_cas_retries() {
             c
         })
         .await;
-        let kv = Arc::new(RetryWitnessKv {
-            inner: tikv.kv.clone(),
-            own_value_reports: AtomicU64::new(0),
-        });
+        let kv = Arc::new(Intercepted::wrap(
+            tikv.kv.clone(),
+            RetryWitness {
+                own_value_reports: AtomicU64::new(0),
+            },
+        ));
         model::run_history(kv.clone(), seed, 25).await;
-        seen += kv.own_value_reports.load(Ordering::Relaxed);
+        seen += kv.hooks().own_value_reports.load(Ordering::Relaxed);
         if seen > 0 {
             break;
         }

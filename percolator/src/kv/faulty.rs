@@ -1,10 +1,13 @@
-//! A fault-injecting [`RawKv`] wrapper for tests (feature `testkit`).
+//! A fault-injecting [`RawKv`](super::RawKv) wrapper for tests (feature `testkit`).
 //!
 //! It reproduces tikv-client's CAS retry hazard (the swap is applied but reported as failed,
-//! with the current value, which is then the caller's own) and delays calls by random amounts
-//! so that concurrent calls land in a different order than they were issued.
+//! with the current value, which is then the caller's own), delays calls by random amounts
+//! so that concurrent calls land in a different order than they were issued, and fails calls
+//! as unavailable (before they reach the store, or after it applied them: a lost reply). It
+//! is an [`Intercepted`] store whose hooks are [`FaultHooks`].
 
-use super::{CasOutcome, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use super::intercept::{Call, Hooks, Intercepted, Op};
+use super::{CasOutcome, KvError, KvResult, RawKv};
 use async_trait::async_trait;
 use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +23,7 @@ pub struct Faults {
     pub delay: f64,
     /// Upper bound of one delay.
     pub max_delay: Duration,
-    /// Probability that a call fails with [`super::KvError::Unavailable`]: half of them
+    /// Probability that a call fails with [`KvError::Unavailable`]: half of them
     /// before reaching the store, half after it applied the call (a lost reply).
     pub unavailable: f64,
 }
@@ -36,36 +39,43 @@ impl Default for Faults {
     }
 }
 
-/// Wraps a store, injecting [`Faults`].
-pub struct FaultyKv {
-    inner: Arc<dyn RawKv>,
-    faults: Faults,
-    hazards: AtomicU64,
-}
+/// A store wrapped so that it injects [`Faults`].
+pub type FaultyKv = Intercepted<FaultHooks>;
 
 impl FaultyKv {
-    /// Wraps `inner`.
+    /// Wraps `inner`, injecting `faults`.
     pub fn new(inner: Arc<dyn RawKv>, faults: Faults) -> Self {
-        FaultyKv {
+        Intercepted::wrap(
             inner,
-            faults,
-            hazards: AtomicU64::new(0),
-        }
+            FaultHooks {
+                faults,
+                hazards: AtomicU64::new(0),
+            },
+        )
     }
 
     /// How many swaps were reported as failed although they applied.
     pub fn hazards_injected(&self) -> u64 {
-        self.hazards.load(Ordering::Relaxed)
+        self.hooks().hazards.load(Ordering::Relaxed)
     }
+}
 
-    /// Whether to fail this call: `Some(true)` after applying it, `Some(false)` before.
-    fn unavailable(&self) -> Option<bool> {
-        let mut rng = rand::thread_rng();
-        (self.faults.unavailable > 0.0 && rng.gen_bool(self.faults.unavailable))
-            .then(|| rng.gen_bool(0.5))
+/// The hooks of a [`FaultyKv`]: its [`Faults`] and the count of hazards injected.
+pub struct FaultHooks {
+    faults: Faults,
+    hazards: AtomicU64,
+}
+
+impl FaultHooks {
+    /// Whether to fail with probability `p` (drawing nothing when `p` is 0).
+    fn roll(p: f64) -> bool {
+        p > 0.0 && rand::thread_rng().gen_bool(p.min(1.0))
     }
+}
 
-    async fn maybe_delay(&self) {
+#[async_trait]
+impl Hooks for FaultHooks {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
         let delay = {
             let mut rng = rand::thread_rng();
             if rng.gen_bool(self.faults.delay) {
@@ -78,123 +88,40 @@ impl FaultyKv {
             Some(d) => tokio::time::sleep(d).await,
             None => tokio::task::yield_now().await,
         }
-    }
-}
-
-#[async_trait]
-impl RawKv for FaultyKv {
-    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("get"));
+        // Half of the unavailable calls fail here, before reaching the store.
+        if Self::roll(self.faults.unavailable / 2.0) {
+            return Err(lost(call.op()));
         }
-        let out = self.inner.get(key).await?;
-        if fail == Some(true) {
-            return Err(lost("get"));
-        }
-        Ok(out)
+        Ok(())
     }
 
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("batch_get"));
+    async fn after(&self, op: Op) -> KvResult<()> {
+        // The other half lose their reply after the store applied them: among the calls that
+        // got past `before`, that is a share of (u/2) / (1 - u/2).
+        let half = self.faults.unavailable / 2.0;
+        if half > 0.0 && Self::roll(half / (1.0 - half)) {
+            return Err(lost(op));
         }
-        let out = self.inner.batch_get(keys).await?;
-        if fail == Some(true) {
-            return Err(lost("batch_get"));
-        }
-        Ok(out)
+        Ok(())
     }
 
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("put"));
-        }
-        let out = self.inner.put(key, value).await?;
-        if fail == Some(true) {
-            return Err(lost("put"));
-        }
-        Ok(out)
-    }
-
-    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("batch_put"));
-        }
-        let out = self.inner.batch_put(pairs).await?;
-        if fail == Some(true) {
-            return Err(lost("batch_put"));
-        }
-        Ok(out)
-    }
-
-    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("delete"));
-        }
-        let out = self.inner.delete(key).await?;
-        if fail == Some(true) {
-            return Err(lost("delete"));
-        }
-        Ok(out)
-    }
-
-    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("scan"));
-        }
-        let out = self.inner.scan(range, limit, order).await?;
-        if fail == Some(true) {
-            return Err(lost("scan"));
-        }
-        Ok(out)
-    }
-
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> KvResult<CasOutcome> {
-        self.maybe_delay().await;
-        let fail = self.unavailable();
-        if fail == Some(false) {
-            return Err(lost("compare_and_swap"));
-        }
-        let out = self
-            .inner
-            .compare_and_swap(key, expected, new.clone())
-            .await?;
-        if fail == Some(true) {
-            return Err(lost("compare_and_swap"));
-        }
-        if out.swapped && rand::thread_rng().gen_bool(self.faults.cas_hazard) {
+    async fn swapped(&self, _key: &[u8], new: &[u8], outcome: CasOutcome) -> KvResult<CasOutcome> {
+        if outcome.swapped && rand::thread_rng().gen_bool(self.faults.cas_hazard) {
             // What tikv-client reports when its retry of an applied CAS fails: not swapped,
             // and the current value, which is the one this very call wrote.
             self.hazards.fetch_add(1, Ordering::Relaxed);
             return Ok(CasOutcome {
-                previous: Some(new),
+                previous: Some(new.to_vec()),
                 swapped: false,
             });
         }
-        Ok(out)
+        Ok(outcome)
     }
 }
 
-fn lost(op: &'static str) -> super::KvError {
-    super::KvError::Unavailable {
-        op,
+fn lost(op: Op) -> KvError {
+    KvError::Unavailable {
+        op: op.name(),
         message: "injected: no reply".to_string(),
     }
 }

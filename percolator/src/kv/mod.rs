@@ -15,7 +15,9 @@ pub mod conformance;
 #[cfg(feature = "testkit")]
 mod faulty;
 #[cfg(feature = "testkit")]
-pub use faulty::{Faults, FaultyKv};
+pub mod intercept;
+#[cfg(feature = "testkit")]
+pub use faulty::{FaultHooks, Faults, FaultyKv};
 
 pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
 pub use memory::MemoryKv;

@@ -6,6 +6,7 @@
 
 use super::{cell, client_on, count_locks, num, setup, test_config};
 use percolator::codec::Space;
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
 use percolator::kv::{scan_all, Faults, FaultyKv, RawKv, ScanOrder};
 use percolator::txn::{ClientConfig, TxnError, TxnStatus};
 use percolator::{KvError, Timestamp};
@@ -83,9 +84,8 @@ pub async fn cas_reported_failed_but_applied_is_success(kv: Arc<dyn RawKv>) {
     assert!(committed > 0);
 }
 
-/// A store wrapper that holds back the CAS of one key until released.
-struct GateKv {
-    inner: Arc<dyn RawKv>,
+/// Hooks that hold back the CAS of one key until released.
+struct Gate {
     gated_key: Vec<u8>,
     armed: std::sync::atomic::AtomicBool,
     gate: tokio::sync::Semaphore,
@@ -93,49 +93,23 @@ struct GateKv {
 }
 
 #[async_trait::async_trait]
-impl RawKv for GateKv {
-    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(key).await
-    }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KvError> {
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), KvError> {
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> Result<(), KvError> {
-        self.inner.delete(key).await
-    }
-    async fn scan(
-        &self,
-        range: percolator::KeyRange,
-        limit: usize,
-        order: ScanOrder,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
-        self.inner.scan(range, limit, order).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> Result<percolator::CasOutcome, KvError> {
+impl Hooks for Gate {
+    async fn before(&self, call: Call<'_>) -> Result<(), KvError> {
         // Only the first CAS of the key after arming (T1's prewrite) is held back.
         use std::sync::atomic::Ordering::SeqCst;
-        if key == self.gated_key
-            && self
-                .armed
-                .compare_exchange(true, false, SeqCst, SeqCst)
-                .is_ok()
-        {
-            self.waiting.notify_one();
-            let permit = self.gate.acquire().await.expect("gate open");
-            permit.forget();
+        if let Call::CompareAndSwap { key, .. } = call {
+            if key == self.gated_key.as_slice()
+                && self
+                    .armed
+                    .compare_exchange(true, false, SeqCst, SeqCst)
+                    .is_ok()
+            {
+                self.waiting.notify_one();
+                let permit = self.gate.acquire().await.expect("gate open");
+                permit.forget();
+            }
         }
-        self.inner.compare_and_swap(key, expected, new).await
+        Ok(())
     }
 }
 
@@ -143,13 +117,16 @@ async fn delayed_prewrite_scenario(inner: Arc<dyn RawKv>, delay_primary: bool) {
     let codec = percolator::KeyCodec::new("test");
     let (p, s) = (cell("p"), cell("s"));
     let gated = if delay_primary { &p } else { &s };
-    let kv = Arc::new(GateKv {
+    let kv = Arc::new(Intercepted::wrap(
         inner,
-        gated_key: codec.head(gated),
-        armed: std::sync::atomic::AtomicBool::new(false),
-        gate: tokio::sync::Semaphore::new(0),
-        waiting: tokio::sync::Notify::new(),
-    });
+        Gate {
+            gated_key: codec.head(gated),
+            armed: std::sync::atomic::AtomicBool::new(false),
+            gate: tokio::sync::Semaphore::new(0),
+            waiting: tokio::sync::Notify::new(),
+        },
+    ));
+    let gate = kv.hooks();
     // T1 stands for a stalled process: it sends no heartbeats either.
     let config = ClientConfig {
         heartbeat: false,
@@ -157,7 +134,7 @@ async fn delayed_prewrite_scenario(inner: Arc<dyn RawKv>, delay_primary: bool) {
     };
     let c = client_on(kv.clone(), config);
     setup(&c, &[("p", 1), ("s", 2)]).await;
-    kv.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    gate.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let t1 = c.begin().await.unwrap();
     t1.set(p.clone(), "10");
     t1.set(s.clone(), "20");
@@ -167,7 +144,7 @@ async fn delayed_prewrite_scenario(inner: Arc<dyn RawKv>, delay_primary: bool) {
     });
     // T1's CAS of the gated head is now held back. Another reader meets T1's other lock;
     // once it expires, T1 is rolled back for good.
-    kv.waiting.notified().await;
+    gate.waiting.notified().await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let t2 = c.begin().await.unwrap();
     let other = if delay_primary { &s } else { &p };
@@ -181,7 +158,7 @@ async fn delayed_prewrite_scenario(inner: Arc<dyn RawKv>, delay_primary: bool) {
         c.txn_status(&p, t1.start_ts()).await.unwrap(),
         TxnStatus::RolledBack
     );
-    kv.gate.add_permits(1000);
+    gate.gate.add_permits(1000);
     let result = commit.await.unwrap();
     assert!(
         matches!(
@@ -410,48 +387,23 @@ pub async fn corrupt_heads_are_typed_errors(kv: Arc<dyn RawKv>) {
     ));
 }
 
-/// Runs a callback (once) right after GC shrinks a head to a tombstone, before GC deletes the
-/// cell's versions: the window in which new transactions may commit the cell again.
-struct TombstoneHookKv {
-    inner: Arc<dyn RawKv>,
+/// Hooks that run a callback (once) right after GC shrinks a head to a tombstone, before GC
+/// deletes the cell's versions: the window in which new transactions may commit the cell again.
+struct AfterTombstone {
     hook:
         tokio::sync::Mutex<Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>,
 }
 
 #[async_trait::async_trait]
-impl RawKv for TombstoneHookKv {
-    async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(key).await
-    }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), KvError> {
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), KvError> {
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> Result<(), KvError> {
-        self.inner.delete(key).await
-    }
-    async fn scan(
+impl Hooks for AfterTombstone {
+    async fn swapped(
         &self,
-        range: percolator::KeyRange,
-        limit: usize,
-        order: ScanOrder,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, KvError> {
-        self.inner.scan(range, limit, order).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
+        _key: &[u8],
+        new: &[u8],
+        out: percolator::CasOutcome,
     ) -> Result<percolator::CasOutcome, KvError> {
-        let tombstone = percolator::record::Head::decode(&new)
+        let tombstone = percolator::record::Head::decode(new)
             .is_ok_and(|h| h.latest.is_none() && h.lock.is_none() && h.floor > 0);
-        let out = self.inner.compare_and_swap(key, expected, new).await?;
         if out.swapped && tombstone {
             let hook = self.hook.lock().await.take();
             if let Some(hook) = hook {
@@ -465,10 +417,12 @@ impl RawKv for TombstoneHookKv {
 /// Review finding: after the tombstone CAS, GC must not delete versions committed above the
 /// safe point (a new transaction may commit the cell and a later one push it into V).
 pub async fn gc_tombstone_keeps_versions_committed_after_the_safe_point(kv: Arc<dyn RawKv>) {
-    let kv = Arc::new(TombstoneHookKv {
-        inner: kv,
-        hook: tokio::sync::Mutex::new(None),
-    });
+    let kv = Arc::new(Intercepted::wrap(
+        kv,
+        AfterTombstone {
+            hook: tokio::sync::Mutex::new(None),
+        },
+    ));
     let c = client_on(kv.clone(), gc_config());
     setup(&c, &[("x", 0)]).await;
     let t = c.begin().await.unwrap();
@@ -479,7 +433,7 @@ pub async fn gc_tombstone_keeps_versions_committed_after_the_safe_point(kv: Arc<
     let (tx, rx) = tokio::sync::oneshot::channel();
     {
         let c = c.clone();
-        *kv.hook.lock().await = Some(Box::pin(async move {
+        *kv.hooks().hook.lock().await = Some(Box::pin(async move {
             // t1 commits x=1; t2 commits x=2, pushing t1's version into V.
             let t1 = c.begin().await.unwrap();
             t1.set(cell("x"), "1");

@@ -1,0 +1,86 @@
+//! The hint path: commits of this process hand their notify keys straight to the worker
+//! (`Client::notify_hints()`), which dispatches each key of a cell it observes and owns at
+//! once, as the hint's typed notification (`Committed { c }` or `Weak`: the committer knows
+//! the fate, so no status lookup and no decoding).
+//!
+//! Invariants it keeps:
+//! - Hints are best-effort: a lagging receiver lost some, so it wakes the scanners, and the
+//!   notify space stays the source of truth.
+//! - While a hint is being dispatched, `hint_floor` holds its notify timestamp (scanners
+//!   leave keys at or above it to this path, as they are most likely queued as hints); once
+//!   the queue is empty it is lifted to `u64::MAX`, so no key is left to hints forever.
+
+use super::dispatch::{dispatch, Dispatch};
+use super::Inner;
+use crate::metrics::Metrics;
+use crate::process::Payload;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What the hint path shares with the scanners.
+pub(super) struct HintState {
+    /// While commit hints wait to be dispatched: the notify ts of the one being dispatched
+    /// (newer keys are most likely queued as hints, so scanners leave them); `u64::MAX`
+    /// when no hint waits.
+    floor: AtomicU64,
+    /// Wakes the scanners early (hints were lost: scan for what they carried).
+    pub(super) rescan: tokio::sync::Notify,
+}
+
+impl HintState {
+    pub(super) fn new() -> Self {
+        HintState {
+            floor: AtomicU64::new(u64::MAX),
+            rescan: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The notify ts at and above which keys are most likely queued as hints.
+    pub(super) fn floor(&self) -> u64 {
+        self.floor.load(Ordering::Relaxed)
+    }
+}
+
+/// Handles the hints of this process's commits: each notify key this worker observes and
+/// owns is dispatched at once, without waiting for a scan. Lost hints wake the scanners.
+pub(super) async fn hint_loop(inner: Arc<Inner>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut hints = inner.client.notify_hints();
+    let mut shutdown = inner.shutdown.clone();
+    while !inner.stopping() {
+        let hint = tokio::select! {
+            hint = hints.recv() => hint,
+            _ = shutdown.changed() => return,
+        };
+        match hint {
+            Ok(hint) => {
+                inner.hints.floor.store(hint.notify_ts, Ordering::Relaxed);
+                for cell in &hint.cells {
+                    if inner.registry.get(cell).is_none() || !inner.membership.owns(cell) {
+                        continue;
+                    }
+                    let key = inner
+                        .client
+                        .codec()
+                        .notify(cell, hint.notify_ts, hint.bucket);
+                    // The committer knows the fate: no earlier "undecided" backoff applies.
+                    inner.ledger.forget_backoff(&key);
+                    let payload = Payload::Record(hint.notification.clone());
+                    match dispatch(&inner, cell, &key, payload, true).await {
+                        Dispatch::Started => Metrics::add(&inner.metrics.hinted),
+                        Dispatch::Busy => {}
+                        Dispatch::Stopped => return,
+                    }
+                }
+            }
+            Err(RecvError::Lagged(lost)) => {
+                tracing::debug!(lost, "notify hints lost; scanning instead");
+                inner.hints.rescan.notify_waiters();
+            }
+            Err(RecvError::Closed) => return,
+        }
+        if hints.is_empty() {
+            inner.hints.floor.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Membership: the worker registry (`M workers/<id>` heartbeats), the hash split of the
+//! notify space among live workers, and which owners have stalled.
+//!
+//! Invariants it keeps:
+//! - A worker owns nothing until it is settled: a heartbeat period (at most [`SETTLE_MAX`])
+//!   after its first heartbeat, when the other workers have seen it, so that its share does
+//!   not overlap theirs as it joins.
+//! - A cell has one owner among the live workers the last heartbeat saw: the one at index
+//!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
+//!   under one lock, so an owner test never mixes two heartbeats' views).
+//! - An owner counts as stalled (sweeps may take its share) only when its published progress
+//!   (notifications handled) has not moved for `orphan_age`; a busy owner keeps its share.
+
+use super::{lock, Inner};
+use crate::error::WorkerError;
+use percolator::kv::ScanOrder;
+use percolator::Cell;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const WORKERS_META: &[u8] = b"workers/";
+/// Longest wait of a new worker before it takes its share (see [`Split::owns_from`]).
+const SETTLE_MAX: Duration = Duration::from_secs(1);
+
+/// The worker's view of the split, as of its last heartbeat.
+struct Split {
+    /// (my index, live workers) of the hash split.
+    share: (u64, u64),
+    /// Per index of the hash split: whether that worker has made no progress (handled no
+    /// notification) for `orphan_age`, so sweeps may take its share.
+    stalled: Vec<bool>,
+    /// Per worker key: the last progress count seen and when it last changed.
+    progress_seen: HashMap<Vec<u8>, (u64, Instant)>,
+    /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
+    /// after its first heartbeat, when the others have seen it, so that its share does not
+    /// overlap theirs as it joins. `None` before the first heartbeat.
+    owns_from: Option<Instant>,
+}
+
+impl Split {
+    fn settled(&self) -> bool {
+        self.owns_from.is_some_and(|from| Instant::now() >= from)
+    }
+}
+
+/// Membership state of one worker.
+pub(super) struct Membership {
+    split: Mutex<Split>,
+    /// Notifications this worker finished handling (whatever the outcome): its progress,
+    /// published with its heartbeat.
+    handled: AtomicU64,
+}
+
+fn stable_hash(cell: &Cell) -> u64 {
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    cell.hash(&mut h);
+    h.finish()
+}
+
+impl Membership {
+    pub(super) fn new() -> Self {
+        Membership {
+            split: Mutex::new(Split {
+                share: (0, 1),
+                stalled: Vec::new(),
+                progress_seen: HashMap::new(),
+                owns_from: None,
+            }),
+            handled: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one notification handled (whatever the outcome): the worker's progress.
+    pub(super) fn note_handled(&self) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the worker has taken its share of the split.
+    pub(super) fn settled(&self) -> bool {
+        lock(&self.split).settled()
+    }
+
+    /// Whether `cell` is in this worker's share (never before it is settled).
+    pub(super) fn owns(&self, cell: &Cell) -> bool {
+        let split = lock(&self.split);
+        if !split.settled() {
+            return false;
+        }
+        let (index, live) = split.share;
+        live <= 1 || stable_hash(cell) % live == index
+    }
+
+    /// Whether the owner of `cell` in the hash split has made no progress for `orphan_age`.
+    pub(super) fn owner_stalled(&self, cell: &Cell) -> bool {
+        let split = lock(&self.split);
+        let (_, live) = split.share;
+        let owner = (stable_hash(cell) % live.max(1)) as usize;
+        split.stalled.get(owner).copied().unwrap_or(true)
+    }
+}
+
+impl Inner {
+    /// This worker's record in the worker registry.
+    pub(super) fn worker_key(&self) -> Vec<u8> {
+        let mut name = WORKERS_META.to_vec();
+        name.extend_from_slice(self.config.id.as_bytes());
+        self.client.codec().meta(name)
+    }
+}
+
+/// Registers the worker with heartbeats and recomputes the hash split among live workers.
+pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {
+    let mut shutdown = inner.shutdown.clone();
+    loop {
+        if let Err(e) = heartbeat_once(&inner).await {
+            tracing::warn!(error = %e, "worker heartbeat failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(inner.config.heartbeat) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
+    let now = inner
+        .client
+        .oracle()
+        .get_timestamp()
+        .await
+        .map_err(percolator::TxnError::from)?;
+    let key = inner.worker_key();
+    // The beat (oracle ms) and the progress (notifications handled so far).
+    let mut record = now.physical_ms().to_be_bytes().to_vec();
+    let handled = inner.membership.handled.load(Ordering::Relaxed);
+    record.extend_from_slice(&handled.to_be_bytes());
+    inner.client.store().put(key, record).await?;
+    let pairs = percolator::kv::scan_all(
+        inner.client.store().as_ref(),
+        inner.client.codec().meta_prefix_range(WORKERS_META),
+        ScanOrder::Forward,
+    )
+    .await?;
+    let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
+    let word = |v: &[u8], at: usize| {
+        v.get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+    };
+    // (key, progress) of the live workers; a record without progress (an older worker)
+    // counts as always progressing.
+    let mut live: Vec<(Vec<u8>, Option<u64>)> = pairs
+        .into_iter()
+        .filter(|(_, v)| {
+            (v.len() == 8 || v.len() == 16)
+                && word(v, 0).is_some_and(|beat| beat.saturating_add(horizon) >= now.physical_ms())
+        })
+        .map(|(k, v)| {
+            let progress = word(&v, 8);
+            (k, progress)
+        })
+        .collect();
+    live.sort();
+    let me = inner.worker_key();
+    let index = live.iter().position(|(k, _)| *k == me).unwrap_or(0) as u64;
+    let mut split = lock(&inner.membership.split);
+    let seen = &mut split.progress_seen;
+    seen.retain(|k, _| live.iter().any(|(l, _)| l == k));
+    let stalled: Vec<bool> = live
+        .iter()
+        .map(|(key, progress)| {
+            let Some(progress) = *progress else {
+                return false;
+            };
+            let entry = seen
+                .entry(key.clone())
+                .or_insert((progress, Instant::now()));
+            if entry.0 != progress {
+                *entry = (progress, Instant::now());
+            }
+            *key != me && entry.1.elapsed() >= inner.config.orphan_age
+        })
+        .collect();
+    split.share = (index, live.len().max(1) as u64);
+    split.stalled = stalled;
+    split
+        .owns_from
+        .get_or_insert_with(|| Instant::now() + inner.config.heartbeat.min(SETTLE_MAX));
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The worker runtime: scanners over the notify space, bounded observer runs, per-cell
+//! exclusion, in-process wake-ups, a hash split among live workers, graceful shutdown.
+//!
+//! This module holds the public [`Worker`] (start, shutdown, kill, the waits) and its
+//! [`WorkerConfig`]; the state of a running worker ([`Inner`]) is made of one part per
+//! concern, each in its own module with the invariants it keeps:
+//! - [`membership`]: heartbeats in the worker registry, the hash split, stalled owners;
+//! - [`hints`]: the in-process hint path of this process's commits;
+//! - [`scan`]: the scanners over the notify space and the notify floor;
+//! - [`dispatch`]: observer runs, per-cell exclusion, the queue of hints per busy cell;
+//! - [`retry`]: backoff, keys handled recently, dead letters.
+//!
+//! Each notification is decoded once, where it is read (a scan) or made (a hint), and
+//! travels typed ([`crate::process::Payload`]) through dispatch, handling and retry.
+
+mod dispatch;
+mod hints;
+mod membership;
+mod retry;
+mod scan;
+
+use crate::error::WorkerError;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use dispatch::Flights;
+use hints::HintState;
+use membership::Membership;
+use percolator::Client;
+use rand::Rng;
+use retry::Ledger;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Tunables of a [`Worker`].
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// Identity in the worker registry (default: random).
+    pub id: String,
+    /// Scanner tasks.
+    pub scanners: usize,
+    /// Observer runs in flight at most (scanners wait beyond that: backpressure).
+    pub max_in_flight: usize,
+    /// Rescan period when nothing wakes the worker; it doubles after each pass that finds
+    /// nothing, up to `max_idle_interval`, and drops back once a pass finds work.
+    pub idle_interval: Duration,
+    /// Longest rescan period of an idle worker.
+    pub max_idle_interval: Duration,
+    /// Failures of one notification before it is dead-lettered.
+    pub max_failures: u32,
+    /// First retry delay after a failure or an undecided writer (doubles per failure).
+    pub retry_backoff: Duration,
+    /// Heartbeat period in the worker registry.
+    pub heartbeat: Duration,
+    /// Every this many passes a scanner sweeps: it also takes notifications outside its
+    /// share of the hash split that are older than `orphan_age` and whose owner has made no
+    /// progress for `orphan_age` (a stuck worker, or a dead one the split has not caught up
+    /// with). An owner that is busy with a backlog keeps its share.
+    pub sweep_every: u32,
+    /// How old a notification outside this worker's share must be, and how long its owner
+    /// must have made no progress, before a sweep takes it.
+    pub orphan_age: Duration,
+    /// Scanners leave notifications younger than this to the in-process hint path (a commit
+    /// of this process hands its notify keys straight to the worker); a notification written
+    /// by another process waits at most this much longer for a scanner.
+    pub hint_grace: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            id: format!("worker-{:016x}", rand::thread_rng().gen::<u64>()),
+            scanners: 2,
+            max_in_flight: 64,
+            idle_interval: Duration::from_millis(200),
+            max_idle_interval: Duration::from_secs(1),
+            max_failures: 5,
+            retry_backoff: Duration::from_millis(20),
+            heartbeat: Duration::from_millis(500),
+            sweep_every: 8,
+            orphan_age: Duration::from_secs(30),
+            hint_grace: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The shared state of a running worker: one part per concern.
+struct Inner {
+    client: Client,
+    registry: Arc<Registry>,
+    config: WorkerConfig,
+    metrics: Arc<Metrics>,
+    /// Worker registry, hash split, stalled owners.
+    membership: Membership,
+    /// Observer runs in flight and hints queued per busy cell.
+    flights: Flights,
+    /// Backoff, recently handled keys, failure counts.
+    ledger: Ledger,
+    /// The hint floor and the scanners' wake-up.
+    hints: HintState,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A running worker. Dropping it does not stop it; call [`Worker::shutdown`].
+pub struct Worker {
+    inner: Arc<Inner>,
+    stop: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Worker {
+    /// Starts a worker on `client` running `registry`'s observers. Declares the observed
+    /// columns to `client`.
+    pub fn start(client: Client, registry: Arc<Registry>, config: WorkerConfig) -> Worker {
+        registry.declare(&client);
+        let (stop, shutdown) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            flights: Flights::new(config.max_in_flight),
+            client,
+            registry,
+            config,
+            metrics: Arc::new(Metrics::default()),
+            membership: Membership::new(),
+            ledger: Ledger::default(),
+            hints: HintState::new(),
+            shutdown,
+        });
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(membership::heartbeat_loop(inner.clone())));
+        tasks.push(tokio::spawn(hints::hint_loop(inner.clone())));
+        for n in 0..inner.config.scanners.max(1) {
+            tasks.push(tokio::spawn(scan::scanner_loop(inner.clone(), n as u32)));
+        }
+        tracing::info!(id = %inner.config.id, "worker started");
+        Worker {
+            inner,
+            stop,
+            tasks: Mutex::new(tasks),
+        }
+    }
+
+    /// The worker's counters and histograms.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// The worker's id in the registry.
+    pub fn id(&self) -> &str {
+        &self.inner.config.id
+    }
+
+    /// Stops scanning, waits for the observer runs in flight, leaves the worker registry.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let tasks: Vec<_> = std::mem::take(&mut *lock(&self.tasks));
+        for t in tasks {
+            let _ = t.await;
+        }
+        self.inner
+            .flights
+            .drain(self.inner.config.max_in_flight)
+            .await;
+        let key = self.inner.worker_key();
+        let _ = self.inner.client.store().delete(key).await;
+        tracing::info!(id = %self.inner.config.id, "worker stopped");
+    }
+
+    /// Stops the worker dead, as a crash would: scanners and observer runs in flight are
+    /// aborted wherever they are (possibly between protocol steps, leaving locks and notify
+    /// keys for others to resolve), and the worker stays in the registry until its heartbeat
+    /// expires. For crash tests; use [`Worker::shutdown`] otherwise.
+    pub fn kill(&self) {
+        let _ = self.stop.send(true);
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        self.inner.flights.abort_all();
+    }
+
+    /// Runs until `stop` resolves, then shuts down gracefully. Binaries pass the future of
+    /// `percolator_cli::shutdown_signal()`, created (handlers installed) before they announce
+    /// readiness.
+    pub async fn run_until(&self, stop: impl std::future::Future<Output = ()>) {
+        stop.await;
+        tracing::info!("stopping, shutting down");
+        self.shutdown().await;
+    }
+
+    /// Waits until the worker has taken its share of the hash split (about one heartbeat
+    /// period after start; before that it runs nothing, so that its share never overlaps
+    /// the share of workers that have not seen it yet). Batch jobs call it before loading.
+    pub async fn wait_until_settled(&self) {
+        while !self.inner.membership.settled() && !self.inner.stopping() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until no notify key with a registered observer is left in the store and no
+    /// observer run is in flight in this worker.
+    pub async fn wait_until_quiescent(&self) -> Result<(), WorkerError> {
+        let flights = &self.inner.flights;
+        loop {
+            let started = flights.runs_started();
+            let idle = flights.idle();
+            // A run that started during the scan may have put a key behind it and deleted
+            // its own ahead of it: only a scan with no run started meanwhile counts.
+            if idle
+                && !self.inner.has_pending_notifications().await?
+                && flights.idle()
+                && flights.runs_started() == started
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Inner {
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}

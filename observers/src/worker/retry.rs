@@ -1,0 +1,156 @@
+//! Retry: what the worker does after handling a notify key. It remembers keys handled
+//! recently, backs off keys that failed or whose writer is undecided, and parks a key as a
+//! dead letter after `max_failures` failures.
+//!
+//! Invariants it keeps:
+//! - Only an observer's own failure (an error, a panic, a record that can never be handled)
+//!   counts towards the dead letter; a conflict or an undecided writer is retried without
+//!   counting, and so is a busy or unreachable store or oracle (transient errors keep the
+//!   count they had).
+//! - A key handled in the last [`RECENT_FOR`] is not handled again by this worker (a scanner
+//!   holding a stale page skips it); a key put again later (e.g. rewritten by GC) is.
+//! - The ledger's lock is taken after the dispatch lock (`Flights::cells`), never before.
+
+use super::{lock, Inner};
+use crate::deadletter::DeadLetter;
+use crate::metrics::Metrics;
+use crate::process::{Outcome, Payload};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a handled notify key is remembered.
+const RECENT_FOR: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+struct Entries {
+    /// Per notify key: failures so far and when it may be tried again.
+    retry: HashMap<Vec<u8>, (u32, Instant)>,
+    /// Notify keys this worker handled recently, so that a scanner holding a stale page does
+    /// not handle them again (pruned after `RECENT_FOR`).
+    recent: HashMap<Vec<u8>, Instant>,
+}
+
+/// Per notify key: failures, when to try again, and whether it was handled recently.
+#[derive(Default)]
+pub(super) struct Ledger {
+    entries: Mutex<Entries>,
+}
+
+impl Ledger {
+    /// Whether this worker handled notify key `key` less than `RECENT_FOR` ago (a key put
+    /// again later, e.g. rewritten by GC, is handled again).
+    pub(super) fn handled_recently(&self, key: &[u8]) -> bool {
+        lock(&self.entries)
+            .recent
+            .get(key)
+            .is_some_and(|at| at.elapsed() < RECENT_FOR)
+    }
+
+    /// Whether `key` is backing off (it may not be tried yet).
+    pub(super) fn backing_off(&self, key: &[u8]) -> bool {
+        lock(&self.entries)
+            .retry
+            .get(key)
+            .is_some_and(|(_, after)| *after > Instant::now())
+    }
+
+    /// Forgets the backoff of `key` (its committer reported its fate).
+    pub(super) fn forget_backoff(&self, key: &[u8]) {
+        lock(&self.entries).retry.remove(key);
+    }
+
+    /// Drops old entries of the handled-recently set once it grew large.
+    pub(super) fn prune(&self) {
+        let mut entries = lock(&self.entries);
+        if entries.recent.len() > 10_000 {
+            entries.recent.retain(|_, at| at.elapsed() < RECENT_FOR);
+        }
+    }
+
+    fn failures(&self, key: &[u8]) -> u32 {
+        lock(&self.entries).retry.get(key).map_or(0, |(f, _)| *f)
+    }
+
+    fn retry_later(&self, key: &[u8], failures: u32, backoff: Duration) {
+        let delay = backoff * 2u32.saturating_pow(failures.min(8));
+        lock(&self.entries)
+            .retry
+            .insert(key.to_vec(), (failures, Instant::now() + delay));
+    }
+
+    fn done(&self, key: &[u8]) {
+        let mut entries = lock(&self.entries);
+        entries.retry.remove(key);
+        entries.recent.insert(key.to_vec(), Instant::now());
+    }
+}
+
+/// Books the outcome of handling notify key `key` (value `payload`).
+pub(super) async fn after_handle(
+    inner: &Inner,
+    key: &[u8],
+    payload: &Payload,
+    outcome: Result<Outcome, percolator::TxnError>,
+) {
+    inner.membership.note_handled();
+    let ledger = &inner.ledger;
+    let retry_later = |failures: u32| ledger.retry_later(key, failures, inner.config.retry_backoff);
+    match outcome {
+        Ok(Outcome::Ran | Outcome::Covered | Outcome::RolledBack) => ledger.done(key),
+        Ok(Outcome::Pending) => retry_later(0),
+        Ok(Outcome::Unobserved) => {}
+        Ok(Outcome::Failed { error, resolved }) => {
+            let value = match resolved {
+                Some(resolved) => resolved.encode(),
+                None => payload.to_bytes(),
+            };
+            fail(inner, key, value, error).await;
+        }
+        Err(percolator::TxnError::User(error)) => {
+            fail(inner, key, payload.to_bytes(), error).await;
+        }
+        Err(e) if e.is_retryable() => retry_later(1),
+        // A busy or unreachable store or oracle is not the observer's fault: retry with
+        // backoff, without counting towards the dead letter.
+        Err(e) if e.is_transient() => {
+            tracing::debug!(error = %e, "transient error; notification retried later");
+            retry_later(ledger.failures(key));
+        }
+        Err(e) => {
+            // Anything else (a corrupt record met on the way, a storage error) counts as a
+            // failure too, so a notification that can never be handled ends as a dead letter
+            // instead of being retried forever.
+            tracing::debug!(error = %e, "notification handling failed");
+            fail(inner, key, payload.to_bytes(), e.to_string()).await;
+        }
+    }
+}
+
+/// Counts one failure of `key`: retried later with backoff, or parked as a dead letter (with
+/// the notification `value`) once it reached `max_failures`.
+async fn fail(inner: &Inner, key: &[u8], value: Vec<u8>, error: String) {
+    let ledger = &inner.ledger;
+    let backoff = inner.config.retry_backoff;
+    let failures = ledger.failures(key) + 1;
+    tracing::warn!(key = %key.escape_ascii(), failures, %error, "observer failed");
+    if failures >= inner.config.max_failures {
+        let letter = DeadLetter {
+            notify_key: key.to_vec(),
+            notification: value,
+            error,
+        };
+        match DeadLetter::park(&inner.client, &letter).await {
+            Ok(()) => {
+                Metrics::add(&inner.metrics.dead_lettered);
+                ledger.forget_backoff(key);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dead-lettering failed");
+                ledger.retry_later(key, failures, backoff);
+            }
+        }
+    } else {
+        ledger.retry_later(key, failures, backoff);
+    }
+}

@@ -1,0 +1,176 @@
+//! Scanners: passes over the notify space from the notify floor, oldest bucket first, for
+//! other processes' writes and lost hints; and the quiescence scan.
+//!
+//! Invariants it keeps:
+//! - A pass dispatches only keys of registered columns in this worker's share, older than
+//!   `hint_grace` and below the hint floor (younger keys are most likely on the hint path);
+//!   every `sweep_every`-th pass also takes keys of a stalled owner older than `orphan_age`.
+//! - At its end a pass raises the notify floor only to the oldest bucket in which it met a
+//!   key (at most the previous second), so no notification that existed when the pass began
+//!   falls below the floor.
+//! - Each key's value is decoded once, here, and passed on typed.
+//! - Passes are rationed: after a pass that found nothing, or while hints did at least as
+//!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`.
+
+use super::dispatch::{dispatch, Dispatch};
+use super::Inner;
+use crate::error::WorkerError;
+use crate::metrics::Metrics;
+use crate::process::Payload;
+use percolator::codec::Key;
+use percolator::kv::{RangePager, ScanOrder};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
+    let mut shutdown = inner.shutdown.clone();
+    let mut pass: u32 = scanner;
+    let mut idle = inner.config.idle_interval;
+    let mut hinted_before = 0;
+    while !inner.stopping() {
+        pass = pass.wrapping_add(1);
+        let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
+        let dispatched = match scan_pass(&inner, sweep).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "notify scan failed");
+                0
+            }
+        };
+        // A pass walks the whole notify space (deleted keys included): when this process's
+        // own commit hints carry most of the work, scanning is only the safety net for other
+        // processes' writes and lost hints, so back off as when a pass finds nothing.
+        let hinted = inner.metrics.hinted.load(Ordering::Relaxed);
+        let hinted_since = hinted.saturating_sub(hinted_before);
+        hinted_before = hinted;
+        if dispatched == 0 || hinted_since as usize >= dispatched {
+            wait(&inner, &mut shutdown, idle).await;
+            let longest = inner
+                .config
+                .max_idle_interval
+                .max(inner.config.idle_interval);
+            idle = (idle * 2).min(longest);
+        } else {
+            idle = inner.config.idle_interval;
+        }
+    }
+}
+
+/// Waits `period`, or less if hints were lost or the worker stops.
+async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) {
+    tokio::select! {
+        _ = inner.hints.rescan.notified() => {}
+        _ = tokio::time::sleep(period) => {}
+        _ = shutdown.changed() => {}
+    }
+}
+
+/// One pass over the notify space from the notify floor, oldest bucket first; at its end,
+/// raises the floor to the oldest bucket that still holds a notification (at most the
+/// previous second), so the next pass skips what this one found handled. Returns how many
+/// notifications were dispatched to observer runs.
+async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError> {
+    let floor = inner.client.notify_floor().await?;
+    let range = inner.client.codec().notify_from(floor);
+    // The bucket of the first key met: every notification that existed when the pass
+    // began at `floor` is in it or later.
+    let mut oldest_left: Option<u64> = None;
+    let kv = inner.client.store().clone();
+    let mut dispatched = 0;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    inner.ledger.prune();
+    {
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
+        while let Some(page) = pager.next_page().await? {
+            let mut clumped = 0;
+            for (key, value) in page {
+                if inner.stopping() {
+                    return Ok(dispatched);
+                }
+                Metrics::add(&inner.metrics.scanned);
+                let Ok(Key::Notify { bucket, cell, ts }) = inner.client.codec().decode(&key) else {
+                    // Not ours to judge (another codec version?): keep the floor below it.
+                    oldest_left.get_or_insert(floor);
+                    continue;
+                };
+                oldest_left.get_or_insert(bucket);
+                if inner.registry.get(&cell).is_none() {
+                    continue;
+                }
+                let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
+                if !inner.membership.owns(&cell) {
+                    // Another live worker's share: taken only from an owner that made no
+                    // progress for `orphan_age` (one busy with a backlog keeps it).
+                    if !sweep
+                        || age_ms < inner.config.orphan_age.as_millis() as u64
+                        || !inner.membership.owner_stalled(&cell)
+                    {
+                        continue;
+                    }
+                } else if age_ms < inner.config.hint_grace.as_millis() as u64
+                    || ts >= inner.hints.floor()
+                {
+                    // Most likely waiting in the hint queue: leave it to the hint path.
+                    continue;
+                }
+                if inner.ledger.handled_recently(&key) || inner.ledger.backing_off(&key) {
+                    continue;
+                }
+                match dispatch(inner, &cell, &key, Payload::decode(&value), false).await {
+                    Dispatch::Started => {
+                        clumped = 0;
+                        dispatched += 1;
+                    }
+                    Dispatch::Busy => {
+                        // Another task of this process is on this cell: after a few in a
+                        // row, stop following it (anti-clumping) and let the next pass jump.
+                        clumped += 1;
+                        if clumped >= 4 {
+                            break;
+                        }
+                    }
+                    Dispatch::Stopped => return Ok(dispatched),
+                }
+            }
+        }
+    }
+    // Keys still being put in the current second stay above the floor.
+    let to = oldest_left
+        .unwrap_or(u64::MAX)
+        .min(percolator::txn::wall_bucket().saturating_sub(1));
+    if to > floor {
+        let raise = inner.client.raise_notify_floor(floor, to).await?;
+        if raise.relocated > 0 {
+            tracing::debug!(
+                relocated = raise.relocated,
+                "notify keys moved above the floor"
+            );
+        }
+    }
+    Ok(dispatched)
+}
+
+impl Inner {
+    /// Whether a notify key of a registered column is left in the store (from the floor on).
+    pub(super) async fn has_pending_notifications(&self) -> Result<bool, WorkerError> {
+        let floor = self.client.notify_floor().await?;
+        let range = self.client.codec().notify_from(floor);
+        let kv = self.client.store().clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        while let Some(page) = pager.next_page().await? {
+            for (key, _) in page {
+                if let Ok(Key::Notify { cell, .. }) = self.client.codec().decode(&key) {
+                    if self.registry.get(&cell).is_some() {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+}

@@ -1,0 +1,262 @@
+//! One [`RawKv`] wrapper for tests that watch or disturb a store's calls (feature `testkit`).
+//!
+//! [`Intercepted`] forwards every call of the [`RawKv`] contract to the store it wraps and
+//! runs the [`Hooks`] it is given around each: before every call (with the call's kind and
+//! arguments, able to hold it back or fail it), after every answered call (able to turn the
+//! answer into a lost reply), after a scan (with the pairs it returned) and after a CAS (with
+//! its outcome, able to replace it). Every hook does nothing unless a test overrides it, so a
+//! test writes only what it watches. [`super::FaultyKv`] is built on it too.
+//!
+//! The invariant it keeps: the wrapped store sees exactly the calls the caller made, in the
+//! caller's order per task, with the caller's arguments (`batch_delete` included, which is
+//! forwarded as one call, not split into deletes); only a hook changes what the caller sees.
+
+use super::{CasOutcome, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// The kind of a [`RawKv`] call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// [`RawKv::get`].
+    Get,
+    /// [`RawKv::batch_get`].
+    BatchGet,
+    /// [`RawKv::put`].
+    Put,
+    /// [`RawKv::batch_put`].
+    BatchPut,
+    /// [`RawKv::delete`].
+    Delete,
+    /// [`RawKv::batch_delete`].
+    BatchDelete,
+    /// [`RawKv::scan`].
+    Scan,
+    /// [`RawKv::compare_and_swap`].
+    CompareAndSwap,
+}
+
+impl Op {
+    /// The method's name, as [`super::KvError`]'s `op` fields spell it (e.g. `"batch_get"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Get => "get",
+            Op::BatchGet => "batch_get",
+            Op::Put => "put",
+            Op::BatchPut => "batch_put",
+            Op::Delete => "delete",
+            Op::BatchDelete => "batch_delete",
+            Op::Scan => "scan",
+            Op::CompareAndSwap => "compare_and_swap",
+        }
+    }
+}
+
+/// One [`RawKv`] call with its arguments, as [`Hooks::before`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'a> {
+    /// [`RawKv::get`].
+    Get {
+        /// The key read.
+        key: &'a [u8],
+    },
+    /// [`RawKv::batch_get`].
+    BatchGet {
+        /// The keys read.
+        keys: &'a [Vec<u8>],
+    },
+    /// [`RawKv::put`].
+    Put {
+        /// The key written.
+        key: &'a [u8],
+        /// The value written.
+        value: &'a [u8],
+    },
+    /// [`RawKv::batch_put`].
+    BatchPut {
+        /// The pairs written.
+        pairs: &'a [KvPair],
+    },
+    /// [`RawKv::delete`].
+    Delete {
+        /// The key removed.
+        key: &'a [u8],
+    },
+    /// [`RawKv::batch_delete`].
+    BatchDelete {
+        /// The keys removed.
+        keys: &'a [Vec<u8>],
+    },
+    /// [`RawKv::scan`].
+    Scan {
+        /// The range scanned.
+        range: &'a KeyRange,
+        /// The most pairs asked for.
+        limit: usize,
+        /// The direction.
+        order: ScanOrder,
+    },
+    /// [`RawKv::compare_and_swap`].
+    CompareAndSwap {
+        /// The key swapped.
+        key: &'a [u8],
+        /// The value expected (`None`: absent).
+        expected: Option<&'a [u8]>,
+        /// The value to write.
+        new: &'a [u8],
+    },
+}
+
+impl Call<'_> {
+    /// The call's kind.
+    pub fn op(&self) -> Op {
+        match self {
+            Call::Get { .. } => Op::Get,
+            Call::BatchGet { .. } => Op::BatchGet,
+            Call::Put { .. } => Op::Put,
+            Call::BatchPut { .. } => Op::BatchPut,
+            Call::Delete { .. } => Op::Delete,
+            Call::BatchDelete { .. } => Op::BatchDelete,
+            Call::Scan { .. } => Op::Scan,
+            Call::CompareAndSwap { .. } => Op::CompareAndSwap,
+        }
+    }
+}
+
+/// What an [`Intercepted`] store runs around each call. Every method does nothing by default.
+///
+/// Order within one call: [`Hooks::before`]; the store's call (an error from the store goes
+/// straight back to the caller, no later hook runs); [`Hooks::after`]; then, for a scan,
+/// [`Hooks::scanned`] and, for a CAS, [`Hooks::swapped`].
+#[async_trait]
+pub trait Hooks: Send + Sync + 'static {
+    /// Runs before every call. It may wait (to hold the call back); an error is returned to
+    /// the caller instead, and the call never reaches the store.
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        let _ = call;
+        Ok(())
+    }
+
+    /// Runs after every call the store answered without error; an error is returned to the
+    /// caller instead of the answer (as when the reply of an applied call is lost).
+    async fn after(&self, op: Op) -> KvResult<()> {
+        let _ = op;
+        Ok(())
+    }
+
+    /// Runs after a scan the store answered, with its arguments and the pairs returned.
+    fn scanned(&self, range: &KeyRange, limit: usize, order: ScanOrder, pairs: &[KvPair]) {
+        let _ = (range, limit, order, pairs);
+    }
+
+    /// Runs after a CAS the store answered, with its key, the value it tried to write and
+    /// the store's outcome; returns what the caller sees (by default, the store's outcome).
+    async fn swapped(&self, key: &[u8], new: &[u8], outcome: CasOutcome) -> KvResult<CasOutcome> {
+        let _ = (key, new);
+        Ok(outcome)
+    }
+}
+
+/// A store that forwards every call to `inner` through the hooks `H`.
+pub struct Intercepted<H> {
+    inner: Arc<dyn RawKv>,
+    hooks: H,
+}
+
+impl<H: Hooks> Intercepted<H> {
+    /// Wraps `inner`, running `hooks` around each of its calls.
+    pub fn wrap(inner: Arc<dyn RawKv>, hooks: H) -> Self {
+        Intercepted { inner, hooks }
+    }
+
+    /// The hooks (to arm, release or read what they count).
+    pub fn hooks(&self) -> &H {
+        &self.hooks
+    }
+
+    /// The wrapped store, which the hooks do not see.
+    pub fn inner(&self) -> &Arc<dyn RawKv> {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<H: Hooks> RawKv for Intercepted<H> {
+    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.hooks.before(Call::Get { key }).await?;
+        let out = self.inner.get(key).await?;
+        self.hooks.after(Op::Get).await?;
+        Ok(out)
+    }
+
+    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.hooks.before(Call::BatchGet { keys }).await?;
+        let out = self.inner.batch_get(keys).await?;
+        self.hooks.after(Op::BatchGet).await?;
+        Ok(out)
+    }
+
+    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.hooks
+            .before(Call::Put {
+                key: &key,
+                value: &value,
+            })
+            .await?;
+        self.inner.put(key, value).await?;
+        self.hooks.after(Op::Put).await
+    }
+
+    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        self.hooks.before(Call::BatchPut { pairs: &pairs }).await?;
+        self.inner.batch_put(pairs).await?;
+        self.hooks.after(Op::BatchPut).await
+    }
+
+    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.hooks.before(Call::Delete { key: &key }).await?;
+        self.inner.delete(key).await?;
+        self.hooks.after(Op::Delete).await
+    }
+
+    async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        self.hooks.before(Call::BatchDelete { keys: &keys }).await?;
+        self.inner.batch_delete(keys).await?;
+        self.hooks.after(Op::BatchDelete).await
+    }
+
+    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
+        self.hooks
+            .before(Call::Scan {
+                range: &range,
+                limit,
+                order,
+            })
+            .await?;
+        let out = self.inner.scan(range.clone(), limit, order).await?;
+        self.hooks.after(Op::Scan).await?;
+        self.hooks.scanned(&range, limit, order, &out);
+        Ok(out)
+    }
+
+    async fn compare_and_swap(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> KvResult<CasOutcome> {
+        self.hooks
+            .before(Call::CompareAndSwap {
+                key: &key,
+                expected: expected.as_deref(),
+                new: &new,
+            })
+            .await?;
+        let out = self
+            .inner
+            .compare_and_swap(key.clone(), expected, new.clone())
+            .await?;
+        self.hooks.after(Op::CompareAndSwap).await?;
+        self.hooks.swapped(&key, &new, out).await
+    }
+}
