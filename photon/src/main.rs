@@ -41,20 +41,9 @@ struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// Opens the store and a client on it. A shared (TiKV) store needs the shared oracle
-    /// service: an in-process oracle there would hand out timestamps unrelated to the other
-    /// processes' (their transactions could then see each other out of order).
+    /// Opens the store and a client on it (a shared TiKV store needs `--oracle`).
     async fn client(&self) -> anyhow::Result<Client> {
-        if matches!(self.store, StoreSpec::Tikv(_)) && self.oracle.is_empty() {
-            anyhow::bail!(
-                "--store {} is shared by several processes: give the shared oracle service \
-                 with --oracle ADDR[,ADDR...] (`oracle serve --store {}`); the in-process \
-                 oracle is only for embedded and memory stores",
-                self.store,
-                self.store
-            );
-        }
-        photon::open_client(&self.store, &self.namespace, &self.oracle).await
+        Ok(percolator_cli::store::open_client(&self.store, &self.namespace, &self.oracle).await?)
     }
 }
 
@@ -635,7 +624,7 @@ async fn demo(
         summary.queries, summary.clicks
     ));
     let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
-    let client = photon::open_client(&store, "photon", &[]).await?;
+    let client = percolator_cli::store::open_client(&store, "photon", &[]).await?;
     let work = |name: &str| WorkArgs {
         pipeline: name.to_string(),
         worker: None,

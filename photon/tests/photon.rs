@@ -284,7 +284,9 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
     let kv: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&store).unwrap());
     // The loaders' own oracle (persisted in the store): its timestamps may run ahead of the
     // wall clock, so a reader on another clock could miss their last commits.
-    let client = photon::open_client_on(kv.clone(), "photon").await.unwrap();
+    let client = percolator_cli::store::open_client_on(kv.clone(), "photon")
+        .await
+        .unwrap();
     let txn = client.begin().await.unwrap();
     let queries = txn.scan(b"queries", b"", None).await.unwrap().len() as u64;
     let clicks = txn.scan(b"clicks", b"", None).await.unwrap().len() as u64;

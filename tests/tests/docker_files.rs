@@ -1158,10 +1158,12 @@ fn dockerfile_is_pinned_and_builds_the_binaries_compose_runs() {
             .get(*package)
             .unwrap_or_else(|| panic!("Dockerfile builds {package}, not a workspace package"));
         built_bins.extend(bins.iter().cloned());
-        assert!(
-            text.contains(&format!("target/release/{package}")),
-            "Dockerfile: the binary of {package} is not copied out of the build"
-        );
+        for bin in bins {
+            assert!(
+                text.contains(&format!("target/release/{bin}")),
+                "Dockerfile: the binary {bin} of {package} is not copied out of the build"
+            );
+        }
     }
     // Every binary copied out of the build is one that `cargo build` produced.
     for copied in text.split("target/release/").skip(1) {
