@@ -10,17 +10,14 @@ use oracle::proto::Reply;
 use oracle::testkit::{check_all, raw_call, raw_request, Load, OnError};
 use oracle::{ClientConfig, OracleClient};
 use percolator::TimestampSource;
+use percolator_cli::testkit::{send_signal, SIGCONT, SIGSTOP};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
 
-fn signal(process: &OracleProcess, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &process.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig}");
+fn signal(process: &OracleProcess, sig: i32) {
+    send_signal(process.child.id(), sig).expect("sending the signal");
 }
 
 /// Asks `addr` until it answers with timestamps (it has become the leader).
@@ -60,7 +57,7 @@ async fn sigstop_leader_then_takeover() {
     let load = Load::start(&[client], 16, None, OnError::Panic);
     load.progress(500, GUARD).await;
 
-    signal(&a, "-STOP");
+    signal(&a, SIGSTOP);
     let a_addr = a.addr.clone();
     let early = tokio::spawn(async move { raw_request(a_addr.as_str()).await });
     until_serving(&b.addr).await;
@@ -69,7 +66,7 @@ async fn sigstop_leader_then_takeover() {
     let a_addr = a.addr.clone();
     let late = tokio::spawn(async move { raw_request(a_addr.as_str()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    signal(&a, "-CONT");
+    signal(&a, SIGCONT);
     let (late_reply, late_start, late_end) = late.await.unwrap();
     let (early_reply, early_start, early_end) = early.await.unwrap();
     load.progress(500, GUARD).await;

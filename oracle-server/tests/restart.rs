@@ -57,11 +57,7 @@ async fn sigterm_releases_leadership() {
     let mut server = OracleProcess::start(&store, "127.0.0.1:0", &[]);
     let client = OracleClient::new(vec![server.addr.clone()], ClientConfig::default()).unwrap();
     let before = client.get_timestamp().await.unwrap();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    percolator_cli::testkit::sigterm(server.child.id()).unwrap();
     assert!(server.child.wait().unwrap().success());
     let kv = percolator::kv::EmbeddedKv::open(&path).unwrap();
     let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))

@@ -3,10 +3,14 @@
 //! observers register each click in the IdRegistry and write the joined event in one
 //! transaction; redundant pipelines may run at once.
 
+pub mod cli;
+pub mod demo;
 pub mod event;
 pub mod gen;
 pub mod join;
 pub mod load;
-pub mod metrics_http;
+pub mod metrics;
+pub mod outcome;
+pub mod pipeline;
 pub mod schema;
 pub mod verify;
