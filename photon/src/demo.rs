@@ -142,7 +142,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     sweeper.abort();
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
-    let report = crate::verify::verify(&client, &logs).await?;
+    let report = crate::verify::verify(client, &logs).await?;
     let verify_seconds = verify_started.elapsed().as_secs_f64();
     let wasted: u64 = running
         .iter()
