@@ -1,6 +1,7 @@
 //! Start-up shared by the workspace's binaries (`oracle`, `minitikv`, `photon`); not meant
 //! for library crates.
 //!
+//! - [`store`]: opening the store a `--store` spec names, and a transaction client on it.
 //! - [`shutdown_signal`] installs the SIGTERM and SIGINT handlers *when called* and returns
 //!   a future that resolves on the first of them. Binaries call it before they announce
 //!   readiness, so a supervisor (or test) that signals the instant it sees the readiness
@@ -11,6 +12,7 @@
 use std::future::Future;
 use std::io::IsTerminal;
 
+pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

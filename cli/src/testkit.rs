@@ -1,5 +1,5 @@
 //! Test helpers for the binaries (feature `testkit`): start one, wait for its readiness line
-//! and send SIGTERM the instant it appears.
+//! and send SIGTERM the instant it appears; send signals to child processes.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, ExitStatus, Stdio};
@@ -26,15 +26,23 @@ pub struct Terminated {
     pub stderr: String,
 }
 
-/// Sends SIGTERM to `pid` directly (kill(2), no `kill` child process in between).
-pub fn sigterm(pid: u32) -> std::io::Result<()> {
+pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
+
+/// Sends `signal` (e.g. [`SIGSTOP`]) to `pid` directly (kill(2), no `kill` child process in
+/// between).
+pub fn send_signal(pid: u32, signal: libc::c_int) -> std::io::Result<()> {
     let pid = libc::pid_t::try_from(pid)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // SAFETY: kill(2) has no memory-safety preconditions.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+    if unsafe { libc::kill(pid, signal) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Sends SIGTERM to `pid` directly.
+pub fn sigterm(pid: u32) -> std::io::Result<()> {
+    send_signal(pid, libc::SIGTERM)
 }
 
 /// Runs `command` with stdout and stderr captured, sends SIGTERM as soon as a line starting

@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cli;
 mod cluster;
 mod service;
 

@@ -19,6 +19,8 @@ pub mod local;
 pub mod proto;
 pub mod record;
 pub mod server;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use client::{ClientConfig, ClientError, ClientStats, OracleClient};
 pub use clock::{Clock, ManualClock, SkewedClock, SystemClock};

@@ -1,8 +1,6 @@
 //! Typed client errors: no address, and no oracle reachable within the request timeout
 //! (as `ClientError::Timeout`, and as `TimestampError::Timeout` through the trait).
 
-mod common;
-
 use oracle::{ClientConfig, ClientError, OracleClient};
 use percolator::{TimestampError, TimestampSource};
 use std::time::Duration;
@@ -14,7 +12,7 @@ async fn errors_are_typed() {
         Err(ClientError::NoAddress)
     ));
     // A port nobody listens on.
-    let addr = format!("127.0.0.1:{}", common::free_port());
+    let addr = format!("127.0.0.1:{}", oracle::testkit::free_port());
     let config = ClientConfig {
         request_timeout: Duration::from_millis(200),
         retry_backoff: Duration::from_millis(20),

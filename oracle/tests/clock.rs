@@ -1,8 +1,6 @@
 //! An injectable wall clock stepped backwards (and frozen, and jumped forwards): timestamps
 //! stay strictly increasing, in-process and through a server, and across a reopen.
 
-mod common;
-
 use oracle::{
     ClientConfig, LocalOracle, ManualClock, OracleClient, ServerConfig, ServerHandle, WindowOptions,
 };

@@ -2,11 +2,9 @@
 //! answering the wrong request): several rounds in flight on one connection, replies matched
 //! in order, every unanswered round resent on failover, each round timed out on its own.
 
-mod common;
-
-use common::{check_all, free_port, wait_until, Call};
 use oracle::client::MAX_IN_FLIGHT;
 use oracle::proto::{self, GetRequest, Reply};
+use oracle::testkit::{check_all, free_port, wait_until, Call};
 use oracle::{ClientConfig, ClientError, OracleClient};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -198,7 +196,7 @@ async fn pipelined_rounds_stay_linearizable() {
     const CALLS: usize = 100;
     let server = Fake::serving(Duration::from_millis(2), 1).await;
     let client = OracleClient::new(vec![server.addr.clone()], ClientConfig::default()).unwrap();
-    let log = common::Log::default();
+    let log = oracle::testkit::Log::default();
     let mut tasks = Vec::new();
     for caller in 0..TASKS {
         let (client, log) = (client.clone(), log.clone());

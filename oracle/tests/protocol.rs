@@ -1,8 +1,6 @@
 //! Garbage, truncated frames, oversized frames and unknown versions on the port: that
 //! connection is closed, and the server keeps serving everyone else.
 
-mod common;
-
 use oracle::proto::{self, GetRequest};
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle};
 use percolator::kv::MemoryKv;

@@ -3,6 +3,7 @@
 //! clicks waiting for it.
 
 use crate::event::{day_of, Click, Joined, Query};
+use crate::outcome::Outcome;
 use crate::schema::*;
 use observers::{observer_fn, ObserverError, Registry, WorkerError};
 use percolator::{Cell, Client, Transaction};
@@ -88,7 +89,7 @@ async fn join_click(
     // The boundary first: below it the IdRegistry may already be gone, so an entry's absence
     // proves nothing; such a click gets its own outcome and is never joined.
     if day < boundary(&txn).await? {
-        txn.set(outcome_cell(&click.click_id), "too_old");
+        txn.set(outcome_cell(&click.click_id), Outcome::TooOld.encode());
         bump(&stats.too_old);
         return Ok(());
     }
@@ -140,7 +141,7 @@ async fn join_click(
                     bump(&stats.joined);
                 }
                 None => {
-                    txn.set(outcome_cell(&click_id), "filtered");
+                    txn.set(outcome_cell(&click_id), Outcome::Filtered.encode());
                     bump(&stats.filtered);
                 }
             }
@@ -151,7 +152,10 @@ async fn join_click(
                 // With the horizon, for verify to name it.
                 txn.set(
                     outcome_cell(&click.click_id),
-                    format!("expired:{}", config.horizon.as_secs()),
+                    Outcome::Expired {
+                        horizon_secs: Some(config.horizon.as_secs()),
+                    }
+                    .encode(),
                 );
                 bump(&stats.expired);
                 return Ok(());
@@ -169,7 +173,7 @@ async fn join_click(
                 waiting.push(click.click_id.clone());
             }
             txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
-            txn.set(outcome_cell(&click.click_id), "waiting");
+            txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
             bump(&stats.parked);
             // The wake observer writes nothing when no click waits, so a query committed
             // while this transaction ran may have looked before we parked. Notifying the

@@ -31,6 +31,24 @@ pub struct LoadStats {
     pub batches: AtomicU64,
 }
 
+impl LoadStats {
+    /// The line `photon load` prints at the end: events, batches, time taken, and where the
+    /// malformed lines went (the rejects file is only written when a line is rejected).
+    pub fn summary(&self, elapsed: Duration, rejects: &Path) -> String {
+        let malformed = match self.rejected.load(Ordering::Relaxed) {
+            0 => "no malformed lines".to_string(),
+            1 => format!("1 malformed line reported to {}", rejects.display()),
+            n => format!("{n} malformed lines reported to {}", rejects.display()),
+        };
+        format!(
+            "loaded {} events in {} batches in {:.1?}; {malformed}",
+            self.loaded.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+            elapsed,
+        )
+    }
+}
+
 /// Keeps the files of one [`load_dir`] call loading in step by event time, as log readers
 /// tailing live logs would: a file whose next batch starts more than `slack_ms` of event time
 /// after the earliest pending batch of another file waits for it. Without it, a file of
@@ -548,4 +566,24 @@ pub async fn load_dir(
         total += r?;
     }
     Ok(total)
+}
+
+/// Loads `input` again and again, every `poll`, picking up what was appended to its files and
+/// new files, until `stop` resolves (`photon load --follow`).
+pub async fn follow_dir(
+    client: &Client,
+    input: &Path,
+    options: &LoadOptions,
+    stats: &LoadStats,
+    poll: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), LoadError> {
+    tokio::pin!(stop);
+    loop {
+        load_dir(client, input, options, stats).await?;
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
 }

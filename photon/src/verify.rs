@@ -2,6 +2,7 @@
 
 use crate::event::{Click, Joined, Kind, Query};
 use crate::load::log_files;
+use crate::outcome::Outcome;
 use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
 use percolator::Client;
@@ -48,6 +49,74 @@ impl Report {
     }
 }
 
+/// The summary `photon verify` (and the demo) print, one figure a line.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self;
+        writeln!(f, "clicks            {}", r.clicks)?;
+        writeln!(f, "joinable          {}", r.joinable)?;
+        writeln!(f, "joined once       {}", r.joined)?;
+        writeln!(f, "duplicates        {}", r.duplicates)?;
+        writeln!(f, "lost              {}", r.lost)?;
+        for (reason, n) in &r.reasons {
+            writeln!(f, "not joinable      {n:>8}  {reason}")?;
+        }
+        writeln!(
+            f,
+            "latency (arrival to join) p50 {} ms, p90 {} ms, p99 {} ms",
+            r.p50_ms, r.p90_ms, r.p99_ms
+        )?;
+        match r.low_watermark_ms {
+            Some(w) => writeln!(f, "join low watermark {w} (oldest unjoined joinable click)")?,
+            None => writeln!(f, "join low watermark: none (every joinable click joined)")?,
+        }
+        writeln!(
+            f,
+            "{}",
+            if r.ok() {
+                "OK: every joinable click joined exactly once"
+            } else {
+                "FAILED"
+            }
+        )?;
+        Ok(())
+    }
+}
+
+/// Errors of [`export`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// Reading the store failed.
+    #[error(transparent)]
+    Txn(#[from] percolator::TxnError),
+    /// Writing the output failed.
+    #[error("writing the export")]
+    Write(#[source] std::io::Error),
+}
+
+/// Writes every joined event to `w` as one JSON line, streamed page by page (bounded
+/// memory) in click id order; returns how many.
+pub async fn export(client: &Client, w: &mut dyn std::io::Write) -> Result<u64, ExportError> {
+    let mut n = 0u64;
+    let mut failed: Option<std::io::Error> = None;
+    for_each_cell(client, JOINED, |_cell, value| {
+        if failed.is_some() {
+            return;
+        }
+        match w.write_all(&value).and_then(|()| w.write_all(b"\n")) {
+            Ok(()) => n += 1,
+            Err(e) => failed = Some(e),
+        }
+    })
+    .await?;
+    if let Some(e) = failed {
+        return Err(ExportError::Write(e));
+    }
+    w.flush().map_err(ExportError::Write)?;
+    Ok(n)
+}
+
 /// Errors of the verifier.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -66,16 +135,6 @@ pub enum VerifyError {
     /// Listing the input failed.
     #[error(transparent)]
     Load(#[from] crate::load::LoadError),
-}
-
-/// The horizon recorded in an `expired` outcome (`expired:<seconds>`, or `expired` as
-/// written by earlier versions): `None` for other outcomes, `Some(None)` if not recorded.
-fn expired_horizon(outcome: &str) -> Option<Option<u64>> {
-    match outcome.split_once(':') {
-        None if outcome == "expired" => Some(None),
-        Some(("expired", secs)) => Some(secs.parse().ok()),
-        _ => None,
-    }
 }
 
 /// The reason verify gives for clicks that expired.
@@ -141,34 +200,8 @@ struct ClickState {
     event_time: u64,
     /// Joined events found for it.
     joins: u32,
-    outcome: Outcome,
-}
-
-/// A click's recorded outcome (the `outcomes` table).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Outcome {
-    #[default]
-    None,
-    TooOld,
-    Filtered,
-    Waiting,
-    /// Expired, with the horizon in seconds if recorded (`u64::MAX`: not recorded).
-    Expired(u64),
-    Other,
-}
-
-impl Outcome {
-    fn parse(outcome: &str) -> Outcome {
-        match outcome {
-            "too_old" => Outcome::TooOld,
-            "filtered" => Outcome::Filtered,
-            "waiting" => Outcome::Waiting,
-            o => match expired_horizon(o) {
-                Some(horizon) => Outcome::Expired(horizon.unwrap_or(u64::MAX)),
-                None => Outcome::Other,
-            },
-        }
-    }
+    /// Its recorded outcome, if any (one it does not know counts as none).
+    outcome: Option<Outcome>,
 }
 
 /// Compares the store's output with the logs in `input`. Memory: the input's click ids
@@ -255,7 +288,7 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
     .await?;
     for_each_cell(client, OUTCOMES, |cell, value| {
         if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
-            state.outcome = Outcome::parse(&String::from_utf8_lossy(&value));
+            state.outcome = Outcome::decode(&String::from_utf8_lossy(&value));
         }
     })
     .await?;
@@ -264,10 +297,10 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
         let joins = click.joins;
         let query_known = defined[click.query as usize];
         // Expired and never joined: its query arrived past the horizon (or never).
-        let expired = joins == 0 && matches!(click.outcome, Outcome::Expired(_));
+        let expired = joins == 0 && matches!(click.outcome, Some(Outcome::Expired { .. }));
         let joinable = query_known
-            && click.outcome != Outcome::TooOld
-            && click.outcome != Outcome::Filtered
+            && click.outcome != Some(Outcome::TooOld)
+            && click.outcome != Some(Outcome::Filtered)
             && !expired;
         if joins > 1 {
             report.duplicates += 1;
@@ -289,10 +322,10 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
                 report.unexpected += 1;
             }
             let reason = match click.outcome {
-                Outcome::Expired(h) if expired => expired_reason((h != u64::MAX).then_some(h)),
-                Outcome::TooOld => "too_old (older than the IdRegistry boundary)".to_string(),
-                Outcome::Waiting => "query_missing (still waiting)".to_string(),
-                Outcome::Filtered => "filtered by the adapter".to_string(),
+                Some(Outcome::Expired { horizon_secs }) if expired => expired_reason(horizon_secs),
+                Some(Outcome::TooOld) => "too_old (older than the IdRegistry boundary)".to_string(),
+                Some(Outcome::Waiting) => "query_missing (still waiting)".to_string(),
+                Some(Outcome::Filtered) => "filtered by the adapter".to_string(),
                 _ if !query_known => "query_missing".to_string(),
                 _ => "unknown".to_string(),
             };

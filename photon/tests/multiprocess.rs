@@ -45,8 +45,14 @@ fn sibling_binary(name: &str) -> PathBuf {
             .unwrap_or("debug");
         let profile = if profile == "debug" { "dev" } else { profile };
         eprintln!("{} is missing: building it with cargo", path.display());
+        // The package of each binary: `oracle` is built by `oracle-server`.
+        let package = if name == "oracle" {
+            "oracle-server"
+        } else {
+            name
+        };
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--bin", name, "-p", name, "--profile", profile])
+            .args(["build", "--bin", name, "-p", package, "--profile", profile])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("running cargo build");

@@ -2,7 +2,7 @@
 //! duplicates, missing queries and the IdRegistry boundary; a loader killed with SIGKILL;
 //! malformed lines.
 
-use observers::{Registry, Worker, WorkerConfig};
+use observers::{Worker, WorkerConfig};
 use percolator::codec::Space;
 use percolator::kv::{scan_all, EmbeddedKv, MemoryKv, RawKv, ScanOrder};
 use percolator::ts::LocalClock;
@@ -10,6 +10,7 @@ use percolator::{Client, ClientConfig};
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
+use photon::pipeline::{self, Pipeline};
 use photon::verify::verify;
 use rand::Rng;
 use std::path::Path;
@@ -27,19 +28,12 @@ fn client_on(kv: Arc<dyn RawKv>) -> Client {
 }
 
 fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
-    let stats = Arc::new(JoinStats::default());
-    let mut registry = Registry::new();
-    join::register(
-        &mut registry,
-        JoinConfig {
-            pipeline: name.to_string(),
-            worker: format!("{name}-w{n}"),
-            horizon: Duration::from_secs(3600),
-            adapter: None,
-        },
-        stats.clone(),
-    )
-    .unwrap();
+    let join = JoinConfig {
+        pipeline: name.to_string(),
+        worker: format!("{name}-w{n}"),
+        horizon: Duration::from_secs(3600),
+        adapter: None,
+    };
     let config = WorkerConfig {
         id: format!("{name}-{n}"),
         idle_interval: Duration::from_millis(20),
@@ -48,29 +42,18 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
         retry_backoff: Duration::from_millis(5),
         ..WorkerConfig::default()
     };
-    (
-        Worker::start(client.clone(), Arc::new(registry), config),
-        stats,
-    )
+    let p = Pipeline::start_with(client, join, config).unwrap();
+    (p.worker, p.stats)
 }
 
 async fn drain(client: &Client, workers: &[Worker]) {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            for w in workers {
-                w.wait_until_quiescent().await.unwrap();
-            }
-            if join::sweep_pending(client, Duration::from_secs(3600))
-                .await
-                .unwrap()
-                == 0
-            {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("join did not drain within 120 s");
+    let workers: Vec<&Worker> = workers.iter().collect();
+    let horizon = Duration::from_secs(3600);
+    let drained = pipeline::drain(client, &workers, horizon, usize::MAX, || {});
+    tokio::time::timeout(Duration::from_secs(120), drained)
+        .await
+        .expect("join did not drain within 120 s")
+        .unwrap();
 }
 
 fn options(dir: &Path) -> LoadOptions {
@@ -284,7 +267,9 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
     let kv: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&store).unwrap());
     // The loaders' own oracle (persisted in the store): its timestamps may run ahead of the
     // wall clock, so a reader on another clock could miss their last commits.
-    let client = photon::open_client_on(kv.clone(), "photon").await.unwrap();
+    let client = percolator_cli::store::open_client_on(kv.clone(), "photon")
+        .await
+        .unwrap();
     let txn = client.begin().await.unwrap();
     let queries = txn.scan(b"queries", b"", None).await.unwrap().len() as u64;
     let clicks = txn.scan(b"clicks", b"", None).await.unwrap().len() as u64;

@@ -62,8 +62,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use percolator::codec::Space;
 use percolator::kv::{
-    open_local_store, CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder, StoreSpec,
-    MAX_SCAN_LIMIT,
+    CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder, MAX_SCAN_LIMIT,
 };
 use percolator::KeyCodec;
 use std::collections::{HashMap, VecDeque};
@@ -979,28 +978,6 @@ impl RawKv for TikvKv {
     }
 }
 
-/// Opens any store named by a `--store` spec: embedded and memory through
-/// [`percolator::kv::open_local_store`], `tikv:PD,...` through [`TikvKv`] with default
-/// settings.
-pub async fn open_store(spec: &StoreSpec) -> KvResult<Arc<dyn RawKv>> {
-    open_store_with(spec, |config| config).await
-}
-
-/// Like [`open_store`], with a hook that adjusts the TiKV configuration (timeouts, TLS,
-/// atomic keys) before connecting; it is not called for local stores.
-pub async fn open_store_with(
-    spec: &StoreSpec,
-    configure: impl FnOnce(TikvConfig) -> TikvConfig,
-) -> KvResult<Arc<dyn RawKv>> {
-    match spec {
-        StoreSpec::Tikv(endpoints) => {
-            let config = configure(TikvConfig::new(endpoints.clone()));
-            Ok(Arc::new(TikvKv::connect(config).await?))
-        }
-        local => open_local_store(local),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1067,13 +1044,6 @@ mod tests {
             total >= config.op_timeout / 2,
             "client backoff adds up to {total:?} only"
         );
-    }
-
-    #[tokio::test]
-    async fn local_specs_open_without_tikv() {
-        let kv = open_store(&StoreSpec::Memory).await.expect("memory store");
-        kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
-        assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
     }
 
     #[tokio::test]

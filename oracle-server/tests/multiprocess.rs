@@ -5,21 +5,19 @@
 
 mod common;
 
-use common::{check_all, raw_request, wait_until, Call, Log, OracleProcess};
+use common::OracleProcess;
 use oracle::proto::Reply;
+use oracle::testkit::{check_all, raw_call, raw_request, Load, OnError};
 use oracle::{ClientConfig, OracleClient};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use percolator::TimestampSource;
+use percolator_cli::testkit::{send_signal, SIGCONT, SIGSTOP};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
 
-fn signal(process: &OracleProcess, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &process.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill {sig}");
+fn signal(process: &OracleProcess, sig: i32) {
+    send_signal(process.child.id(), sig).expect("sending the signal");
 }
 
 /// Asks `addr` until it answers with timestamps (it has become the leader).
@@ -54,76 +52,31 @@ async fn sigstop_leader_then_takeover() {
         request_timeout: Duration::from_secs(30),
         retry_backoff: Duration::from_millis(10),
     };
-    let client = OracleClient::new(vec![a.addr.clone(), b.addr.clone()], config).unwrap();
-    let log = Log::default();
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for caller in 0..16 {
-        let (client, log, done, stop) = (client.clone(), log.clone(), done.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut calls = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let start = Instant::now();
-                let ts = client.get_timestamp().await.unwrap();
-                calls.push(Call {
-                    caller,
-                    start,
-                    end: Instant::now(),
-                    ts: ts.0,
-                });
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            log.push(calls);
-        }));
-    }
-    let progress = |n: u64| {
-        let done = done.clone();
-        async move {
-            let target = done.load(Ordering::Relaxed) + n;
-            wait_until("clients to make progress", GUARD, || {
-                done.load(Ordering::Relaxed) >= target
-            })
-            .await;
-        }
-    };
-    progress(500).await;
+    let client: Arc<dyn TimestampSource> =
+        Arc::new(OracleClient::new(vec![a.addr.clone(), b.addr.clone()], config).unwrap());
+    let load = Load::start(&[client], 16, None, OnError::Panic);
+    load.progress(500, GUARD).await;
 
-    signal(&a, "-STOP");
+    signal(&a, SIGSTOP);
     let a_addr = a.addr.clone();
     let early = tokio::spawn(async move { raw_request(a_addr.as_str()).await });
     until_serving(&b.addr).await;
-    progress(500).await;
+    load.progress(500, GUARD).await;
     // The new leader has answered; now ask the stopped one, then continue it.
     let a_addr = a.addr.clone();
     let late = tokio::spawn(async move { raw_request(a_addr.as_str()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    signal(&a, "-CONT");
+    signal(&a, SIGCONT);
     let (late_reply, late_start, late_end) = late.await.unwrap();
     let (early_reply, early_start, early_end) = early.await.unwrap();
-    progress(500).await;
+    load.progress(500, GUARD).await;
 
     // SIGKILL the new leader: the old one takes over again.
     b.kill();
-    progress(500).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let mut calls = log.take();
-    for (reply, start, end, caller) in [
-        (&late_reply, late_start, late_end, 10_000),
-        (&early_reply, early_start, early_end, 10_001),
-    ] {
-        if let Reply::Timestamps { first, .. } = reply {
-            calls.push(Call {
-                caller,
-                start,
-                end,
-                ts: *first,
-            });
-        }
-    }
+    load.progress(500, GUARD).await;
+    let mut calls = load.finish().await;
+    calls.extend(raw_call(&late_reply, late_start, late_end, 10_000));
+    calls.extend(raw_call(&early_reply, early_start, early_end, 10_001));
     check_all(&calls);
     assert!(
         matches!(late_reply, Reply::NotLeader { .. }),

@@ -4,11 +4,12 @@
 
 mod common;
 
-use common::{check_all, free_port, wait_until, Call, Log, OracleProcess};
+use common::OracleProcess;
+use oracle::testkit::{check_all, free_port, wait_until, Load, OnError};
 use oracle::{ClientConfig, OracleClient};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use percolator::TimestampSource;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CYCLES: usize = 20;
 const TASKS: usize = 16;
@@ -24,50 +25,24 @@ async fn sigkill_restart_cycles() {
         request_timeout: Duration::from_secs(30),
         retry_backoff: Duration::from_millis(5),
     };
-    let client = OracleClient::new(vec![listen.clone()], config).unwrap();
-    let log = Log::default();
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for caller in 0..TASKS {
-        let (client, log, done, stop) = (client.clone(), log.clone(), done.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut calls = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let start = Instant::now();
-                // Calls that fail while no server runs are simply retried.
-                if let Ok(ts) = client.get_timestamp().await {
-                    calls.push(Call {
-                        caller,
-                        start,
-                        end: Instant::now(),
-                        ts: ts.0,
-                    });
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            log.push(calls);
-        }));
-    }
+    let client: Arc<dyn TimestampSource> =
+        Arc::new(OracleClient::new(vec![listen.clone()], config).unwrap());
+    // Calls that fail while no server runs are simply retried.
+    let load = Load::start(&[client], TASKS, None, OnError::Retry);
     for cycle in 0..CYCLES {
         let skew = format!("--clock-skew-ms=-{}", (cycle % 3) * 1000);
         let server = OracleProcess::start(&store, &listen, &[&skew]);
-        let before = done.load(Ordering::Relaxed);
-        let target = before + 300 + (cycle as u64 * 37) % 500;
+        let target = load.done() + 300 + (cycle as u64 * 37) % 500;
         wait_until("clients to be served", Duration::from_secs(30), || {
-            done.load(Ordering::Relaxed) >= target
+            load.done() >= target
         })
         .await;
         server.kill();
     }
-    stop.store(true, Ordering::Relaxed);
     // The last requests are pending against a dead server; bring one up to finish them.
     let server = OracleProcess::start(&store, &listen, &[]);
-    for t in tasks {
-        t.await.unwrap();
-    }
+    let calls = load.finish().await;
     server.kill();
-    let calls = log.take();
     assert!(calls.len() >= CYCLES * 300);
     check_all(&calls);
 }
@@ -82,11 +57,7 @@ async fn sigterm_releases_leadership() {
     let mut server = OracleProcess::start(&store, "127.0.0.1:0", &[]);
     let client = OracleClient::new(vec![server.addr.clone()], ClientConfig::default()).unwrap();
     let before = client.get_timestamp().await.unwrap();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    percolator_cli::testkit::sigterm(server.child.id()).unwrap();
     assert!(server.child.wait().unwrap().success());
     let kv = percolator::kv::EmbeddedKv::open(&path).unwrap();
     let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))

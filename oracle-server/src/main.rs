@@ -1,73 +1,14 @@
 //! `oracle`: the timestamp oracle service and a small command-line client.
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle, SkewedClock, SystemClock};
+use oracle_server::cli::{Cli, Command, GetArgs, ServeArgs};
 use percolator::kv::StoreSpec;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-
-/// Timestamp oracle: strictly increasing timestamps (physical ms << 18 | logical), never
-/// reused across restarts or takeovers.
-#[derive(Parser, Debug)]
-#[command(name = "oracle", version)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Serve timestamps. Several servers may share one store: one leads, the others stand
-    /// by and take over when it dies.
-    Serve(ServeArgs),
-    /// Fetch timestamps from running oracles and print them, one per line.
-    Get(GetArgs),
-}
-
-#[derive(clap::Args, Debug)]
-struct ServeArgs {
-    /// Store holding the oracle record: embedded:PATH, memory, or tikv:PD_ADDR[,PD_ADDR...].
-    #[arg(long)]
-    store: StoreSpec,
-    /// Address to listen on (loopback by default).
-    #[arg(long, default_value = "127.0.0.1:7707")]
-    listen: String,
-    /// Address clients should use for this server (written into the record as the leader
-    /// hint); defaults to the bound address.
-    #[arg(long)]
-    advertise: Option<String>,
-    /// Key namespace of the oracle record.
-    #[arg(long, default_value = "default")]
-    namespace: String,
-    /// Physical time reserved ahead by each window write, in milliseconds.
-    #[arg(long, default_value_t = 3000)]
-    window_ms: u64,
-    /// Leader heartbeat (record rewrite) interval, in milliseconds.
-    #[arg(long, default_value_t = 500)]
-    heartbeat_ms: u64,
-    /// A standby takes over after the record has not changed for this long, in milliseconds.
-    #[arg(long, default_value_t = 3000)]
-    lease_timeout_ms: u64,
-    /// Testing aid: shift this process's wall clock by this many milliseconds.
-    #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
-    clock_skew_ms: i64,
-}
-
-#[derive(clap::Args, Debug)]
-struct GetArgs {
-    /// Oracle addresses, comma-separated (leader and standbys in any order).
-    #[arg(long, default_value = "127.0.0.1:7707", value_delimiter = ',')]
-    oracle: Vec<String>,
-    /// How many timestamps to fetch (concurrently, so they share round trips).
-    #[arg(short = 'n', long, default_value_t = 1)]
-    count: usize,
-    /// Give up after this many milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    timeout_ms: u64,
-}
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -92,7 +33,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // oracle can be serving on them, so the server takes over at once. On a shared store
     // (TiKV) it waits out the lease of a possibly live leader.
     let exclusive = !matches!(args.store, StoreSpec::Tikv(_));
-    let kv = percolator_tikv::open_store(&args.store)
+    let kv = percolator_cli::store::open_store(&args.store)
         .await
         .with_context(|| format!("opening {}", args.store))?;
     let listener = TcpListener::bind(&args.listen)

@@ -1,0 +1,141 @@
+//! Opening the store (and a transaction client on it) that a binary's `--store` names.
+//!
+//! Only binaries (and their tests) open stores from a spec; libraries take an open
+//! `Arc<dyn RawKv>` or [`Client`].
+
+use percolator::kv::{open_local_store, KvError, RawKv, StoreSpec};
+use percolator::{Client, ClientConfig, TimestampSource};
+use percolator_tikv::{TikvConfig, TikvKv};
+use std::sync::Arc;
+
+/// Errors of [`open_client`] and [`open_client_on`]. Each message already includes its cause
+/// (the messages the binaries have always printed), so the cause is not chained again.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The store could not be opened.
+    #[error("opening store {spec}: {error}")]
+    Store {
+        /// The store.
+        spec: StoreSpec,
+        /// Why.
+        error: KvError,
+    },
+    /// A shared (TiKV) store was given without the oracle service.
+    #[error(
+        "--store {spec} is shared by several processes: give the shared oracle service \
+         with --oracle ADDR[,ADDR...] (`oracle serve --store {spec}`); the in-process \
+         oracle is only for embedded and memory stores"
+    )]
+    SharedStoreNeedsOracle {
+        /// The store.
+        spec: StoreSpec,
+    },
+    /// The oracle client could not be set up.
+    #[error("oracle client for {addrs:?}: {error}")]
+    OracleClient {
+        /// The oracle addresses.
+        addrs: Vec<String>,
+        /// Why.
+        error: oracle::ClientError,
+    },
+    /// The in-process oracle could not be started on the store.
+    #[error("starting the in-process oracle: {0}")]
+    LocalOracle(oracle::OracleError),
+}
+
+/// Opens any store named by a `--store` spec: embedded and memory through
+/// [`percolator::kv::open_local_store`], `tikv:PD,...` through [`TikvKv`] with default
+/// settings.
+pub async fn open_store(spec: &StoreSpec) -> Result<Arc<dyn RawKv>, KvError> {
+    open_store_with(spec, |config| config).await
+}
+
+/// Like [`open_store`], with a hook that adjusts the TiKV configuration (timeouts, TLS,
+/// atomic keys) before connecting; it is not called for local stores.
+pub async fn open_store_with(
+    spec: &StoreSpec,
+    configure: impl FnOnce(TikvConfig) -> TikvConfig,
+) -> Result<Arc<dyn RawKv>, KvError> {
+    match spec {
+        StoreSpec::Tikv(endpoints) => {
+            let config = configure(TikvConfig::new(endpoints.clone()));
+            Ok(Arc::new(TikvKv::connect(config).await?))
+        }
+        local => open_local_store(local),
+    }
+}
+
+/// Opens the store and a client on it in `namespace`, with timestamps from the oracle
+/// service at `oracle_addrs` if given, else from an in-process oracle persisted in the store
+/// ([`open_client_on`]).
+///
+/// A shared (TiKV) store needs the shared oracle service: an in-process oracle there would
+/// hand out timestamps unrelated to the other processes' (their transactions could then see
+/// each other out of order), so that is refused before anything is opened.
+pub async fn open_client(
+    spec: &StoreSpec,
+    namespace: &str,
+    oracle_addrs: &[String],
+) -> Result<Client, OpenError> {
+    if matches!(spec, StoreSpec::Tikv(_)) && oracle_addrs.is_empty() {
+        return Err(OpenError::SharedStoreNeedsOracle { spec: spec.clone() });
+    }
+    let kv = open_store(spec).await.map_err(|error| OpenError::Store {
+        spec: spec.clone(),
+        error,
+    })?;
+    if oracle_addrs.is_empty() {
+        return open_client_on(kv, namespace).await;
+    }
+    let client = oracle::OracleClient::new(oracle_addrs.to_vec(), oracle::ClientConfig::default())
+        .map_err(|error| OpenError::OracleClient {
+            addrs: oracle_addrs.to_vec(),
+            error,
+        })?;
+    let ts: Arc<dyn TimestampSource> = Arc::new(client);
+    Ok(Client::with_config(
+        kv,
+        ts,
+        ClientConfig::with_namespace(namespace),
+    ))
+}
+
+/// A client in `namespace` on an already-open store, with the in-process oracle persisted in
+/// it (namespace `{namespace}-oracle`): one process per store.
+pub async fn open_client_on(kv: Arc<dyn RawKv>, namespace: &str) -> Result<Client, OpenError> {
+    let options = oracle::WindowOptions {
+        namespace: format!("{namespace}-oracle"),
+        ..oracle::WindowOptions::default()
+    };
+    let ts = oracle::LocalOracle::open(kv.clone(), options)
+        .await
+        .map_err(OpenError::LocalOracle)?;
+    Ok(Client::with_config(
+        kv,
+        Arc::new(ts),
+        ClientConfig::with_namespace(namespace),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_specs_open_without_tikv() {
+        let kv = open_store(&StoreSpec::Memory).await.expect("memory store");
+        kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
+        assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn a_shared_store_without_the_oracle_service_is_refused() {
+        let spec: StoreSpec = "tikv:127.0.0.1:1".parse().expect("spec");
+        match open_client(&spec, "app", &[]).await {
+            Err(OpenError::SharedStoreNeedsOracle { .. }) => {}
+            Err(other) => panic!("expected SharedStoreNeedsOracle, got {other}"),
+            Ok(_) => panic!("expected SharedStoreNeedsOracle, got a client"),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The command line of `oracle`: `oracle serve` and `oracle get`.
+
+use clap::{Parser, Subcommand};
+use percolator::kv::StoreSpec;
+
+/// Timestamp oracle: strictly increasing timestamps (physical ms << 18 | logical), never
+/// reused across restarts or takeovers.
+#[derive(Parser, Debug)]
+#[command(name = "oracle", version)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve timestamps. Several servers may share one store: one leads, the others stand
+    /// by and take over when it dies.
+    Serve(ServeArgs),
+    /// Fetch timestamps from running oracles and print them, one per line.
+    Get(GetArgs),
+}
+
+/// Arguments of `oracle serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Store holding the oracle record: embedded:PATH, memory, or tikv:PD_ADDR[,PD_ADDR...].
+    #[arg(long)]
+    pub store: StoreSpec,
+    /// Address to listen on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:7707")]
+    pub listen: String,
+    /// Address clients should use for this server (written into the record as the leader
+    /// hint); defaults to the bound address.
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Key namespace of the oracle record.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Physical time reserved ahead by each window write, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub window_ms: u64,
+    /// Leader heartbeat (record rewrite) interval, in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub heartbeat_ms: u64,
+    /// A standby takes over after the record has not changed for this long, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub lease_timeout_ms: u64,
+    /// Testing aid: shift this process's wall clock by this many milliseconds.
+    #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
+    pub clock_skew_ms: i64,
+}
+
+/// Arguments of `oracle get`.
+#[derive(clap::Args, Debug)]
+pub struct GetArgs {
+    /// Oracle addresses, comma-separated (leader and standbys in any order).
+    #[arg(long, default_value = "127.0.0.1:7707", value_delimiter = ',')]
+    pub oracle: Vec<String>,
+    /// How many timestamps to fetch (concurrently, so they share round trips).
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub count: usize,
+    /// Give up after this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+}

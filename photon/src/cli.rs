@@ -1,0 +1,224 @@
+//! The command line of `photon` (public, so that tests parse command lines exactly as the
+//! binary does).
+
+use crate::pipeline::PipelineSpec;
+use clap::{Args, Parser, Subcommand};
+use percolator::kv::StoreSpec;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "photon",
+    version,
+    about = "Exactly-once join of ad clicks with their search queries, over Percolator transactions"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the store is, and where its timestamps come from.
+#[derive(Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// Store: embedded:PATH, memory, or tikv:PD_ADDR[,PD_ADDR...]
+    #[arg(long, default_value = "embedded:./photon-data")]
+    pub store: StoreSpec,
+    /// Key namespace of the application inside the store.
+    #[arg(long, default_value = "photon")]
+    pub namespace: String,
+    /// Oracle service addresses (comma-separated); default: an in-process oracle persisted in
+    /// the store (one process per store: embedded and memory stores only). Required with a
+    /// TiKV store, which several processes share.
+    #[arg(long, value_delimiter = ',')]
+    pub oracle: Vec<String>,
+}
+
+/// Arguments of `photon gen`.
+#[derive(Args, Clone, Debug)]
+pub struct GenArgs {
+    /// Output directory for queries-*.jsonl and clicks-*.jsonl.
+    #[arg(long, default_value = "./photon-logs")]
+    pub out: PathBuf,
+    /// Number of queries.
+    #[arg(long, default_value_t = 100_000)]
+    pub queries: u64,
+    /// Click-through rate (probability that a query gets a click).
+    #[arg(long, default_value_t = 0.5)]
+    pub ctr: f64,
+    /// Mean click delay after its query, ms (exponentially distributed).
+    #[arg(long, default_value_t = 2000.0)]
+    pub click_delay_ms: f64,
+    /// Fraction of clicks logged before their query.
+    #[arg(long, default_value_t = 0.05)]
+    pub early: f64,
+    /// Fraction of clicks delivered twice (same click_id).
+    #[arg(long, default_value_t = 0.02)]
+    pub duplicates: f64,
+    /// Fraction of clicks whose query never arrives.
+    #[arg(long, default_value_t = 0.01)]
+    pub orphans: f64,
+    /// Fraction of malformed lines to insert.
+    #[arg(long, default_value_t = 0.0)]
+    pub malformed: f64,
+    /// Events per second of event time.
+    #[arg(long, default_value_t = 10_000.0)]
+    pub rate: f64,
+    /// Files per kind.
+    #[arg(long, default_value_t = 2)]
+    pub files: usize,
+    /// Random seed (same seed, same logs).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate synthetic query and click logs (seeded, reproducible).
+    Gen(GenArgs),
+    /// Load the logs of a directory into the store, in transactional batches with offsets.
+    Load {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Directory holding queries-*.jsonl and clicks-*.jsonl.
+        input: PathBuf,
+        /// Lines per transaction.
+        #[arg(long, default_value_t = 500)]
+        batch: usize,
+        /// Where malformed lines are reported (file:line: error: text).
+        #[arg(long, default_value = "./photon-rejects.txt")]
+        rejects: PathBuf,
+        /// Keep tailing growing files and pick up new ones until SIGINT/SIGTERM.
+        #[arg(long)]
+        follow: bool,
+        /// Poll period of --follow, ms.
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+    },
+    /// Run a join worker (click and query observers) until SIGINT/SIGTERM.
+    Work {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        work: WorkArgs,
+        /// Serve counters in Prometheus text format on this address (e.g. 127.0.0.1:9100).
+        #[arg(long)]
+        metrics_addr: Option<std::net::SocketAddr>,
+    },
+    /// Check the joined output against the logs; non-zero exit on any duplicate or loss.
+    Verify {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Directory holding the logs that were loaded.
+        input: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the joined events as JSON lines to stdout or a file.
+    Export {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Drop IdRegistry days older than the retention, behind a boundary that never moves back.
+    Gc {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Days of IdRegistry entries to keep (counted back from today, UTC).
+        #[arg(long, default_value_t = 3)]
+        retention_days: u64,
+    },
+    /// Generate a workload, load it while two redundant pipelines join it, then verify.
+    Demo {
+        /// Clicks to generate (queries = clicks / ctr); about 100 s on 2 cores.
+        #[arg(long, default_value_t = 200_000)]
+        clicks: u64,
+        /// Working directory (default: a fresh temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Store (default: embedded in the working directory).
+        #[arg(long)]
+        store: Option<StoreSpec>,
+        /// Redundant pipelines.
+        #[arg(long, default_value_t = 2)]
+        pipelines: usize,
+        /// Print one JSON object instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// Seed of the workload.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// Arguments of `photon work` that describe its pipeline.
+#[derive(Args, Clone, Debug)]
+pub struct WorkArgs {
+    /// Pipeline name; redundant pipelines run at once under different names.
+    #[arg(long, default_value = "main")]
+    pub pipeline: String,
+    /// Worker name (default: host-process).
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// Clicks whose query has not arrived this long after their event time are reported as
+    /// expired, not silently dropped (seconds).
+    #[arg(long, default_value_t = 600)]
+    pub horizon_secs: u64,
+    /// Observer runs in flight at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// Scanner tasks.
+    #[arg(long, default_value_t = 2)]
+    pub scanners: usize,
+    /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
+    /// a crash, and for clicks whose query passed the horizon).
+    #[arg(long, default_value_t = 5000)]
+    pub sweep_ms: u64,
+}
+
+impl GenArgs {
+    /// The generator's options.
+    pub fn options(&self) -> crate::gen::GenOptions {
+        crate::gen::GenOptions {
+            queries: self.queries,
+            ctr: self.ctr,
+            mean_click_delay_ms: self.click_delay_ms,
+            early_clicks: self.early,
+            duplicates: self.duplicates,
+            orphans: self.orphans,
+            malformed: self.malformed,
+            rate: self.rate,
+            files: self.files,
+            seed: self.seed,
+            ..crate::gen::GenOptions::default()
+        }
+    }
+}
+
+impl WorkArgs {
+    /// The pipeline these arguments describe.
+    pub fn spec(&self) -> PipelineSpec {
+        PipelineSpec {
+            name: self.pipeline.clone(),
+            worker: self.worker.clone(),
+            horizon: self.horizon(),
+            max_in_flight: self.max_in_flight,
+            scanners: self.scanners,
+        }
+    }
+
+    /// `--horizon-secs`.
+    pub fn horizon(&self) -> Duration {
+        Duration::from_secs(self.horizon_secs)
+    }
+
+    /// `--sweep-ms`.
+    pub fn sweep_period(&self) -> Duration {
+        Duration::from_millis(self.sweep_ms)
+    }
+}

@@ -1,0 +1,213 @@
+//! `photon demo`: generates a workload, loads it while redundant pipelines join it, drains
+//! the join, verifies the output, and prints a summary (or one JSON object).
+
+use crate::load::{LoadError, LoadOptions, LoadStats};
+use crate::pipeline::{drain, spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
+use crate::verify::{Report, VerifyError};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use percolator::Client;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The join horizon of the demo's pipelines.
+const HORIZON: Duration = Duration::from_secs(600);
+
+/// Errors of the demo.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// Writing the logs failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Starting or draining a pipeline failed.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// Loading the logs failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The loader task failed.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    /// Verifying the output failed.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+}
+
+/// What the demo runs.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    /// Clicks to generate (queries = clicks / ctr).
+    pub clicks: u64,
+    /// Redundant pipelines (at least one).
+    pub pipelines: usize,
+    /// Print one JSON object instead of the summary (and no progress bars).
+    pub json: bool,
+    /// Seed of the workload.
+    pub seed: u64,
+}
+
+/// Runs the demo with its logs (and rejects file) in `dir`, on `client`'s store; prints the
+/// summary and returns the verification report (the caller fails unless it is
+/// [`Report::ok`]).
+pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<Report, DemoError> {
+    let DemoOptions {
+        clicks, json, seed, ..
+    } = *options;
+    let pipelines = options.pipelines.max(1);
+    let logs = dir.join("logs");
+    let ctr = 0.5;
+    let options = crate::gen::GenOptions {
+        queries: (clicks as f64 / ctr) as u64,
+        ctr,
+        seed,
+        ..crate::gen::GenOptions::default()
+    };
+    let multi = MultiProgress::new();
+    if json {
+        multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let spinner = multi.add(ProgressBar::new_spinner());
+    spinner.set_message(format!("generating {} queries", options.queries));
+    let summary = crate::gen::generate(&logs, &options)?;
+    spinner.finish_with_message(format!(
+        "generated {} queries and {} clicks",
+        summary.queries, summary.clicks
+    ));
+    let spec = |name: String| PipelineSpec {
+        name,
+        worker: None,
+        horizon: HORIZON,
+        max_in_flight: 64,
+        scanners: 2,
+    };
+    let running: Vec<Pipeline> = (0..pipelines)
+        .map(|i| Pipeline::start(client, &spec(format!("dc{}", i + 1))))
+        .collect::<Result<_, _>>()?;
+    for p in &running {
+        p.settle().await;
+    }
+    let sweeper = spawn_sweeper(client.clone(), HORIZON, Duration::from_millis(5000));
+    let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec})")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
+    let load_bar = multi.add(
+        ProgressBar::new(total_events)
+            .with_style(style.clone())
+            .with_message("loaded"),
+    );
+    let join_bar = multi.add(
+        ProgressBar::new(summary.clicks - summary.orphans)
+            .with_style(style)
+            .with_message("joined"),
+    );
+    let started = Instant::now();
+    let load_stats = Arc::new(LoadStats::default());
+    let loader = {
+        let (client, logs, stats) = (client.clone(), logs.clone(), load_stats.clone());
+        let rejects = dir.join("rejects.txt");
+        tokio::spawn(async move {
+            let options = LoadOptions {
+                batch: 500,
+                rejects,
+            };
+            crate::load::load_dir(&client, &logs, &options, &stats).await
+        })
+    };
+    let joined_now = |running: &[Pipeline]| -> u64 {
+        running
+            .iter()
+            .map(|p| p.stats.joined.load(Ordering::Relaxed))
+            .sum()
+    };
+    while !loader.is_finished() {
+        load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
+        join_bar.set_position(joined_now(&running));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    loader.await??;
+    load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
+    load_bar.finish();
+    // Drain: every notification handled, then one sweep for clicks parked while their query
+    // was being loaded, and drain again.
+    let workers: Vec<&observers::Worker> = running.iter().map(|p| &p.worker).collect();
+    drain(client, &workers, HORIZON, 3, || {
+        join_bar.set_position(joined_now(&running))
+    })
+    .await?;
+    let elapsed = started.elapsed();
+    join_bar.set_position(joined_now(&running));
+    join_bar.finish();
+    sweeper.abort();
+    let peak_rss_join_mb = peak_rss_mb();
+    let verify_started = Instant::now();
+    let report = crate::verify::verify(client, &logs).await?;
+    let verify_seconds = verify_started.elapsed().as_secs_f64();
+    let wasted: u64 = running
+        .iter()
+        .map(|p| p.stats.wasted.load(Ordering::Relaxed))
+        .sum();
+    let per_sec = report.joined as f64 / elapsed.as_secs_f64();
+    // Worker counters summed over the pipelines (where the time went).
+    let runs = running
+        .iter()
+        .fold(observers::MetricsSnapshot::default(), |mut sum, p| {
+            let m = p.worker.metrics().snapshot();
+            sum.processed += m.processed;
+            sum.hinted += m.hinted;
+            sum.found += m.found;
+            sum.scanned += m.scanned;
+            sum.conflicts += m.conflicts;
+            sum
+        });
+    let wasted_ratio = wasted as f64 / report.joined.max(1) as f64;
+    for p in &running {
+        p.worker.shutdown().await;
+    }
+    if json {
+        let out = serde_json::json!({
+            "joined": report.joined,
+            "duplicates": report.duplicates,
+            "lost": report.lost,
+            "per_sec": per_sec.round(),
+            "p50_ms": report.p50_ms,
+            "p90_ms": report.p90_ms,
+            "p99_ms": report.p99_ms,
+            "wasted_ratio": wasted_ratio,
+            "clicks": report.clicks,
+            "joinable": report.joinable,
+            "pipelines": pipelines,
+            "seconds": elapsed.as_secs_f64(),
+            "observer_runs": runs.processed,
+            "hinted": runs.hinted,
+            "found": runs.found,
+            "scanned": runs.scanned,
+            "conflicts": runs.conflicts,
+            "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
+            "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
+            "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_before_verify_mb": peak_rss_join_mb,
+            "verify_seconds": verify_seconds,
+        });
+        println!("{out}");
+    } else {
+        print!("{report}");
+        println!(
+            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s, wasted joins {:.2}%",
+            elapsed,
+            per_sec,
+            wasted_ratio * 100.0
+        );
+    }
+    Ok(report)
+}
+
+/// The process's peak resident set so far, in MiB (Linux `VmHWM`; `None` elsewhere).
+fn peak_rss_mb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024)
+}

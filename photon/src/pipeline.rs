@@ -1,0 +1,146 @@
+//! A join pipeline in this process: its observers on a worker ([`Pipeline::start`]), waiting
+//! until it has settled in, draining it ([`drain`]), and the periodic sweep of parked clicks
+//! ([`spawn_sweeper`]). Used by `photon work`, [`crate::demo`] and the tests.
+
+use crate::join::{self, JoinConfig, JoinStats};
+use observers::{Registry, Worker, WorkerConfig, WorkerError};
+use percolator::{Client, TxnError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Errors of starting and draining pipelines.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PipelineError {
+    /// The worker failed (registering the observers, or waiting for quiescence).
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The sweep of parked clicks failed.
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+}
+
+/// What `photon work` (and the demo) run a pipeline with.
+#[derive(Clone, Debug)]
+pub struct PipelineSpec {
+    /// Pipeline name; redundant pipelines run at once under different names.
+    pub name: String,
+    /// Worker name (default: `<pipeline>-<process id>`).
+    pub worker: Option<String>,
+    /// Clicks whose query has not arrived this long after their event time are reported as
+    /// expired.
+    pub horizon: Duration,
+    /// Observer runs in flight at most.
+    pub max_in_flight: usize,
+    /// Scanner tasks.
+    pub scanners: usize,
+}
+
+/// One pipeline's join observers running on a worker of this process.
+pub struct Pipeline {
+    /// The worker running the observers.
+    pub worker: Worker,
+    /// The join's counters.
+    pub stats: Arc<JoinStats>,
+    /// The pipeline name.
+    pub name: String,
+}
+
+impl Pipeline {
+    /// Starts a pipeline as `photon work` does: the worker is named after `spec` (or the
+    /// pipeline and this process), its id made unique with a random suffix.
+    pub fn start(client: &Client, spec: &PipelineSpec) -> Result<Pipeline, PipelineError> {
+        let worker_name = spec
+            .worker
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", spec.name, std::process::id()));
+        let join = JoinConfig {
+            pipeline: spec.name.clone(),
+            worker: worker_name.clone(),
+            horizon: spec.horizon,
+            adapter: None,
+        };
+        let config = WorkerConfig {
+            id: format!("{}-{:08x}", worker_name, rand::random::<u32>()),
+            scanners: spec.scanners,
+            max_in_flight: spec.max_in_flight,
+            ..WorkerConfig::default()
+        };
+        Pipeline::start_with(client, join, config)
+    }
+
+    /// Starts a pipeline with the given join and worker settings.
+    pub fn start_with(
+        client: &Client,
+        join: JoinConfig,
+        config: WorkerConfig,
+    ) -> Result<Pipeline, PipelineError> {
+        let stats = Arc::new(JoinStats::default());
+        let name = join.pipeline.clone();
+        let mut registry = Registry::new();
+        join::register(&mut registry, join, stats.clone())?;
+        let worker = Worker::start(client.clone(), Arc::new(registry), config);
+        Ok(Pipeline {
+            worker,
+            stats,
+            name,
+        })
+    }
+
+    /// Waits until the worker has settled in (joined the membership, first scan planned),
+    /// so that load written from now on is seen by it.
+    pub async fn settle(&self) {
+        self.worker.wait_until_settled().await;
+    }
+}
+
+/// Drains the join: waits until every worker is quiescent (every notification handled),
+/// then sweeps the clicks parked while their query was being loaded, and again, until a
+/// sweep wakes nothing or `max_rounds` rounds have run. `tick` is called every 100 ms while
+/// waiting (progress display).
+pub async fn drain(
+    client: &Client,
+    workers: &[&Worker],
+    horizon: Duration,
+    max_rounds: usize,
+    mut tick: impl FnMut(),
+) -> Result<(), PipelineError> {
+    for _ in 0..max_rounds {
+        let quiescent = async {
+            for w in workers {
+                w.wait_until_quiescent().await?;
+            }
+            Ok::<(), WorkerError>(())
+        };
+        tokio::pin!(quiescent);
+        loop {
+            tokio::select! {
+                r = &mut quiescent => { r?; break; }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => tick(),
+            }
+        }
+        if join::sweep_pending(client, horizon).await? == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Sweeps parked clicks every `period` ([`join::sweep_pending`]: the fallback for wake-ups
+/// lost to a crash, and for clicks whose query passed the horizon) until the task is aborted.
+pub fn spawn_sweeper(
+    client: Client,
+    horizon: Duration,
+    period: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match join::sweep_pending(&client, horizon).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, "sweep woke waiting clicks"),
+                Err(e) => tracing::warn!(error = %e, "pending sweep failed; will retry"),
+            }
+        }
+    })
+}
