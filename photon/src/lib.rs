@@ -9,6 +9,7 @@ pub mod join;
 pub mod load;
 pub mod metrics_http;
 pub mod schema;
+pub mod timeline;
 pub mod verify;
 
 use percolator::kv::StoreSpec;

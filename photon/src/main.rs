@@ -174,7 +174,34 @@ enum Command {
         /// Seed of the workload.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Offered load in clicks per second: the logs are replayed at the pace of their event
+        /// times (queries at rate / 0.5), which measures latency below saturation. Without it
+        /// the loader runs as fast as it can (throughput at saturation).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// With --rate: run this long (e.g. 90s, 30m, 1h; sets --clicks to rate x duration)
+        /// and report throughput, latency and RSS per minute, so drift shows.
+        #[arg(long, value_parser = parse_duration, requires = "rate")]
+        duration: Option<Duration>,
     },
+}
+
+/// Parses `90`, `90s`, `30m` or `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number with s, m or h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{text}`: unit must be s, m or h")),
+    };
+    Ok(Duration::from_secs(secs))
 }
 
 #[derive(Args, Clone)]
@@ -571,8 +598,11 @@ async fn main() -> anyhow::Result<()> {
             pipelines,
             json,
             seed,
+            rate,
+            duration,
         } => {
-            demo(clicks, dir, store, pipelines.max(1), json, seed).await?;
+            let offered = rate.map(|per_sec| Offered { per_sec, duration });
+            demo(clicks, dir, store, pipelines.max(1), json, seed, offered).await?;
         }
     }
     Ok(())
@@ -605,6 +635,15 @@ fn print_report(r: &photon::verify::Report) {
     );
 }
 
+/// The demo's offered load (`--rate`, `--duration`).
+#[derive(Clone, Copy, Debug)]
+struct Offered {
+    /// Clicks per second.
+    per_sec: f64,
+    /// How long to offer it (otherwise `--clicks` decides).
+    duration: Option<Duration>,
+}
+
 async fn demo(
     clicks: u64,
     dir: Option<PathBuf>,
@@ -612,17 +651,34 @@ async fn demo(
     pipelines: usize,
     json: bool,
     seed: u64,
+    offered: Option<Offered>,
 ) -> anyhow::Result<()> {
     let temp = tempfile::tempdir()?;
     let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
     let logs = dir.join("logs");
     let ctr = 0.5;
-    let options = photon::gen::GenOptions {
+    let clicks = match offered {
+        Some(Offered {
+            per_sec,
+            duration: Some(d),
+        }) => (per_sec * d.as_secs_f64()).round() as u64,
+        _ => clicks,
+    };
+    let mut options = photon::gen::GenOptions {
         queries: (clicks as f64 / ctr) as u64,
         ctr,
         seed,
         ..photon::gen::GenOptions::default()
     };
+    if let Some(o) = offered {
+        anyhow::ensure!(
+            o.per_sec.is_finite() && o.per_sec > 0.0,
+            "--rate must be a positive number of clicks per second"
+        );
+        // The generator's rate is queries per second of event time; a query gets a click
+        // with probability ctr.
+        options.rate = o.per_sec / ctr;
+    }
     let multi = MultiProgress::new();
     if json {
         multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -635,6 +691,11 @@ async fn demo(
         summary.queries, summary.clicks
     ));
     let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
+    let backend = match &store {
+        StoreSpec::Embedded(_) => "embedded",
+        StoreSpec::Memory => "memory",
+        StoreSpec::Tikv(_) => "tikv",
+    };
     let client = photon::open_client(&store, "photon", &[]).await?;
     let work = |name: &str| WorkArgs {
         pipeline: name.to_string(),
@@ -669,17 +730,35 @@ async fn demo(
             .with_message("joined"),
     );
     let started = Instant::now();
+    let started_ms = photon::schema::now_ms();
     let load_stats = Arc::new(LoadStats::default());
+    // At an offered rate, batches span about 40 ms of event time (about 4 files share the
+    // rate), so the pace is smooth; at saturation, 500 lines.
+    let (batch, pace) = match offered {
+        Some(o) => (
+            ((o.per_sec * (1.0 + 1.0 / ctr)) / 100.0).clamp(1.0, 500.0) as usize,
+            Some(photon::load::Pace::starting_now(options.start_ms)),
+        ),
+        None => (500, None),
+    };
     let loader = {
         let (client, logs, stats) = (client.clone(), logs.clone(), load_stats.clone());
         let rejects = dir.join("rejects.txt");
         tokio::spawn(async move {
-            let options = LoadOptions {
-                batch: 500,
-                rejects,
-            };
-            photon::load::load_dir(&client, &logs, &options, &stats).await
+            let options = LoadOptions { batch, rejects };
+            photon::load::load_dir_paced(&client, &logs, &options, &stats, pace.as_ref()).await
         })
+    };
+    // Peak RSS per minute of the run (drift in memory shows here).
+    let mut rss_by_minute: Vec<u64> = Vec::new();
+    let sample_rss = |rss_by_minute: &mut Vec<u64>| {
+        let minute = (started.elapsed().as_secs() / 60) as usize;
+        if let Some(rss) = rss_mb() {
+            if rss_by_minute.len() <= minute {
+                rss_by_minute.resize(minute + 1, 0);
+            }
+            rss_by_minute[minute] = rss_by_minute[minute].max(rss);
+        }
     };
     let joined_now = |running: &[Pipeline]| -> u64 {
         running
@@ -690,6 +769,7 @@ async fn demo(
     while !loader.is_finished() {
         load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
         join_bar.set_position(joined_now(&running));
+        sample_rss(&mut rss_by_minute);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     loader.await??;
@@ -708,7 +788,10 @@ async fn demo(
         loop {
             tokio::select! {
                 r = &mut drain => { r?; break; }
-                _ = tokio::time::sleep(Duration::from_millis(100)) => join_bar.set_position(joined_now(&running)),
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    join_bar.set_position(joined_now(&running));
+                    sample_rss(&mut rss_by_minute);
+                }
             }
         }
         if join::sweep_pending(&client, Duration::from_secs(600)).await? == 0 {
@@ -723,6 +806,7 @@ async fn demo(
     let verify_started = Instant::now();
     let report = photon::verify::verify(&client, &logs).await?;
     let verify_seconds = verify_started.elapsed().as_secs_f64();
+    let timeline = photon::timeline::by_minute(&client, started_ms).await?;
     let wasted: u64 = running
         .iter()
         .map(|p| p.stats.wasted.load(Ordering::Relaxed))
@@ -769,12 +853,38 @@ async fn demo(
             "peak_rss_mb": peak_rss_mb(),
             "peak_rss_before_verify_mb": peak_rss_join_mb,
             "verify_seconds": verify_seconds,
+            "backend": backend,
+            "offered_per_sec": offered.map(|o| o.per_sec),
+            "first_p90_ms": timeline.first_p90_ms,
+            "last_p90_ms": timeline.last_p90_ms,
+            "window_minutes": timeline.window_minutes,
+            "minutes": timeline.minutes,
+            "rss_mb_by_minute": rss_by_minute,
         });
         println!("{out}");
     } else {
         print_report(&report);
+        if offered.is_some_and(|o| o.duration.is_some()) {
+            println!("minute   joined   p50 ms   p90 ms   p99 ms   peak RSS MB");
+            for m in &timeline.minutes {
+                let rss = rss_by_minute.get(m.minute as usize).copied().unwrap_or(0);
+                println!(
+                    "{:>6} {:>8} {:>8} {:>8} {:>8} {:>13}",
+                    m.minute, m.joined, m.p50_ms, m.p90_ms, m.p99_ms, rss
+                );
+            }
+            println!(
+                "p90 of the first {w} minutes {} ms, of the last {w} minutes {} ms",
+                timeline.first_p90_ms,
+                timeline.last_p90_ms,
+                w = timeline.window_minutes
+            );
+        }
+        let offered_note = offered
+            .map(|o| format!(" at an offered {:.0} clicks/s", o.per_sec))
+            .unwrap_or_default();
         println!(
-            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s, wasted joins {:.2}%",
+            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s{offered_note}, wasted joins {:.2}%",
             elapsed,
             per_sec,
             wasted_ratio * 100.0
@@ -788,8 +898,17 @@ async fn demo(
 
 /// The process's peak resident set so far, in MiB (Linux `VmHWM`; `None` elsewhere).
 fn peak_rss_mb() -> Option<u64> {
+    proc_status_mb("VmHWM:")
+}
+
+/// The process's resident set now, in MiB (Linux `VmRSS`; `None` elsewhere).
+fn rss_mb() -> Option<u64> {
+    proc_status_mb("VmRSS:")
+}
+
+fn proc_status_mb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024)
 }
