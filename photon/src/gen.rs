@@ -103,7 +103,9 @@ pub fn generate(dir: &Path, options: &GenOptions) -> std::io::Result<GenSummary>
             writeln!(click_files[f], "{line}")?;
         }
         let query = Query {
-            query_id: format!("qsrv{}:{}:{}", q % 7, 1000 + q % 13, t * 1000 + q % 1000),
+            // Server, process, event time and sequence number: unique per query at any rate (the
+            // sequence alone decides; the rest makes ids look like Photon's).
+            query_id: format!("qsrv{}:{}:{}:{q}", q % 7, 1000 + q % 13, t),
             event_time: t,
             fields: Map::from_iter([(
                 "terms".to_string(),
@@ -112,16 +114,16 @@ pub fn generate(dir: &Path, options: &GenOptions) -> std::io::Result<GenSummary>
         };
         let orphan = rng.gen_bool(options.orphans.clamp(0.0, 1.0));
         let clicked = rng.gen_bool(options.ctr.clamp(0.0, 1.0));
-        let mut early_click = None;
+        // Copies of this query's click logged before it (both copies of a duplicate may be).
+        let mut early_clicks: Vec<String> = Vec::new();
         if clicked {
             let delay = (-options.mean_click_delay_ms * (1.0 - rng.gen::<f64>()).ln()) as u64;
             let click = Click {
-                click_id: format!(
-                    "csrv{}:{}:{}",
-                    q % 5,
-                    2000 + q % 11,
-                    (t + delay) * 1000 + q % 1000
-                ),
+                // Unique per click (one per query at most): without the query's sequence
+                // number, two clicks of queries 11,000 apart whose delays differed by the
+                // right amount got the same id (about 2 in 10,000 clicks), and the second
+                // overwrote the first.
+                click_id: format!("csrv{}:{}:{}:{q}", q % 5, 2000 + q % 11, t + delay),
                 query_id: query.query_id.clone(),
                 event_time: t + delay,
                 fields: Map::from_iter([("ad".to_string(), json!(rng.gen_range(0..1000)))]),
@@ -139,14 +141,14 @@ pub fn generate(dir: &Path, options: &GenOptions) -> std::io::Result<GenSummary>
             summary.duplicate_lines += copies - 1;
             for _ in 0..copies {
                 if rng.gen_bool(options.early_clicks.clamp(0.0, 1.0)) {
-                    early_click = Some(line.clone());
+                    early_clicks.push(line.clone());
                 } else {
                     seq += 1;
                     delayed.insert((t + delay, seq), line.clone());
                 }
             }
         }
-        if let Some(line) = early_click {
+        for line in early_clicks {
             let f = rng.gen_range(0..files);
             writeln!(click_files[f], "{line}")?;
         }
@@ -173,4 +175,67 @@ pub fn generate(dir: &Path, options: &GenOptions) -> std::io::Result<GenSummary>
         w.flush()?;
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// Every query and every click has its own id, however dense the event times: ids that
+    /// repeat make the loader overwrite one click (or query) with another.
+    #[test]
+    fn ids_are_unique_at_any_rate() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = GenOptions {
+            queries: 20_000,
+            // A thousand queries per millisecond of event time, clicks a few ms later.
+            rate: 1_000_000.0,
+            mean_click_delay_ms: 50.0,
+            duplicates: 0.0,
+            seed: 7,
+            ..GenOptions::default()
+        };
+        let summary = generate(dir.path(), &options).expect("generate");
+        let mut clicks = HashSet::new();
+        let mut queries = HashSet::new();
+        for path in &summary.files {
+            for line in std::fs::read_to_string(path).expect("read").lines() {
+                let v: serde_json::Value = serde_json::from_str(line).expect("json");
+                if let Some(id) = v.get("click_id").and_then(|v| v.as_str()) {
+                    assert!(clicks.insert(id.to_string()), "click id {id} repeats");
+                } else if let Some(id) = v.get("query_id").and_then(|v| v.as_str()) {
+                    assert!(queries.insert(id.to_string()), "query id {id} repeats");
+                }
+            }
+        }
+        assert_eq!(clicks.len() as u64, summary.clicks);
+        assert_eq!(queries.len() as u64, summary.queries);
+    }
+
+    /// Every duplicate line the summary counts is in the files, also when both copies of a
+    /// click are logged early (one of them was dropped).
+    #[test]
+    fn every_counted_line_is_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = GenOptions {
+            queries: 4_000,
+            ctr: 1.0,
+            duplicates: 1.0,
+            early_clicks: 0.5,
+            orphans: 0.0,
+            seed: 3,
+            ..GenOptions::default()
+        };
+        let summary = generate(dir.path(), &options).expect("generate");
+        let lines: u64 = summary
+            .files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).expect("read").lines().count() as u64)
+            .sum();
+        assert_eq!(
+            lines,
+            summary.queries + summary.clicks + summary.duplicate_lines
+        );
+    }
 }

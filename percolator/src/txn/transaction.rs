@@ -132,6 +132,19 @@ impl Transaction {
         Ok(())
     }
 
+    /// The TTL (ms after the physical time of start_ts) of a lock or strong notify record
+    /// written now: `lock_ttl` from this moment, capped by the lifetime (invariant 5: no lock
+    /// outlives it). Measured when the record is written, not when the commit began: a large
+    /// write set (or a stalled process) can reach a cell long after the commit began, and a
+    /// lock born with a TTL counted from then could already be expired when it appears, so a
+    /// reader meeting it before the first heartbeat would fence a live commit.
+    fn lock_ttl_ms(&self) -> u64 {
+        let shared = self.shared();
+        (self.inner.started.elapsed() + shared.config.lock_ttl)
+            .min(shared.config.max_lifetime)
+            .as_millis() as u64
+    }
+
     fn too_old(&self) -> TxnError {
         TxnError::SnapshotTooOld {
             start_ts: self.inner.start_ts,
@@ -504,9 +517,6 @@ impl Transaction {
         // Invariant 5: a transaction already past its lifetime must not lock anything, and no
         // lock may outlive the lifetime.
         self.check_lifetime()?;
-        let ttl_ms = (self.inner.started.elapsed() + shared.config.lock_ttl)
-            .min(shared.config.max_lifetime)
-            .as_millis() as u64;
         let cached: HashMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
         // Keep the primary's lock alive while the commit takes long: the heartbeat runs in
@@ -514,7 +524,6 @@ impl Transaction {
         let work = std::pin::pin!(self.prewrite_and_commit(
             &cells,
             &primary,
-            ttl_ms,
             cached,
             notifies,
             notify_bucket
@@ -539,7 +548,6 @@ impl Transaction {
         &self,
         cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
-        ttl_ms: u64,
         cached: HashMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
         notify_bucket: u64,
@@ -569,7 +577,6 @@ impl Transaction {
                 Prewrite {
                     primary: primary_ref,
                     value: value.as_deref(),
-                    ttl_ms,
                     notify,
                     notify_primary: primary,
                     notify_bucket,
@@ -653,7 +660,6 @@ impl Transaction {
         let Prewrite {
             primary,
             value,
-            ttl_ms,
             notify,
             notify_primary,
             notify_bucket,
@@ -714,7 +720,7 @@ impl Transaction {
                 let record = crate::record::Notification::Strong {
                     start_ts,
                     primary: notify_primary.clone(),
-                    ttl_ms,
+                    ttl_ms: self.lock_ttl_ms(),
                 }
                 .encode();
                 for dirty in &notify {
@@ -742,7 +748,7 @@ impl Transaction {
                 start_ts,
                 primary: primary.clone(),
                 op: op.clone(),
-                ttl_ms,
+                ttl_ms: self.lock_ttl_ms(),
             });
             match shared.cas_head(cell, &snap, next).await? {
                 Ok(new) => {
@@ -856,7 +862,6 @@ struct Prewrite<'a> {
     primary: Option<Cell>,
     /// The new value (`None`: delete).
     value: Option<&'a [u8]>,
-    ttl_ms: u64,
     /// Cells whose notify keys are put before the lock.
     notify: Vec<Cell>,
     /// The transaction's primary, recorded in the notify keys.
