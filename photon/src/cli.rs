@@ -153,7 +153,34 @@ pub enum Command {
         /// Seed of the workload.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Offered load in clicks per second: the logs are replayed at the pace of their event
+        /// times (queries at rate / 0.5), which measures latency below saturation. Without it
+        /// the loader runs as fast as it can (throughput at saturation).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// With --rate: run this long (e.g. 90s, 30m, 1h; sets --clicks to rate x duration)
+        /// and report throughput, latency and RSS per minute, so drift shows.
+        #[arg(long, value_parser = parse_duration, requires = "rate")]
+        duration: Option<std::time::Duration>,
     },
+}
+
+/// Parses `90`, `90s`, `30m` or `1h`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number with s, m or h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{text}`: unit must be s, m or h")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 /// Arguments of `photon work` that describe its pipeline.

@@ -33,6 +33,12 @@ pub enum DemoError {
     /// Verifying the output failed.
     #[error(transparent)]
     Verify(#[from] VerifyError),
+    /// Reading the output's timeline failed.
+    #[error(transparent)]
+    Txn(#[from] percolator::TxnError),
+    /// The options make no sense.
+    #[error("{0}")]
+    Options(String),
 }
 
 /// What the demo runs.
@@ -46,6 +52,19 @@ pub struct DemoOptions {
     pub json: bool,
     /// Seed of the workload.
     pub seed: u64,
+    /// An offered load (`--rate`, `--duration`); `None`: load as fast as possible.
+    pub offered: Option<Offered>,
+    /// The store's kind, for the summary (`embedded`, `memory`, `tikv`).
+    pub backend: String,
+}
+
+/// The demo's offered load.
+#[derive(Clone, Copy, Debug)]
+pub struct Offered {
+    /// Clicks per second.
+    pub per_sec: f64,
+    /// How long to offer it (sets the number of clicks); otherwise `clicks` decides.
+    pub duration: Option<Duration>,
 }
 
 /// Runs the demo with its logs (and rejects file) in `dir`, on `client`'s store; prints the
@@ -53,17 +72,39 @@ pub struct DemoOptions {
 /// [`Report::ok`]).
 pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<Report, DemoError> {
     let DemoOptions {
-        clicks, json, seed, ..
+        clicks,
+        json,
+        seed,
+        offered,
+        ..
     } = *options;
+    let backend = options.backend.clone();
     let pipelines = options.pipelines.max(1);
     let logs = dir.join("logs");
     let ctr = 0.5;
-    let options = crate::gen::GenOptions {
+    let clicks = match offered {
+        Some(Offered {
+            per_sec,
+            duration: Some(d),
+        }) => (per_sec * d.as_secs_f64()).round() as u64,
+        _ => clicks,
+    };
+    let mut options = crate::gen::GenOptions {
         queries: (clicks as f64 / ctr) as u64,
         ctr,
         seed,
         ..crate::gen::GenOptions::default()
     };
+    if let Some(o) = offered {
+        if !(o.per_sec.is_finite() && o.per_sec > 0.0) {
+            return Err(DemoError::Options(
+                "--rate must be a positive number of clicks per second".into(),
+            ));
+        }
+        // The generator's rate is queries per second of event time; a query gets a click
+        // with probability ctr.
+        options.rate = o.per_sec / ctr;
+    }
     let multi = MultiProgress::new();
     if json {
         multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -103,17 +144,35 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             .with_message("joined"),
     );
     let started = Instant::now();
+    let started_ms = crate::schema::now_ms();
     let load_stats = Arc::new(LoadStats::default());
+    // At an offered rate, batches span about 40 ms of event time (about 4 files share the
+    // rate), so the pace is smooth; at saturation, 500 lines.
+    let (batch, pace) = match offered {
+        Some(o) => (
+            ((o.per_sec * (1.0 + 1.0 / ctr)) / 100.0).clamp(1.0, 500.0) as usize,
+            Some(crate::load::Pace::starting_now(options.start_ms)),
+        ),
+        None => (500, None),
+    };
     let loader = {
         let (client, logs, stats) = (client.clone(), logs.clone(), load_stats.clone());
         let rejects = dir.join("rejects.txt");
         tokio::spawn(async move {
-            let options = LoadOptions {
-                batch: 500,
-                rejects,
-            };
-            crate::load::load_dir(&client, &logs, &options, &stats).await
+            let options = LoadOptions { batch, rejects };
+            crate::load::load_dir_paced(&client, &logs, &options, &stats, pace.as_ref()).await
         })
+    };
+    // Peak RSS per minute of the run (drift in memory shows here).
+    let mut rss_by_minute: Vec<u64> = Vec::new();
+    let sample_rss = |rss_by_minute: &mut Vec<u64>| {
+        let minute = (started.elapsed().as_secs() / 60) as usize;
+        if let Some(rss) = rss_mb() {
+            if rss_by_minute.len() <= minute {
+                rss_by_minute.resize(minute + 1, 0);
+            }
+            rss_by_minute[minute] = rss_by_minute[minute].max(rss);
+        }
     };
     let joined_now = |running: &[Pipeline]| -> u64 {
         running
@@ -124,6 +183,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     while !loader.is_finished() {
         load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
         join_bar.set_position(joined_now(&running));
+        sample_rss(&mut rss_by_minute);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     loader.await??;
@@ -133,7 +193,8 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     // was being loaded, and drain again.
     let workers: Vec<&observers::Worker> = running.iter().map(|p| &p.worker).collect();
     drain(client, &workers, HORIZON, 3, || {
-        join_bar.set_position(joined_now(&running))
+        join_bar.set_position(joined_now(&running));
+        sample_rss(&mut rss_by_minute);
     })
     .await?;
     let elapsed = started.elapsed();
@@ -144,6 +205,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     let verify_started = Instant::now();
     let report = crate::verify::verify(client, &logs).await?;
     let verify_seconds = verify_started.elapsed().as_secs_f64();
+    let timeline = crate::timeline::by_minute(client, started_ms).await?;
     let wasted: u64 = running
         .iter()
         .map(|p| p.stats.wasted.load(Ordering::Relaxed))
@@ -170,6 +232,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "joined": report.joined,
             "duplicates": report.duplicates,
             "lost": report.lost,
+            "unexpected": report.unexpected,
             "per_sec": per_sec.round(),
             "p50_ms": report.p50_ms,
             "p90_ms": report.p90_ms,
@@ -190,12 +253,38 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "peak_rss_mb": peak_rss_mb(),
             "peak_rss_before_verify_mb": peak_rss_join_mb,
             "verify_seconds": verify_seconds,
+            "backend": backend,
+            "offered_per_sec": offered.map(|o| o.per_sec),
+            "first_p90_ms": timeline.first_p90_ms,
+            "last_p90_ms": timeline.last_p90_ms,
+            "window_minutes": timeline.window_minutes,
+            "minutes": timeline.minutes,
+            "rss_mb_by_minute": rss_by_minute,
         });
         println!("{out}");
     } else {
         print!("{report}");
+        if offered.is_some_and(|o| o.duration.is_some()) {
+            println!("minute   joined   p50 ms   p90 ms   p99 ms   peak RSS MB");
+            for m in &timeline.minutes {
+                let rss = rss_by_minute.get(m.minute as usize).copied().unwrap_or(0);
+                println!(
+                    "{:>6} {:>8} {:>8} {:>8} {:>8} {:>13}",
+                    m.minute, m.joined, m.p50_ms, m.p90_ms, m.p99_ms, rss
+                );
+            }
+            println!(
+                "p90 of the first {w} minutes {} ms, of the last {w} minutes {} ms",
+                timeline.first_p90_ms,
+                timeline.last_p90_ms,
+                w = timeline.window_minutes
+            );
+        }
+        let offered_note = offered
+            .map(|o| format!(" at an offered {:.0} clicks/s", o.per_sec))
+            .unwrap_or_default();
         println!(
-            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s, wasted joins {:.2}%",
+            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s{offered_note}, wasted joins {:.2}%",
             elapsed,
             per_sec,
             wasted_ratio * 100.0
@@ -206,8 +295,17 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
 
 /// The process's peak resident set so far, in MiB (Linux `VmHWM`; `None` elsewhere).
 fn peak_rss_mb() -> Option<u64> {
+    proc_status_mb("VmHWM:")
+}
+
+/// The process's resident set now, in MiB (Linux `VmRSS`; `None` elsewhere).
+fn rss_mb() -> Option<u64> {
+    proc_status_mb("VmRSS:")
+}
+
+fn proc_status_mb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024)
 }

@@ -13,4 +13,5 @@ pub mod metrics;
 pub mod outcome;
 pub mod pipeline;
 pub mod schema;
+pub mod timeline;
 pub mod verify;

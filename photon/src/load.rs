@@ -320,7 +320,38 @@ fn parse_line(kind: Kind, line: &str) -> Result<Parsed, String> {
     }
 }
 
+/// Replays logs at the rate they were written: a batch commits no earlier than its last
+/// event's event time, counted from `event_origin_ms` (event time) = `started` (wall clock).
+/// A generated log replayed this way offers the store a fixed rate of events, which is how
+/// latency is measured below saturation (`photon demo --rate`); a loader that falls behind
+/// the pace loads as fast as it can until it catches up.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// Event time that maps to `started`, ms since the epoch.
+    pub event_origin_ms: u64,
+    /// Wall-clock instant of `event_origin_ms`.
+    pub started: std::time::Instant,
+}
+
+impl Pace {
+    /// A pace whose event time `event_origin_ms` is now.
+    pub fn starting_now(event_origin_ms: u64) -> Self {
+        Pace {
+            event_origin_ms,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Waits until event time `event_time_ms` is due.
+    async fn wait_for(&self, event_time_ms: u64) {
+        let due = self.started
+            + Duration::from_millis(event_time_ms.saturating_sub(self.event_origin_ms));
+        tokio::time::sleep_until(due.into()).await;
+    }
+}
+
 /// Loads `path` from its stored offset to its last complete line. Returns events loaded.
+#[allow(clippy::too_many_arguments)]
 pub async fn load_file(
     client: &Client,
     path: &Path,
@@ -329,14 +360,16 @@ pub async fn load_file(
     stats: &LoadStats,
     rejects: &Mutex<Option<std::fs::File>>,
     align: Option<(&Frontier, usize)>,
+    pace: Option<&Pace>,
 ) -> Result<u64, LoadError> {
-    let result = load_file_aligned(client, path, kind, options, stats, rejects, align).await;
+    let result = load_file_aligned(client, path, kind, options, stats, rejects, align, pace).await;
     if let Some((frontier, me)) = align {
         frontier.finish(me);
     }
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn load_file_aligned(
     client: &Client,
     path: &Path,
@@ -345,6 +378,7 @@ async fn load_file_aligned(
     stats: &LoadStats,
     rejects: &Mutex<Option<std::fs::File>>,
     align: Option<(&Frontier, usize)>,
+    pace: Option<&Pace>,
 ) -> Result<u64, LoadError> {
     // The events written here must notify the join observers, whoever built the client.
     declare_observed(client);
@@ -412,14 +446,17 @@ async fn load_file_aligned(
             return Ok(loaded);
         }
         next.fingerprint = Some(fingerprint(&tail));
+        let event_times = batch.iter().map(|p| match p {
+            Parsed::Query(q) => q.event_time,
+            Parsed::Click(c) => c.event_time,
+        });
         if let Some((frontier, me)) = align {
-            let first = batch.iter().map(|p| match p {
-                Parsed::Query(q) => q.event_time,
-                Parsed::Click(c) => c.event_time,
-            });
-            if let Some(at) = first.min() {
+            if let Some(at) = event_times.clone().min() {
                 frontier.wait_turn(me, at).await;
             }
+        }
+        if let (Some(pace), Some(last)) = (pace, event_times.max()) {
+            pace.wait_for(last).await;
         }
         // Rejects are reported before the batch commits: after a crash a malformed line may
         // be reported twice, never lost.
@@ -547,6 +584,17 @@ pub async fn load_dir(
     options: &LoadOptions,
     stats: &LoadStats,
 ) -> Result<u64, LoadError> {
+    load_dir_paced(client, dir, options, stats, None).await
+}
+
+/// [`load_dir`], each batch committed no earlier than `pace` says its events are due.
+pub async fn load_dir_paced(
+    client: &Client,
+    dir: &Path,
+    options: &LoadOptions,
+    stats: &LoadStats,
+    pace: Option<&Pace>,
+) -> Result<u64, LoadError> {
     let rejects = Mutex::new(None);
     let files = log_files(dir)?;
     let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
@@ -559,6 +607,7 @@ pub async fn load_dir(
             stats,
             &rejects,
             Some((&frontier, i)),
+            pace,
         )
     });
     let mut total = 0;

@@ -145,16 +145,25 @@ async fn main() -> anyhow::Result<()> {
             pipelines,
             json,
             seed,
+            rate,
+            duration,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
             let client = open_client(&store, "photon", &[]).await?;
+            let backend = match &store {
+                StoreSpec::Embedded(_) => "embedded",
+                StoreSpec::Memory => "memory",
+                StoreSpec::Tikv(_) => "tikv",
+            };
             let options = DemoOptions {
                 clicks,
                 pipelines,
                 json,
                 seed,
+                offered: rate.map(|per_sec| photon::demo::Offered { per_sec, duration }),
+                backend: backend.to_string(),
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
                 std::process::exit(1);

@@ -1,0 +1,141 @@
+//! Throughput and latency per minute of a run, read back from the joined output, so drift over
+//! a long run (`photon demo --duration`) is visible: a join whose cost grows with the history
+//! shows later minutes slower than the first ones.
+
+use crate::event::Joined;
+use crate::schema::JOINED;
+use crate::verify::for_each_cell;
+use hdrhistogram::Histogram;
+use percolator::{Client, TxnError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One minute of a run: the joined clicks that arrived in it (the later of the click's and its
+/// query's load), and how long they took to be joined.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Minute {
+    /// Minutes since the run's origin.
+    pub minute: u64,
+    /// Joined clicks that arrived in this minute.
+    pub joined: u64,
+    /// Arrival-to-join latency, median, ms.
+    pub p50_ms: u64,
+    /// 90th percentile, ms.
+    pub p90_ms: u64,
+    /// 99th percentile, ms.
+    pub p99_ms: u64,
+}
+
+/// A run minute by minute, with the p90 latency of its first and last minutes side by side.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    /// Every minute in which clicks arrived, in order.
+    pub minutes: Vec<Minute>,
+    /// p90 latency of the clicks of the first `window_minutes` minutes, ms.
+    pub first_p90_ms: u64,
+    /// p90 latency of the clicks of the last `window_minutes` minutes, ms.
+    pub last_p90_ms: u64,
+    /// Minutes in each of the two windows: 5, or half the run if shorter than 10 minutes.
+    pub window_minutes: u64,
+}
+
+/// Reads every joined event and groups them by arrival minute counted from `origin_ms` (ms
+/// since the epoch; events that arrived earlier count in minute 0). Streams the output: memory
+/// is one histogram per minute.
+pub async fn by_minute(client: &Client, origin_ms: u64) -> Result<Timeline, TxnError> {
+    let mut per_minute: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
+    let mut bad_histogram = false;
+    for_each_cell(client, JOINED, |_cell, value| {
+        let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
+            return;
+        };
+        let minute = j.arrived_at.saturating_sub(origin_ms) / 60_000;
+        let h = match per_minute.entry(minute) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => match Histogram::new(3) {
+                Ok(h) => e.insert(h),
+                Err(_) => {
+                    bad_histogram = true;
+                    return;
+                }
+            },
+        };
+        let _ = h.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
+    })
+    .await?;
+    debug_assert!(!bad_histogram, "3 significant digits is a valid histogram");
+    Ok(summarize(&per_minute))
+}
+
+fn summarize(per_minute: &BTreeMap<u64, Histogram<u64>>) -> Timeline {
+    let minutes: Vec<Minute> = per_minute
+        .iter()
+        .map(|(&minute, h)| Minute {
+            minute,
+            joined: h.len(),
+            p50_ms: h.value_at_quantile(0.5),
+            p90_ms: h.value_at_quantile(0.9),
+            p99_ms: h.value_at_quantile(0.99),
+        })
+        .collect();
+    let n = per_minute.len();
+    let window = if n >= 10 { 5 } else { n / 2 }.max(1);
+    let p90 = |hs: &mut dyn Iterator<Item = &Histogram<u64>>| -> u64 {
+        let mut merged: Option<Histogram<u64>> = None;
+        for h in hs {
+            match merged.as_mut() {
+                None => merged = Some(h.clone()),
+                Some(m) => {
+                    let _ = m.add(h);
+                }
+            }
+        }
+        merged.map_or(0, |m| m.value_at_quantile(0.9))
+    };
+    Timeline {
+        first_p90_ms: p90(&mut per_minute.values().take(window)),
+        last_p90_ms: p90(&mut per_minute.values().skip(n.saturating_sub(window))),
+        window_minutes: window as u64,
+        minutes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minute(latencies: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::new(3).expect("histogram");
+        for &l in latencies {
+            h.record(l).expect("in range");
+        }
+        h
+    }
+
+    #[test]
+    fn first_and_last_windows_compare_the_ends_of_the_run() {
+        let mut per_minute = BTreeMap::new();
+        for m in 0..12u64 {
+            // Latency grows with the minute: the last window's p90 is far above the first's.
+            per_minute.insert(m, minute(&vec![10 * (m + 1); 10]));
+        }
+        let t = summarize(&per_minute);
+        assert_eq!(t.window_minutes, 5);
+        assert_eq!(t.minutes.len(), 12);
+        assert_eq!(t.minutes[3].joined, 10);
+        assert_eq!(t.first_p90_ms, 50);
+        assert_eq!(t.last_p90_ms, 120);
+    }
+
+    #[test]
+    fn a_short_run_splits_in_halves() {
+        let mut per_minute = BTreeMap::new();
+        per_minute.insert(0, minute(&[5, 5, 5]));
+        per_minute.insert(1, minute(&[7, 7, 7]));
+        per_minute.insert(2, minute(&[9, 9, 9]));
+        let t = summarize(&per_minute);
+        assert_eq!(t.window_minutes, 1);
+        assert_eq!((t.first_p90_ms, t.last_p90_ms), (5, 9));
+        assert!(summarize(&BTreeMap::new()).minutes.is_empty());
+    }
+}
