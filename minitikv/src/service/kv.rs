@@ -94,6 +94,8 @@ trait RawResponse: Default + Sized {
     /// The answer to `error`: in the response's `error` string, or, for responses without
     /// one, a gRPC status (`INVALID_ARGUMENT` for a refused request, `INTERNAL` for a store
     /// failure).
+    // tonic::Status is large, and it is what the handler must return.
+    #[allow(clippy::result_large_err)]
     fn with_error(self, error: RawError) -> Result<Self, Status>;
 }
 
