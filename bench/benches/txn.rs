@@ -10,7 +10,8 @@
 //! calls per transaction (the last three on the embedded store).
 
 use async_trait::async_trait;
-use percolator::kv::{CasOutcome, EmbeddedKv, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::{EmbeddedKv, KvResult, RawKv};
 use percolator::ts::LocalClock;
 use percolator::txn::{Client, ClientConfig};
 use percolator::Cell;
@@ -24,54 +25,20 @@ use std::time::{Duration, Instant};
 
 const CELLS: u64 = 10_000;
 
-/// Counts raw store calls.
-struct Counting {
-    inner: Arc<dyn RawKv>,
-    calls: AtomicU64,
-}
-
-impl Counting {
-    fn tick(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-    }
-}
+/// Counts raw store calls (an interceptor hook on the store under the client).
+#[derive(Default)]
+struct Calls(AtomicU64);
 
 #[async_trait]
-impl RawKv for Counting {
-    async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
-        self.tick();
-        self.inner.get(key).await
-    }
-    async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
-        self.tick();
-        self.inner.batch_get(keys).await
-    }
-    async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
-        self.tick();
-        self.inner.put(key, value).await
-    }
-    async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
-        self.tick();
-        self.inner.batch_put(pairs).await
-    }
-    async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
-        self.tick();
-        self.inner.delete(key).await
-    }
-    async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
-        self.tick();
-        self.inner.scan(range, limit, order).await
-    }
-    async fn compare_and_swap(
-        &self,
-        key: Vec<u8>,
-        expected: Option<Vec<u8>>,
-        new: Vec<u8>,
-    ) -> KvResult<CasOutcome> {
-        self.tick();
-        self.inner.compare_and_swap(key, expected, new).await
+impl Hooks for Calls {
+    async fn before(&self, _call: Call<'_>) -> KvResult<()> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 }
+
+/// The store under the client, counting its calls.
+type Counting = Intercepted<Calls>;
 
 fn cell(i: u64) -> Cell {
     Cell::new("bench", format!("r{i:06}"), "v")
@@ -134,10 +101,7 @@ where
 /// Loads `CELLS` committed cells and as many raw keys into `raw`; returns the counting
 /// wrapper and a client over it.
 async fn setup(raw: Arc<dyn RawKv>) -> (Arc<Counting>, Client) {
-    let counting = Arc::new(Counting {
-        inner: raw.clone(),
-        calls: AtomicU64::new(0),
-    });
+    let counting = Arc::new(Intercepted::wrap(raw.clone(), Calls::default()));
     let client = Client::with_config(
         counting.clone(),
         Arc::new(LocalClock::new()),
@@ -284,22 +248,22 @@ fn main() {
         println!("hot (16 tasks, 4 cells): {hot_ok:.0} commits/s, abort rate {abort_rate:.3}");
         report.insert("abort_rate_hot".into(), abort_rate.into());
         // Raw store calls per transaction kind (sequential, uncontended).
-        let count = |f: u64| counting.calls.load(Ordering::Relaxed) - f;
-        let before = counting.calls.load(Ordering::Relaxed);
+        let count = |f: u64| counting.hooks().0.load(Ordering::Relaxed) - f;
+        let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
             let t = client.begin().await.expect("begin");
             t.get(&cell(i)).await.expect("get");
             t.commit().await.expect("commit");
         }
         let per_read = count(before) as f64 / 100.0;
-        let before = counting.calls.load(Ordering::Relaxed);
+        let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
             let t = client.begin().await.expect("begin");
             t.set(cell(i), vec![1u8; 100]);
             t.commit().await.expect("commit");
         }
         let per_write = count(before) as f64 / 100.0;
-        let before = counting.calls.load(Ordering::Relaxed);
+        let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
             let t = client.begin().await.expect("begin");
             let v = t.get(&cell(i)).await.expect("get");

@@ -26,6 +26,19 @@ pub struct Terminated {
     pub stderr: String,
 }
 
+impl Terminated {
+    /// Panics unless the process exited with status 0, i.e. shut down gracefully after the
+    /// SIGTERM, naming the `round` of a repeated test and the process's stderr.
+    pub fn assert_clean_exit(&self, round: usize) {
+        assert!(
+            self.status.success(),
+            "round {round}: SIGTERM at readiness: {} (not a clean exit)\nstderr:\n{}",
+            self.status,
+            self.stderr
+        );
+    }
+}
+
 pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
 
 /// Sends `signal` (e.g. [`SIGSTOP`]) to `pid` directly (kill(2), no `kill` child process in

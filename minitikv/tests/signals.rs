@@ -26,12 +26,7 @@ fn sigterm_at_readiness_exits_cleanly() {
             Stream::Stdout,
             "minitikv listening on ",
         );
-        assert!(
-            run.status.success(),
-            "round {round}: SIGTERM at readiness: {} (not a clean exit)\nstderr:\n{}",
-            run.status,
-            run.stderr
-        );
+        run.assert_clean_exit(round);
     }
 }
 

@@ -27,12 +27,7 @@ fn sigterm_at_readiness_exits_cleanly_and_releases_leadership() {
         .unwrap();
     for round in 0..ROUNDS {
         let run = sigterm_at_readiness(&mut serve(&store), Stream::Stdout, "listening on ");
-        assert!(
-            run.status.success(),
-            "round {round}: SIGTERM at readiness: {} (not a clean exit)\nstderr:\n{}",
-            run.status,
-            run.stderr
-        );
+        run.assert_clean_exit(round);
         let rec = runtime.block_on(async {
             let kv = percolator::kv::EmbeddedKv::open(&path).expect("opening the store");
             let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))

@@ -27,12 +27,7 @@ fn sigterm_at_readiness_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     for round in 0..ROUNDS {
         let run = sigterm_at_readiness(&mut work(&dir.path().join("store")), Stream::Stderr, READY);
-        assert!(
-            run.status.success(),
-            "round {round}: SIGTERM at readiness: {} (not a clean exit)\nstderr:\n{}",
-            run.status,
-            run.stderr
-        );
+        run.assert_clean_exit(round);
     }
 }
 
