@@ -58,6 +58,10 @@ struct Shared {
     paused: watch::Sender<bool>,
     role_paused: watch::Sender<bool>,
     role_wake: Notify,
+    /// Set once the role loop has looked at the record (and so knows the leader, or leads):
+    /// connections are accepted only then, so no client is told "not leader" without the
+    /// leader's address just because the server was younger than its first look.
+    looked: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -186,6 +190,7 @@ impl ServerHandle {
             paused: watch::channel(false).0,
             role_paused: watch::channel(false).0,
             role_wake: Notify::new(),
+            looked: watch::channel(false).0,
         });
         let (stop, stop_rx) = watch::channel(false);
         let tasks = tokio::spawn(run(shared.clone(), listener, stop_rx));
@@ -261,6 +266,15 @@ impl ServerHandle {
 async fn run(shared: Arc<Shared>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
     let mut tasks = JoinSet::new();
     tasks.spawn(role_loop(shared.clone()));
+    // Clients that connect meanwhile wait in the listen backlog.
+    let mut looked = shared.looked.subscribe();
+    tokio::select! {
+        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+            tasks.shutdown().await;
+            return;
+        }
+        _ = async { let _ = looked.wait_for(|l| *l).await; } => {}
+    }
     loop {
         tokio::select! {
             _ = async { let _ = stop.wait_for(|s| *s).await; } => break,
@@ -313,7 +327,10 @@ async fn role_loop(shared: Arc<Shared>) {
             }
             continue;
         }
-        match standby_step(&shared, &mut observed, first).await {
+        let step = standby_step(&shared, &mut observed, first).await;
+        // Looked (even if the store failed us: then clients get no hint, as before).
+        shared.looked.send_replace(true);
+        match step {
             Ok(true) => {
                 first = false;
                 continue;
