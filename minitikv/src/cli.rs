@@ -36,6 +36,7 @@ pub enum Command {
         /// (default: the bound address, 0.0.0.0 replaced by 127.0.0.1).
         #[arg(long, value_name = "HOST:PORT")]
         advertise: Option<String>,
+        #[allow(missing_docs)] // a flattened argument group: a doc comment would be help text
         #[command(flatten)]
         cluster: ClusterArgs,
     },

@@ -7,6 +7,9 @@ use percolator::kv::StoreSpec;
 use std::path::PathBuf;
 use std::time::Duration;
 
+// Doc comments on clap types become `--help` text, so the few items whose help must stay as
+// it is are exempt from `missing_docs`: the command line itself and flattened argument groups.
+#[allow(missing_docs)]
 #[derive(Parser, Debug)]
 #[command(
     name = "photon",
@@ -74,6 +77,7 @@ pub struct GenArgs {
 }
 
 /// The subcommands.
+#[allow(missing_docs)] // flattened argument groups (`store`, `work`) carry no doc comment
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Generate synthetic query and click logs (seeded, reproducible).
