@@ -117,7 +117,7 @@ mod tests {
         let mut per_minute = BTreeMap::new();
         for m in 0..12u64 {
             // Latency grows with the minute: the last window's p90 is far above the first's.
-            per_minute.insert(m, minute(&vec![10 * (m + 1); 10]));
+            per_minute.insert(m, minute(&[10 * (m + 1); 10]));
         }
         let t = summarize(&per_minute);
         assert_eq!(t.window_minutes, 5);
