@@ -1,3 +1,9 @@
+// Longer than ~500 lines on purpose: the batching queue (rounds), the pipelining driver
+// and its connection carry one linearizability argument (below) that depends on how the
+// three interact: when a request joins a round, when its frame is written, how replies
+// are matched in order and unanswered rounds resent. Kept together so that argument can be
+// checked against the code in one place. (The config/stats/error types and the wire
+// `Conn` could move out, but that alone would not bring it under 500.)
 //! [`OracleClient`]: one connection per process, batching concurrent requests into rounds
 //! (one request each), pipelining up to [`MAX_IN_FLIGHT`] rounds on the connection, failing
 //! over across oracle addresses.

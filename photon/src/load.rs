@@ -2,10 +2,17 @@
 //! commits together with the file's offset, so a loader killed at any moment and restarted
 //! neither skips nor repeats input.
 
+mod frontier;
+mod progress;
+
+pub use frontier::Frontier;
+pub use progress::FINGERPRINT_WINDOW;
+
 use crate::event::{Click, Kind, Query};
 use crate::schema::{click_cell, declare_observed, now_ms, offset_cell, query_cell, Stored};
 use percolator::{Client, TxnError};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use progress::{fingerprint, loaded_tail, parse_progress};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -46,62 +53,6 @@ impl LoadStats {
             self.batches.load(Ordering::Relaxed),
             elapsed,
         )
-    }
-}
-
-/// Keeps the files of one [`load_dir`] call loading in step by event time, as log readers
-/// tailing live logs would: a file whose next batch starts more than `slack_ms` of event time
-/// after the earliest pending batch of another file waits for it. Without it, a file of
-/// clicks (fewer lines than its queries) runs ahead and most clicks arrive before their
-/// query, park and must be woken.
-pub struct Frontier {
-    /// Per file: event time of the first event of its next batch; `None` until known.
-    next: Mutex<Vec<Option<u64>>>,
-    /// Files done (at their end) for this call.
-    done: Mutex<Vec<bool>>,
-    changed: tokio::sync::Notify,
-    slack_ms: u64,
-}
-
-impl Frontier {
-    /// A frontier over `files` files allowing `slack_ms` of event time ahead.
-    pub fn new(files: usize, slack_ms: u64) -> Self {
-        Frontier {
-            next: Mutex::new(vec![None; files]),
-            done: Mutex::new(vec![false; files]),
-            changed: tokio::sync::Notify::new(),
-            slack_ms,
-        }
-    }
-
-    /// Whether file `me` may commit a batch starting at event time `at`: every other file
-    /// still loading has a known next batch no earlier than `at - slack`.
-    fn may_go(&self, me: usize, at: u64) -> bool {
-        let next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        next.iter().enumerate().all(|(i, t)| {
-            i == me || done[i] || t.is_some_and(|t| t.saturating_add(self.slack_ms) >= at)
-        })
-    }
-
-    /// Waits until file `me` may commit its batch starting at `at`.
-    async fn wait_turn(&self, me: usize, at: u64) {
-        self.next.lock().unwrap_or_else(|p| p.into_inner())[me] = Some(at);
-        self.changed.notify_waiters();
-        loop {
-            let notified = self.changed.notified();
-            if self.may_go(me, at) {
-                return;
-            }
-            // A bounded wait: a file with a slow next read cannot stall the others for long.
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(50), notified).await;
-        }
-    }
-
-    /// Marks file `me` done for this call (it no longer holds the others back).
-    fn finish(&self, me: usize) {
-        self.done.lock().unwrap_or_else(|p| p.into_inner())[me] = true;
-        self.changed.notify_waiters();
     }
 }
 
@@ -148,103 +99,6 @@ pub enum LoadError {
         /// The stored value.
         value: String,
     },
-}
-
-/// Progress through one file: byte offset and line number of the next line to load, and
-/// the fingerprint of the loaded bytes just before the offset. Stored as
-/// `offset,line,fingerprint` (hex) with each batch; offsets stored without a fingerprint
-/// (`offset,line`, by earlier versions) are accepted and only checked against the file size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Progress {
-    offset: u64,
-    line: u64,
-    fingerprint: Option<u64>,
-}
-
-impl Progress {
-    fn encode(&self) -> String {
-        match self.fingerprint {
-            Some(f) => format!("{},{},{f:016x}", self.offset, self.line),
-            None => format!("{},{}", self.offset, self.line),
-        }
-    }
-}
-
-/// Bytes of a log just before the stored offset that its fingerprint covers. A rewrite in
-/// place changes them unless it leaves the whole window as it was (and checking them costs
-/// one small read per batch, where hashing the whole prefix would re-read the file).
-pub const FINGERPRINT_WINDOW: usize = 4096;
-
-/// FNV-1a, 64 bits: a stable hash (same value on every platform and version) of `bytes`.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// The fingerprint of the loaded prefix `tail` ends (its last [`FINGERPRINT_WINDOW`] bytes).
-fn fingerprint(tail: &[u8]) -> u64 {
-    fnv1a(&tail[tail.len().saturating_sub(FINGERPRINT_WINDOW)..])
-}
-
-/// Reads the last (up to) [`FINGERPRINT_WINDOW`] bytes before `progress.offset` and checks
-/// them against the stored fingerprint: a file shorter than the offset, or with other bytes
-/// there, changed in place since it was loaded.
-fn loaded_tail(
-    file: &mut std::fs::File,
-    path: &Path,
-    progress: &Progress,
-) -> Result<Vec<u8>, LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let changed = || LoadError::Changed {
-        path: path.to_path_buf(),
-        offset: progress.offset,
-    };
-    if file.metadata().map_err(io)?.len() < progress.offset {
-        return Err(changed());
-    }
-    let start = progress.offset.saturating_sub(FINGERPRINT_WINDOW as u64);
-    let mut tail = Vec::with_capacity(FINGERPRINT_WINDOW);
-    file.seek(SeekFrom::Start(start)).map_err(io)?;
-    Read::take(&mut *file, progress.offset - start)
-        .read_to_end(&mut tail)
-        .map_err(io)?;
-    if tail.len() as u64 != progress.offset - start
-        || progress
-            .fingerprint
-            .is_some_and(|f| f != fingerprint(&tail))
-    {
-        return Err(changed());
-    }
-    Ok(tail)
-}
-
-fn parse_progress(path: &Path, v: Option<Vec<u8>>) -> Result<Progress, LoadError> {
-    let Some(v) = v else {
-        return Ok(Progress::default());
-    };
-    let text = String::from_utf8_lossy(&v).into_owned();
-    let corrupt = || LoadError::CorruptOffset {
-        path: path.to_path_buf(),
-        value: text.clone(),
-    };
-    let mut parts = text.split(',');
-    let (Some(offset), Some(line), fingerprint, None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(corrupt());
-    };
-    Ok(Progress {
-        offset: offset.parse().map_err(|_| corrupt())?,
-        line: line.parse().map_err(|_| corrupt())?,
-        fingerprint: fingerprint
-            .map(|f| u64::from_str_radix(f, 16))
-            .transpose()
-            .map_err(|_| corrupt())?,
-    })
 }
 
 /// The identity of a log file in the loader table: its canonical path.

@@ -1,3 +1,7 @@
+// Longer than ~500 lines on purpose: it is the one `serve` path (faults, routing checks,
+// column family) and every raw RPC the TiKV service answers through it (get, put, delete,
+// their batch forms, scans, delete_range, CAS), each a short handler. Splitting the
+// handlers off would separate them from the shared path whose checks they rely on.
 //! The TiKV service (raw API) as one store of the cluster answers it. Every request takes
 //! one path, [`StoreService::serve`]: injected faults, the routing checks TiKV makes, the
 //! column family check, then the request's own work, whose error the response type maps the

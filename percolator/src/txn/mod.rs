@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod commit;
 mod config;
 mod error;
 mod failpoint;
@@ -33,6 +34,7 @@ mod gc;
 mod heads;
 mod locks;
 mod notify;
+mod read;
 mod transaction;
 
 pub use config::ClientConfig;

@@ -1,0 +1,284 @@
+//! The read path of a [`Transaction`]: point reads at start_ts (own writes first, then the
+//! head, then `V`), scans and read-only scan pages, and the GC check that makes an answer
+//! from beyond the head exact.
+
+use super::heads::{HeadSnapshot, ValueFetch};
+use super::locks::TxnStatus;
+use super::transaction::Transaction;
+use super::{TxnError, TxnResult};
+use crate::codec::Cell;
+use crate::kv::{KvError, RangePager, ScanOrder};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+impl Transaction {
+    /// After a read that looked beyond the head (in `V` or `D`): GC removes those versions
+    /// only after publishing a safe point above every snapshot that could see them, so a
+    /// safe point read *after* the read that is still at or below start_ts proves the read
+    /// saw everything the snapshot needs. Otherwise refuse rather than answer wrongly
+    /// (ARCHITECTURE.md "Snapshots and GC"). Timestamps only: no local clock is involved.
+    pub(super) async fn ensure_not_collected(&self) -> TxnResult<()> {
+        let safe_point = super::gc::read_safe_point(self.shared()).await?;
+        if safe_point > self.inner.start_ts {
+            return Err(self.too_old());
+        }
+        Ok(())
+    }
+
+    /// Like [`Transaction::get`], also returning the commit_ts of the version read
+    /// (`None` for the transaction's own buffered write or an absent cell).
+    pub async fn get_versioned(&self, cell: &Cell) -> TxnResult<(Option<Vec<u8>>, Option<u64>)> {
+        let (key, snap) = match self.local_read(cell)? {
+            LocalRead::Written(value) => return Ok((value, None)),
+            LocalRead::Head(key, Some(snap)) => (key, snap),
+            LocalRead::Head(key, None) => {
+                let snap = self.shared().read_head_at(&key).await?;
+                (key, snap)
+            }
+        };
+        let read = self.read_versioned(cell, key, snap).await?;
+        if read.beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        self.check_lifetime()?;
+        Ok((read.value, read.commit_ts))
+    }
+
+    /// The value of `cell` in this transaction's snapshot (its own writes included).
+    pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
+        Ok(self.get_versioned(cell).await?.0)
+    }
+
+    /// What the transaction itself knows about `cell` (one lock of its state): its buffered
+    /// write, or the head key and the head it already read, if any. Reusing that head is
+    /// exact under SI: a cached head holds no lock at or below our start_ts, and anything
+    /// written to the cell since commits above our start_ts (its commit_ts is drawn after its
+    /// prewrite, which came after our read).
+    fn local_read(&self, cell: &Cell) -> TxnResult<LocalRead> {
+        let key = self.shared().codec.head(cell);
+        let state = self.state();
+        if state.finished {
+            return Err(TxnError::Finished {
+                start_ts: self.inner.start_ts.0,
+            });
+        }
+        if let Some(write) = state.writes.get(cell) {
+            return Ok(LocalRead::Written(write.clone()));
+        }
+        let cached = state.heads.get(&key).cloned();
+        Ok(LocalRead::Head(key, cached))
+    }
+
+    /// Reads `cell` (head key `key`) at start_ts starting from an already-read head: resolves
+    /// locks that may hide a version visible to us (waiting on live ones), remembers the head
+    /// for a later prewrite, then returns the visible value and its commit_ts.
+    ///
+    /// An answer found in the head needs no further check: one head read is atomic and the
+    /// head holds a contiguous newest-first run of versions, which GC only shortens from the
+    /// old end. An answer from `V` (or an absent one after looking there) is exact only if GC
+    /// had not passed start_ts when `V` was read: the caller checks that with
+    /// [`Self::ensure_not_collected`] when `beyond_head` is set, after its last read.
+    async fn read_versioned(
+        &self,
+        cell: &Cell,
+        key: Vec<u8>,
+        mut snap: HeadSnapshot,
+    ) -> TxnResult<VersionedRead> {
+        let start_ts = self.inner.start_ts;
+        let mut backoff = Duration::from_millis(1);
+        while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts.0) {
+            self.check_lifetime()?;
+            if self.shared().resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+            snap = self.shared().read_head_at(&key).await?;
+        }
+        // No head at all: the cell was never prewritten, so nothing is in `V` either (heads
+        // are created by the first prewrite and GC never deletes one).
+        let never_written = snap.raw.is_none();
+        let beyond_head = !never_written && snap.head.visible_at(start_ts.0).is_none();
+        let version = if never_written {
+            None
+        } else {
+            self.shared()
+                .visible_version(cell, &snap.head, start_ts)
+                .await?
+        };
+        // Kept as the expectation of a later prewrite; a read-only snapshot never prewrites,
+        // so it keeps nothing (a long scan would otherwise hold every head it read).
+        if !self.inner.read_only {
+            self.state().heads.insert(key, snap);
+        }
+        let Some(version) = version else {
+            return Ok(VersionedRead {
+                value: None,
+                commit_ts: None,
+                beyond_head,
+            });
+        };
+        let commit_ts = version.commit_ts;
+        match self.shared().version_value(cell, version).await? {
+            ValueFetch::Value(value) => Ok(VersionedRead {
+                value,
+                commit_ts: Some(commit_ts),
+                beyond_head,
+            }),
+            // GC removed it (we outlived our snapshot) or the store lost it: only the
+            // safe point tells which.
+            ValueFetch::Missing { key } => {
+                self.ensure_not_collected().await?;
+                Err(TxnError::corrupt(
+                    &key,
+                    crate::record::RecordError::Truncated {
+                        field: "out-of-line value (missing)",
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Every cell of `table` whose row lies in `[row_start, row_end)` (`row_end: None`: to the
+    /// end of the table) with its value in this snapshot, in (row, column) order. Own writes
+    /// are included; cells deleted or absent in the snapshot are not.
+    pub async fn scan(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+    ) -> TxnResult<Vec<(Cell, Vec<u8>)>> {
+        use crate::codec::{Key, Space};
+        self.check_open()?;
+        let range = self
+            .shared()
+            .codec
+            .rows_range(Space::Head, table, row_start, row_end);
+        let mut result: BTreeMap<Cell, Vec<u8>> = BTreeMap::new();
+        let kv = self.shared().kv.clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        let mut beyond_head = false;
+        while let Some(page) = pager.next_page().await? {
+            for (key, raw) in page {
+                let cell = match self.shared().codec.decode(&key) {
+                    Ok(Key::Head(cell)) => cell,
+                    other => {
+                        return Err(TxnError::Storage(KvError::Engine {
+                            op: "scan",
+                            message: format!(
+                                "key {} in the head range decodes as {other:?}",
+                                key.escape_ascii()
+                            ),
+                        }))
+                    }
+                };
+                let snap = HeadSnapshot::decode(&key, Some(raw))?;
+                let read = self.read_versioned(&cell, key, snap).await?;
+                beyond_head |= read.beyond_head;
+                if let Some(value) = read.value {
+                    result.insert(cell, value);
+                }
+            }
+        }
+        for (cell, write) in self.state().writes.iter() {
+            let in_range = cell.table == table
+                && cell.row.as_slice() >= row_start
+                && row_end.is_none_or(|end| cell.row.as_slice() < end);
+            if in_range {
+                match write {
+                    Some(value) => result.insert(cell.clone(), value.clone()),
+                    None => result.remove(cell),
+                };
+            }
+        }
+        // One check after the last read covers every read of the scan.
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        self.check_lifetime()?;
+        Ok(result.into_iter().collect())
+    }
+
+    /// One page of a scan of a read-only snapshot ([`super::Client::snapshot_at`]): at most
+    /// `limit` cells of `table` with rows in `[row_start, row_end)` that hold a value, in
+    /// (row, column) order, starting after cell `after` if given (the last cell of the
+    /// previous page). Memory stays bounded by the page however large the table; each page
+    /// is checked against GC like [`Transaction::scan`]. A transaction that is not a
+    /// read-only snapshot gets `InvalidArgument` (its own writes are not paged).
+    pub async fn scan_page(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+        after: Option<&Cell>,
+        limit: usize,
+    ) -> TxnResult<Vec<(Cell, Vec<u8>)>> {
+        use crate::codec::{Key, Space};
+        self.check_open()?;
+        if !self.inner.read_only {
+            return Err(TxnError::InvalidArgument(
+                "scan_page needs a read-only snapshot (Client::snapshot_at)".to_string(),
+            ));
+        }
+        let mut range = self
+            .shared()
+            .codec
+            .rows_range(Space::Head, table, row_start, row_end);
+        if let Some(after) = after {
+            let mut next = self.shared().codec.head(after);
+            next.push(0);
+            range.start = range.start.max(next);
+        }
+        let limit = limit.max(1);
+        let mut out = Vec::with_capacity(limit.min(4096));
+        let mut beyond_head = false;
+        let kv = self.shared().kv.clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, limit.min(1024));
+        'pages: while let Some(page) = pager.next_page().await? {
+            for (key, raw) in page {
+                let Ok(Key::Head(cell)) = self.shared().codec.decode(&key) else {
+                    return Err(TxnError::Storage(KvError::Engine {
+                        op: "scan_page",
+                        message: format!(
+                            "key {} in the head range is not a head",
+                            key.escape_ascii()
+                        ),
+                    }));
+                };
+                let snap = HeadSnapshot::decode(&key, Some(raw))?;
+                let read = self.read_versioned(&cell, key, snap).await?;
+                beyond_head |= read.beyond_head;
+                if let Some(value) = read.value {
+                    out.push((cell, value));
+                    if out.len() >= limit {
+                        break 'pages;
+                    }
+                }
+            }
+        }
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        Ok(out)
+    }
+}
+
+/// What [`Transaction::read_versioned`] found.
+struct VersionedRead {
+    /// The visible value (`None`: absent or deleted).
+    value: Option<Vec<u8>>,
+    /// The commit_ts of the version read.
+    commit_ts: Option<u64>,
+    /// Whether the answer came from beyond the head (`V`), so GC could have changed it.
+    beyond_head: bool,
+}
+
+/// What a read finds in the transaction itself.
+// Returned once per read and consumed at once: boxing the large variant would only add an
+// allocation to the common case.
+#[allow(clippy::large_enum_variant)]
+enum LocalRead {
+    /// The transaction's own buffered write (`None`: a delete).
+    Written(Option<Vec<u8>>),
+    /// The cell's head key, and the head the transaction already read, if any.
+    Head(Vec<u8>, Option<HeadSnapshot>),
+}

@@ -1,0 +1,104 @@
+//! Progress through one log file as stored with each batch (offset, line, fingerprint of
+//! the loaded bytes before the offset), and the check that the loaded prefix was not
+//! changed in place since.
+
+use super::LoadError;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// Progress through one file: byte offset and line number of the next line to load, and
+/// the fingerprint of the loaded bytes just before the offset. Stored as
+/// `offset,line,fingerprint` (hex) with each batch; offsets stored without a fingerprint
+/// (`offset,line`, by earlier versions) are accepted and only checked against the file size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Progress {
+    pub(super) offset: u64,
+    pub(super) line: u64,
+    pub(super) fingerprint: Option<u64>,
+}
+
+impl Progress {
+    pub(super) fn encode(&self) -> String {
+        match self.fingerprint {
+            Some(f) => format!("{},{},{f:016x}", self.offset, self.line),
+            None => format!("{},{}", self.offset, self.line),
+        }
+    }
+}
+
+/// Bytes of a log just before the stored offset that its fingerprint covers. A rewrite in
+/// place changes them unless it leaves the whole window as it was (and checking them costs
+/// one small read per batch, where hashing the whole prefix would re-read the file).
+pub const FINGERPRINT_WINDOW: usize = 4096;
+
+/// FNV-1a, 64 bits: a stable hash (same value on every platform and version) of `bytes`.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The fingerprint of the loaded prefix `tail` ends (its last [`FINGERPRINT_WINDOW`] bytes).
+pub(super) fn fingerprint(tail: &[u8]) -> u64 {
+    fnv1a(&tail[tail.len().saturating_sub(FINGERPRINT_WINDOW)..])
+}
+
+/// Reads the last (up to) [`FINGERPRINT_WINDOW`] bytes before `progress.offset` and checks
+/// them against the stored fingerprint: a file shorter than the offset, or with other bytes
+/// there, changed in place since it was loaded.
+pub(super) fn loaded_tail(
+    file: &mut std::fs::File,
+    path: &Path,
+    progress: &Progress,
+) -> Result<Vec<u8>, LoadError> {
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let changed = || LoadError::Changed {
+        path: path.to_path_buf(),
+        offset: progress.offset,
+    };
+    if file.metadata().map_err(io)?.len() < progress.offset {
+        return Err(changed());
+    }
+    let start = progress.offset.saturating_sub(FINGERPRINT_WINDOW as u64);
+    let mut tail = Vec::with_capacity(FINGERPRINT_WINDOW);
+    file.seek(SeekFrom::Start(start)).map_err(io)?;
+    Read::take(&mut *file, progress.offset - start)
+        .read_to_end(&mut tail)
+        .map_err(io)?;
+    if tail.len() as u64 != progress.offset - start
+        || progress
+            .fingerprint
+            .is_some_and(|f| f != fingerprint(&tail))
+    {
+        return Err(changed());
+    }
+    Ok(tail)
+}
+
+pub(super) fn parse_progress(path: &Path, v: Option<Vec<u8>>) -> Result<Progress, LoadError> {
+    let Some(v) = v else {
+        return Ok(Progress::default());
+    };
+    let text = String::from_utf8_lossy(&v).into_owned();
+    let corrupt = || LoadError::CorruptOffset {
+        path: path.to_path_buf(),
+        value: text.clone(),
+    };
+    let mut parts = text.split(',');
+    let (Some(offset), Some(line), fingerprint, None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(corrupt());
+    };
+    Ok(Progress {
+        offset: offset.parse().map_err(|_| corrupt())?,
+        line: line.parse().map_err(|_| corrupt())?,
+        fingerprint: fingerprint
+            .map(|f| u64::from_str_radix(f, 16))
+            .transpose()
+            .map_err(|_| corrupt())?,
+    })
+}

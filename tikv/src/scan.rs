@@ -1,0 +1,309 @@
+//! Scans over TiKV: forward scans through `batch_scan` (sorted, clipped, truncated), and
+//! reverse scans walking regions down from the end of the range with PD's region bounds,
+//! with a checked `scan_reverse` fast path per region and forward paging as the fallback
+//! (see the crate documentation, "Scans").
+
+use crate::retry::Deadline;
+use crate::{pd, TikvKv};
+use percolator::kv::{KeyRange, KvPair, KvResult, MAX_SCAN_LIMIT};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use tikv_client::{BoundRange, Key};
+
+impl TikvKv {
+    /// Up to `limit` pairs of a non-empty `range`, ascending, through `batch_scan`.
+    pub(crate) async fn scan_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        let mut pairs: Vec<KvPair> = self
+            .call("scan", deadline, || {
+                self.plain.batch_scan(vec![bound(range)], limit as u32)
+            })
+            .await?
+            .into_iter()
+            .map(|p| {
+                let (k, v): (Key, Vec<u8>) = p.into();
+                (Vec::from(k), v)
+            })
+            .filter(|(k, _)| range.contains(k))
+            .collect();
+        // One answer per region: sort, and keep the first `limit`.
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|a, b| a.0 == b.0);
+        pairs.truncate(limit);
+        Ok(pairs)
+    }
+
+    /// Up to `limit` keys of a non-empty `range`, ascending, through `batch_scan_keys`.
+    pub(crate) async fn scan_keys_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<u8>> = self
+            .call("scan", deadline, || {
+                self.plain.batch_scan_keys(vec![bound(range)], limit as u32)
+            })
+            .await?
+            .into_iter()
+            .map(Vec::from)
+            .filter(|k| range.contains(k))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.truncate(limit);
+        Ok(keys)
+    }
+
+    /// The last `limit` pairs of a non-empty `range`, descending.
+    ///
+    /// With [`TikvConfig::reverse_scan_fast_path`] (the default), regions are walked from the
+    /// end of the range with PD's region boundaries (`GetRegion`, then `GetPrevRegion`), and
+    /// each region's part of the range is read by [`TikvKv::scan_reverse_in_region`] until
+    /// `limit` pairs are found: O(limit + regions touched). A region whose answer cannot be
+    /// trusted (the client's region cache disagrees with PD mid-split) is read by forward
+    /// paging, which costs that region's part of the range only and is counted in
+    /// [`TikvKv::reverse_scan_fallbacks`]. Without the fast path, the whole range is paged
+    /// forward.
+    pub(crate) async fn scan_reverse(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        if !self.config.reverse_scan_fast_path {
+            return self.scan_reverse_by_paging(range, limit, deadline).await;
+        }
+        let mut out: Vec<KvPair> = Vec::new();
+        let mut region = match &range.end {
+            Some(end) => self.region_below(end, deadline).await?,
+            None => Some(self.last_region(deadline).await?),
+        };
+        let mut regions_touched = 0u32;
+        while let Some(r) = region {
+            regions_touched += 1;
+            // The range's part in this region (regions are visited downwards).
+            let part = KeyRange {
+                start: range.start.clone().max(r.start.clone()),
+                end: match (&range.end, r.end.is_empty()) {
+                    (Some(end), false) => Some(end.clone().min(r.end.clone())),
+                    (Some(end), true) => Some(end.clone()),
+                    (None, false) => Some(r.end.clone()),
+                    (None, true) => None,
+                },
+            };
+            if !part.is_empty() {
+                let want = limit - out.len();
+                let pairs = match self.scan_reverse_in_region(&part, want, deadline).await? {
+                    Some(pairs) => pairs,
+                    None => {
+                        self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            ?part,
+                            want,
+                            "reverse scan of a region falls back to forward paging"
+                        );
+                        self.scan_reverse_by_paging(&part, want, deadline).await?
+                    }
+                };
+                out.extend(pairs);
+            }
+            if out.len() >= limit || r.start.is_empty() || r.start <= range.start {
+                break;
+            }
+            let start = r.start.clone();
+            region = self
+                .call("scan", deadline, || self.pd.prev_region(&start))
+                .await?;
+            if let Some(prev) = &region {
+                if prev.end != start {
+                    // The layout changed between two lookups: ask again for the region below.
+                    region = self.region_below(&start, deadline).await?;
+                }
+            }
+        }
+        tracing::trace!(regions_touched, found = out.len(), "reverse scan");
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// The region holding the keys just below `key` (`None`: no key is below it).
+    async fn region_below(
+        &self,
+        key: &[u8],
+        deadline: Deadline,
+    ) -> KvResult<Option<pd::RegionBounds>> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
+        if holder.start.as_slice() < key {
+            return Ok(Some(holder));
+        }
+        self.call("scan", deadline, || self.pd.prev_region(key))
+            .await
+    }
+
+    /// The last region of the key space: the one holding a key above any realistic key,
+    /// walking forward should a split key be even higher.
+    async fn last_region(&self, deadline: Deadline) -> KvResult<pd::RegionBounds> {
+        let mut region = self
+            .call("scan", deadline, || self.pd.region(&[0xFF; 16]))
+            .await?;
+        while !region.end.is_empty() {
+            let next = region.end.clone();
+            region = self
+                .call("scan", deadline, || self.pd.region(&next))
+                .await?;
+        }
+        Ok(region)
+    }
+
+    /// The last `limit` pairs of `range`, which lies inside one region, descending; `None`
+    /// when the client's answer cannot be trusted.
+    ///
+    /// A key-only forward probe of `limit` keys comes first: if the range holds fewer, those
+    /// are the answer (values by one `batch_get`). Otherwise the range holds at least `limit`
+    /// keys, so `RawClient::scan_reverse` fills its limit from one region and stops before
+    /// it can loop around the last region; its answer is accepted only if it is exactly
+    /// `limit` keys, strictly descending, inside the range, with no key of the range above
+    /// the first one (which rules out an answer from another region).
+    async fn scan_reverse_in_region(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Option<Vec<KvPair>>> {
+        let probe = self.scan_keys_forward(range, limit, deadline).await?;
+        if probe.len() < limit {
+            let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
+            let values = self.get_many(&keys, deadline).await?;
+            if values.iter().all(Option::is_some) {
+                return Ok(Some(
+                    keys.into_iter().zip(values.into_iter().flatten()).collect(),
+                ));
+            }
+            // A key was deleted between the probe and the read.
+            return Ok(None);
+        }
+        self.try_client_scan_reverse(range, limit, deadline).await
+    }
+
+    /// `RawClient::scan_reverse` on a range of one region known to hold at least `limit` keys;
+    /// `None` when its answer cannot be trusted.
+    async fn try_client_scan_reverse(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Option<Vec<KvPair>>> {
+        // `scan_reverse` retries no gRPC error itself (and gives up on region errors after
+        // its fixed store backoff): lost replies are retried here like any other read.
+        let pairs = self
+            .call("scan", deadline, || async {
+                let call = self.plain.scan_reverse(bound(range), limit as u32);
+                // Should a concurrent delete leave fewer than `limit` keys, the client loops
+                // around the last region; stop it and fall back.
+                match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
+                    Err(_) => Ok(None),
+                    Ok(result) => result.map(Some),
+                }
+            })
+            .await?;
+        let Some(pairs) = pairs else {
+            return Ok(None);
+        };
+        let pairs: Vec<KvPair> = pairs
+            .into_iter()
+            .map(|p| {
+                let (k, v): (Key, Vec<u8>) = p.into();
+                (Vec::from(k), v)
+            })
+            .collect();
+        let plausible = pairs.len() == limit
+            && pairs.iter().all(|(k, _)| range.contains(k))
+            && pairs.windows(2).all(|w| w[0].0 > w[1].0);
+        if !plausible {
+            return Ok(None);
+        }
+        let mut above_start = pairs[0].0.clone();
+        above_start.push(0);
+        let above = KeyRange {
+            start: above_start,
+            end: range.end.clone(),
+        };
+        if !above.is_empty()
+            && !self
+                .scan_keys_forward(&above, 1, deadline)
+                .await?
+                .is_empty()
+        {
+            return Ok(None);
+        }
+        Ok(Some(pairs))
+    }
+
+    /// The last `limit` pairs of a non-empty `range`, descending, by forward key-only pages
+    /// (keeping the last `limit` keys) and one `batch_get` for their values. Correct on any
+    /// region layout; O(range size).
+    async fn scan_reverse_by_paging(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        // A key deleted between the key scan and the value read would shorten the page (and
+        // a short page means "range exhausted" to pagers): retry a few times.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit);
+            let mut rest = range.clone();
+            loop {
+                let page = self
+                    .scan_keys_forward(&rest, MAX_SCAN_LIMIT, deadline)
+                    .await?;
+                let full = page.len() == MAX_SCAN_LIMIT;
+                if let Some(k) = page.last() {
+                    let mut next = k.clone();
+                    next.push(0);
+                    rest.start = next;
+                }
+                for k in page {
+                    if last.len() == limit {
+                        last.pop_front();
+                    }
+                    last.push_back(k);
+                }
+                if !full || rest.is_empty() {
+                    break;
+                }
+            }
+            let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
+            let values = self.get_many(&keys, deadline).await?;
+            let complete = values.iter().all(Option::is_some);
+            let pairs: Vec<KvPair> = keys
+                .into_iter()
+                .zip(values)
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            if complete || attempt >= 3 {
+                return Ok(pairs);
+            }
+        }
+    }
+
+    /// How many reverse scans fell back from the fast path to forward paging (a health
+    /// figure: it stays 0 on a healthy cluster without concurrent deletes in scanned ranges).
+    pub fn reverse_scan_fallbacks(&self) -> u64 {
+        self.reverse_fallbacks.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn bound(range: &KeyRange) -> BoundRange {
+    BoundRange::from((range.start.clone(), range.end.clone()))
+}
