@@ -181,17 +181,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let dir = tempfile::tempdir().expect("temp dir");
-    // The TiKV server runs on its own runtime, as a separate process would.
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("server runtime");
-    let server = server_runtime
-        .block_on(minitikv::start(minitikv::ServerConfig::embedded(
-            dir.path().join("minitikv"),
-        )))
-        .expect("start minitikv");
+    let (_server_runtime, server) = percolator_bench::start_minitikv(&dir.path().join("minitikv"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -7,7 +7,7 @@ mod common;
 
 use common::OracleProcess;
 use oracle::proto::Reply;
-use oracle::testkit::{check_all, raw_call, raw_request, Load, OnError};
+use oracle::testkit::{raw_request, Load, OnError};
 use oracle::{ClientConfig, OracleClient};
 use percolator::TimestampSource;
 use percolator_cli::testkit::{send_signal, SIGCONT, SIGSTOP};
@@ -67,21 +67,15 @@ async fn sigstop_leader_then_takeover() {
     let late = tokio::spawn(async move { raw_request(a_addr.as_str()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     signal(&a, SIGCONT);
-    let (late_reply, late_start, late_end) = late.await.unwrap();
-    let (early_reply, early_start, early_end) = early.await.unwrap();
+    let late = late.await.unwrap();
+    let early = early.await.unwrap();
     load.progress(500, GUARD).await;
 
     // SIGKILL the new leader: the old one takes over again.
     b.kill();
     load.progress(500, GUARD).await;
-    let mut calls = load.finish().await;
-    calls.extend(raw_call(&late_reply, late_start, late_end, 10_000));
-    calls.extend(raw_call(&early_reply, early_start, early_end, 10_001));
-    check_all(&calls);
-    assert!(
-        matches!(late_reply, Reply::NotLeader { .. }),
-        "{late_reply:?}"
-    );
+    load.finish_and_check(&[&late, &early]).await;
+    assert!(matches!(late.0, Reply::NotLeader { .. }), "{:?}", late.0);
     a.kill();
     tikv.shutdown().await;
 }

@@ -247,4 +247,15 @@ impl Load {
         }
         self.log.take()
     }
+
+    /// Stops the load, adds each of `raw` (single requests made with [`raw_request`] beside
+    /// the load; a reply that is not timestamps adds nothing) as its own caller, numbered from
+    /// 10,000, and checks the whole history with [`check_all`].
+    pub async fn finish_and_check(self, raw: &[&(crate::proto::Reply, Instant, Instant)]) {
+        let mut calls = self.finish().await;
+        for (i, (reply, start, end)) in raw.iter().enumerate() {
+            calls.extend(raw_call(reply, *start, *end, 10_000 + i));
+        }
+        check_all(&calls);
+    }
 }

@@ -6,7 +6,7 @@
 //! A multi-process version needs only `oracle serve --store tikv:...` for both servers.
 
 use oracle::proto::Reply;
-use oracle::testkit::{check_all, raw_call, raw_request, wait_until, Load, OnError};
+use oracle::testkit::{check_all, raw_request, wait_until, Load, OnError};
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle};
 use percolator::kv::MemoryKv;
 use percolator::{RawKv, TimestampSource};
@@ -98,23 +98,14 @@ async fn frozen_leader_does_not_answer_after_takeover() {
     load.progress(500, GUARD).await;
     // Worst schedule after SIGCONT: requests are served before the heartbeat runs.
     a.resume_serving_only();
-    let (late_reply, late_start, late_end) = late.await.unwrap();
-    let (early_reply, early_start, early_end) = in_flight.await.unwrap();
+    let late = late.await.unwrap();
+    let early = in_flight.await.unwrap();
     a.resume();
     load.progress(500, GUARD).await;
-    let mut calls = load.finish().await;
-    calls.extend(raw_call(&late_reply, late_start, late_end, 10_000));
-    calls.extend(raw_call(&early_reply, early_start, early_end, 10_001));
-    check_all(&calls);
+    load.finish_and_check(&[&late, &early]).await;
     // Stricter than linearizability: the deposed leader answers nothing at all.
-    assert!(
-        matches!(late_reply, Reply::NotLeader { .. }),
-        "{late_reply:?}"
-    );
-    assert!(
-        matches!(early_reply, Reply::NotLeader { .. }),
-        "{early_reply:?}"
-    );
+    assert!(matches!(late.0, Reply::NotLeader { .. }), "{:?}", late.0);
+    assert!(matches!(early.0, Reply::NotLeader { .. }), "{:?}", early.0);
     assert!(!a.is_leader());
     a.shutdown().await;
     b.shutdown().await;
