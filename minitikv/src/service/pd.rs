@@ -43,6 +43,18 @@ impl State {
         })
     }
 
+    /// `Err` with the refusal to answer when the request names another cluster: PD answers
+    /// with an error in the response header, not with a gRPC error.
+    fn in_cluster<R: WithHeader>(
+        &self,
+        header: Option<&pdpb::RequestHeader>,
+    ) -> Result<(), Response<R>> {
+        match self.check_cluster(header) {
+            Some(refusal) => Err(Response::new(R::with_header(refusal))),
+            None => Ok(()),
+        }
+    }
+
     fn member(&self) -> pdpb::Member {
         let url = format!("http://{}", self.advertise);
         pdpb::Member {
@@ -166,11 +178,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::GetStoreRequest>,
     ) -> Result<Response<pdpb::GetStoreResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::GetStoreResponse {
-                header: Some(header),
-                ..Default::default()
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         let Some(store) = self.store_meta(req.store_id) else {
             return Ok(Response::new(pdpb::GetStoreResponse {
@@ -193,11 +202,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::GetAllStoresRequest>,
     ) -> Result<Response<pdpb::GetAllStoresResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::GetAllStoresResponse {
-                header: Some(header),
-                stores: Vec::new(),
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         Ok(Response::new(pdpb::GetAllStoresResponse {
             header: Some(self.header()),
@@ -212,11 +218,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::GetRegionResponse {
-                header: Some(header),
-                ..Default::default()
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         let region = self.layout.region_for(&req.region_key);
         Ok(Response::new(self.region_response(Some(region))))
@@ -227,11 +230,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::GetRegionResponse {
-                header: Some(header),
-                ..Default::default()
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         // Like PD: the region before the one holding the key; none before the first.
         let region = self.layout.prev_region(&req.region_key);
@@ -243,11 +243,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::ScanRegionsRequest>,
     ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::ScanRegionsResponse {
-                header: Some(header),
-                ..Default::default()
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         let regions = self
             .layout
@@ -273,11 +270,8 @@ impl Pd for Arc<State> {
         request: Request<pdpb::GetRegionByIdRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
         let req = request.into_inner();
-        if let Some(header) = self.check_cluster(req.header.as_ref()) {
-            return Ok(Response::new(pdpb::GetRegionResponse {
-                header: Some(header),
-                ..Default::default()
-            }));
+        if let Err(refused) = self.in_cluster(req.header.as_ref()) {
+            return Ok(refused);
         }
         // Like PD: an unknown region id is answered with no region, not an error.
         let region = self.layout.by_id(req.region_id);
@@ -309,3 +303,29 @@ impl Pd for Arc<State> {
         }))
     }
 }
+
+/// A PD response that can carry only a header (a refusal or an error).
+trait WithHeader {
+    /// The response with `header` and every other field empty.
+    fn with_header(header: pdpb::ResponseHeader) -> Self;
+}
+
+macro_rules! with_header {
+    ($($response:ty),* $(,)?) => {
+        $(impl WithHeader for $response {
+            fn with_header(header: pdpb::ResponseHeader) -> Self {
+                Self {
+                    header: Some(header),
+                    ..Default::default()
+                }
+            }
+        })*
+    };
+}
+
+with_header!(
+    pdpb::GetAllStoresResponse,
+    pdpb::GetRegionResponse,
+    pdpb::GetStoreResponse,
+    pdpb::ScanRegionsResponse
+);
