@@ -33,9 +33,6 @@ pub enum DemoError {
     /// Verifying the output failed.
     #[error(transparent)]
     Verify(#[from] VerifyError),
-    /// Reading the output's timeline failed.
-    #[error(transparent)]
-    Txn(#[from] percolator::TxnError),
     /// The options make no sense.
     #[error("{0}")]
     Options(String),
@@ -203,9 +200,10 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     sweeper.abort();
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
-    let report = crate::verify::verify(client, &logs).await?;
+    let mut minutes = crate::timeline::Minutes::new(started_ms);
+    let report = crate::verify::verify_with(client, &logs, Some(&mut minutes)).await?;
     let verify_seconds = verify_started.elapsed().as_secs_f64();
-    let timeline = crate::timeline::by_minute(client, started_ms).await?;
+    let timeline = minutes.timeline();
     let wasted: u64 = running
         .iter()
         .map(|p| p.stats.wasted.load(Ordering::Relaxed))

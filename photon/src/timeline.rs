@@ -3,10 +3,7 @@
 //! shows later minutes slower than the first ones.
 
 use crate::event::Joined;
-use crate::schema::JOINED;
-use crate::verify::for_each_cell;
 use hdrhistogram::Histogram;
-use percolator::{Client, TxnError};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -39,32 +36,39 @@ pub struct Timeline {
     pub window_minutes: u64,
 }
 
-/// Reads every joined event and groups them by arrival minute counted from `origin_ms` (ms
-/// since the epoch; events that arrived earlier count in minute 0). Streams the output: memory
-/// is one histogram per minute.
-pub async fn by_minute(client: &Client, origin_ms: u64) -> Result<Timeline, TxnError> {
-    let mut per_minute: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
-    let mut bad_histogram = false;
-    for_each_cell(client, JOINED, |_cell, value| {
-        let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
-            return;
-        };
-        let minute = j.arrived_at.saturating_sub(origin_ms) / 60_000;
-        let h = match per_minute.entry(minute) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => match Histogram::new(3) {
-                Ok(h) => e.insert(h),
-                Err(_) => {
-                    bad_histogram = true;
-                    return;
-                }
-            },
-        };
-        let _ = h.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
-    })
-    .await?;
-    debug_assert!(!bad_histogram, "3 significant digits is a valid histogram");
-    Ok(summarize(&per_minute))
+/// Joined events grouped by arrival minute counted from an origin, fed one at a time (by
+/// [`crate::verify::verify_with`]'s single pass over the output). Memory: one histogram per
+/// minute.
+#[derive(Debug)]
+pub struct Minutes {
+    origin_ms: u64,
+    per_minute: BTreeMap<u64, Histogram<u64>>,
+}
+
+impl Minutes {
+    /// Minutes counted from `origin_ms` (ms since the epoch); events that arrived earlier count
+    /// in minute 0.
+    pub fn new(origin_ms: u64) -> Self {
+        Minutes {
+            origin_ms,
+            per_minute: BTreeMap::new(),
+        }
+    }
+
+    /// Counts one joined event in its arrival minute.
+    pub fn record(&mut self, joined: &Joined) {
+        let minute = joined.arrived_at.saturating_sub(self.origin_ms) / 60_000;
+        let h = self
+            .per_minute
+            .entry(minute)
+            .or_insert_with(|| Histogram::new(3).expect("3 significant digits"));
+        let _ = h.record(joined.joined_at.saturating_sub(joined.arrived_at).max(1));
+    }
+
+    /// The run minute by minute.
+    pub fn timeline(&self) -> Timeline {
+        summarize(&self.per_minute)
+    }
 }
 
 fn summarize(per_minute: &BTreeMap<u64, Histogram<u64>>) -> Timeline {

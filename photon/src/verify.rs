@@ -207,6 +207,16 @@ struct ClickState {
 /// Compares the store's output with the logs in `input`. Memory: the input's click ids
 /// and query ids with a few bytes each; the store's output is streamed page by page.
 pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError> {
+    verify_with(client, input, None).await
+}
+
+/// [`verify`], also counting every joined event in `minutes` (the run's timeline) in the
+/// same pass over the output.
+pub async fn verify_with(
+    client: &Client,
+    input: &Path,
+    mut minutes: Option<&mut crate::timeline::Minutes>,
+) -> Result<Report, VerifyError> {
     let mut report = Report::default();
     // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
     // whether query `i` is in the input.
@@ -280,6 +290,9 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
         let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
             return;
         };
+        if let Some(m) = minutes.as_deref_mut() {
+            m.record(&j);
+        }
         if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
             state.joins += 1;
             let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
