@@ -37,6 +37,34 @@ impl Terminated {
             self.stderr
         );
     }
+
+    /// Panics unless the process's log (stderr) contains `expected` and no ANSI escape
+    /// codes: logs written to a pipe must be plain text.
+    pub fn assert_plain_log(&self, expected: &str) {
+        assert!(self.stderr.contains(expected), "{}", self.stderr);
+        assert!(
+            !self.stderr.contains('\u{1b}'),
+            "ANSI codes in {:?}",
+            self.stderr
+        );
+    }
+}
+
+/// Starts the binary `rounds` times (a fresh [`Command`] from `command` each time), sends
+/// SIGTERM the instant its readiness line appears, and checks it exits cleanly each time;
+/// `after` runs after each round (e.g. to check what the process left behind).
+pub fn sigterm_at_readiness_rounds(
+    rounds: usize,
+    mut command: impl FnMut() -> Command,
+    stream: Stream,
+    ready: &str,
+    mut after: impl FnMut(usize, &Terminated),
+) {
+    for round in 0..rounds {
+        let run = sigterm_at_readiness(&mut command(), stream, ready);
+        run.assert_clean_exit(round);
+        after(round, &run);
+    }
 }
 
 pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};

@@ -3,7 +3,7 @@
 //! (the record names no leader) every time, instead of dying from the signal's default
 //! action. Its logs, written to a pipe, carry no ANSI colour codes.
 
-use percolator_cli::testkit::{sigterm_at_readiness, Stream};
+use percolator_cli::testkit::{sigterm_at_readiness, sigterm_at_readiness_rounds, Stream};
 use std::process::Command;
 
 /// Restarts of the server, each terminated at its readiness line.
@@ -25,24 +25,28 @@ fn sigterm_at_readiness_exits_cleanly_and_releases_leadership() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    for round in 0..ROUNDS {
-        let run = sigterm_at_readiness(&mut serve(&store), Stream::Stdout, "listening on ");
-        run.assert_clean_exit(round);
-        let rec = runtime.block_on(async {
-            let kv = percolator::kv::EmbeddedKv::open(&path).expect("opening the store");
-            let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))
-                .await
-                .expect("reading the record");
-            bytes.map(|b| oracle::OracleRecord::decode(&b).expect("decoding the record"))
-        });
-        // No record only if the signal came before the server first wrote one.
-        if let Some(rec) = rec {
-            assert!(
-                rec.leader.is_none(),
-                "round {round}: leadership not handed over: {rec:?}"
-            );
-        }
-    }
+    sigterm_at_readiness_rounds(
+        ROUNDS,
+        || serve(&store),
+        Stream::Stdout,
+        "listening on ",
+        |round, _| {
+            let rec = runtime.block_on(async {
+                let kv = percolator::kv::EmbeddedKv::open(&path).expect("opening the store");
+                let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))
+                    .await
+                    .expect("reading the record");
+                bytes.map(|b| oracle::OracleRecord::decode(&b).expect("decoding the record"))
+            });
+            // No record only if the signal came before the server first wrote one.
+            if let Some(rec) = rec {
+                assert!(
+                    rec.leader.is_none(),
+                    "round {round}: leadership not handed over: {rec:?}"
+                );
+            }
+        },
+    );
 }
 
 /// Logs redirected to a pipe (not a terminal) are plain text.
@@ -51,10 +55,5 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("embedded:{}", dir.path().join("store").display());
     let run = sigterm_at_readiness(&mut serve(&store), Stream::Stdout, "listening on ");
-    assert!(run.stderr.contains("oracle listening"), "{}", run.stderr);
-    assert!(
-        !run.stderr.contains('\u{1b}'),
-        "ANSI codes in {:?}",
-        run.stderr
-    );
+    run.assert_plain_log("oracle listening");
 }
