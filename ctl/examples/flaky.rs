@@ -73,10 +73,16 @@ async fn main() -> anyhow::Result<()> {
     worker.wait_until_settled().await;
     for n in 0..args.docs {
         let txn = client.begin().await?;
-        txn.set(Cell::new("docs", format!("doc-{n}"), "body"), format!("text of doc {n}"));
+        txn.set(
+            Cell::new("docs", format!("doc-{n}"), "body"),
+            format!("text of doc {n}"),
+        );
         txn.commit().await?;
     }
-    eprintln!("flaky worker {} running; SIGINT/SIGTERM to stop", worker.id());
+    eprintln!(
+        "flaky worker {} running; SIGINT/SIGTERM to stop",
+        worker.id()
+    );
     worker
         .run_until(async {
             stop.await;
