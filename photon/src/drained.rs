@@ -81,17 +81,18 @@ pub async fn check(
 }
 
 /// Checks every `poll` until the logs of `input` (or every file the loader started on) are
-/// loaded and the join is drained.
+/// loaded and the join is drained; `waiting` is told why after each check that says no.
 pub async fn until_drained(
     client: &Client,
     input: Option<&Path>,
     horizon: Duration,
     poll: Duration,
+    mut waiting: impl FnMut(&Waiting),
 ) -> Result<(), DrainedError> {
     loop {
         match check(client, input, horizon, admin::DEFAULT_LIVENESS).await? {
             Ok(()) => return Ok(()),
-            Err(why) => tracing::debug!(%why, "not drained yet"),
+            Err(why) => waiting(&why),
         }
         tokio::time::sleep(poll).await;
     }

@@ -101,11 +101,19 @@ async fn main() -> anyhow::Result<()> {
                 if !work.until_drained {
                     return std::future::pending().await;
                 }
+                // Why not yet: the first answer, then at most every 10 s.
+                let mut said: Option<Instant> = None;
                 photon::drained::until_drained(
                     &client,
                     work.input.as_deref(),
                     work.horizon(),
                     Duration::from_millis(500),
+                    |why| {
+                        if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                            eprintln!("photon worker: waiting for the drain: {why}");
+                            said = Some(Instant::now());
+                        }
+                    },
                 )
                 .await
             };
