@@ -3,8 +3,9 @@
 //! - started before anything is loaded, a worker waits for the files of `--input` (it says
 //!   so and keeps running), then exits 0 on its own once `photon load` has run and the join
 //!   is drained;
-//! - started after a load, a worker exits 0 only once the backlog is handled;
-//! and each time `photon verify`, run right after the exit, finds every joinable click
+//! - started after a load, a worker exits 0 only once the backlog is handled.
+//!
+//! Each time `photon verify`, run right after the exit, finds every joinable click
 //! joined exactly once (nothing still in flight).
 
 use std::path::{Path, PathBuf};
