@@ -85,6 +85,15 @@ impl DeadLetter {
         pairs.iter().map(|(k, v)| decode(k, v)).collect()
     }
 
+    /// Deletes the letter for good (an operator's decision: its notification is never run).
+    pub async fn discard(&self, client: &Client) -> Result<(), WorkerError> {
+        client
+            .store()
+            .delete(meta_key(client, &self.notify_key))
+            .await?;
+        Ok(())
+    }
+
     /// Puts the notification back into the notify space and removes the letter, so workers
     /// run the observer again.
     pub async fn replay(&self, client: &Client) -> Result<(), WorkerError> {

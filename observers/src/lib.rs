@@ -31,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 mod deadletter;
 mod error;
 mod metrics;

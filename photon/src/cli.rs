@@ -210,6 +210,16 @@ pub struct WorkArgs {
     /// a crash, and for clicks whose query passed the horizon).
     #[arg(long, default_value_t = 5000)]
     pub sweep_ms: u64,
+    /// Exit (status 0) once the logs are loaded and the join is drained: every log file of
+    /// --input (or, without it, every file the loader has started on that this host can
+    /// read) loaded to its last complete line, no notification left and no observer run in
+    /// flight in any worker.
+    #[arg(long)]
+    pub until_drained: bool,
+    /// With --until-drained: the directory of the logs being loaded (queries*.jsonl,
+    /// clicks*.jsonl); waits until every one of them is loaded.
+    #[arg(long, requires = "until_drained")]
+    pub input: Option<PathBuf>,
 }
 
 impl GenArgs {

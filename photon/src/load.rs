@@ -4,6 +4,7 @@
 
 mod frontier;
 mod progress;
+pub mod status;
 
 pub use frontier::Frontier;
 pub use progress::FINGERPRINT_WINDOW;

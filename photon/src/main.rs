@@ -95,14 +95,44 @@ async fn main() -> anyhow::Result<()> {
                 "photon worker running (pipeline {}); SIGINT/SIGTERM to stop",
                 work.pipeline
             );
+            // With --until-drained the worker also stops once the logs are loaded and the
+            // join is drained; a failing check stops it with an error.
+            let drained = async {
+                if !work.until_drained {
+                    return std::future::pending().await;
+                }
+                // Why not yet: the first answer, then at most every 10 s.
+                let mut said: Option<Instant> = None;
+                photon::drained::until_drained(
+                    &client,
+                    work.input.as_deref(),
+                    work.horizon(),
+                    Duration::from_millis(500),
+                    |why| {
+                        if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                            eprintln!("photon worker: waiting for the drain: {why}");
+                            said = Some(Instant::now());
+                        }
+                    },
+                )
+                .await
+            };
+            let mut outcome = None;
             pipelines[0]
                 .worker
                 .run_until(async {
-                    let signal = shutdown.await;
-                    tracing::info!(%signal, "shutting down");
+                    tokio::select! {
+                        signal = shutdown => tracing::info!(%signal, "shutting down"),
+                        result = drained => outcome = Some(result),
+                    }
                 })
                 .await;
             sweeper.abort();
+            match outcome {
+                Some(Ok(())) => eprintln!("photon worker: loaded and drained; exiting"),
+                Some(Err(e)) => return Err(e).context("checking for the drain"),
+                None => {}
+            }
         }
         Command::Verify { store, input, json } => {
             let client = client(&store).await?;

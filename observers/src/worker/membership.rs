@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const WORKERS_META: &[u8] = b"workers/";
+/// Meta-name prefix of the worker registry: one record `workers/<id>` per worker.
+pub(crate) const WORKERS_META: &[u8] = b"workers/";
 /// Longest wait of a new worker before it takes its share (see [`Split::owns_from`]).
 const SETTLE_MAX: Duration = Duration::from_secs(1);
 
@@ -52,6 +53,21 @@ pub(super) struct Membership {
     /// Notifications this worker finished handling (whatever the outcome): its progress,
     /// published with its heartbeat.
     handled: AtomicU64,
+}
+
+/// Decodes a worker record: its beat (oracle ms) and its progress (notifications handled;
+/// `None` in the 8-byte records of older workers). `None` if it is not a worker record.
+pub(crate) fn decode_record(v: &[u8]) -> Option<(u64, Option<u64>)> {
+    let word = |at: usize| {
+        v.get(at..at + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+    };
+    match v.len() {
+        8 => Some((word(0)?, None)),
+        16 => Some((word(0)?, word(8))),
+        _ => None,
+    }
 }
 
 fn stable_hash(cell: &Cell) -> u64 {
@@ -146,22 +162,13 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     )
     .await?;
     let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
-    let word = |v: &[u8], at: usize| {
-        v.get(at..at + 8)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_be_bytes)
-    };
     // (key, progress) of the live workers; a record without progress (an older worker)
     // counts as always progressing.
     let mut live: Vec<(Vec<u8>, Option<u64>)> = pairs
         .into_iter()
-        .filter(|(_, v)| {
-            (v.len() == 8 || v.len() == 16)
-                && word(v, 0).is_some_and(|beat| beat.saturating_add(horizon) >= now.physical_ms())
-        })
-        .map(|(k, v)| {
-            let progress = word(&v, 8);
-            (k, progress)
+        .filter_map(|(k, v)| {
+            let (beat, progress) = decode_record(&v)?;
+            (beat.saturating_add(horizon) >= now.physical_ms()).then_some((k, progress))
         })
         .collect();
     live.sort();

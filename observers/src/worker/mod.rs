@@ -15,7 +15,7 @@
 
 mod dispatch;
 mod hints;
-mod membership;
+pub(crate) mod membership;
 mod retry;
 mod scan;
 

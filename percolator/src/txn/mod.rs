@@ -353,6 +353,12 @@ impl Client {
         gc::resolve_locks_below(&self.shared, crate::ts::Timestamp(u64::MAX)).await
     }
 
+    /// The last published GC safe point ([`Timestamp::ZERO`](crate::ts::Timestamp::ZERO) if
+    /// GC never ran): snapshots below it are refused with `SnapshotTooOld`.
+    pub async fn gc_safe_point(&self) -> TxnResult<crate::ts::Timestamp> {
+        gc::read_safe_point(&self.shared).await
+    }
+
     /// Garbage-collects below `safe_point` (ARCHITECTURE.md, "Garbage collection"):
     /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
     /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.

@@ -1,0 +1,162 @@
+//! The command line of `percolator-ctl` (public, so that tests parse command lines exactly as
+//! the binary does).
+
+use clap::{Args, Parser, Subcommand};
+use percolator::kv::StoreSpec;
+
+// Doc comments on clap types become `--help` text; the command line itself is exempt from
+// `missing_docs` where a doc comment would change the help.
+#[allow(missing_docs)]
+#[derive(Parser, Debug)]
+#[command(
+    name = "percolator-ctl",
+    version,
+    about = "Inspect and operate an observer application's store: workers, backlog, dead letters, locks, cells, GC"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the store is, and where its timestamps come from (as for the other binaries).
+#[derive(Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// Store: embedded:PATH, memory, or tikv:PD_ADDR[,PD_ADDR...]. An embedded store is
+    /// open in one process at a time: stop its workers first, or use a shared store.
+    #[arg(long, global = true, default_value = "embedded:./photon-data")]
+    pub store: StoreSpec,
+    /// Key namespace of the application inside the store.
+    #[arg(long, global = true, default_value = "photon")]
+    pub namespace: String,
+    /// Oracle service addresses (comma-separated); default: the in-process oracle persisted
+    /// in the store (embedded and memory stores only). Required with a TiKV store.
+    #[arg(long, global = true, value_delimiter = ',')]
+    pub oracle: Vec<String>,
+    /// Namespace of the oracle's record, for `status` (default: `default` with --oracle, as
+    /// `oracle serve`; `<namespace>-oracle` for the in-process oracle).
+    #[arg(long, global = true)]
+    pub oracle_namespace: Option<String>,
+    /// A worker counts as live this long after its last heartbeat, in milliseconds (three
+    /// heartbeats of the default worker configuration).
+    #[arg(long, global = true, default_value_t = 1500)]
+    pub liveness_ms: u64,
+}
+
+impl StoreArgs {
+    /// The namespace of the oracle record that serves this client.
+    pub fn oracle_namespace(&self) -> String {
+        match (&self.oracle_namespace, self.oracle.is_empty()) {
+            (Some(ns), _) => ns.clone(),
+            (None, false) => "default".to_string(),
+            (None, true) => format!("{}-oracle", self.namespace),
+        }
+    }
+
+    /// The liveness horizon of worker heartbeats.
+    pub fn liveness(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.liveness_ms)
+    }
+}
+
+/// The verbs.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Workers (heartbeat age, hash share), notification backlog per observed column, dead
+    /// letters, oracle leader and window, GC safe point, locks older than their TTL.
+    Status,
+    /// Cells of a table with their commit_ts, lock and a value preview (raw: locks are
+    /// shown, not resolved).
+    Scan(ScanArgs),
+    /// The notification backlog, oldest bucket first.
+    Notifications {
+        /// Notifications shown at most.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Notifications whose observer failed too often: list, show, replay, drop.
+    #[command(subcommand)]
+    DeadLetters(DeadLetterCommand),
+    /// Locks held on cells (a crashed writer's expire after their TTL).
+    Locks {
+        /// Resolve every lock: roll crashed writers forward or back, waiting for live ones.
+        #[arg(long)]
+        resolve: bool,
+    },
+    /// Garbage-collect versions below the safe point the policy allows (the GC lag behind
+    /// the oracle), and print what was removed.
+    Gc,
+    /// Wait until no notification is left and no observer run is in flight in any worker.
+    /// Exit status 0 when drained, 2 when the timeout passed first.
+    Wait {
+        /// Give up after this many seconds (default: wait forever).
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Pause between checks, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        poll_ms: u64,
+    },
+}
+
+/// Arguments of `scan`.
+#[derive(Args, Clone, Debug)]
+pub struct ScanArgs {
+    /// The table.
+    pub table: String,
+    /// Only rows starting with this prefix.
+    #[arg(long, conflicts_with_all = ["from", "to"])]
+    pub prefix: Option<String>,
+    /// First row (inclusive).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// End row (exclusive).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Read at this timestamp instead of the latest commit.
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// Every stored version of each cell, newest first.
+    #[arg(long)]
+    pub versions: bool,
+    /// Cells shown at most.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// `dead-letters` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum DeadLetterCommand {
+    /// Every dead letter: id, cell, age, error.
+    List,
+    /// One dead letter in full.
+    Show {
+        /// Its id (or a unique prefix of it).
+        id: String,
+    },
+    /// Put notifications back into the notify space, so workers run their observer again.
+    Replay {
+        /// The id (or a unique prefix) of the letter.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete dead letters for good: their notifications never run. Needs --yes.
+    Drop {
+        /// The id (or a unique prefix) of the letter.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+        /// Confirm: without it nothing is deleted and the letters that would be are listed.
+        #[arg(long)]
+        yes: bool,
+    },
+}

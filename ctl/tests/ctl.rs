@@ -1,0 +1,456 @@
+//! `percolator-ctl` as a separate process against a real store with real workers: a
+//! minitikv over an embedded store and an oracle service in the test process, workers on a
+//! client of them, and every verb run as `percolator-ctl --store tikv:... --oracle ... --json`.
+
+use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use percolator::kv::StoreSpec;
+use percolator::txn::CrashPoint;
+use percolator::{Cell, Client, ClientConfig};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Hang guard for the polls below (not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(120);
+
+struct Env {
+    _dir: tempfile::TempDir,
+    _server: minitikv::RunningServer,
+    _oracle: oracle::ServerHandle,
+    spec: StoreSpec,
+    oracle_addr: String,
+    namespace: String,
+    client: Client,
+}
+
+/// What one run of the binary printed.
+struct Run {
+    status: i32,
+    json: Value,
+    stderr: String,
+}
+
+impl Env {
+    async fn start(namespace: &str) -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
+            .await
+            .expect("minitikv");
+        let spec: StoreSpec = format!("tikv:{}", server.endpoint()).parse().expect("spec");
+        let kv = percolator_cli::store::open_store(&spec)
+            .await
+            .expect("store");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let oracle = oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener)
+            .expect("oracle");
+        let oracle_addr = oracle.local_addr().to_string();
+        let client = percolator_cli::store::open_client(
+            &spec,
+            namespace,
+            std::slice::from_ref(&oracle_addr),
+        )
+        .await
+        .expect("client");
+        Env {
+            _dir: dir,
+            _server: server,
+            _oracle: oracle,
+            spec,
+            oracle_addr,
+            namespace: namespace.to_string(),
+            client,
+        }
+    }
+
+    /// Runs `percolator-ctl ARGS --json` against the store.
+    async fn ctl(&self, args: &[&str]) -> Run {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl"))
+            .arg("--store")
+            .arg(self.spec.to_string())
+            .arg("--oracle")
+            .arg(&self.oracle_addr)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .arg("--json")
+            .args(args)
+            .output()
+            .await
+            .expect("running percolator-ctl");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("percolator-ctl {args:?}: not JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+        });
+        Run {
+            status: out.status.code().unwrap_or(-1),
+            json,
+            stderr,
+        }
+    }
+
+    /// Runs `percolator-ctl ARGS --json`, which must succeed.
+    async fn ok(&self, args: &[&str]) -> Value {
+        let run = self.ctl(args).await;
+        assert_eq!(
+            run.status, 0,
+            "percolator-ctl {args:?} failed:\n{}\n{}",
+            run.json, run.stderr
+        );
+        run.json
+    }
+
+    async fn write(&self, cell: &Cell, value: &str) -> u64 {
+        let txn = self.client.begin().await.expect("begin");
+        txn.set(cell.clone(), value);
+        txn.commit().await.expect("commit").0
+    }
+
+    async fn read(&self, cell: &Cell) -> Option<String> {
+        let txn = self.client.begin().await.expect("begin");
+        let v = txn.get(cell).await.expect("get");
+        txn.commit().await.expect("commit");
+        v.map(|v| String::from_utf8_lossy(&v).into_owned())
+    }
+}
+
+fn body(row: &str) -> Cell {
+    Cell::new("docs", row, "body")
+}
+
+/// A chain of two observers: `docs/body` -> `docs/len` -> `docs/done`. The first fails on
+/// purpose while `broken` is set.
+fn chain(broken: Arc<AtomicBool>) -> Arc<Registry> {
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "docs",
+            "body",
+            "length",
+            observer_fn(move |txn, cell: Cell| {
+                let broken = broken.clone();
+                async move {
+                    if broken.load(Ordering::SeqCst) {
+                        return Err(ObserverError::failed("broken on purpose"));
+                    }
+                    let body = txn.get(&cell).await?.unwrap_or_default();
+                    txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
+                    Ok(())
+                }
+            }),
+        )
+        .expect("register");
+    registry
+        .strong(
+            "docs",
+            "len",
+            "done",
+            observer_fn(|txn, cell: Cell| async move {
+                let len = txn.get(&cell).await?.unwrap_or_default();
+                txn.set(Cell::new("docs", &cell.row, "done"), len);
+                Ok(())
+            }),
+        )
+        .expect("register");
+    Arc::new(registry)
+}
+
+fn worker_config() -> WorkerConfig {
+    WorkerConfig {
+        max_failures: 2,
+        retry_backoff: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    }
+}
+
+async fn poll<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_shown_dropped_only_when_confirmed_and_replayed() {
+    let env = Env::start("dl").await;
+    let broken = Arc::new(AtomicBool::new(true));
+    let worker = Worker::start(env.client.clone(), chain(broken.clone()), worker_config());
+    worker.wait_until_settled().await;
+    for row in ["a", "b", "c"] {
+        env.write(&body(row), &format!("body of {row}")).await;
+    }
+    poll("three dead letters", || async {
+        DeadLetter::list(&env.client).await.expect("list").len() == 3
+    })
+    .await;
+
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["dead_letters"], 3, "{status}");
+    let workers = status["workers"].as_array().expect("workers");
+    assert_eq!(workers.len(), 1, "{status}");
+    assert_eq!(workers[0]["id"], worker.id(), "{status}");
+    assert_eq!(workers[0]["live"], true, "{status}");
+    assert_eq!(workers[0]["live_workers"], 1, "{status}");
+
+    let list = env.ok(&["dead-letters", "list"]).await;
+    let letters = list["dead_letters"].as_array().expect("letters").clone();
+    assert_eq!(letters.len(), 3, "{list}");
+    let mut rows: Vec<String> = letters
+        .iter()
+        .map(|l| {
+            assert!(
+                l["error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("broken on purpose"),
+                "{l}"
+            );
+            l["cell"]["row"].as_str().expect("row").to_string()
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(rows, ["a", "b", "c"]);
+    let id_of = |row: &str| {
+        letters
+            .iter()
+            .find(|l| l["cell"]["row"] == row)
+            .and_then(|l| l["id"].as_str())
+            .expect("id")
+            .to_string()
+    };
+
+    // show takes a prefix of the id.
+    let c_id = id_of("c");
+    let shown = env.ok(&["dead-letters", "show", &c_id[..8]]).await;
+    assert_eq!(shown["id"], c_id.as_str());
+    assert_eq!(shown["cell"]["row"], "c");
+    assert_eq!(shown["notification"]["kind"], "committed", "{shown}");
+
+    // drop without --yes drops nothing and says so in its exit status.
+    let refused = env.ctl(&["dead-letters", "drop", &c_id]).await;
+    assert_eq!(refused.status, 1, "{}", refused.json);
+    assert_eq!(refused.json["confirmed"], false);
+    assert_eq!(DeadLetter::list(&env.client).await.expect("list").len(), 3);
+    let refused_all = env.ctl(&["dead-letters", "drop", "--all"]).await;
+    assert_eq!(refused_all.status, 1);
+    assert_eq!(DeadLetter::list(&env.client).await.expect("list").len(), 3);
+
+    let dropped = env.ok(&["dead-letters", "drop", &c_id, "--yes"]).await;
+    assert_eq!(dropped["dropped"].as_array().map(Vec::len), Some(1));
+    assert_eq!(DeadLetter::list(&env.client).await.expect("list").len(), 2);
+    let missing = env.ctl(&["dead-letters", "show", &c_id]).await;
+    assert_ne!(missing.status, 0);
+
+    // Fixed: replay one by id, the other with --all, and wait for the drain.
+    broken.store(false, Ordering::SeqCst);
+    let replayed = env.ok(&["dead-letters", "replay", &id_of("a")]).await;
+    assert_eq!(replayed["replayed"].as_array().map(Vec::len), Some(1));
+    let replayed = env.ok(&["dead-letters", "replay", "--all"]).await;
+    assert_eq!(replayed["replayed"].as_array().map(Vec::len), Some(1));
+    assert!(DeadLetter::list(&env.client)
+        .await
+        .expect("list")
+        .is_empty());
+    let waited = env.ok(&["wait", "--timeout", "120"]).await;
+    assert_eq!(waited["drained"], true);
+    for row in ["a", "b"] {
+        let expected = format!("body of {row}").len().to_string();
+        assert_eq!(
+            env.read(&Cell::new("docs", row, "done")).await,
+            Some(expected)
+        );
+    }
+    assert_eq!(env.read(&Cell::new("docs", "c", "done")).await, None);
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["dead_letters"], 0);
+    assert_eq!(status["backlog"]["total"], 0);
+    worker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_times_out_on_a_backlog_and_returns_once_the_chain_is_drained() {
+    let env = Env::start("wait").await;
+    let registry = chain(Arc::new(AtomicBool::new(false)));
+    // No worker yet: the writes pile up as a backlog.
+    registry.declare(&env.client);
+    let rows: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+    for row in &rows {
+        env.write(&body(row), &"x".repeat(row.len() + 3)).await;
+    }
+
+    let timed_out = env.ctl(&["wait", "--timeout", "0.5"]).await;
+    assert_eq!(timed_out.status, 2, "{}", timed_out.json);
+    assert_eq!(timed_out.json["drained"], false);
+
+    let listed = env.ok(&["notifications", "--limit", "10"]).await;
+    let shown = listed["notifications"].as_array().expect("list");
+    assert_eq!(shown.len(), 10, "{listed}");
+    assert!(
+        shown.iter().all(|n| n["cell"]["column"] == "body"),
+        "{listed}"
+    );
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["backlog"]["total"], 40, "{status}");
+    let columns = status["backlog"]["columns"].as_array().expect("columns");
+    assert_eq!(columns.len(), 1);
+    assert_eq!(columns[0]["table"], "docs");
+    assert_eq!(columns[0]["count"], 40);
+
+    // Two workers share the chain; `wait` must not return while a hop is in flight: every
+    // row's last cell must be there when it does.
+    let w1 = Worker::start(env.client.clone(), registry.clone(), worker_config());
+    let w2 = Worker::start(env.client.clone(), registry.clone(), worker_config());
+    let waited = env.ok(&["wait", "--timeout", "120"]).await;
+    assert_eq!(waited["drained"], true);
+    for row in &rows {
+        assert_eq!(
+            env.read(&Cell::new("docs", row, "done")).await,
+            Some((row.len() + 3).to_string()),
+            "row {row} not done when wait returned"
+        );
+    }
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["backlog"]["total"], 0, "{status}");
+    let live: Vec<_> = status["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter(|w| w["live"] == true)
+        .collect();
+    assert_eq!(live.len(), 2, "{status}");
+    w1.shutdown().await;
+    w2.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_writers_lock_shows_in_locks_and_status_until_resolved() {
+    let env = Env::start("locks").await;
+    // A writer with a short TTL that dies right after its locks are in place.
+    let config = ClientConfig {
+        lock_ttl: Duration::from_millis(200),
+        ..ClientConfig::with_namespace("locks")
+    };
+    let crashing = Client::with_config(
+        env.client.store().clone(),
+        env.client.oracle().clone(),
+        config,
+    );
+    let txn = crashing.begin().await.expect("begin");
+    txn.set(Cell::new("acct", "alice", "balance"), "90");
+    txn.set(Cell::new("acct", "bob", "balance"), "110");
+    txn.set_crash_hook(Arc::new(|p| p == CrashPoint::AllPrewritten));
+    assert!(
+        txn.commit().await.is_err(),
+        "the crash hook must stop the commit"
+    );
+
+    let listed = env.ok(&["locks"]).await;
+    let locks = listed["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 2, "{listed}");
+    let primaries = locks.iter().filter(|l| l["primary"].is_null()).count();
+    assert_eq!(primaries, 1, "one primary, one secondary: {listed}");
+    // The TTL counts from the transaction's start: at least the configured 200 ms.
+    assert!(
+        locks.iter().all(|l| l["ttl_ms"]
+            .as_u64()
+            .is_some_and(|t| (200..3000).contains(&t))),
+        "{listed}"
+    );
+
+    // Expiry is decided on oracle time: poll until the TTL has passed.
+    poll("the locks to expire", || async {
+        env.ok(&["status"]).await["locks"]["expired"]
+            .as_array()
+            .is_some_and(|e| e.len() == 2)
+    })
+    .await;
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["locks"]["total"], 2, "{status}");
+
+    // scan shows the lock beside the (absent) committed value.
+    let scanned = env.ok(&["scan", "acct"]).await;
+    let cells = scanned["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 2, "{scanned}");
+    assert!(
+        cells.iter().all(|c| c["lock"]["expired"] == true),
+        "{scanned}"
+    );
+
+    let resolved = env.ok(&["locks", "--resolve"]).await;
+    assert_eq!(resolved["resolved"], 2, "{resolved}");
+    let after = env.ok(&["locks"]).await;
+    assert_eq!(after["locks"].as_array().map(Vec::len), Some(0), "{after}");
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["locks"]["total"], 0);
+    // Rolled back: nothing committed.
+    assert_eq!(env.read(&Cell::new("acct", "alice", "balance")).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_shows_the_latest_a_past_snapshot_and_the_history() {
+    let env = Env::start("scan").await;
+    let cell = Cell::new("docs", "page-1", "title");
+    let mut commits = Vec::new();
+    for v in ["first", "second", "third"] {
+        commits.push(env.write(&cell, v).await);
+    }
+    // Large enough to be stored out of line.
+    let big = "y".repeat(3000);
+    env.write(&Cell::new("docs", "page-2", "title"), &big).await;
+    env.write(&Cell::new("other", "page-1", "title"), "not in docs")
+        .await;
+
+    let latest = env.ok(&["scan", "docs", "--prefix", "page-"]).await;
+    let cells = latest["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 2, "{latest}");
+    assert_eq!(cells[0]["row"], "page-1");
+    assert_eq!(cells[0]["versions"][0]["value"], "third");
+    assert_eq!(cells[0]["versions"][0]["commit_ts"], commits[2]);
+    assert_eq!(cells[1]["versions"][0]["value"], big.as_str());
+
+    let at = commits[1].to_string();
+    let past = env
+        .ok(&[
+            "scan", "docs", "--from", "page-1", "--to", "page-2", "--at", &at,
+        ])
+        .await;
+    let cells = past["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 1, "{past}");
+    assert_eq!(cells[0]["versions"][0]["value"], "second");
+
+    let history = env
+        .ok(&["scan", "docs", "--prefix", "page-1", "--versions"])
+        .await;
+    let versions = history["cells"][0]["versions"]
+        .as_array()
+        .expect("versions");
+    let values: Vec<_> = versions.iter().map(|v| v["value"].clone()).collect();
+    assert_eq!(values, ["third", "second", "first"], "{history}");
+    let stamps: Vec<u64> = versions
+        .iter()
+        .map(|v| v["commit_ts"].as_u64().expect("ts"))
+        .collect();
+    assert_eq!(stamps, [commits[2], commits[1], commits[0]]);
+
+    // gc at the policy's safe point: nothing is old enough to go, and the safe point is
+    // published (status shows it).
+    let gc = env.ok(&["gc"]).await;
+    assert_eq!(gc["versions_deleted"], 0, "{gc}");
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["gc_safe_point"], gc["safe_point"], "{status}");
+    assert!(status["oracle"]["leader"]["addr"].is_string(), "{status}");
+    let history = env
+        .ok(&["scan", "docs", "--prefix", "page-1", "--versions"])
+        .await;
+    assert_eq!(
+        history["cells"][0]["versions"].as_array().map(Vec::len),
+        Some(3)
+    );
+}
