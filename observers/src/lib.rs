@@ -36,6 +36,7 @@ mod error;
 mod metrics;
 mod process;
 mod registry;
+pub mod testing;
 mod worker;
 
 pub use deadletter::DeadLetter;
