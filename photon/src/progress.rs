@@ -155,10 +155,11 @@ fn bar_for(multi: &MultiProgress, counter: &Counter) -> ProgressBar {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .with_key("rate", rate_key)
         .progress_chars("=> ");
-    let bar = multi.add(bar.with_style(style));
-    bar.set_prefix(counter.label.clone());
-    bar.set_message(counter.unit.clone());
-    bar
+    multi.add(
+        bar.with_style(style)
+            .with_prefix(counter.label.clone())
+            .with_message(counter.unit.clone()),
+    )
 }
 
 impl Progress {
@@ -206,12 +207,11 @@ impl Progress {
         self.shared.samples()
     }
 
-    /// Stops the display; bars are left at their final counts.
+    /// Stops the display; bars are cleared (the caller's summary follows on a clean line).
     pub fn finish(mut self) {
         self.stop();
-        for (bar, sample) in self.bars.iter().zip(self.shared.samples()) {
-            bar.set_position(sample.position);
-            bar.finish();
+        for bar in &self.bars {
+            bar.finish_and_clear();
         }
     }
 
