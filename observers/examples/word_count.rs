@@ -2,9 +2,10 @@
 //! observer keeps `docs/<id>/words` (the word count) and notifies a second observer that keeps
 //! the running total in `stats/all/words`, a chain of two observers.
 //!
-//! Run: `cargo run -p observers --example word_count`
+//! Run: `cargo run -p observers --example word_count`; its tests (on `observers::testing`'s
+//! harness, in memory): `cargo test -p observers --example word_count`.
 
-use observers::{observer_fn, Registry, Worker, WorkerConfig};
+use observers::{observer_fn, Registry, Worker, WorkerConfig, WorkerError};
 use percolator::kv::EmbeddedKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
@@ -15,16 +16,8 @@ fn parse(v: Option<Vec<u8>>) -> i64 {
         .unwrap_or(0)
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let store = Arc::new(EmbeddedKv::open(dir.path())?);
-    let client = Client::with_config(
-        store,
-        Arc::new(LocalClock::new()),
-        ClientConfig::with_namespace("wordcount"),
-    );
-
+/// The application's two observers.
+fn registry() -> Result<Registry, WorkerError> {
     let mut registry = Registry::new();
     // 1. A document changed: recount its words, record the delta for the total.
     registry.strong(
@@ -60,8 +53,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok(())
         }),
     )?;
-    let registry = Arc::new(registry);
-    let worker = Worker::start(client.clone(), registry, WorkerConfig::default());
+    Ok(registry)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(EmbeddedKv::open(dir.path())?);
+    let client = Client::with_config(
+        store,
+        Arc::new(LocalClock::new()),
+        ClientConfig::with_namespace("wordcount"),
+    );
+    let worker = Worker::start(
+        client.clone(),
+        Arc::new(registry()?),
+        WorkerConfig::default(),
+    );
 
     for (id, text) in [
         ("a", "the quick brown fox"),
@@ -84,4 +92,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     worker.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use observers::testing::Harness;
+
+    fn total(v: Option<Vec<u8>>) -> i64 {
+        parse(v)
+    }
+
+    /// Documents written, rewritten and emptied: the chain keeps the total right after each
+    /// round, whichever runs coalesced.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_total_follows_every_rewrite() {
+        let h = Harness::new(registry().unwrap());
+        let words = Cell::new("stats", "all", "words");
+        h.write(Cell::new("docs", "a", "body"), "the quick brown fox")
+            .await
+            .unwrap();
+        h.write(Cell::new("docs", "b", "body"), "jumps over")
+            .await
+            .unwrap();
+        let quiet = h.run_until_quiet().await.unwrap();
+        assert!(quiet.dead_letters.is_empty(), "{quiet:?}");
+        assert_eq!(total(h.read(&words).await.unwrap()), 6);
+        h.write(Cell::new("docs", "a", "body"), "the lazy dog")
+            .await
+            .unwrap();
+        h.write(Cell::new("docs", "b", "body"), "").await.unwrap();
+        h.run_until_quiet().await.unwrap();
+        assert_eq!(total(h.read(&words).await.unwrap()), 3);
+        h.shutdown().await;
+    }
 }

@@ -47,4 +47,10 @@ pub enum WorkerError {
         /// What was wrong.
         reason: String,
     },
+    /// Work was still left after this long ([`crate::testing::Harness::run_until_quiet`]).
+    #[error("observers still busy after {waited:?} (a chain that never ends?)")]
+    NotQuiet {
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
 }

@@ -1,5 +1,9 @@
 //! Observers: code that runs in its own transaction when a cell it watches changes.
 //!
+//! The author's guide, on strong and weak observers, side effects, chains, idempotent
+//! exports, dead letters and testing: [`guide`] (`docs/observers.md` in the repository).
+//! A test harness: [`testing::Harness`].
+//!
 //! A write to an observed column puts a notify key before the writer's commit point (so no
 //! committed change can lose its notification). [`Worker`]s scan the notify space, find the
 //! writer's fate through its primary, and run the observer in a fresh transaction that also
@@ -34,9 +38,12 @@
 pub mod admin;
 mod deadletter;
 mod error;
+#[doc = include_str!("../../docs/observers.md")]
+pub mod guide {}
 mod metrics;
 mod process;
 mod registry;
+pub mod testing;
 mod worker;
 
 pub use deadletter::DeadLetter;

@@ -45,7 +45,7 @@ fn main() {
         println!(
             "clicks {clicks:>9}: {:>6} joined/s  p90 {:>6} ms  {:>7.1} s  peak RSS {} MB  \
              duplicates {}  lost {}  wasted {:.4}%",
-            r["per_sec"],
+            photon::human::whole(r["per_sec"].as_f64().unwrap_or(0.0)),
             r["p90_ms"],
             r["seconds"].as_f64().unwrap_or(0.0),
             r["peak_rss_mb"],

@@ -100,6 +100,9 @@ pub enum Command {
         /// Poll period of --follow, ms.
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
+        /// Period of the progress lines printed when stderr is not a terminal, ms.
+        #[arg(long, default_value_t = 5000, hide = true)]
+        progress_ms: u64,
     },
     /// Run a join worker (click and query observers) until SIGINT/SIGTERM.
     Work {
@@ -120,6 +123,12 @@ pub enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Retry until the report is OK or this many seconds have passed (clicks still in
+        /// flight count as lost until they are joined). Each try prints one line to stderr.
+        /// Exit status: 0 OK, 1 duplicates or unexpected joins (waiting cannot fix those),
+        /// 3 clicks still missing at the deadline.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
     },
     /// Write the joined events as JSON lines to stdout or a file.
     Export {
@@ -166,6 +175,9 @@ pub enum Command {
         /// and report throughput, latency and RSS per minute, so drift shows.
         #[arg(long, value_parser = parse_duration, requires = "rate")]
         duration: Option<std::time::Duration>,
+        /// Period of the progress lines printed when stderr is not a terminal, ms.
+        #[arg(long, default_value_t = 5000, hide = true)]
+        progress_ms: u64,
     },
 }
 

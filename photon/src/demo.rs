@@ -3,8 +3,8 @@
 
 use crate::load::{LoadError, LoadOptions, LoadStats};
 use crate::pipeline::{drain, spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
+use crate::progress::{Counter, Display, Progress};
 use crate::verify::{Report, VerifyError};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use percolator::Client;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -45,7 +45,7 @@ pub struct DemoOptions {
     pub clicks: u64,
     /// Redundant pipelines (at least one).
     pub pipelines: usize,
-    /// Print one JSON object instead of the summary (and no progress bars).
+    /// Print one JSON object instead of the summary.
     pub json: bool,
     /// Seed of the workload.
     pub seed: u64,
@@ -53,6 +53,8 @@ pub struct DemoOptions {
     pub offered: Option<Offered>,
     /// The store's kind, for the summary (`embedded`, `memory`, `tikv`).
     pub backend: String,
+    /// How progress is shown while loading and joining.
+    pub progress: Display,
 }
 
 /// The demo's offered load.
@@ -73,6 +75,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         json,
         seed,
         offered,
+        progress,
         ..
     } = *options;
     let backend = options.backend.clone();
@@ -102,17 +105,14 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         // with probability ctr.
         options.rate = o.per_sec / ctr;
     }
-    let multi = MultiProgress::new();
-    if json {
-        multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    let spinner = multi.add(ProgressBar::new_spinner());
-    spinner.set_message(format!("generating {} queries", options.queries));
     let summary = crate::gen::generate(&logs, &options)?;
-    spinner.finish_with_message(format!(
-        "generated {} queries and {} clicks",
-        summary.queries, summary.clicks
-    ));
+    if progress != Display::Hidden {
+        eprintln!(
+            "generated {} queries and {} clicks",
+            crate::human::count(summary.queries),
+            crate::human::count(summary.clicks)
+        );
+    }
     let spec = |name: String| PipelineSpec {
         name,
         worker: None,
@@ -127,22 +127,31 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         p.settle().await;
     }
     let sweeper = spawn_sweeper(client.clone(), HORIZON, Duration::from_millis(5000));
-    let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec})")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
-    let load_bar = multi.add(
-        ProgressBar::new(total_events)
-            .with_style(style.clone())
-            .with_message("loaded"),
-    );
-    let join_bar = multi.add(
-        ProgressBar::new(summary.clicks - summary.orphans)
-            .with_style(style)
-            .with_message("joined"),
-    );
     let started = Instant::now();
     let started_ms = crate::schema::now_ms();
     let load_stats = Arc::new(LoadStats::default());
+    let joined_stats: Vec<_> = running.iter().map(|p| p.stats.clone()).collect();
+    let shown = Progress::start(
+        progress,
+        vec![
+            Counter::new("loaded", "events", Some(total_events), {
+                let stats = load_stats.clone();
+                move || stats.loaded.load(Ordering::Relaxed)
+            }),
+            Counter::new(
+                "joined",
+                "clicks",
+                Some(summary.clicks - summary.orphans),
+                move || {
+                    joined_stats
+                        .iter()
+                        .map(|s| s.joined.load(Ordering::Relaxed))
+                        .sum()
+                },
+            ),
+        ],
+    );
     // At an offered rate, batches span about 40 ms of event time (about 4 files share the
     // rate), so the pace is smooth; at saturation, 500 lines.
     let (batch, pace) = match offered {
@@ -171,32 +180,20 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             rss_by_minute[minute] = rss_by_minute[minute].max(rss);
         }
     };
-    let joined_now = |running: &[Pipeline]| -> u64 {
-        running
-            .iter()
-            .map(|p| p.stats.joined.load(Ordering::Relaxed))
-            .sum()
-    };
     while !loader.is_finished() {
-        load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
-        join_bar.set_position(joined_now(&running));
         sample_rss(&mut rss_by_minute);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     loader.await??;
-    load_bar.set_position(load_stats.loaded.load(Ordering::Relaxed));
-    load_bar.finish();
     // Drain: every notification handled, then one sweep for clicks parked while their query
     // was being loaded, and drain again.
     let workers: Vec<&observers::Worker> = running.iter().map(|p| &p.worker).collect();
     drain(client, &workers, HORIZON, 3, || {
-        join_bar.set_position(joined_now(&running));
-        sample_rss(&mut rss_by_minute);
+        sample_rss(&mut rss_by_minute)
     })
     .await?;
     let elapsed = started.elapsed();
-    join_bar.set_position(joined_now(&running));
-    join_bar.finish();
+    shown.finish();
     sweeper.abort();
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
@@ -279,12 +276,12 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             );
         }
         let offered_note = offered
-            .map(|o| format!(" at an offered {:.0} clicks/s", o.per_sec))
+            .map(|o| format!(" at an offered {} clicks/s", crate::human::whole(o.per_sec)))
             .unwrap_or_default();
         println!(
-            "{pipelines} pipelines, {:.1?}: {:.0} joined clicks/s{offered_note}, wasted joins {:.2}%",
+            "{pipelines} pipelines, {:.1?}: {} joined clicks/s{offered_note}, wasted joins {:.2}%",
             elapsed,
-            per_sec,
+            crate::human::whole(per_sec),
             wasted_ratio * 100.0
         );
     }

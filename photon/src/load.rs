@@ -37,6 +37,9 @@ pub struct LoadStats {
     pub rejected: AtomicU64,
     /// Transactions committed.
     pub batches: AtomicU64,
+    /// Input lines behind the committed batches of this run (events, malformed and blank
+    /// lines): the position [`crate::progress`] shows against [`lines_to_load`].
+    pub lines: AtomicU64,
 }
 
 impl LoadStats {
@@ -48,11 +51,13 @@ impl LoadStats {
             1 => format!("1 malformed line reported to {}", rejects.display()),
             n => format!("{n} malformed lines reported to {}", rejects.display()),
         };
+        let loaded = self.loaded.load(Ordering::Relaxed);
         format!(
-            "loaded {} events in {} batches in {:.1?}; {malformed}",
-            self.loaded.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
+            "loaded {} events in {} batches in {:.1?} ({} events/s); {malformed}",
+            crate::human::count(loaded),
+            crate::human::count(self.batches.load(Ordering::Relaxed)),
             elapsed,
+            crate::human::whole(crate::human::per_sec(loaded, elapsed)),
         )
     }
 }
@@ -396,6 +401,9 @@ async fn load_file_aligned(
         }
         stats.loaded.fetch_add(count, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats
+            .lines
+            .fetch_add(next.line - progress.line, Ordering::Relaxed);
         loaded += count;
     }
 }
@@ -426,6 +434,42 @@ where
             other => return other,
         }
     }
+}
+
+/// Lines of the log files of `dir` not loaded yet: complete lines in each file beyond its
+/// stored offset (what a [`load_dir`] started now would read; the total of its progress).
+pub async fn lines_to_load(client: &Client, dir: &Path) -> Result<u64, LoadError> {
+    let mut total = 0;
+    for (path, _) in log_files(dir)? {
+        let key = file_key(&path);
+        let stored = retry_transient(&path, || async {
+            let txn = client.begin().await?;
+            txn.get(&offset_cell(&key)).await
+        })
+        .await
+        .map_err(|source| LoadError::Txn {
+            path: path.clone(),
+            source,
+        })?;
+        let loaded = parse_progress(&path, stored)?;
+        let io = |source| LoadError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::File::open(&path).map_err(io)?;
+        file.seek(SeekFrom::Start(loaded.offset)).map_err(io)?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        loop {
+            let buf = reader.fill_buf().map_err(io)?;
+            if buf.is_empty() {
+                break;
+            }
+            total += buf.iter().filter(|b| **b == b'\n').count() as u64;
+            let n = buf.len();
+            reader.consume(n);
+        }
+    }
+    Ok(total)
 }
 
 /// Event time a file may run ahead of the others in [`load_dir`].

@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use indicatif::ProgressBar;
 use percolator::kv::StoreSpec;
 use percolator::Client;
 use percolator_cli::store::open_client;
@@ -13,6 +12,8 @@ use photon::join;
 use photon::load::{LoadOptions, LoadStats};
 use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
+use photon::progress::{Counter, Display, Progress};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,14 +47,28 @@ async fn main() -> anyhow::Result<()> {
             rejects,
             follow,
             poll_ms,
+            progress_ms,
         } => {
             let client = client(&store).await?;
             let options = LoadOptions {
                 batch,
                 rejects: rejects.clone(),
             };
-            let stats = LoadStats::default();
+            let stats = Arc::new(LoadStats::default());
             let started = Instant::now();
+            // The lines left to load are the total (unknown while following growing files).
+            let total = match follow {
+                true => None,
+                false => Some(photon::load::lines_to_load(&client, &input).await?),
+            };
+            let lines = {
+                let stats = stats.clone();
+                move || stats.lines.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            let progress = Progress::start(
+                Display::for_stderr(Duration::from_millis(progress_ms)),
+                vec![Counter::new("loaded", "lines", total, lines)],
+            );
             if follow {
                 let stop = percolator_cli::shutdown_signal()?;
                 let poll = Duration::from_millis(poll_ms);
@@ -62,12 +77,9 @@ async fn main() -> anyhow::Result<()> {
                 };
                 photon::load::follow_dir(&client, &input, &options, &stats, poll, stop).await?;
             } else {
-                let bar = ProgressBar::new_spinner();
-                bar.set_message("loading");
-                bar.enable_steady_tick(Duration::from_millis(200));
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
-                bar.finish_and_clear();
             }
+            progress.finish();
             println!("{}", stats.summary(started.elapsed(), &rejects));
         }
         Command::Work {
@@ -134,13 +146,31 @@ async fn main() -> anyhow::Result<()> {
                 None => {}
             }
         }
-        Command::Verify { store, input, json } => {
+        Command::Verify {
+            store,
+            input,
+            json,
+            wait,
+        } => {
             let client = client(&store).await?;
-            let report = photon::verify::verify(&client, &input).await?;
+            let report = match wait {
+                None => photon::verify::verify(&client, &input).await?,
+                Some(secs) => {
+                    let deadline = Instant::now() + Duration::from_secs(secs);
+                    photon::verify::verify_until(&client, &input, deadline, |report, left| {
+                        eprintln!("{}", photon::verify::retry_line(report, left))
+                    })
+                    .await?
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{report}");
+            }
+            if wait.is_some() && photon::verify::may_still_pass(&report) {
+                // Only clicks not joined yet are missing, and the deadline passed.
+                std::process::exit(3);
             }
             if !report.ok() {
                 std::process::exit(1);
@@ -177,6 +207,7 @@ async fn main() -> anyhow::Result<()> {
             seed,
             rate,
             duration,
+            progress_ms,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
@@ -194,6 +225,10 @@ async fn main() -> anyhow::Result<()> {
                 seed,
                 offered: rate.map(|per_sec| photon::demo::Offered { per_sec, duration }),
                 backend: backend.to_string(),
+                progress: match json {
+                    true if std::io::stderr().is_terminal() => Display::Hidden,
+                    _ => Display::for_stderr(Duration::from_millis(progress_ms)),
+                },
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
                 std::process::exit(1);

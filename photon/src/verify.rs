@@ -215,140 +215,226 @@ pub async fn verify(client: &Client, input: &Path) -> Result<Report, VerifyError
 pub async fn verify_with(
     client: &Client,
     input: &Path,
-    mut minutes: Option<&mut crate::timeline::Minutes>,
+    minutes: Option<&mut crate::timeline::Minutes>,
 ) -> Result<Report, VerifyError> {
-    let mut report = Report::default();
-    // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
-    // whether query `i` is in the input.
-    let mut query_ids: HashMap<String, u32> = HashMap::new();
-    let mut defined: Vec<bool> = Vec::new();
-    fn intern(id: String, query_ids: &mut HashMap<String, u32>, defined: &mut Vec<bool>) -> u32 {
-        let next = query_ids.len() as u32;
-        let i = *query_ids.entry(id).or_insert(next);
-        if i as usize == defined.len() {
-            defined.push(false);
+    Input::read(input)?.check(client, minutes).await
+}
+
+/// How often [`verify_until`] tries again.
+pub const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether waiting could still make `report` OK: only clicks not joined yet are missing
+/// (duplicates and unexpected joins are never undone).
+pub fn may_still_pass(report: &Report) -> bool {
+    !report.ok() && report.duplicates == 0 && report.unexpected == 0
+}
+
+/// [`verify`] again and again (the logs read once) until the report is OK, cannot become
+/// OK any more ([`may_still_pass`] is false), or `deadline` has passed; returns the last
+/// report. Before each retry `on_retry` gets the report and the time left.
+pub async fn verify_until(
+    client: &Client,
+    input: &Path,
+    deadline: std::time::Instant,
+    mut on_retry: impl FnMut(&Report, std::time::Duration),
+) -> Result<Report, VerifyError> {
+    let mut logs = Input::read(input)?;
+    loop {
+        let report = logs.check(client, None).await?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if !may_still_pass(&report) || left.is_zero() {
+            return Ok(report);
         }
-        i
+        on_retry(&report, left);
+        tokio::time::sleep(RETRY_EVERY.min(left)).await;
     }
-    let mut clicks: HashMap<String, ClickState> = HashMap::new();
-    for (path, kind) in log_files(input)? {
-        let file = std::fs::File::open(&path).map_err(|source| VerifyError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        // Lines are read as bytes: one that is not UTF-8 counts as malformed (as the loader
-        // rejected it).
-        let mut reader = std::io::BufReader::new(file);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut buf)
-                .map_err(|source| VerifyError::Io {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            if n == 0 {
-                break;
+}
+
+/// The line `photon verify --wait` prints before each retry: what is still missing.
+pub fn retry_line(report: &Report, left: std::time::Duration) -> String {
+    use crate::human::{count, duration};
+    format!(
+        "verify: {} of {} joinable clicks not joined yet; again in {} ({} left)",
+        count(report.lost),
+        count(report.joinable),
+        duration(RETRY_EVERY.min(left)),
+        duration(left)
+    )
+}
+
+/// The input logs as verify keeps them: every click's query (interned) and event time, and
+/// which queries are defined.
+struct Input {
+    clicks: HashMap<String, ClickState>,
+    defined: Vec<bool>,
+    malformed_lines: u64,
+}
+
+impl Input {
+    fn read(input: &Path) -> Result<Input, VerifyError> {
+        let mut malformed_lines = 0;
+        // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
+        // whether query `i` is in the input.
+        let mut query_ids: HashMap<String, u32> = HashMap::new();
+        let mut defined: Vec<bool> = Vec::new();
+        fn intern(
+            id: String,
+            query_ids: &mut HashMap<String, u32>,
+            defined: &mut Vec<bool>,
+        ) -> u32 {
+            let next = query_ids.len() as u32;
+            let i = *query_ids.entry(id).or_insert(next);
+            if i as usize == defined.len() {
+                defined.push(false);
             }
-            let line = buf.trim_ascii();
-            if line.is_empty() {
-                continue;
-            }
-            let Ok(line) = std::str::from_utf8(line) else {
-                report.malformed_lines += 1;
-                continue;
-            };
-            match kind {
-                Kind::Query => match serde_json::from_str::<Query>(line) {
-                    Ok(q) => {
-                        let i = intern(q.query_id, &mut query_ids, &mut defined);
-                        defined[i as usize] = true;
-                    }
-                    Err(_) => report.malformed_lines += 1,
-                },
-                Kind::Click => match serde_json::from_str::<Click>(line) {
-                    Ok(c) => {
-                        let query = intern(c.query_id, &mut query_ids, &mut defined);
-                        clicks.insert(
-                            c.click_id,
-                            ClickState {
-                                query,
-                                event_time: c.event_time,
-                                ..ClickState::default()
-                            },
-                        );
-                    }
-                    Err(_) => report.malformed_lines += 1,
-                },
+            i
+        }
+        let mut clicks: HashMap<String, ClickState> = HashMap::new();
+        for (path, kind) in log_files(input)? {
+            let file = std::fs::File::open(&path).map_err(|source| VerifyError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            // Lines are read as bytes: one that is not UTF-8 counts as malformed (as the loader
+            // rejected it).
+            let mut reader = std::io::BufReader::new(file);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                let n = reader
+                    .read_until(b'\n', &mut buf)
+                    .map_err(|source| VerifyError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
+                if n == 0 {
+                    break;
+                }
+                let line = buf.trim_ascii();
+                if line.is_empty() {
+                    continue;
+                }
+                let Ok(line) = std::str::from_utf8(line) else {
+                    malformed_lines += 1;
+                    continue;
+                };
+                match kind {
+                    Kind::Query => match serde_json::from_str::<Query>(line) {
+                        Ok(q) => {
+                            let i = intern(q.query_id, &mut query_ids, &mut defined);
+                            defined[i as usize] = true;
+                        }
+                        Err(_) => malformed_lines += 1,
+                    },
+                    Kind::Click => match serde_json::from_str::<Click>(line) {
+                        Ok(c) => {
+                            let query = intern(c.query_id, &mut query_ids, &mut defined);
+                            clicks.insert(
+                                c.click_id,
+                                ClickState {
+                                    query,
+                                    event_time: c.event_time,
+                                    ..ClickState::default()
+                                },
+                            );
+                        }
+                        Err(_) => malformed_lines += 1,
+                    },
+                }
             }
         }
+        drop(query_ids);
+        Ok(Input {
+            clicks,
+            defined,
+            malformed_lines,
+        })
     }
-    drop(query_ids);
-    let mut latency = Histogram::<u64>::new(3).expect("histogram");
-    for_each_cell(client, JOINED, |cell, value| {
-        let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
-            return;
+
+    /// Checks the store's output against these logs (counts of an earlier check dropped).
+    async fn check(
+        &mut self,
+        client: &Client,
+        mut minutes: Option<&mut crate::timeline::Minutes>,
+    ) -> Result<Report, VerifyError> {
+        let mut report = Report {
+            malformed_lines: self.malformed_lines,
+            ..Report::default()
         };
-        if let Some(m) = minutes.as_deref_mut() {
-            m.record(&j);
+        let (clicks, defined) = (&mut self.clicks, &self.defined);
+        for state in clicks.values_mut() {
+            state.joins = 0;
+            state.outcome = None;
         }
-        if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
-            state.joins += 1;
-            let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
-        }
-    })
-    .await?;
-    for_each_cell(client, OUTCOMES, |cell, value| {
-        if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
-            state.outcome = Outcome::decode(&String::from_utf8_lossy(&value));
-        }
-    })
-    .await?;
-    report.clicks = clicks.len() as u64;
-    for click in clicks.values() {
-        let joins = click.joins;
-        let query_known = defined[click.query as usize];
-        // Expired and never joined: its query arrived past the horizon (or never).
-        let expired = joins == 0 && matches!(click.outcome, Some(Outcome::Expired { .. }));
-        let joinable = query_known
-            && click.outcome != Some(Outcome::TooOld)
-            && click.outcome != Some(Outcome::Filtered)
-            && !expired;
-        if joins > 1 {
-            report.duplicates += 1;
-        }
-        if joinable {
-            report.joinable += 1;
-            if joins == 0 {
-                report.lost += 1;
-                report.low_watermark_ms = Some(
-                    report
-                        .low_watermark_ms
-                        .map_or(click.event_time, |w| w.min(click.event_time)),
-                );
-            } else if joins == 1 {
-                report.joined += 1;
-            }
-        } else {
-            if joins > 0 {
-                report.unexpected += 1;
-            }
-            let reason = match click.outcome {
-                Some(Outcome::Expired { horizon_secs }) if expired => expired_reason(horizon_secs),
-                Some(Outcome::TooOld) => "too_old (older than the IdRegistry boundary)".to_string(),
-                Some(Outcome::Waiting) => "query_missing (still waiting)".to_string(),
-                Some(Outcome::Filtered) => "filtered by the adapter".to_string(),
-                _ if !query_known => "query_missing".to_string(),
-                _ => "unknown".to_string(),
+        let mut latency = Histogram::<u64>::new(3).expect("histogram");
+        for_each_cell(client, JOINED, |cell, value| {
+            let Ok(j) = serde_json::from_slice::<Joined>(&value) else {
+                return;
             };
-            *report.reasons.entry(reason).or_default() += 1;
+            if let Some(m) = minutes.as_deref_mut() {
+                m.record(&j);
+            }
+            if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
+                state.joins += 1;
+                let _ = latency.record(j.joined_at.saturating_sub(j.arrived_at).max(1));
+            }
+        })
+        .await?;
+        for_each_cell(client, OUTCOMES, |cell, value| {
+            if let Some(state) = clicks.get_mut(String::from_utf8_lossy(&cell.row).as_ref()) {
+                state.outcome = Outcome::decode(&String::from_utf8_lossy(&value));
+            }
+        })
+        .await?;
+        report.clicks = clicks.len() as u64;
+        for click in clicks.values() {
+            let joins = click.joins;
+            let query_known = defined[click.query as usize];
+            // Expired and never joined: its query arrived past the horizon (or never).
+            let expired = joins == 0 && matches!(click.outcome, Some(Outcome::Expired { .. }));
+            let joinable = query_known
+                && click.outcome != Some(Outcome::TooOld)
+                && click.outcome != Some(Outcome::Filtered)
+                && !expired;
+            if joins > 1 {
+                report.duplicates += 1;
+            }
+            if joinable {
+                report.joinable += 1;
+                if joins == 0 {
+                    report.lost += 1;
+                    report.low_watermark_ms = Some(
+                        report
+                            .low_watermark_ms
+                            .map_or(click.event_time, |w| w.min(click.event_time)),
+                    );
+                } else if joins == 1 {
+                    report.joined += 1;
+                }
+            } else {
+                if joins > 0 {
+                    report.unexpected += 1;
+                }
+                let reason = match click.outcome {
+                    Some(Outcome::Expired { horizon_secs }) if expired => {
+                        expired_reason(horizon_secs)
+                    }
+                    Some(Outcome::TooOld) => {
+                        "too_old (older than the IdRegistry boundary)".to_string()
+                    }
+                    Some(Outcome::Waiting) => "query_missing (still waiting)".to_string(),
+                    Some(Outcome::Filtered) => "filtered by the adapter".to_string(),
+                    _ if !query_known => "query_missing".to_string(),
+                    _ => "unknown".to_string(),
+                };
+                *report.reasons.entry(reason).or_default() += 1;
+            }
         }
+        if !latency.is_empty() {
+            report.p50_ms = latency.value_at_quantile(0.5) as f64;
+            report.p90_ms = latency.value_at_quantile(0.9) as f64;
+            report.p99_ms = latency.value_at_quantile(0.99) as f64;
+        }
+        Ok(report)
     }
-    if !latency.is_empty() {
-        report.p50_ms = latency.value_at_quantile(0.5) as f64;
-        report.p90_ms = latency.value_at_quantile(0.9) as f64;
-        report.p99_ms = latency.value_at_quantile(0.99) as f64;
-    }
-    Ok(report)
 }
