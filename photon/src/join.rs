@@ -160,28 +160,37 @@ async fn join_click(
                 bump(&stats.expired);
                 return Ok(());
             }
-            // Park on the query's pending list (the wake observer and the sweep take the
-            // click off it when they wake it).
-            let pending = pending_cell(&click.query_id);
-            let mut waiting: Vec<String> = match txn.get(&pending).await? {
-                Some(b) => {
-                    serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?
-                }
-                None => Vec::new(),
-            };
-            if !waiting.contains(&click.click_id) {
-                waiting.push(click.click_id.clone());
-            }
-            txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
-            txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
-            bump(&stats.parked);
-            // The wake observer writes nothing when no click waits, so a query committed
-            // while this transaction ran may have looked before we parked. Notifying the
-            // query's cell here makes its wake observer run again after this park commits
-            // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
-            txn.notify(query_cell(&click.query_id));
+            park_click(&txn, &click, stats).await?;
         }
     }
+    Ok(())
+}
+
+/// Parks `click` on its query's pending list (the query has not arrived yet), to be woken
+/// by the query's wake observer or the sweep.
+async fn park_click(
+    txn: &Transaction,
+    click: &Click,
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
+    // Park on the query's pending list (the wake observer and the sweep take the
+    // click off it when they wake it).
+    let pending = pending_cell(&click.query_id);
+    let mut waiting: Vec<String> = match txn.get(&pending).await? {
+        Some(b) => serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?,
+        None => Vec::new(),
+    };
+    if !waiting.contains(&click.click_id) {
+        waiting.push(click.click_id.clone());
+    }
+    txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
+    txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    bump(&stats.parked);
+    // The wake observer writes nothing when no click waits, so a query committed
+    // while this transaction ran may have looked before we parked. Notifying the
+    // query's cell here makes its wake observer run again after this park commits
+    // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
+    txn.notify(query_cell(&click.query_id));
     Ok(())
 }
 
