@@ -80,7 +80,8 @@ fn parse_ack(bytes: Option<Vec<u8>>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs the observer in `client.run`, catching panics as failures.
+/// Runs the observer in `client.run`, catching panics as failures. The observer's own error
+/// comes back as it wrote it; transaction errors inside it are retried by `run`.
 async fn run_observer(
     client: &Client,
     registered: &Registered,
@@ -90,7 +91,7 @@ async fn run_observer(
 ) -> Result<bool, ObserverError> {
     let started = Instant::now();
     let attempts = std::sync::atomic::AtomicU64::new(0);
-    let result = client
+    let ran = client
         .run(|txn| {
             let cell = cell.clone();
             let observer = registered.observer.clone();
@@ -117,42 +118,32 @@ async fn run_observer(
                 Ok(true)
             }
         })
-        .await;
-    match result {
-        Ok(ran) => {
-            if ran {
-                metrics.record_latency(started.elapsed());
-            }
-            Ok(ran)
-        }
-        Err(e) => Err(match e {
-            TxnError::User(message) => ObserverError::Failed(message),
-            other => ObserverError::Txn(other),
-        }),
+        .await?;
+    if ran {
+        metrics.record_latency(started.elapsed());
     }
+    Ok(ran)
 }
 
-/// Calls the observer, turning its error or panic into a transaction error that `run` does
-/// not retry.
+/// Calls the observer, turning its panic into an [`ObserverError::Failed`] (which `run` does
+/// not retry).
 async fn call(
     observer: std::sync::Arc<dyn crate::registry::Observer>,
     txn: percolator::Transaction,
     cell: Cell,
-) -> Result<(), TxnError> {
+) -> Result<(), ObserverError> {
     match AssertUnwindSafe(observer.observe(txn, cell))
         .catch_unwind()
         .await
     {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(ObserverError::Txn(e))) => Err(e),
-        Ok(Err(ObserverError::Failed(message))) => Err(TxnError::User(message)),
+        Ok(result) => result,
         Err(panic) => {
             let message = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "observer panicked".to_string());
-            Err(TxnError::User(format!("panic: {message}")))
+            Err(ObserverError::failed(format!("panic: {message}")))
         }
     }
 }
@@ -180,7 +171,7 @@ pub(crate) async fn handle(
             };
             DeadLetter::park(client, &letter)
                 .await
-                .map_err(|e| TxnError::User(e.to_string()))?;
+                .map_err(crate::error::WorkerError::into_txn)?;
             Metrics::add(&metrics.dead_lettered);
             return Ok(Outcome::Failed {
                 error: letter.error,
@@ -242,7 +233,7 @@ pub(crate) async fn handle(
                 _ => None,
             };
             Ok(Outcome::Failed {
-                error: e.to_string(),
+                error: e.render(),
                 resolved,
             })
         }
