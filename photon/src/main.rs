@@ -46,11 +46,13 @@ async fn main() -> anyhow::Result<()> {
             rejects,
             follow,
             poll_ms,
+            max_backlog,
         } => {
             let client = client(&store).await?;
             let options = LoadOptions {
                 batch,
                 rejects: rejects.clone(),
+                max_backlog,
             };
             let stats = LoadStats::default();
             let started = Instant::now();
@@ -147,6 +149,8 @@ async fn main() -> anyhow::Result<()> {
             seed,
             rate,
             duration,
+            batch_size,
+            max_backlog,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
@@ -164,6 +168,8 @@ async fn main() -> anyhow::Result<()> {
                 seed,
                 offered: rate.map(|per_sec| photon::demo::Offered { per_sec, duration }),
                 backend: backend.to_string(),
+                batch_size,
+                max_backlog,
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
                 std::process::exit(1);
