@@ -408,10 +408,7 @@ impl Ctx<'_> {
             }
             Err(e) => {
                 Metrics::add(&self.metrics.failures);
-                let resolved = match run.covered {
-                    Some(_) => Some(run.notification.clone()),
-                    None => None,
-                };
+                let resolved = run.covered.map(|_| run.notification.clone());
                 Ok(Outcome::Failed {
                     error: e.render(),
                     resolved,

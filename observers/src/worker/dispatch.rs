@@ -96,6 +96,9 @@ impl Flights {
     }
 }
 
+/// An observer by the (table, column) it watches.
+type ObserverKey = (Vec<u8>, Vec<u8>);
+
 /// Starts observer runs for `items`, batched per observer (up to `batch_size` cells of one
 /// strong observer per run), waiting for a free slot before each run (backpressure instead
 /// of an unbounded queue). With `defer_if_busy` (hints), a key whose cell is in flight is
@@ -107,7 +110,7 @@ pub(super) async fn dispatch(
 ) -> Dispatched {
     let mut report = Dispatched::default();
     // Per observer (table, column), in the order met; weak observers' keys one per run.
-    let mut groups: Vec<((Vec<u8>, Vec<u8>), Vec<Item>)> = Vec::new();
+    let mut groups: Vec<(ObserverKey, Vec<Item>)> = Vec::new();
     let batch_size = inner.config.batch_size.max(1);
     for item in items {
         if inner.ledger.handled_recently(&item.key) {
