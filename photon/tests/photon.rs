@@ -246,7 +246,8 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
     let mut rng = rand::thread_rng();
     for round in 0..6 {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
-            .args(["load", "--batch", "50", "--store"])
+            // No join runs here: no backpressure (it would hold the loader at the bound).
+            .args(["load", "--max-backlog", "0", "--batch", "50", "--store"])
             .arg(format!("embedded:{}", store.display()))
             .arg("--rejects")
             .arg(dir.path().join("rejects.txt"))

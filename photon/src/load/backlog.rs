@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 /// How often the backlog is counted while the loader runs.
 pub const CHECK_EVERY: Duration = Duration::from_millis(50);
 
+/// How long the loader waits before it warns that the join may not be running.
+const STALLED_AFTER: Duration = Duration::from_secs(10);
+
 /// The last count and when it was made.
 struct Last {
     at: Option<Instant>,
@@ -55,6 +58,8 @@ impl Backlog {
     /// wait. A failed count lets the loader through (backpressure is a pace, not a guard).
     pub async fn wait_below(&self, waits: &std::sync::atomic::AtomicU64) {
         let mut waited = false;
+        let mut warned = false;
+        let since = Instant::now();
         loop {
             {
                 let mut last = self.last.lock().await;
@@ -80,6 +85,16 @@ impl Backlog {
                 }
             }
             waited = true;
+            if !warned && since.elapsed() >= STALLED_AFTER {
+                warned = true;
+                tracing::warn!(
+                    bound = self.bound,
+                    "the loader has waited {}s for the join to take the notification backlog \
+                     below --max-backlog: is a worker (`photon work`) running? (--max-backlog 0 \
+                     loads without waiting)",
+                    STALLED_AFTER.as_secs()
+                );
+            }
             tokio::time::sleep(CHECK_EVERY).await;
         }
     }
