@@ -27,6 +27,10 @@ pub struct Metrics {
     pub scanned: AtomicU64,
     /// Notify keys dispatched straight from this process's commit hints (no scan needed).
     pub hinted: AtomicU64,
+    /// Batch transactions (of two or more cells of one strong observer) that committed.
+    pub batches: AtomicU64,
+    /// Batches split in halves after a conflict or a failure.
+    pub splits: AtomicU64,
     /// Observer run latency (begin to commit), microseconds.
     latency_us: Mutex<Histogram<u64>>,
 }
@@ -43,6 +47,8 @@ impl Default for Metrics {
             rolled_back: AtomicU64::new(0),
             scanned: AtomicU64::new(0),
             hinted: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            splits: AtomicU64::new(0),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -71,6 +77,10 @@ pub struct MetricsSnapshot {
     pub scanned: u64,
     /// See [`Metrics::hinted`].
     pub hinted: u64,
+    /// See [`Metrics::batches`].
+    pub batches: u64,
+    /// See [`Metrics::splits`].
+    pub splits: u64,
     /// Median observer latency.
     pub latency_p50: Duration,
     /// 99th percentile observer latency.
@@ -80,6 +90,10 @@ pub struct MetricsSnapshot {
 impl Metrics {
     pub(crate) fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_n(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn record_latency(&self, latency: Duration) {
@@ -101,6 +115,8 @@ impl Metrics {
             rolled_back: load(&self.rolled_back),
             scanned: load(&self.scanned),
             hinted: load(&self.hinted),
+            batches: load(&self.batches),
+            splits: load(&self.splits),
             latency_p50: Duration::from_micros(h.value_at_quantile(0.5)),
             latency_p99: Duration::from_micros(h.value_at_quantile(0.99)),
         }

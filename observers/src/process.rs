@@ -1,5 +1,13 @@
-//! Handling one notify key (ARCHITECTURE.md, "Observers"): decide the writer's fate, run the
-//! observer in a transaction guarded by the acknowledgment column, delete the key.
+//! Handling notify keys (ARCHITECTURE.md, "Observers"): decide each writer's fate, run the
+//! observer in a transaction guarded by the acknowledgment column, delete the keys.
+//!
+//! A strong observer's notifications are handled in batches: one transaction checks and sets
+//! the acknowledgment of every cell of the batch, runs the observer for the cells not yet
+//! covered (in turn, [`crate::Observer::observe_batch`]), commits once, and the handled keys
+//! are deleted with one `batch_delete`. A batch that conflicts or fails is split in halves
+//! and each half handled the same way, down to single cells, which run as before (retried on
+//! conflicts by `Client::run`). The strong guarantee holds per cell: whichever transaction
+//! commits a cell's acknowledgment is the only one that commits a run for that change.
 
 use crate::deadletter::DeadLetter;
 use crate::error::ObserverError;
@@ -7,8 +15,8 @@ use crate::metrics::Metrics;
 use crate::registry::{ObserverKind, Registered, Registry};
 use futures::FutureExt;
 use percolator::record::Notification;
-use percolator::txn::TxnStatus;
-use percolator::{Cell, Client, Timestamp, TxnError};
+use percolator::txn::{RunError, TxnStatus};
+use percolator::{Cell, Client, Timestamp, Transaction, TxnError};
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
@@ -80,7 +88,339 @@ fn parse_ack(bytes: Option<Vec<u8>>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Runs the observer in `client.run`, catching panics as failures.
+/// One notify key to handle: the cell it names, the key itself and its decoded value.
+#[derive(Clone, Debug)]
+pub(crate) struct Item {
+    /// The notified cell.
+    pub cell: Cell,
+    /// The notify key.
+    pub key: Vec<u8>,
+    /// Its value, decoded.
+    pub payload: Payload,
+}
+
+/// A notification whose writer committed (or a weak one): the observer is to run for it.
+struct Runnable {
+    /// Index into the items handed to [`handle_batch`].
+    index: usize,
+    cell: Cell,
+    /// The commit the acknowledgment must reach, `None` for a run without the check (weak).
+    covered: Option<u64>,
+    /// The notification as decided (what a dead letter parks).
+    notification: Notification,
+}
+
+/// What [`resolve`] decided for one item.
+enum Resolved {
+    /// Nothing to run: this is the item's outcome.
+    Done(Result<Outcome, TxnError>),
+    /// The observer is to run: the acknowledgment must reach `covered` (`None`: no check).
+    Run(Option<u64>, Notification),
+}
+
+/// Decides the writer's fate of one notify key: a corrupt record is dead-lettered, a rolled
+/// back writer's key is deleted, an undecided one is left pending.
+async fn resolve(
+    client: &Client,
+    registered: &Registered,
+    metrics: &Metrics,
+    item: &Item,
+) -> Resolved {
+    let notification = match &item.payload {
+        Payload::Record(n) => n,
+        Payload::Corrupt { bytes, error } => {
+            // A corrupt notify key can never be processed: park it for the operator.
+            let letter = DeadLetter {
+                notify_key: item.key.clone(),
+                notification: bytes.clone(),
+                error: format!("corrupt notification: {error}"),
+            };
+            if let Err(e) = DeadLetter::park(client, &letter).await {
+                return Resolved::Done(Err(e.into_txn()));
+            }
+            Metrics::add(&metrics.dead_lettered);
+            return Resolved::Done(Ok(Outcome::Failed {
+                error: letter.error,
+                resolved: None,
+            }));
+        }
+    };
+    let covered = match notification {
+        Notification::Weak => None,
+        Notification::Committed { commit_ts } => Some(*commit_ts),
+        Notification::Strong {
+            start_ts,
+            primary,
+            ttl_ms,
+        } => match client
+            .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
+            .await
+        {
+            Ok(TxnStatus::Committed(commit_ts)) => Some(commit_ts.0),
+            Ok(TxnStatus::RolledBack) => {
+                if let Err(e) = client.store().delete(item.key.clone()).await {
+                    return Resolved::Done(Err(e.into()));
+                }
+                Metrics::add(&metrics.rolled_back);
+                return Resolved::Done(Ok(Outcome::RolledBack));
+            }
+            Ok(TxnStatus::Pending) => return Resolved::Done(Ok(Outcome::Pending)),
+            Err(e) => return Resolved::Done(Err(e)),
+        },
+    };
+    // The decided record: `Committed { c }` instead of the raw strong record, whose evidence
+    // GC may remove later.
+    let decided = match (notification, covered) {
+        (Notification::Strong { .. }, Some(commit_ts)) => Notification::Committed { commit_ts },
+        (n, _) => n.clone(),
+    };
+    // A weak observer given a strong notification still runs (at least once); a strong
+    // observer given a weak one runs without the acknowledgment check.
+    if registered.kind == ObserverKind::Weak {
+        Resolved::Run(None, decided)
+    } else {
+        Resolved::Run(covered, decided)
+    }
+}
+
+/// Handles notify keys of cells watched by one observer (distinct cells): decides each
+/// writer's fate, then runs the observer for those that committed, as one batch for a
+/// strong observer (split on conflicts and failures) or one cell at a time for a weak one.
+/// Returns each item's outcome, in order.
+pub(crate) async fn handle_batch(
+    client: &Client,
+    registry: &Registry,
+    metrics: &Metrics,
+    items: &[Item],
+) -> Vec<Result<Outcome, TxnError>> {
+    let mut outcomes: Vec<Option<Result<Outcome, TxnError>>> = items.iter().map(|_| None).collect();
+    let Some(registered) = items.first().and_then(|i| registry.get(&i.cell)) else {
+        return items.iter().map(|_| Ok(Outcome::Unobserved)).collect();
+    };
+    let resolved = futures::future::join_all(
+        items
+            .iter()
+            .map(|item| resolve(client, registered, metrics, item)),
+    )
+    .await;
+    let mut runs = Vec::new();
+    for (index, (item, r)) in items.iter().zip(resolved).enumerate() {
+        if registry
+            .get(&item.cell)
+            .is_none_or(|r| r.name != registered.name)
+        {
+            outcomes[index] = Some(Ok(Outcome::Unobserved));
+            continue;
+        }
+        match r {
+            Resolved::Done(outcome) => outcomes[index] = Some(outcome),
+            Resolved::Run(covered, notification) => runs.push(Runnable {
+                index,
+                cell: item.cell.clone(),
+                covered,
+                notification,
+            }),
+        }
+    }
+    let ctx = Ctx {
+        client,
+        registered,
+        metrics,
+        items,
+    };
+    if registered.kind == ObserverKind::Weak {
+        for run in runs {
+            let outcome = ctx.run_single(&run).await;
+            outcomes[run.index] = Some(outcome);
+        }
+    } else {
+        for (index, outcome) in ctx.run_split(runs).await {
+            outcomes[index] = Some(outcome);
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Ok(Outcome::Unobserved)))
+        .collect()
+}
+
+/// What a batch run needs.
+struct Ctx<'a> {
+    client: &'a Client,
+    registered: &'a Registered,
+    metrics: &'a Metrics,
+    items: &'a [Item],
+}
+
+impl Ctx<'_> {
+    /// Runs `runs` as one batch; if it conflicts or fails, splits it in halves and runs each
+    /// the same way, down to single cells. Returns (item index, outcome) pairs.
+    fn run_split(
+        &self,
+        runs: Vec<Runnable>,
+    ) -> futures::future::BoxFuture<'_, Vec<(usize, Result<Outcome, TxnError>)>> {
+        Box::pin(async move {
+            match runs.len() {
+                0 => Vec::new(),
+                1 => {
+                    let outcome = self.run_single(&runs[0]).await;
+                    vec![(runs[0].index, outcome)]
+                }
+                _ => match self.run_batch_once(&runs).await {
+                    Ok(outcomes) => outcomes,
+                    Err(e) => {
+                        // Split on every failure: a conflict (one hot cell must not starve
+                        // the rest), the observer's failure (a failing cell fails alone), and
+                        // anything else (a cell whose record is corrupt must not hold the
+                        // others back; single cells report their own error).
+                        Metrics::add(&self.metrics.splits);
+                        if e.as_txn_error().is_some_and(TxnError::is_retryable) {
+                            Metrics::add(&self.metrics.conflicts);
+                        }
+                        tracing::debug!(cells = runs.len(), error = %e, "batch split");
+                        let mut runs = runs;
+                        let second = runs.split_off(runs.len() / 2);
+                        let mut out = self.run_split(runs).await;
+                        out.extend(self.run_split(second).await);
+                        out
+                    }
+                },
+            }
+        })
+    }
+
+    /// One attempt at `runs` (two or more cells) in one transaction: checks and sets each
+    /// cell's acknowledgment, runs the observer for the cells not covered yet, commits, then
+    /// deletes the handled keys with one `batch_delete`.
+    async fn run_batch_once(
+        &self,
+        runs: &[Runnable],
+    ) -> Result<Vec<(usize, Result<Outcome, TxnError>)>, ObserverError> {
+        let started = Instant::now();
+        let txn = self.client.begin().await?;
+        let ran = match self.batch_body(&txn, runs).await {
+            Ok(ran) => ran,
+            Err(e) => {
+                txn.rollback();
+                return Err(e);
+            }
+        };
+        txn.commit().await?;
+        Metrics::add(&self.metrics.batches);
+        let keys = runs
+            .iter()
+            .map(|r| self.items[r.index].key.clone())
+            .collect();
+        if let Err(e) = self.client.store().batch_delete(keys).await {
+            // Committed: the acknowledgments cover these keys, so a later attempt finds
+            // them covered and deletes them then.
+            tracing::debug!(error = %e, "deleting a batch's notify keys failed; retried later");
+            return Ok(runs
+                .iter()
+                .map(|r| (r.index, Ok(Outcome::Pending)))
+                .collect());
+        }
+        let latency = started.elapsed();
+        Ok(runs
+            .iter()
+            .zip(ran)
+            .map(|(r, ran)| {
+                if ran {
+                    self.metrics.record_latency(latency);
+                    Metrics::add(&self.metrics.processed);
+                    (r.index, Ok(Outcome::Ran))
+                } else {
+                    Metrics::add(&self.metrics.duplicates);
+                    (r.index, Ok(Outcome::Covered))
+                }
+            })
+            .collect())
+    }
+
+    /// The body of a batch transaction: reads every cell and its acknowledgment (at once),
+    /// runs the observer for the cells whose change is not covered yet, sets their
+    /// acknowledgments. Returns per run whether the observer ran for it.
+    async fn batch_body(
+        &self,
+        txn: &Transaction,
+        runs: &[Runnable],
+    ) -> Result<Vec<bool>, ObserverError> {
+        let name = &self.registered.name;
+        let acks = futures::future::try_join_all(runs.iter().map(|r| async move {
+            let Some(covered) = r.covered else {
+                return Ok::<_, ObserverError>(None);
+            };
+            // Reading the cell rolls a committed writer's lock forward first.
+            let (_, latest) = txn.get_versioned(&r.cell).await?;
+            let ack_cell = Registry::ack_cell(&r.cell, name);
+            let ack = parse_ack(txn.get(&ack_cell).await?);
+            let m = covered.max(latest.unwrap_or(0));
+            Ok(Some((ack_cell, m, m <= ack)))
+        }))
+        .await?;
+        let ran: Vec<bool> = acks
+            .iter()
+            .map(|a| !matches!(a, Some((_, _, true))))
+            .collect();
+        let cells: Vec<Cell> = runs
+            .iter()
+            .zip(&ran)
+            .filter(|(_, ran)| **ran)
+            .map(|(r, _)| r.cell.clone())
+            .collect();
+        if !cells.is_empty() {
+            call_batch(self.registered.observer.clone(), txn.clone(), &cells).await?;
+        }
+        for (ack, ran) in acks.into_iter().zip(&ran) {
+            if let (Some((ack_cell, m, _)), true) = (ack, ran) {
+                txn.set(ack_cell, m.to_be_bytes().to_vec());
+            }
+        }
+        Ok(ran)
+    }
+
+    /// Runs the observer for one cell (`Client::run`: retried on conflicts) and deletes its
+    /// key.
+    async fn run_single(&self, run: &Runnable) -> Result<Outcome, TxnError> {
+        let key = &self.items[run.index].key;
+        match run_observer(
+            self.client,
+            self.registered,
+            &run.cell,
+            run.covered,
+            self.metrics,
+        )
+        .await
+        {
+            Ok(ran) => {
+                self.client.store().delete(key.clone()).await?;
+                if ran {
+                    Metrics::add(&self.metrics.processed);
+                    Ok(Outcome::Ran)
+                } else {
+                    Metrics::add(&self.metrics.duplicates);
+                    Ok(Outcome::Covered)
+                }
+            }
+            Err(ObserverError::Txn(e)) if e.is_retryable() => {
+                Metrics::add(&self.metrics.conflicts);
+                Ok(Outcome::Pending)
+            }
+            Err(e) => {
+                Metrics::add(&self.metrics.failures);
+                let resolved = run.covered.map(|_| run.notification.clone());
+                Ok(Outcome::Failed {
+                    error: e.render(),
+                    resolved,
+                })
+            }
+        }
+    }
+}
+
+/// Runs the observer for one cell in `client.run`, catching panics as failures. The
+/// observer's own error comes back as it wrote it; transaction errors inside it are retried
+/// by `run`.
 async fn run_observer(
     client: &Client,
     registered: &Registered,
@@ -90,7 +430,7 @@ async fn run_observer(
 ) -> Result<bool, ObserverError> {
     let started = Instant::now();
     let attempts = std::sync::atomic::AtomicU64::new(0);
-    let result = client
+    let ran = client
         .run(|txn| {
             let cell = cell.clone();
             let observer = registered.observer.clone();
@@ -117,134 +457,53 @@ async fn run_observer(
                 Ok(true)
             }
         })
-        .await;
-    match result {
-        Ok(ran) => {
-            if ran {
-                metrics.record_latency(started.elapsed());
-            }
-            Ok(ran)
-        }
-        Err(e) => Err(match e {
-            TxnError::User(message) => ObserverError::Failed(message),
-            other => ObserverError::Txn(other),
-        }),
+        .await?;
+    if ran {
+        metrics.record_latency(started.elapsed());
     }
+    Ok(ran)
 }
 
-/// Calls the observer, turning its error or panic into a transaction error that `run` does
-/// not retry.
+/// Calls the observer for one cell, turning its panic into an [`ObserverError::Failed`]
+/// (which `run` does not retry).
 async fn call(
     observer: std::sync::Arc<dyn crate::registry::Observer>,
-    txn: percolator::Transaction,
+    txn: Transaction,
     cell: Cell,
-) -> Result<(), TxnError> {
-    match AssertUnwindSafe(observer.observe(txn, cell))
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(ObserverError::Txn(e))) => Err(e),
-        Ok(Err(ObserverError::Failed(message))) => Err(TxnError::User(message)),
+) -> Result<(), ObserverError> {
+    caught(
+        AssertUnwindSafe(observer.observe(txn, cell))
+            .catch_unwind()
+            .await,
+    )
+}
+
+/// Calls the observer for a batch of cells, turning its panic into a failure.
+async fn call_batch(
+    observer: std::sync::Arc<dyn crate::registry::Observer>,
+    txn: Transaction,
+    cells: &[Cell],
+) -> Result<(), ObserverError> {
+    caught(
+        AssertUnwindSafe(observer.observe_batch(txn, cells))
+            .catch_unwind()
+            .await,
+    )
+}
+
+/// An observer's result, its panic made an [`ObserverError::Failed`].
+fn caught(
+    result: Result<Result<(), ObserverError>, Box<dyn std::any::Any + Send>>,
+) -> Result<(), ObserverError> {
+    match result {
+        Ok(result) => result,
         Err(panic) => {
             let message = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "observer panicked".to_string());
-            Err(TxnError::User(format!("panic: {message}")))
-        }
-    }
-}
-
-/// Handles the notify key `key` (value `payload`) of `cell`.
-pub(crate) async fn handle(
-    client: &Client,
-    registry: &Registry,
-    metrics: &Metrics,
-    cell: &Cell,
-    key: &[u8],
-    payload: &Payload,
-) -> Result<Outcome, TxnError> {
-    let Some(registered) = registry.get(cell) else {
-        return Ok(Outcome::Unobserved);
-    };
-    let notification = match payload {
-        Payload::Record(n) => n,
-        Payload::Corrupt { bytes, error } => {
-            // A corrupt notify key can never be processed: park it for the operator.
-            let letter = DeadLetter {
-                notify_key: key.to_vec(),
-                notification: bytes.clone(),
-                error: format!("corrupt notification: {error}"),
-            };
-            DeadLetter::park(client, &letter)
-                .await
-                .map_err(|e| TxnError::User(e.to_string()))?;
-            Metrics::add(&metrics.dead_lettered);
-            return Ok(Outcome::Failed {
-                error: letter.error,
-                resolved: None,
-            });
-        }
-    };
-    let covered = match (notification, registered.kind) {
-        (Notification::Weak, _) => None,
-        (Notification::Committed { commit_ts }, _) => Some(*commit_ts),
-        (
-            Notification::Strong {
-                start_ts,
-                primary,
-                ttl_ms,
-            },
-            _,
-        ) => match client
-            .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
-            .await?
-        {
-            TxnStatus::Committed(commit_ts) => Some(commit_ts.0),
-            TxnStatus::RolledBack => {
-                client.store().delete(key.to_vec()).await?;
-                Metrics::add(&metrics.rolled_back);
-                return Ok(Outcome::RolledBack);
-            }
-            TxnStatus::Pending => return Ok(Outcome::Pending),
-        },
-    };
-    // A weak observer given a strong notification still runs (at least once); a strong
-    // observer given a weak one runs without the acknowledgment check.
-    let covered = if registered.kind == ObserverKind::Weak {
-        None
-    } else {
-        covered
-    };
-    match run_observer(client, registered, cell, covered, metrics).await {
-        Ok(ran) => {
-            client.store().delete(key.to_vec()).await?;
-            if ran {
-                Metrics::add(&metrics.processed);
-                Ok(Outcome::Ran)
-            } else {
-                Metrics::add(&metrics.duplicates);
-                Ok(Outcome::Covered)
-            }
-        }
-        Err(ObserverError::Txn(e)) if e.is_retryable() => {
-            Metrics::add(&metrics.conflicts);
-            Ok(Outcome::Pending)
-        }
-        Err(e) => {
-            Metrics::add(&metrics.failures);
-            let resolved = match (notification, covered) {
-                (Notification::Strong { .. }, Some(commit_ts)) => {
-                    Some(Notification::Committed { commit_ts })
-                }
-                _ => None,
-            };
-            Ok(Outcome::Failed {
-                error: e.to_string(),
-                resolved,
-            })
+            Err(ObserverError::failed(format!("panic: {message}")))
         }
     }
 }

@@ -9,10 +9,28 @@ use std::sync::Arc;
 
 /// Code run when an observed cell changes. It gets the transaction it runs in (the framework
 /// commits it and retries on conflicts) and the dirty cell.
+///
+/// A worker may hand a strong observer several dirty cells in one transaction (a batch, up
+/// to [`crate::WorkerConfig::batch_size`]): it calls [`Observer::observe_batch`], whose
+/// default calls [`Observer::observe`] for each cell in turn. Authors who do not want batches
+/// implement `observe` only.
 #[async_trait]
 pub trait Observer: Send + Sync + 'static {
     /// Handles a change of `cell`; reads and writes go through `txn`.
     async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError>;
+
+    /// Handles changes of `cells` (distinct cells, in the worker's order) in one
+    /// transaction. Cells of a batch see each other's writes: the transaction is shared, so
+    /// a write made for one cell is read by the code run for a later one (as if the changes
+    /// had been handled one after the other). Failing fails the whole batch; the worker then
+    /// splits it and retries the halves, down to single cells, so a failing cell is
+    /// reported (and dead-lettered) alone. Override it to batch reads across cells.
+    async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
+        for cell in cells {
+            self.observe(txn.clone(), cell.clone()).await?;
+        }
+        Ok(())
+    }
 }
 
 struct FnObserver<F>(F);

@@ -103,6 +103,11 @@ pub enum Command {
         /// Period of the progress lines printed when stderr is not a terminal, ms.
         #[arg(long, default_value_t = 5000, hide = true)]
         progress_ms: u64,
+        /// Backpressure: before each batch, wait while more notifications than this wait
+        /// for the join (counted in the store, so it works with workers in other
+        /// processes); 0: no bound.
+        #[arg(long, default_value_t = crate::load::DEFAULT_MAX_BACKLOG)]
+        max_backlog: usize,
     },
     /// Run a join worker (click and query observers) until SIGINT/SIGTERM.
     Work {
@@ -178,8 +183,18 @@ pub enum Command {
         /// Period of the progress lines printed when stderr is not a terminal, ms.
         #[arg(long, default_value_t = 5000, hide = true)]
         progress_ms: u64,
+        /// Clicks (of one pipeline) joined per transaction at most; 1: one per transaction.
+        #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+        batch_size: usize,
+        /// Backpressure: the loader waits while more notifications than this wait for the
+        /// join; 0: no bound.
+        #[arg(long, default_value_t = crate::load::DEFAULT_MAX_BACKLOG)]
+        max_backlog: usize,
     },
 }
+
+/// The default of `--batch-size` (the worker's default, [`observers::WorkerConfig`]).
+pub const DEFAULT_BATCH_SIZE: usize = 32;
 
 /// Parses `90`, `90s`, `30m` or `1h`.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -218,6 +233,10 @@ pub struct WorkArgs {
     /// Scanner tasks.
     #[arg(long, default_value_t = 2)]
     pub scanners: usize,
+    /// Clicks joined per transaction at most (a batch of the worker's notifications); 1:
+    /// one per transaction.
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    pub batch_size: usize,
     /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
     /// a crash, and for clicks whose query passed the horizon).
     #[arg(long, default_value_t = 5000)]
@@ -262,6 +281,7 @@ impl WorkArgs {
             horizon: self.horizon(),
             max_in_flight: self.max_in_flight,
             scanners: self.scanners,
+            batch_size: self.batch_size,
         }
     }
 

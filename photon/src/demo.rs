@@ -55,6 +55,10 @@ pub struct DemoOptions {
     pub backend: String,
     /// How progress is shown while loading and joining.
     pub progress: Display,
+    /// Notifications of one observer per transaction at most (`--batch-size`).
+    pub batch_size: usize,
+    /// The loader's bound on the notification backlog (`--max-backlog`); 0: none.
+    pub max_backlog: usize,
 }
 
 /// The demo's offered load.
@@ -76,6 +80,8 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         seed,
         offered,
         progress,
+        batch_size,
+        max_backlog,
         ..
     } = *options;
     let backend = options.backend.clone();
@@ -119,6 +125,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         horizon: HORIZON,
         max_in_flight: 64,
         scanners: 2,
+        batch_size,
     };
     let running: Vec<Pipeline> = (0..pipelines)
         .map(|i| Pipeline::start(client, &spec(format!("dc{}", i + 1))))
@@ -165,7 +172,11 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         let (client, logs, stats) = (client.clone(), logs.clone(), load_stats.clone());
         let rejects = dir.join("rejects.txt");
         tokio::spawn(async move {
-            let options = LoadOptions { batch, rejects };
+            let options = LoadOptions {
+                batch,
+                rejects,
+                max_backlog,
+            };
             crate::load::load_dir_paced(&client, &logs, &options, &stats, pace.as_ref()).await
         })
     };
@@ -216,6 +227,8 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             sum.found += m.found;
             sum.scanned += m.scanned;
             sum.conflicts += m.conflicts;
+            sum.batches += m.batches;
+            sum.splits += m.splits;
             sum
         });
     let wasted_ratio = wasted as f64 / report.joined.max(1) as f64;
@@ -242,6 +255,11 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "found": runs.found,
             "scanned": runs.scanned,
             "conflicts": runs.conflicts,
+            "batches": runs.batches,
+            "splits": runs.splits,
+            "batch_size": batch_size,
+            "max_backlog": max_backlog,
+            "backlog_waits": load_stats.backlog_waits.load(Ordering::Relaxed),
             "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
             "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
             "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),

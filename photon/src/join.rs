@@ -5,7 +5,7 @@
 use crate::event::{day_of, Click, Joined, Query};
 use crate::outcome::Outcome;
 use crate::schema::*;
-use observers::{observer_fn, ObserverError, Registry, WorkerError};
+use observers::{observer_fn, Observer, ObserverError, Registry, WorkerError};
 use percolator::{Cell, Client, Transaction};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,29 +72,128 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
     ObserverError::failed(format!("malformed {what} at {cell}: {e}"))
 }
 
-async fn join_click(
-    txn: Transaction,
-    cell: Cell,
+/// Stand-in for `Transaction::get_many` (batched reads, being added to percolator): the
+/// same shape, as a method, so that once the inherent method exists it is the one called
+/// (inherent methods win) and this trait can simply be deleted.
+trait GetMany {
+    /// The values of `cells` in the transaction's snapshot (its own writes included), in
+    /// order.
+    async fn get_many(&self, cells: &[Cell]) -> percolator::txn::TxnResult<Vec<Option<Vec<u8>>>>;
+}
+
+// stand-in for Transaction::get_many
+impl GetMany for Transaction {
+    async fn get_many(&self, cells: &[Cell]) -> percolator::txn::TxnResult<Vec<Option<Vec<u8>>>> {
+        futures::future::try_join_all(cells.iter().map(|c| self.get(c))).await
+    }
+}
+
+/// A click of a batch as read: the stored event and the commit_ts of its delivery.
+struct ReadClick {
+    stored: Stored<Click>,
+    delivery_ts: Option<u64>,
+}
+
+/// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
+/// transaction with batched reads (two rounds: the clicks and the boundary, then the
+/// IdRegistry entries and the queries).
+struct ClickJoin {
+    config: Arc<JoinConfig>,
+    stats: Arc<JoinStats>,
+}
+
+#[async_trait::async_trait]
+impl Observer for ClickJoin {
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
+        self.observe_batch(txn, std::slice::from_ref(&cell)).await
+    }
+
+    async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
+        join_clicks(&txn, cells, &self.config, &self.stats).await
+    }
+}
+
+/// Joins the clicks in `cells` (distinct cells) in `txn`, in order.
+///
+/// Reads are batched: first every click (with its delivery's commit_ts, which `get_many`
+/// does not return; the worker has just read these cells, so their heads are local) and the
+/// IdRegistry boundary, then in one round the IdRegistry entries of the clicks at or above
+/// the boundary (below it the registry may be being deleted, so it is not read) and every
+/// click's query. What a click writes never changes what a later click of the batch read
+/// (its own IdRegistry entry, outcome and output; queries are not written here), except the
+/// pending lists, which [`park_click`] reads itself, after the writes of earlier clicks.
+async fn join_clicks(
+    txn: &Transaction,
+    cells: &[Cell],
     config: &JoinConfig,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
-    let (bytes, delivery_ts) = txn.get_versioned(&cell).await?;
-    let Some(bytes) = bytes else {
-        return Ok(());
-    };
-    let stored: Stored<Click> =
-        serde_json::from_slice(&bytes).map_err(|e| bad_data("click", &cell, e))?;
-    let click = stored.event;
-    let day = day_of(click.event_time);
+    let (clicks, boundary) = futures::future::try_join(
+        futures::future::try_join_all(cells.iter().map(|cell| txn.get_versioned(cell))),
+        boundary(txn),
+    )
+    .await?;
+    let mut read = Vec::with_capacity(cells.len());
+    for (cell, (bytes, delivery_ts)) in cells.iter().zip(clicks) {
+        let Some(bytes) = bytes else {
+            continue;
+        };
+        let stored: Stored<Click> =
+            serde_json::from_slice(&bytes).map_err(|e| bad_data("click", cell, e))?;
+        read.push(ReadClick {
+            stored,
+            delivery_ts,
+        });
+    }
     // The boundary first: below it the IdRegistry may already be gone, so an entry's absence
     // proves nothing; such a click gets its own outcome and is never joined.
-    if day < boundary(&txn).await? {
-        txn.set(outcome_cell(&click.click_id), Outcome::TooOld.encode());
-        bump(&stats.too_old);
+    let mut current = Vec::with_capacity(read.len());
+    for click in read {
+        let event = &click.stored.event;
+        if day_of(event.event_time) < boundary {
+            txn.set(outcome_cell(&event.click_id), Outcome::TooOld.encode());
+            bump(&stats.too_old);
+        } else {
+            current.push(click);
+        }
+    }
+    if current.is_empty() {
         return Ok(());
     }
-    let registry_cell = idregistry_cell(day, &click.click_id);
-    if let Some(token) = txn.get(&registry_cell).await? {
+    let mut wanted = Vec::with_capacity(2 * current.len());
+    for click in &current {
+        let event = &click.stored.event;
+        wanted.push(idregistry_cell(day_of(event.event_time), &event.click_id));
+        wanted.push(query_cell(&event.query_id));
+    }
+    let values = txn.get_many(&wanted).await?;
+    let mut values = values.into_iter();
+    for click in current {
+        let (token, query) = (
+            values.next().unwrap_or_default(),
+            values.next().unwrap_or_default(),
+        );
+        join_click(txn, click, token, query, config, stats).await?;
+    }
+    Ok(())
+}
+
+/// Joins one click given what was read for it: its IdRegistry entry (`token`) and its query.
+async fn join_click(
+    txn: &Transaction,
+    click: ReadClick,
+    token: Option<Vec<u8>>,
+    query: Option<Vec<u8>>,
+    config: &JoinConfig,
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
+    let ReadClick {
+        stored,
+        delivery_ts,
+    } = click;
+    let click = stored.event;
+    let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
+    if let Some(token) = token {
         // The token ends with the joining transaction's start_ts: a delivery committed after
         // it was a duplicate line the join never saw; otherwise this run repeats its work.
         let joined_at_ts = String::from_utf8_lossy(&token)
@@ -108,7 +207,7 @@ async fn join_click(
         }
         return Ok(());
     }
-    match txn.get(&query_cell(&click.query_id)).await? {
+    match query {
         Some(qbytes) => {
             let q: Stored<Query> = serde_json::from_slice(&qbytes)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
@@ -160,28 +259,37 @@ async fn join_click(
                 bump(&stats.expired);
                 return Ok(());
             }
-            // Park on the query's pending list (the wake observer and the sweep take the
-            // click off it when they wake it).
-            let pending = pending_cell(&click.query_id);
-            let mut waiting: Vec<String> = match txn.get(&pending).await? {
-                Some(b) => {
-                    serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?
-                }
-                None => Vec::new(),
-            };
-            if !waiting.contains(&click.click_id) {
-                waiting.push(click.click_id.clone());
-            }
-            txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
-            txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
-            bump(&stats.parked);
-            // The wake observer writes nothing when no click waits, so a query committed
-            // while this transaction ran may have looked before we parked. Notifying the
-            // query's cell here makes its wake observer run again after this park commits
-            // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
-            txn.notify(query_cell(&click.query_id));
+            park_click(txn, &click, stats).await?;
         }
     }
+    Ok(())
+}
+
+/// Parks `click` on its query's pending list (the query has not arrived yet), to be woken
+/// by the query's wake observer or the sweep.
+async fn park_click(
+    txn: &Transaction,
+    click: &Click,
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
+    // Park on the query's pending list (the wake observer and the sweep take the
+    // click off it when they wake it).
+    let pending = pending_cell(&click.query_id);
+    let mut waiting: Vec<String> = match txn.get(&pending).await? {
+        Some(b) => serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?,
+        None => Vec::new(),
+    };
+    if !waiting.contains(&click.click_id) {
+        waiting.push(click.click_id.clone());
+    }
+    txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
+    txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    bump(&stats.parked);
+    // The wake observer writes nothing when no click waits, so a query committed
+    // while this transaction ran may have looked before we parked. Notifying the
+    // query's cell here makes its wake observer run again after this park commits
+    // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
+    txn.notify(query_cell(&click.query_id));
     Ok(())
 }
 
@@ -216,15 +324,13 @@ pub fn register(
     config: JoinConfig,
     stats: Arc<JoinStats>,
 ) -> Result<(), WorkerError> {
-    let click_config = Arc::new(config.clone());
-    let click_stats = stats.clone();
     registry.strong(
         CLICKS,
         EVENT,
         &format!("join@{}", config.pipeline),
-        observer_fn(move |txn, cell| {
-            let (config, stats) = (click_config.clone(), click_stats.clone());
-            async move { join_click(txn, cell, &config, &stats).await }
+        Arc::new(ClickJoin {
+            config: Arc::new(config.clone()),
+            stats: stats.clone(),
         }),
     )?;
     registry.weak(
@@ -340,4 +446,81 @@ pub async fn gc_registry(client: &Client, day: u64) -> Result<(u64, usize), perc
         }
     }
     Ok((boundary, deleted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use percolator::kv::MemoryKv;
+    use percolator::ts::LocalClock;
+
+    fn stored<T: serde::Serialize>(event: T) -> Vec<u8> {
+        serde_json::to_vec(&Stored {
+            event,
+            loaded_at: now_ms(),
+        })
+        .unwrap_or_default()
+    }
+
+    fn click(id: &str, query: &str, at: u64) -> Click {
+        Click {
+            click_id: id.to_string(),
+            query_id: query.to_string(),
+            event_time: at,
+            fields: Default::default(),
+        }
+    }
+
+    /// One batch of four clicks: two park on the same missing query (both stay on its
+    /// pending list: the second park reads the first one's write), two join their query.
+    #[tokio::test]
+    async fn a_batch_parks_clicks_of_one_query_together_and_joins_the_rest() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        let at = now_ms();
+        let setup = client.begin().await.unwrap();
+        for (id, query) in [
+            ("c1", "missing"),
+            ("c2", "q"),
+            ("c3", "missing"),
+            ("c4", "q"),
+        ] {
+            setup.set(click_cell(id), stored(click(id, query, at)));
+        }
+        setup.set(
+            query_cell("q"),
+            stored(Query {
+                query_id: "q".to_string(),
+                event_time: now_ms(),
+                fields: Default::default(),
+            }),
+        );
+        setup.commit().await.unwrap();
+        let config = JoinConfig {
+            pipeline: "A".to_string(),
+            worker: "w".to_string(),
+            horizon: Duration::from_secs(600),
+            adapter: None,
+        };
+        let stats = JoinStats::default();
+        let cells: Vec<Cell> = ["c1", "c2", "c3", "c4"].map(click_cell).to_vec();
+        let txn = client.begin().await.unwrap();
+        join_clicks(&txn, &cells, &config, &stats).await.unwrap();
+        txn.commit().await.unwrap();
+        assert_eq!(stats.parked.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 2);
+        let r = client.begin().await.unwrap();
+        let pending: Vec<String> =
+            serde_json::from_slice(&r.get(&pending_cell("missing")).await.unwrap().unwrap())
+                .unwrap();
+        assert_eq!(pending, vec!["c1".to_string(), "c3".to_string()]);
+        for id in ["c2", "c4"] {
+            assert!(
+                r.get(&idregistry_cell(day_of(at), id))
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "{id} registered"
+            );
+        }
+    }
 }

@@ -2,10 +2,12 @@
 //! commits together with the file's offset, so a loader killed at any moment and restarted
 //! neither skips nor repeats input.
 
+mod backlog;
 mod frontier;
 mod progress;
 pub mod status;
 
+pub use backlog::Backlog;
 pub use frontier::Frontier;
 pub use progress::FINGERPRINT_WINDOW;
 
@@ -26,7 +28,14 @@ pub struct LoadOptions {
     pub batch: usize,
     /// Where malformed lines are reported (`file:line: error: text`).
     pub rejects: PathBuf,
+    /// Backpressure: before each batch, wait while more than this many notifications wait
+    /// for the join (see [`Backlog`]); 0: no bound.
+    pub max_backlog: usize,
 }
+
+/// The default of `--max-backlog`: at a few thousand joins a second, a queue of a few
+/// seconds at most, and enough to keep every worker's batches full.
+pub const DEFAULT_MAX_BACKLOG: usize = 10_000;
 
 /// Loader counters.
 #[derive(Debug, Default)]
@@ -40,6 +49,8 @@ pub struct LoadStats {
     /// Input lines behind the committed batches of this run (events, malformed and blank
     /// lines): the position [`crate::progress`] shows against [`lines_to_load`].
     pub lines: AtomicU64,
+    /// Batches that waited for the notification backlog to fall below the bound.
+    pub backlog_waits: AtomicU64,
 }
 
 impl LoadStats {
@@ -221,8 +232,12 @@ pub async fn load_file(
     rejects: &Mutex<Option<std::fs::File>>,
     align: Option<(&Frontier, usize)>,
     pace: Option<&Pace>,
+    backlog: Option<&Backlog>,
 ) -> Result<u64, LoadError> {
-    let result = load_file_aligned(client, path, kind, options, stats, rejects, align, pace).await;
+    let result = load_file_aligned(
+        client, path, kind, options, stats, rejects, align, pace, backlog,
+    )
+    .await;
     if let Some((frontier, me)) = align {
         frontier.finish(me);
     }
@@ -239,6 +254,7 @@ async fn load_file_aligned(
     rejects: &Mutex<Option<std::fs::File>>,
     align: Option<(&Frontier, usize)>,
     pace: Option<&Pace>,
+    backlog: Option<&Backlog>,
 ) -> Result<u64, LoadError> {
     // The events written here must notify the join observers, whoever built the client.
     declare_observed(client);
@@ -317,6 +333,9 @@ async fn load_file_aligned(
         }
         if let (Some(pace), Some(last)) = (pace, event_times.max()) {
             pace.wait_for(last).await;
+        }
+        if let Some(backlog) = backlog {
+            backlog.wait_below(&stats.backlog_waits).await;
         }
         // Rejects are reported before the batch commits: after a crash a malformed line may
         // be reported twice, never lost.
@@ -398,6 +417,9 @@ async fn load_file_aligned(
         })?;
         if !result {
             continue;
+        }
+        if let Some(backlog) = backlog {
+            backlog.loaded(count as usize).await;
         }
         stats.loaded.fetch_add(count, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -497,6 +519,8 @@ pub async fn load_dir_paced(
     let rejects = Mutex::new(None);
     let files = log_files(dir)?;
     let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
+    let backlog =
+        (options.max_backlog > 0).then(|| Backlog::new(client.clone(), options.max_backlog));
     let loads = files.iter().enumerate().map(|(i, (path, kind))| {
         load_file(
             client,
@@ -507,6 +531,7 @@ pub async fn load_dir_paced(
             &rejects,
             Some((&frontier, i)),
             pace,
+            backlog.as_ref(),
         )
     });
     let mut total = 0;

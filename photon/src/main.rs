@@ -48,11 +48,13 @@ async fn main() -> anyhow::Result<()> {
             follow,
             poll_ms,
             progress_ms,
+            max_backlog,
         } => {
             let client = client(&store).await?;
             let options = LoadOptions {
                 batch,
                 rejects: rejects.clone(),
+                max_backlog,
             };
             let stats = Arc::new(LoadStats::default());
             let started = Instant::now();
@@ -208,6 +210,8 @@ async fn main() -> anyhow::Result<()> {
             rate,
             duration,
             progress_ms,
+            batch_size,
+            max_backlog,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
@@ -229,6 +233,8 @@ async fn main() -> anyhow::Result<()> {
                     true if std::io::stderr().is_terminal() => Display::Hidden,
                     _ => Display::for_stderr(Duration::from_millis(progress_ms)),
                 },
+                batch_size,
+                max_backlog,
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
                 std::process::exit(1);

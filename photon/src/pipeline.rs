@@ -34,6 +34,9 @@ pub struct PipelineSpec {
     pub max_in_flight: usize,
     /// Scanner tasks.
     pub scanners: usize,
+    /// Notifications of one observer handled per transaction at most (see
+    /// [`WorkerConfig::batch_size`]).
+    pub batch_size: usize,
 }
 
 /// One pipeline's join observers running on a worker of this process.
@@ -64,6 +67,7 @@ impl Pipeline {
             id: format!("{}-{:08x}", worker_name, rand::random::<u32>()),
             scanners: spec.scanners,
             max_in_flight: spec.max_in_flight,
+            batch_size: spec.batch_size,
             ..WorkerConfig::default()
         };
         Pipeline::start_with(client, join, config)

@@ -75,6 +75,7 @@ fn options(dir: &Path) -> LoadOptions {
     LoadOptions {
         batch: 50,
         rejects: dir.join("rejects.txt"),
+        max_backlog: 0,
     }
 }
 

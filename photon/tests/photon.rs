@@ -60,6 +60,7 @@ fn options(dir: &Path) -> LoadOptions {
     LoadOptions {
         batch: 100,
         rejects: dir.join("rejects.txt"),
+        max_backlog: 0,
     }
 }
 
@@ -245,7 +246,8 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
     let mut rng = rand::thread_rng();
     for round in 0..6 {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
-            .args(["load", "--batch", "50", "--store"])
+            // No join runs here: no backpressure (it would hold the loader at the bound).
+            .args(["load", "--max-backlog", "0", "--batch", "50", "--store"])
             .arg(format!("embedded:{}", store.display()))
             .arg("--rejects")
             .arg(dir.path().join("rejects.txt"))
@@ -355,6 +357,7 @@ async fn parked_clicks_woken_without_sweep(seed: u64) {
     let options = LoadOptions {
         batch: 10,
         rejects: dir.path().join("rejects.txt"),
+        max_backlog: 0,
     };
     load_dir(&client, &logs, &options, &LoadStats::default())
         .await
@@ -435,4 +438,70 @@ async fn loader_and_workers_ride_out_transient_store_errors() {
     assert!(report.joined > 250, "{report:?}");
     assert_eq!(worker.metrics().snapshot().dead_lettered, 0);
     worker.shutdown().await;
+}
+
+/// Backpressure: with no join running, the loader stops once the notification backlog
+/// reaches its bound (give or take one batch per file), and goes on once a pipeline drains
+/// it; every joinable click is joined exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loader_waits_while_the_backlog_is_above_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 1500,
+        files: 2,
+        seed: 11,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    let total = summary.queries + summary.clicks + summary.duplicate_lines;
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (bound, batch, files) = (200u64, 50u64, 4u64);
+    let stats = Arc::new(LoadStats::default());
+    let loader = {
+        let (client, logs, stats) = (client.clone(), logs.clone(), stats.clone());
+        let options = LoadOptions {
+            batch: batch as usize,
+            rejects: dir.path().join("rejects.txt"),
+            max_backlog: bound as usize,
+        };
+        tokio::spawn(async move { load_dir(&client, &logs, &options, &stats).await })
+    };
+    // A liveness bound, not a timing claim: the loader reaches the bound and waits.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while stats
+            .backlog_waits
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the loader waited for the backlog");
+    let loaded = stats.loaded.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        loaded <= bound + files * batch,
+        "{loaded} events loaded with no join running and a backlog bound of {bound}"
+    );
+    assert!(total > 2 * (bound + files * batch), "{total} events");
+    assert!(!loader.is_finished(), "the loader went on without the join");
+    let (worker, _) = pipeline(&client, "dc1", 0);
+    tokio::time::timeout(Duration::from_secs(120), loader)
+        .await
+        .expect("the loader finished once the join ran")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stats.loaded.load(std::sync::atomic::Ordering::Relaxed),
+        total
+    );
+    let running = [worker];
+    drain(&client, &running).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert_eq!(report.duplicates, 0, "{report:?}");
+    assert_eq!(report.lost, 0, "{report:?}");
+    for w in &running {
+        w.shutdown().await;
+    }
 }

@@ -264,8 +264,11 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
             }),
         )
         .unwrap();
+    // One cell per transaction, so that each failure is one observer call (batches, and
+    // a failing cell in one, are tested in observer_batches.rs).
     let config = WorkerConfig {
         max_failures: 3,
+        batch_size: 1,
         ..quick()
     };
     let worker = Worker::start(c.clone(), Arc::new(registry), config);

@@ -1,10 +1,13 @@
 //! Dispatch: starting observer runs for notify keys, at most one run per cell at a time and
-//! at most `max_in_flight` runs in all, with a queue of hinted keys per busy cell.
+//! at most `max_in_flight` runs in all, with a queue of hinted keys per busy cell. A run
+//! handles a batch: up to `batch_size` keys of distinct cells of one strong observer, in one
+//! transaction ([`crate::process::handle_batch`]); a weak observer's keys run one at a time.
 //!
 //! Invariants it keeps:
 //! - Per-cell exclusion: a cell is in `in_flight` while a run of this worker is on it; a
-//!   second key of that cell is not started beside it. A hinted key of a busy cell is queued
-//!   in `deferred` for the run on the cell to take next, in the same slot.
+//!   second key of that cell is not started beside it (nor put in the same batch). A hinted
+//!   key of a busy cell is queued in `deferred` for the run on the cell to take next, in the
+//!   same slot.
 //! - No hinted key is stranded: a run releases its cell only when its queue is empty, and it
 //!   checks the queue and releases the cell under the one lock that guards both (`cells`),
 //!   so no key can be queued between the check and the release.
@@ -15,7 +18,8 @@
 
 use super::{lock, Inner};
 use crate::metrics::Metrics;
-use crate::process::{handle, Payload};
+use crate::process::{handle_batch, Item, Payload};
+use crate::registry::ObserverKind;
 use percolator::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,122 +78,184 @@ impl Flights {
     }
 }
 
-/// What [`dispatch`] did with a notify key.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Dispatch {
-    /// An observer run started.
-    Started,
-    /// The cell is already in flight in this worker, or the key was handled recently.
-    Busy,
-    /// The worker is stopping.
-    Stopped,
+/// What [`dispatch`] did with the notify keys it was given.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Dispatched {
+    /// Keys that went to an observer run (or were queued for the run on their cell).
+    pub started: usize,
+    /// Keys whose cell is already in flight in this worker, or handled recently.
+    pub busy: usize,
+    /// Whether the worker is stopping (keys after that point were left alone).
+    pub stopped: bool,
 }
 
-/// Starts an observer run for notify key `key` of `cell`, waiting for a free slot first
-/// (backpressure instead of an unbounded queue). With `defer_if_busy` (hints), a key whose
-/// cell is in flight is queued for the run on that cell to take next (reported `Started`).
+impl Flights {
+    /// Whether a run of this worker is on `cell`.
+    pub(super) fn busy(&self, cell: &Cell) -> bool {
+        lock(&self.cells).in_flight.contains(cell)
+    }
+}
+
+/// An observer by the (table, column) it watches.
+type ObserverKey = (Vec<u8>, Vec<u8>);
+
+/// Starts observer runs for `items`, batched per observer (up to `batch_size` cells of one
+/// strong observer per run), waiting for a free slot before each run (backpressure instead
+/// of an unbounded queue). With `defer_if_busy` (hints), a key whose cell is in flight is
+/// queued for the run on that cell to take next (counted as started).
 pub(super) async fn dispatch(
     inner: &Arc<Inner>,
-    cell: &Cell,
-    key: &[u8],
-    payload: Payload,
+    items: Vec<Item>,
     defer_if_busy: bool,
-) -> Dispatch {
-    let flights = &inner.flights;
-    // Queues the key for the run on its cell (hints only); the caller holds `cells`.
-    let defer = |cells: &mut Cells, payload: Payload| {
-        if defer_if_busy && cells.in_flight.contains(cell) {
-            cells
-                .deferred
-                .entry(cell.clone())
-                .or_default()
-                .push((key.to_vec(), payload));
-            true
-        } else {
-            false
+) -> Dispatched {
+    let mut report = Dispatched::default();
+    // Per observer (table, column), in the order met; weak observers' keys one per run.
+    let mut groups: Vec<(ObserverKey, Vec<Item>)> = Vec::new();
+    let batch_size = inner.config.batch_size.max(1);
+    for item in items {
+        if inner.ledger.handled_recently(&item.key) {
+            report.busy += 1;
+            continue;
         }
-    };
-    if inner.ledger.handled_recently(key) {
-        return Dispatch::Busy;
+        let Some(registered) = inner.registry.get(&item.cell) else {
+            continue;
+        };
+        let size = if registered.kind == ObserverKind::Strong {
+            batch_size
+        } else {
+            1
+        };
+        let observer = (item.cell.table.clone(), item.cell.column.clone());
+        match groups
+            .iter_mut()
+            .rev()
+            .find(|(o, batch)| *o == observer && batch.len() < size)
+        {
+            Some((_, batch)) => batch.push(item),
+            None => groups.push((observer, vec![item])),
+        }
     }
+    for (_, batch) in groups {
+        if report.stopped {
+            break;
+        }
+        start(inner, batch, defer_if_busy, &mut report).await;
+    }
+    report
+}
+
+/// Queues `item` for the run on its cell (hints only); the caller holds `cells`.
+fn defer(cells: &mut Cells, item: Item, defer_if_busy: bool, report: &mut Dispatched) {
+    if defer_if_busy && cells.in_flight.contains(&item.cell) {
+        cells
+            .deferred
+            .entry(item.cell.clone())
+            .or_default()
+            .push((item.key, item.payload));
+        report.started += 1;
+    } else {
+        report.busy += 1;
+    }
+}
+
+/// Starts one run for `batch` (keys of one observer): takes a slot, marks the cells in
+/// flight (keys of cells already in flight are deferred or skipped), spawns the run.
+async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report: &mut Dispatched) {
+    let flights = &inner.flights;
+    let mut fresh = Vec::with_capacity(batch.len());
     {
         let mut cells = lock(&flights.cells);
-        if cells.in_flight.contains(cell) {
-            return if defer(&mut cells, payload) {
-                Dispatch::Started
+        for item in batch {
+            if cells.in_flight.contains(&item.cell) {
+                defer(&mut cells, item, defer_if_busy, report);
             } else {
-                Dispatch::Busy
-            };
+                fresh.push(item);
+            }
         }
     }
-    Metrics::add(&inner.metrics.found);
+    if fresh.is_empty() {
+        return;
+    }
+    Metrics::add_n(&inner.metrics.found, fresh.len() as u64);
     let Ok(permit) = flights.permits.clone().acquire_owned().await else {
-        return Dispatch::Stopped;
+        report.stopped = true;
+        return;
     };
     if inner.stopping() {
-        return Dispatch::Stopped;
+        report.stopped = true;
+        return;
     }
-    if inner.ledger.handled_recently(key) {
-        return Dispatch::Busy;
-    }
+    let mut run = Vec::with_capacity(fresh.len());
     {
         let mut cells = lock(&flights.cells);
-        if !cells.in_flight.insert(cell.clone()) {
-            return if defer(&mut cells, payload) {
-                Dispatch::Started
+        for item in fresh {
+            if inner.ledger.handled_recently(&item.key) {
+                report.busy += 1;
+            } else if !cells.in_flight.insert(item.cell.clone()) {
+                // Taken meanwhile, or a second key of a cell of this batch.
+                defer(&mut cells, item, defer_if_busy, report);
             } else {
-                Dispatch::Busy
-            };
+                run.push(item);
+            }
         }
     }
+    if run.is_empty() {
+        return;
+    }
+    report.started += run.len();
     flights.runs_started.fetch_add(1, Ordering::SeqCst);
     let task_inner = inner.clone();
-    let (cell, key) = (cell.clone(), key.to_vec());
     let mut runs = lock(&flights.runs);
     // Reap finished runs so the set stays small.
     while runs.try_join_next().is_some() {}
     runs.spawn(async move {
         let inner = task_inner;
-        let (mut key, mut payload) = (key, payload);
+        let mut batch = run;
         loop {
-            let outcome = handle(
-                &inner.client,
-                &inner.registry,
-                &inner.metrics,
-                &cell,
-                &key,
-                &payload,
-            )
-            .await;
-            super::retry::after_handle(&inner, &key, &payload, outcome).await;
-            // Keys hinted while this run was on the cell: take the next one now, in the same
-            // slot; release the cell only when none is left (one lock: none can slip in).
+            let outcomes =
+                handle_batch(&inner.client, &inner.registry, &inner.metrics, &batch).await;
+            for (item, outcome) in batch.iter().zip(outcomes) {
+                super::retry::after_handle(&inner, &item.key, &item.payload, outcome).await;
+            }
+            // Keys hinted while this run was on its cells: take the next one of each now, in
+            // the same slot; release a cell only when none is left for it (one lock: none
+            // can slip in).
             let next = {
                 let mut cells = lock(&inner.flights.cells);
-                let next = loop {
-                    let Some(queue) = cells.deferred.get_mut(&cell) else {
-                        break None;
+                let mut next = Vec::new();
+                for item in &batch {
+                    let cell = &item.cell;
+                    let taken = loop {
+                        let Some(queue) = cells.deferred.get_mut(cell) else {
+                            break None;
+                        };
+                        let taken = queue.pop();
+                        if queue.is_empty() {
+                            cells.deferred.remove(cell);
+                        }
+                        match taken {
+                            Some((k, _)) if inner.ledger.handled_recently(&k) => continue,
+                            other => break other,
+                        }
                     };
-                    let next = queue.pop();
-                    if queue.is_empty() {
-                        cells.deferred.remove(&cell);
+                    match taken {
+                        Some((key, payload)) if !inner.stopping() => next.push(Item {
+                            cell: cell.clone(),
+                            key,
+                            payload,
+                        }),
+                        _ => {
+                            cells.in_flight.remove(cell);
+                        }
                     }
-                    match next {
-                        Some((k, _)) if inner.ledger.handled_recently(&k) => continue,
-                        other => break other,
-                    }
-                };
-                if next.is_none() || inner.stopping() {
-                    cells.in_flight.remove(&cell);
                 }
                 next
             };
-            match next {
-                Some((k, p)) if !inner.stopping() => (key, payload) = (k, p),
-                _ => break,
+            if next.is_empty() {
+                break;
             }
+            batch = next;
         }
         drop(permit);
     });
-    Dispatch::Started
 }

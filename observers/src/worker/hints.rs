@@ -10,10 +10,10 @@
 //!   leave keys at or above it to this path, as they are most likely queued as hints); once
 //!   the queue is empty it is lifted to `u64::MAX`, so no key is left to hints forever.
 
-use super::dispatch::{dispatch, Dispatch};
+use super::dispatch::dispatch;
 use super::Inner;
 use crate::metrics::Metrics;
-use crate::process::Payload;
+use crate::process::{Item, Payload};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ impl HintState {
 /// Handles the hints of this process's commits: each notify key this worker observes and
 /// owns is dispatched at once, without waiting for a scan. Lost hints wake the scanners.
 pub(super) async fn hint_loop(inner: Arc<Inner>) {
-    use tokio::sync::broadcast::error::RecvError;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     let mut hints = inner.client.notify_hints();
     let mut shutdown = inner.shutdown.clone();
     while !inner.stopping() {
@@ -52,32 +52,53 @@ pub(super) async fn hint_loop(inner: Arc<Inner>) {
             hint = hints.recv() => hint,
             _ = shutdown.changed() => return,
         };
-        match hint {
-            Ok(hint) => {
-                inner.hints.floor.store(hint.notify_ts, Ordering::Relaxed);
-                for cell in &hint.cells {
-                    if inner.registry.get(cell).is_none() || !inner.membership.owns(cell) {
-                        continue;
-                    }
-                    let key = inner
-                        .client
-                        .codec()
-                        .notify(cell, hint.notify_ts, hint.bucket);
-                    // The committer knows the fate: no earlier "undecided" backoff applies.
-                    inner.ledger.forget_backoff(&key);
-                    let payload = Payload::Record(hint.notification.clone());
-                    match dispatch(&inner, cell, &key, payload, true).await {
-                        Dispatch::Started => Metrics::add(&inner.metrics.hinted),
-                        Dispatch::Busy => {}
-                        Dispatch::Stopped => return,
+        // Hints that queued up while runs were busy join this one (up to a batch), so a
+        // busy worker hands them to its observers in batches.
+        let mut batch = vec![hint];
+        while batch.len() < inner.config.batch_size.max(1) {
+            match hints.try_recv() {
+                Ok(hint) => batch.push(Ok(hint)),
+                Err(TryRecvError::Lagged(lost)) => batch.push(Err(RecvError::Lagged(lost))),
+                Err(_) => break,
+            }
+        }
+        let mut items = Vec::new();
+        let mut floor = u64::MAX;
+        for hint in batch {
+            match hint {
+                Ok(hint) => {
+                    floor = floor.min(hint.notify_ts);
+                    for cell in &hint.cells {
+                        if inner.registry.get(cell).is_none() || !inner.membership.owns(cell) {
+                            continue;
+                        }
+                        let key = inner
+                            .client
+                            .codec()
+                            .notify(cell, hint.notify_ts, hint.bucket);
+                        // The committer knows the fate: no earlier "undecided" backoff applies.
+                        inner.ledger.forget_backoff(&key);
+                        items.push(Item {
+                            cell: cell.clone(),
+                            key,
+                            payload: Payload::Record(hint.notification.clone()),
+                        });
                     }
                 }
+                Err(RecvError::Lagged(lost)) => {
+                    tracing::debug!(lost, "notify hints lost; scanning instead");
+                    inner.hints.rescan.notify_waiters();
+                }
+                Err(RecvError::Closed) => return,
             }
-            Err(RecvError::Lagged(lost)) => {
-                tracing::debug!(lost, "notify hints lost; scanning instead");
-                inner.hints.rescan.notify_waiters();
-            }
-            Err(RecvError::Closed) => return,
+        }
+        if floor != u64::MAX {
+            inner.hints.floor.store(floor, Ordering::Relaxed);
+        }
+        let dispatched = dispatch(&inner, items, true).await;
+        Metrics::add_n(&inner.metrics.hinted, dispatched.started as u64);
+        if dispatched.stopped {
+            return;
         }
         if hints.is_empty() {
             inner.hints.floor.store(u64::MAX, Ordering::Relaxed);

@@ -7,7 +7,8 @@
 //! - [`membership`]: heartbeats in the worker registry, the hash split, stalled owners;
 //! - [`hints`]: the in-process hint path of this process's commits;
 //! - [`scan`]: the scanners over the notify space and the notify floor;
-//! - [`dispatch`]: observer runs, per-cell exclusion, the queue of hints per busy cell;
+//! - [`dispatch`]: observer runs (batches of one strong observer's notifications), per-cell
+//!   exclusion, the queue of hints per busy cell;
 //! - [`retry`]: backoff, keys handled recently, dead letters.
 //!
 //! Each notification is decoded once, where it is read (a scan) or made (a hint), and
@@ -65,6 +66,11 @@ pub struct WorkerConfig {
     /// of this process hands its notify keys straight to the worker); a notification written
     /// by another process waits at most this much longer for a scanner.
     pub hint_grace: Duration,
+    /// Notifications of one strong observer handed to one transaction at most (a batch; see
+    /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is
+    /// found together (a scan page, the hints that queued up while runs were busy), so an
+    /// idle worker still handles a lone notification at once.
+    pub batch_size: usize,
 }
 
 impl Default for WorkerConfig {
@@ -81,6 +87,7 @@ impl Default for WorkerConfig {
             sweep_every: 8,
             orphan_age: Duration::from_secs(30),
             hint_grace: Duration::from_millis(250),
+            batch_size: 32,
         }
     }
 }

@@ -9,14 +9,16 @@
 //!   key (at most the previous second), so no notification that existed when the pass began
 //!   falls below the floor.
 //! - Each key's value is decoded once, here, and passed on typed.
+//! - The candidates of a page go to dispatch together (in batches of `batch_size`), so a
+//!   backlog is handled in batches; a cell appears at most once among them.
 //! - Passes are rationed: after a pass that found nothing, or while hints did at least as
 //!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`.
 
-use super::dispatch::{dispatch, Dispatch};
+use super::dispatch::dispatch;
 use super::Inner;
 use crate::error::WorkerError;
 use crate::metrics::Metrics;
-use crate::process::Payload;
+use crate::process::{Item, Payload};
 use percolator::codec::Key;
 use percolator::kv::{RangePager, ScanOrder};
 use std::sync::atomic::Ordering;
@@ -88,6 +90,8 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
         while let Some(page) = pager.next_page().await? {
             let mut clumped = 0;
+            // Candidates of this page, dispatched in batches (per observer, see dispatch).
+            let mut items = Vec::new();
             for (key, value) in page {
                 if inner.stopping() {
                     return Ok(dispatched);
@@ -121,21 +125,33 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 if inner.ledger.handled_recently(&key) || inner.ledger.backing_off(&key) {
                     continue;
                 }
-                match dispatch(inner, &cell, &key, Payload::decode(&value), false).await {
-                    Dispatch::Started => {
-                        clumped = 0;
-                        dispatched += 1;
+                if inner.flights.busy(&cell) || items.iter().any(|i: &Item| i.cell == cell) {
+                    // Another task of this process is on this cell: after a few in a row,
+                    // stop following it (anti-clumping) and let the next pass jump.
+                    clumped += 1;
+                    if clumped >= 4 {
+                        break;
                     }
-                    Dispatch::Busy => {
-                        // Another task of this process is on this cell: after a few in a
-                        // row, stop following it (anti-clumping) and let the next pass jump.
-                        clumped += 1;
-                        if clumped >= 4 {
-                            break;
-                        }
-                    }
-                    Dispatch::Stopped => return Ok(dispatched),
+                    continue;
                 }
+                clumped = 0;
+                items.push(Item {
+                    cell,
+                    key,
+                    payload: Payload::decode(&value),
+                });
+                if items.len() >= inner.config.batch_size.max(1) {
+                    let report = dispatch(inner, std::mem::take(&mut items), false).await;
+                    dispatched += report.started;
+                    if report.stopped {
+                        return Ok(dispatched);
+                    }
+                }
+            }
+            let report = dispatch(inner, items, false).await;
+            dispatched += report.started;
+            if report.stopped {
+                return Ok(dispatched);
             }
         }
     }
