@@ -418,7 +418,7 @@ pub async fn batch_cas_counters(kv: Arc<dyn RawKv>, prefix: &[u8], tasks: u64, p
         let kv = kv.clone();
         let keys = keys.clone();
         let task = task as u16;
-        let batched = task % 2 == 0;
+        let batched = task.is_multiple_of(2);
         handles.push(tokio::spawn(async move {
             let mut current: Vec<Option<Vec<u8>>> = kv.batch_get(&keys).await.unwrap();
             for seq in 0..per_task as u32 {

@@ -228,17 +228,15 @@ impl Transaction {
             .map(|(cell, _)| cell)
             .zip(secondary_heads)
             .collect();
-        let mut _committed = 0;
-        for cell in shared
+        let committed = shared
             .roll_forward_many(secondaries, start_ts, commit_ts)
-            .await
-        {
+            .await;
+        for (_done, cell) in committed.into_iter().enumerate() {
             tracing::trace!(%cell, %start_ts, "secondary committed");
-            _committed += 1;
             crash_point!(
                 self,
                 CrashPoint::SecondaryCommitted {
-                    committed: _committed
+                    committed: _done + 1
                 }
             );
         }
