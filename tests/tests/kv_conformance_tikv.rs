@@ -53,6 +53,8 @@ async fn mixed_mode() -> (RunningServer, Arc<dyn RawKv>) {
         b"conf/cas/".to_vec(),
         b"conf/counter/".to_vec(),
         b"conf/large/".to_vec(),
+        b"conf/bcas/".to_vec(),
+        b"conf/bcounters/".to_vec(),
     ]);
     let kv = TikvKv::connect(config).await.expect("connect to minitikv");
     (server, Arc::new(kv))
