@@ -246,9 +246,11 @@ async fn transactions_dying_mid_batch_stay_atomic() {
     let mut tasks = Vec::new();
     for task in 0..6u64 {
         let (inner, committed, died) = (inner.clone(), committed.clone(), died.clone());
+        // One oracle for every client (each task's client has a store of its own to die in).
+        let oracle = c.oracle().clone();
         tasks.push(tokio::spawn(async move {
             let store = Arc::new(Intercepted::wrap(inner, MidBatchDeath::default()));
-            let c = client_on(store.clone(), test_config());
+            let c = Client::with_config(store.clone(), oracle, test_config());
             let mut rng = rand::rngs::StdRng::seed_from_u64(task);
             for n in 0..40u64 {
                 let die_at = rng.gen_bool(0.3).then(|| rng.gen_range(0..3));
