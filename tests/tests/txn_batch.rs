@@ -80,8 +80,8 @@ async fn a_conflict_inside_a_batch_leaves_no_lock_behind() {
     );
 }
 
-/// A crash between two batches of one prewrite (a write set of two chunks, stopped after the
-/// first chunk's locks) rolls every cell back; a crash right after the commit point rolls
+/// A crash between two batches of one prewrite (a write set of six chunks, stopped after the
+/// first four chunks' locks) rolls every cell back; a crash right after the commit point rolls
 /// every cell forward, also the ones of the secondaries' batch that never ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_between_batches_keep_large_commits_atomic() {
@@ -114,7 +114,7 @@ async fn crashes_between_batches_keep_large_commits_atomic() {
             other => panic!("expected a crash at {point:?}, got {other:?}"),
         }
         if let CrashPoint::Prewrote { .. } = point {
-            // The first chunk's locks were confirmed, the second chunk never started.
+            // The first chunks' locks were confirmed, the later chunks never started.
             let locks = count_locks(&c).await;
             assert_eq!(locks, 1024, "locks after a crash between chunks");
         }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 /// Cells per batched round: bounds the time between drawing a lock's TTL and writing the
 /// lock, the size of one store call, and the work between two yields to the heartbeat.
-const PREWRITE_CHUNK: usize = 1024;
+const PREWRITE_CHUNK: usize = 256;
 
 /// What one cell's prewrite writes besides its lock.
 pub(super) struct Prewrite<'a> {
