@@ -6,8 +6,10 @@
 //!
 //! Run: `cargo bench -p percolator-bench --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
 //! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
-//! 64 tasks; `tikv_`-prefixed for TiKV), `txn10_per_sec`, `abort_rate_hot` and the raw store
-//! calls per transaction (the last three on the embedded store).
+//! 64 tasks; `tikv_`-prefixed for TiKV) with the raw store calls per transaction of each
+//! (`read_calls@N`, `write_calls@N`; a batched CAS counts as one call), `txn10_per_sec`,
+//! `abort_rate_hot` and the raw store calls per transaction kind (the last three on the
+//! embedded store).
 
 use async_trait::async_trait;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
@@ -25,14 +27,17 @@ use std::time::{Duration, Instant};
 
 const CELLS: u64 = 10_000;
 
-/// Counts raw store calls (an interceptor hook on the store under the client).
+/// Counts raw store calls as the client makes them (an interceptor hook on the store under
+/// the client): a batched CAS is one call, its requests are not counted again.
 #[derive(Default)]
 struct Calls(AtomicU64);
 
 #[async_trait]
 impl Hooks for Calls {
-    async fn before(&self, _call: Call<'_>) -> KvResult<()> {
-        self.0.fetch_add(1, Ordering::Relaxed);
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        if !matches!(call, Call::CompareAndSwap { batched: true, .. }) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
@@ -56,6 +61,16 @@ fn raw_key(i: u64) -> Vec<u8> {
 
 /// Runs `op` in `tasks` tasks for `secs`; returns (successes/s, failures/s).
 async fn run_for<F, Fut>(tasks: usize, secs: f64, op: F) -> (f64, f64)
+where
+    F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let (ok, failed, _) = run_counted(tasks, secs, op).await;
+    (ok, failed)
+}
+
+/// [`run_for`], also returning how many operations ran.
+async fn run_counted<F, Fut>(tasks: usize, secs: f64, op: F) -> (f64, f64, u64)
 where
     F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = bool> + Send,
@@ -92,10 +107,8 @@ where
         h.await.expect("bench task");
     }
     let elapsed = start.elapsed().as_secs_f64();
-    (
-        ok.load(Ordering::Relaxed) as f64 / elapsed,
-        failed.load(Ordering::Relaxed) as f64 / elapsed,
-    )
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    (ok as f64 / elapsed, failed as f64 / elapsed, ok + failed)
 }
 
 /// Loads `CELLS` committed cells and as many raw keys into `raw`; returns the counting
@@ -124,13 +137,16 @@ async fn setup(raw: Arc<dyn RawKv>) -> (Arc<Counting>, Client) {
 }
 
 /// Single-cell transactional reads and writes against raw gets and puts on the same store,
-/// side by side at 16 and 64 tasks; keys `read_ratio@N` and `write_ratio@N`.
+/// side by side at 16 and 64 tasks, with the raw calls each transaction made (a raw get or
+/// put is one); keys `read_ratio@N`, `write_ratio@N`, `read_calls@N`, `write_calls@N`.
 async fn ratios(
     label: &str,
     raw: Arc<dyn RawKv>,
     client: &Client,
+    counting: &Counting,
     secs: f64,
 ) -> BTreeMap<String, f64> {
+    let calls = || counting.hooks().0.load(Ordering::Relaxed);
     let mut report = BTreeMap::new();
     for tasks in [16usize, 64] {
         let kv = raw.clone();
@@ -140,7 +156,8 @@ async fn ratios(
         })
         .await;
         let c = client.clone();
-        let (txn_read, _) = run_for(tasks, secs, move |r| {
+        let before = calls();
+        let (txn_read, _, reads) = run_counted(tasks, secs, move |r| {
             let c = c.clone();
             async move {
                 let t = c.begin().await.expect("begin");
@@ -154,8 +171,10 @@ async fn ratios(
             async move { kv.put(raw_key(r % CELLS), vec![r as u8; 100]).await.is_ok() }
         })
         .await;
+        let read_calls = (calls() - before) as f64 / reads.max(1) as f64;
         let c = client.clone();
-        let (txn_write, _) = run_for(tasks, secs, move |r| {
+        let before = calls();
+        let (txn_write, _, writes) = run_counted(tasks, secs, move |r| {
             let c = c.clone();
             async move {
                 let t = c.begin().await.expect("begin");
@@ -164,11 +183,14 @@ async fn ratios(
             }
         })
         .await;
+        let write_calls = (calls() - before) as f64 / writes.max(1) as f64;
         println!(
-            "{label:>8} tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3}",
+            "{label:>8} tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} ({read_calls:.2} raw calls/txn) | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3} ({write_calls:.2} raw calls/txn)",
             txn_read / raw_get,
             txn_write / raw_put
         );
+        report.insert(format!("read_calls@{tasks}"), read_calls);
+        report.insert(format!("write_calls@{tasks}"), write_calls);
         report.insert(format!("read_ratio@{tasks}"), txn_read / raw_get);
         report.insert(format!("write_ratio@{tasks}"), txn_write / raw_put);
     }
@@ -191,7 +213,7 @@ fn main() {
         let raw: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&embedded_dir).expect("open"));
         let (counting, client) = setup(raw.clone()).await;
         let mut report: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        for (key, value) in ratios("embedded", raw.clone(), &client, secs).await {
+        for (key, value) in ratios("embedded", raw.clone(), &client, &counting, secs).await {
             report.insert(key, value.into());
         }
         report.insert("read_ratio".into(), report["read_ratio@16"].clone());
@@ -203,8 +225,8 @@ fn main() {
                 .await
                 .expect("connect to minitikv"),
         );
-        let (_, tikv_client) = setup(tikv.clone()).await;
-        for (key, value) in ratios("tikv", tikv, &tikv_client, secs).await {
+        let (tikv_counting, tikv_client) = setup(tikv.clone()).await;
+        for (key, value) in ratios("tikv", tikv, &tikv_client, &tikv_counting, secs).await {
             report.insert(format!("tikv_{key}"), value.into());
         }
         let c = client.clone();
@@ -261,7 +283,20 @@ fn main() {
             t.commit().await.expect("commit");
         }
         let per_rmw = count(before) as f64 / 100.0;
-        println!("raw calls per txn: read {per_read}, blind write {per_write}, read-modify-write {per_rmw}");
+        // Ten cells read with get_many and written back: batched reads, prewrite, secondaries.
+        let before = counting.hooks().0.load(Ordering::Relaxed);
+        for i in 0..100 {
+            let t = client.begin().await.expect("begin");
+            let cells: Vec<Cell> = (0..10).map(|j| cell((i * 10 + j) % CELLS)).collect();
+            let values = t.get_many(&cells).await.expect("get_many");
+            for (c, v) in cells.into_iter().zip(values) {
+                t.set(c, v.unwrap_or_default());
+            }
+            t.commit().await.expect("commit");
+        }
+        let per_rmw10 = count(before) as f64 / 100.0;
+        println!("raw calls per txn: read {per_read}, blind write {per_write}, read-modify-write {per_rmw}, 10-cell read-modify-write {per_rmw10}");
+        report.insert("calls_per_rmw10_txn".into(), per_rmw10.into());
         report.insert("calls_per_read_txn".into(), per_read.into());
         report.insert("calls_per_write_txn".into(), per_write.into());
         report.insert("calls_per_rmw_txn".into(), per_rmw.into());

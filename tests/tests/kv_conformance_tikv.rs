@@ -53,6 +53,8 @@ async fn mixed_mode() -> (RunningServer, Arc<dyn RawKv>) {
         b"conf/cas/".to_vec(),
         b"conf/counter/".to_vec(),
         b"conf/large/".to_vec(),
+        b"conf/bcas/".to_vec(),
+        b"conf/bcounters/".to_vec(),
     ]);
     let kv = TikvKv::connect(config).await.expect("connect to minitikv");
     (server, Arc::new(kv))
@@ -678,4 +680,32 @@ async fn region_errors_outlast_the_clients_default_backoff() {
     .await;
     report("80% region errors", &server, &kv);
     assert!(server.fault_counts().region_error > 20);
+}
+
+/// Batched CAS under the client's retry hazard: one reply in ten lost, so some requests of
+/// a batch apply and are retried by tikv-client, which then reports them not swapped with
+/// their own value. Counters split over three regions, half the tasks batching: every
+/// increment lands exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batch_cas_counters_with_one_reply_in_ten_lost() {
+    let server = minitikv::start(ServerConfig {
+        split_keys: vec![b"conf/bc/c\x01".to_vec(), b"conf/bc/c\x03".to_vec()],
+        faults: minitikv::Faults {
+            seed: 13,
+            lost_reply: 0.1,
+            server_busy: 0.01,
+            ..minitikv::Faults::none()
+        },
+        ..ServerConfig::in_memory()
+    })
+    .await
+    .unwrap();
+    let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
+    within(
+        "batch_cas_counters",
+        conformance::batch_cas_counters(kv.clone(), b"conf/bc/", 6, 30),
+    )
+    .await;
+    report("batched cas counters, lost replies", &server, &kv);
+    assert!(server.fault_counts().lost_reply > 0);
 }

@@ -90,6 +90,9 @@ pub struct TikvConfig {
     pub unique_cas_values: bool,
     /// Concurrent single-key deletes used for atomic keys (default 16).
     pub delete_concurrency: usize,
+    /// Concurrent CAS RPCs of one `batch_compare_and_swap` (default 16): tikv-client 0.4.0
+    /// has no batched CAS, so a batch is that many single CASes in flight at a time.
+    pub cas_concurrency: usize,
     /// Reverse scans walk regions from the end of the range (PD region bounds, then a probe
     /// or a verified `RawClient::scan_reverse` per region; default `true`). `false` always
     /// pages the whole range forward (O(range size)).
@@ -115,6 +118,7 @@ impl TikvConfig {
             max_message_bytes: 256 * 1024 * 1024,
             unique_cas_values: false,
             delete_concurrency: 16,
+            cas_concurrency: 16,
             reverse_scan_fast_path: true,
             retry_base_delay: Duration::from_millis(5),
             retry_max_delay: Duration::from_millis(500),

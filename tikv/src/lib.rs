@@ -35,6 +35,11 @@
 //!   success (percolator's heads do: ARCHITECTURE.md, "The retry hazard"). With
 //!   [`TikvConfig::unique_cas_values`] set, the adapter does that translation itself. A CAS that fails with [`KvError::Unavailable`] (including the
 //!   adapter's own deadline) has an unknown outcome: re-read.
+//! - **Batched CAS**: tikv-client has no batched CAS, so `batch_compare_and_swap` runs the
+//!   single CASes concurrently ([`TikvConfig::cas_concurrency`] in flight), each exactly as
+//!   a lone CAS (its own retries, the retry-hazard translation), under one deadline; every
+//!   request is answered (none is cancelled half-way) before the first error is returned.
+//!   A batch naming a key outside the atomic set is refused before anything is sent.
 //! - **CAS cannot delete**: the contract never asks it to.
 //! - **`batch_put` is not atomic**: the client splits it into ~16 KB RPCs sent concurrently;
 //!   the contract promises nothing across keys either.
@@ -67,7 +72,8 @@ pub use retry::{RetryCause, RetryCounts};
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use percolator::kv::{
-    CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder, MAX_SCAN_LIMIT,
+    check_distinct_cas_keys, CasOutcome, CasRequest, KeyRange, KvError, KvPair, KvResult, RawKv,
+    ScanOrder, MAX_SCAN_LIMIT,
 };
 use retry::{Deadline, RetryCounters};
 use std::collections::HashMap;
@@ -293,7 +299,29 @@ impl RawKv for TikvKv {
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
-        if !self.config.atomic_keys.is_atomic(&key) {
+        self.check_atomic(&key)?;
+        self.cas_one(key, expected, new, self.deadline()).await
+    }
+
+    async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
+        check_distinct_cas_keys(&requests)?;
+        for r in &requests {
+            self.check_atomic(&r.key)?;
+        }
+        let deadline = self.deadline();
+        let answers: Vec<KvResult<CasOutcome>> = futures::stream::iter(requests)
+            .map(|r| self.cas_one(r.key, r.expected, r.new, deadline))
+            .buffered(self.config.cas_concurrency.max(1))
+            .collect()
+            .await;
+        answers.into_iter().collect()
+    }
+}
+
+impl TikvKv {
+    /// Refuses a CAS of a key outside the atomic set.
+    fn check_atomic(&self, key: &[u8]) -> KvResult<()> {
+        if !self.config.atomic_keys.is_atomic(key) {
             return Err(KvError::InvalidArgument {
                 op: "compare_and_swap",
                 message: format!(
@@ -303,9 +331,21 @@ impl RawKv for TikvKv {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// One CAS of an atomic key, retried within `deadline` (see `call` for why a CAS may be
+    /// repeated), with the retry-hazard translation when values are unique.
+    async fn cas_one(
+        &self,
+        key: Vec<u8>,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+        deadline: Deadline,
+    ) -> KvResult<CasOutcome> {
         let check_own = self.config.unique_cas_values.then(|| new.clone());
         let (previous, swapped) = self
-            .call("compare_and_swap", self.deadline(), || {
+            .call("compare_and_swap", deadline, || {
                 self.atomic
                     .compare_and_swap(key.clone(), expected.clone(), new.clone())
             })

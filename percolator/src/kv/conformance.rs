@@ -21,7 +21,8 @@
 //! [`conformance_suite!`]: crate::conformance_suite
 
 use super::{
-    scan_all, CasOutcome, KeyRange, KvError, RangePager, RawKv, ScanOrder, MAX_SCAN_LIMIT,
+    scan_all, CasOutcome, CasRequest, KeyRange, KvError, RangePager, RawKv, ScanOrder,
+    MAX_SCAN_LIMIT,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +69,10 @@ macro_rules! conformance_suite {
             batch_calls => |kv, p| $crate::kv::conformance::batch_calls(kv.as_ref(), p);
             cas_semantics => |kv, p| $crate::kv::conformance::cas_semantics(kv.as_ref(), p);
             cas_counter_8x100 => |kv, p| $crate::kv::conformance::cas_counter(kv.clone(), p, 8, 100);
+            batch_cas_semantics =>
+                |kv, p| $crate::kv::conformance::batch_cas_semantics(kv.as_ref(), p);
+            batch_cas_counters_6x40 =>
+                |kv, p| $crate::kv::conformance::batch_cas_counters(kv.clone(), p, 6, 40);
             scans => |kv, p| $crate::kv::conformance::scans(kv.as_ref(), p);
             scan_limits_are_checked =>
                 |kv, p| $crate::kv::conformance::scan_limits_are_checked(kv.as_ref(), p);
@@ -102,6 +107,8 @@ pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
     batch_calls(kv.as_ref(), &p("batch/")).await;
     cas_semantics(kv.as_ref(), &p("cas/")).await;
     cas_counter(kv.clone(), &p("counter/"), 8, 100).await;
+    batch_cas_semantics(kv.as_ref(), &p("bcas/")).await;
+    batch_cas_counters(kv.clone(), &p("bcounters/"), 6, 40).await;
     scans(kv.as_ref(), &p("scan/")).await;
     scan_limits_are_checked(kv.as_ref(), &p("limits/")).await;
     paging(kv.as_ref(), &p("paging/"), 25_000).await;
@@ -314,6 +321,175 @@ pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
         cas(Some(b"p"), b"q").await.unwrap().swapped,
         "CAS after put"
     );
+}
+
+/// Batched CAS: each request decided on its own key as a single CAS would be, outcomes in
+/// request order, an empty batch answered empty, and a batch naming a key twice refused
+/// with `InvalidArgument` before anything applies.
+pub async fn batch_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
+    let k = |name: &[u8]| key(prefix, name);
+    assert_eq!(
+        kv.batch_compare_and_swap(Vec::new()).await.unwrap(),
+        Vec::new(),
+        "an empty batch"
+    );
+    kv.put(k(b"present"), b"p".to_vec()).await.unwrap();
+    kv.put(k(b"empty"), Vec::new()).await.unwrap();
+    let requests = vec![
+        CasRequest::new(k(b"absent"), None, b"a1".to_vec()),
+        CasRequest::new(k(b"present"), Some(b"wrong".to_vec()), b"p1".to_vec()),
+        CasRequest::new(k(b"empty"), Some(Vec::new()), b"e1".to_vec()),
+        CasRequest::new(k(b"absent2"), Some(b"x".to_vec()), b"a2".to_vec()),
+        CasRequest::new(k(b"present2"), None, b"q1".to_vec()),
+    ];
+    let outcomes = kv.batch_compare_and_swap(requests).await.unwrap();
+    let expected = [
+        (None, true),
+        (Some(b"p".to_vec()), false),
+        (Some(Vec::new()), true),
+        (None, false),
+        (None, true),
+    ];
+    assert_eq!(outcomes.len(), expected.len(), "one outcome per request");
+    for (i, (outcome, (previous, swapped))) in outcomes.iter().zip(expected).enumerate() {
+        assert_eq!(
+            outcome,
+            &CasOutcome { previous, swapped },
+            "batched CAS request {i}: outcome in request order"
+        );
+    }
+    for (name, value) in [
+        (&b"absent"[..], Some(&b"a1"[..])),
+        (b"present", Some(b"p")),
+        (b"empty", Some(b"e1")),
+        (b"absent2", None),
+        (b"present2", Some(b"q1")),
+    ] {
+        assert_eq!(
+            kv.get(&k(name)).await.unwrap().as_deref(),
+            value,
+            "value of {} after the batch",
+            name.escape_ascii()
+        );
+    }
+    // One key twice: refused as a whole, nothing applied.
+    let twice = vec![
+        CasRequest::new(k(b"dup-other"), None, b"o".to_vec()),
+        CasRequest::new(k(b"dup"), None, b"d1".to_vec()),
+        CasRequest::new(k(b"dup"), Some(b"d1".to_vec()), b"d2".to_vec()),
+    ];
+    match kv.batch_compare_and_swap(twice).await {
+        Err(KvError::InvalidArgument { .. }) => {}
+        other => panic!("a batch naming one key twice must be refused, got {other:?}"),
+    }
+    assert_eq!(
+        kv.get(&k(b"dup")).await.unwrap(),
+        None,
+        "refused batch applied"
+    );
+    assert_eq!(
+        kv.get(&k(b"dup-other")).await.unwrap(),
+        None,
+        "refused batch applied"
+    );
+}
+
+/// Concurrent increments of `counters` keys, half of the tasks through batched CAS (all
+/// counters in one batch, re-batching the ones not yet done) and half through single CAS,
+/// with the same hazard-aware decision per key as [`cas_counter`]. Every counter must end
+/// with every increment exactly once: each request of a batch is atomic for its key, also
+/// against single CASes of the key.
+pub async fn batch_cas_counters(kv: Arc<dyn RawKv>, prefix: &[u8], tasks: u64, per_task: u64) {
+    const ENTRY: usize = 6;
+    const COUNTERS: usize = 4;
+    fn entries(value: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
+        value.chunks_exact(ENTRY).map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+    }
+    let keys: Vec<Vec<u8>> = (0..COUNTERS as u8)
+        .map(|i| key(prefix, &[b'c', i]))
+        .collect();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let kv = kv.clone();
+        let keys = keys.clone();
+        let task = task as u16;
+        let batched = task.is_multiple_of(2);
+        handles.push(tokio::spawn(async move {
+            let mut current: Vec<Option<Vec<u8>>> = kv.batch_get(&keys).await.unwrap();
+            for seq in 0..per_task as u32 {
+                let mut pending: Vec<usize> = (0..keys.len()).collect();
+                while !pending.is_empty() {
+                    let news: Vec<Vec<u8>> = pending
+                        .iter()
+                        .map(|&i| {
+                            let mut new = current[i].clone().unwrap_or_default();
+                            new.extend_from_slice(&task.to_be_bytes());
+                            new.extend_from_slice(&seq.to_be_bytes());
+                            new
+                        })
+                        .collect();
+                    let outcomes: Vec<CasOutcome> = if batched {
+                        let requests = pending
+                            .iter()
+                            .zip(&news)
+                            .map(|(&i, new)| {
+                                CasRequest::new(keys[i].clone(), current[i].clone(), new.clone())
+                            })
+                            .collect();
+                        kv.batch_compare_and_swap(requests).await.unwrap()
+                    } else {
+                        let mut out = Vec::new();
+                        for (&i, new) in pending.iter().zip(&news) {
+                            out.push(
+                                kv.compare_and_swap(
+                                    keys[i].clone(),
+                                    current[i].clone(),
+                                    new.clone(),
+                                )
+                                .await
+                                .unwrap(),
+                            );
+                        }
+                        out
+                    };
+                    assert_eq!(outcomes.len(), pending.len(), "one outcome per request");
+                    let mut still = Vec::new();
+                    for ((&i, new), out) in pending.iter().zip(news).zip(outcomes) {
+                        let found = out.previous.clone().unwrap_or_default();
+                        if out.swapped || found == new {
+                            current[i] = Some(new);
+                            continue;
+                        }
+                        current[i] = out.previous;
+                        if !entries(&found).any(|e| e == (task, seq)) {
+                            still.push(i);
+                        }
+                    }
+                    pending = still;
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    for k in &keys {
+        let end = kv.get(k).await.unwrap().expect("counter exists");
+        let mut seen = std::collections::HashSet::new();
+        for e in entries(&end) {
+            assert!(seen.insert(e), "increment {e:?} applied twice");
+        }
+        assert_eq!(
+            seen.len() as u64,
+            tasks * per_task,
+            "batched CAS increments lost updates"
+        );
+    }
 }
 
 /// Concurrent CAS increments, checkable under the retry hazard: a CAS whose reply was lost

@@ -9,15 +9,27 @@
 //!
 //! Compare-and-swap is made atomic by striped mutexes: every write of a key (put, delete,
 //! batch put, CAS) holds the stripe its key hashes to, so a CAS's read-compare-write cannot
-//! interleave with another write of the same key from any task of the process.
+//! interleave with another write of the same key from any task of the process. A batch of
+//! CASes takes the stripes of all its keys (ascending, each once, as batch puts do), reads
+//! every key, writes every key that swaps in one fjall write batch (one journal write) and
+//! releases them.
+//!
+//! **Group commit** (under [`Durability::Fsync`]): writers that finish their journal write
+//! while another writer's `fdatasync` runs share the next one instead of each paying for
+//! their own (see [`EmbeddedKv`]'s `sync`): a ticket is taken after the journal write, and an
+//! fsync started after a ticket was taken covers that ticket's write.
 
 use super::memory::range_bounds;
-use super::{check_scan_limit, CasOutcome, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder};
+use super::{
+    check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
+    KvResult, RawKv, ScanOrder,
+};
 use async_trait::async_trait;
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// Number of striped write locks; a power of two.
@@ -52,6 +64,19 @@ impl Default for EmbeddedOptions {
     }
 }
 
+/// The group-commit state of an [`EmbeddedKv`] (see `EmbeddedKv::sync`).
+#[derive(Default)]
+struct GroupCommit {
+    /// Tickets handed out: one per write that wants a sync, taken after its journal write.
+    tickets: AtomicU64,
+    /// Every ticket up to this one is on disk.
+    synced: AtomicU64,
+    /// Held by the one writer running an fsync.
+    syncing: tokio::sync::Mutex<()>,
+    /// Fsyncs run.
+    fsyncs: AtomicU64,
+}
+
 /// A persistent [`RawKv`] in a local data directory.
 pub struct EmbeddedKv {
     path: PathBuf,
@@ -60,6 +85,8 @@ pub struct EmbeddedKv {
     durability: Durability,
     stripes: Box<[Mutex<()>]>,
     hasher: RandomState,
+    /// Group commit (under [`Durability::Fsync`]).
+    group: GroupCommit,
     /// Held (flock'ed) for as long as the store is open.
     _lock: File,
 }
@@ -132,6 +159,7 @@ impl EmbeddedKv {
             durability: options.durability,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: RandomState::new(),
+            group: GroupCommit::default(),
             _lock: lock,
         })
     }
@@ -152,11 +180,35 @@ impl EmbeddedKv {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Under [`Durability::Fsync`], waits until every write so far is on disk.
+    /// How many `fdatasync`s the store has run (under [`Durability::Fsync`]; 0 otherwise).
+    /// With concurrent writers it stays below the number of writes (group commit).
+    pub fn fsyncs(&self) -> u64 {
+        self.group.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Under [`Durability::Fsync`], waits until the caller's write (already in the journal)
+    /// is on disk, sharing one `fdatasync` with every writer that got this far meanwhile.
+    ///
+    /// Why a shared fsync covers a writer: the writer takes its ticket after its journal
+    /// write returned; the fsyncer reads the ticket counter before it starts, so every
+    /// ticket up to what it read belongs to a write already in the journal, which its
+    /// `persist` flushes and syncs. `synced` only grows, to tickets an fsync covered. At
+    /// most one fsync runs at a time (the `syncing` mutex); writers queued behind it find
+    /// their ticket covered when their turn comes and return without a sync of their own.
     async fn sync(&self, op: &'static str) -> KvResult<()> {
         if self.durability != Durability::Fsync {
             return Ok(());
         }
+        let group = &self.group;
+        let ticket = group.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        if group.synced.load(Ordering::SeqCst) >= ticket {
+            return Ok(());
+        }
+        let _turn = group.syncing.lock().await;
+        if group.synced.load(Ordering::SeqCst) >= ticket {
+            return Ok(());
+        }
+        let covered = group.tickets.load(Ordering::SeqCst);
         let keyspace = self.keyspace.clone();
         tokio::task::spawn_blocking(move || keyspace.persist(PersistMode::SyncData))
             .await
@@ -164,7 +216,10 @@ impl EmbeddedKv {
                 op,
                 message: format!("fsync task failed: {e}"),
             })?
-            .map_err(engine(op))
+            .map_err(engine(op))?;
+        group.fsyncs.fetch_add(1, Ordering::Relaxed);
+        group.synced.fetch_max(covered, Ordering::SeqCst);
+        Ok(())
     }
 
     fn get_sync(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
@@ -284,5 +339,84 @@ impl RawKv for EmbeddedKv {
             self.sync("compare_and_swap").await?;
         }
         Ok(outcome)
+    }
+
+    async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
+        crate::kv::yield_point().await;
+        check_distinct_cas_keys(&requests)?;
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stripes: Vec<usize> = requests.iter().map(|r| self.stripe_of(&r.key)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let (outcomes, any_swapped) = {
+            // Ascending, each stripe once: no deadlock with batch puts or other batches.
+            let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
+            let mut outcomes = Vec::with_capacity(requests.len());
+            let mut batch = self.keyspace.batch();
+            let mut any_swapped = false;
+            for r in requests {
+                let previous = self.get_sync(&r.key)?;
+                let swapped = previous == r.expected;
+                if swapped {
+                    batch.insert(&self.data, r.key, r.new);
+                    any_swapped = true;
+                }
+                outcomes.push(CasOutcome { previous, swapped });
+            }
+            if any_swapped {
+                batch.commit().map_err(engine("batch_compare_and_swap"))?;
+            }
+            (outcomes, any_swapped)
+        };
+        if any_swapped {
+            self.sync("batch_compare_and_swap").await?;
+        }
+        Ok(outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Writers that reach the sync while another fsync is pending share one: ten puts that
+    /// queue behind a held turn are covered by one fsync.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writers_share_one_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = Arc::new(
+            EmbeddedKv::open_with(
+                dir.path(),
+                EmbeddedOptions {
+                    durability: Durability::Fsync,
+                    ..EmbeddedOptions::default()
+                },
+            )
+            .unwrap(),
+        );
+        kv.put(b"first".to_vec(), b"1".to_vec()).await.unwrap();
+        assert_eq!(kv.fsyncs(), 1);
+        let turn = kv.group.syncing.lock().await;
+        let writers: Vec<_> = (0..10u8)
+            .map(|i| {
+                let kv = kv.clone();
+                tokio::spawn(async move { kv.put(vec![b'k', i], vec![i]).await })
+            })
+            .collect();
+        // Every writer has its ticket (its write is in the journal) and waits for a turn.
+        while kv.group.tickets.load(Ordering::SeqCst) < 11 {
+            tokio::task::yield_now().await;
+        }
+        drop(turn);
+        for w in writers {
+            w.await.unwrap().unwrap();
+        }
+        assert_eq!(kv.fsyncs(), 2, "ten queued writers share one fsync");
+        for i in 0..10u8 {
+            assert_eq!(kv.get(&[b'k', i]).await.unwrap(), Some(vec![i]));
+        }
     }
 }

@@ -10,8 +10,18 @@
 //! The invariant it keeps: the wrapped store sees exactly the calls the caller made, in the
 //! caller's order per task, with the caller's arguments (`batch_delete` included, which is
 //! forwarded as one call, not split into deletes); only a hook changes what the caller sees.
+//!
+//! A batch of CASes ([`RawKv::batch_compare_and_swap`]) is watched at both levels: first
+//! [`Hooks::before`] with [`Call::BatchCompareAndSwap`] (the whole batch; an error fails the
+//! call before anything reaches the store), then, per request, the hooks of a single CAS
+//! ([`Call::CompareAndSwap`] with `batched: true`, [`Op::CompareAndSwap`],
+//! [`Hooks::swapped`]). The requests whose `before` passed are forwarded to the store as one
+//! batch; a per-key error is returned once every forwarded request was answered, so an
+//! injected fault hits any subset of a batch: some requests never reach the store, some
+//! apply and lose their reply, the rest apply. That is exactly what the contract lets a
+//! caller assume of a batch that returned `Err`.
 
-use super::{CasOutcome, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use super::{CasOutcome, CasRequest, KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -34,6 +44,8 @@ pub enum Op {
     Scan,
     /// [`RawKv::compare_and_swap`].
     CompareAndSwap,
+    /// [`RawKv::batch_compare_and_swap`].
+    BatchCompareAndSwap,
 }
 
 impl Op {
@@ -48,6 +60,7 @@ impl Op {
             Op::BatchDelete => "batch_delete",
             Op::Scan => "scan",
             Op::CompareAndSwap => "compare_and_swap",
+            Op::BatchCompareAndSwap => "batch_compare_and_swap",
         }
     }
 }
@@ -104,6 +117,14 @@ pub enum Call<'a> {
         expected: Option<&'a [u8]>,
         /// The value to write.
         new: &'a [u8],
+        /// Whether this CAS is one request of a [`RawKv::batch_compare_and_swap`] (whose
+        /// [`Call::BatchCompareAndSwap`] was seen first).
+        batched: bool,
+    },
+    /// [`RawKv::batch_compare_and_swap`], seen once before its requests are seen one by one.
+    BatchCompareAndSwap {
+        /// The requests, in the caller's order.
+        requests: &'a [CasRequest],
     },
 }
 
@@ -119,6 +140,7 @@ impl Call<'_> {
             Call::BatchDelete { .. } => Op::BatchDelete,
             Call::Scan { .. } => Op::Scan,
             Call::CompareAndSwap { .. } => Op::CompareAndSwap,
+            Call::BatchCompareAndSwap { .. } => Op::BatchCompareAndSwap,
         }
     }
 }
@@ -250,6 +272,7 @@ impl<H: Hooks> RawKv for Intercepted<H> {
                 key: &key,
                 expected: expected.as_deref(),
                 new: &new,
+                batched: false,
             })
             .await?;
         let out = self
@@ -258,5 +281,68 @@ impl<H: Hooks> RawKv for Intercepted<H> {
             .await?;
         self.hooks.after(Op::CompareAndSwap).await?;
         self.hooks.swapped(&key, &new, out).await
+    }
+
+    async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
+        super::check_distinct_cas_keys(&requests)?;
+        self.hooks
+            .before(Call::BatchCompareAndSwap {
+                requests: &requests,
+            })
+            .await?;
+        let mut first_error: Option<KvError> = None;
+        let mut forwarded = Vec::with_capacity(requests.len());
+        let mut forwarded_at = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            let passed = self
+                .hooks
+                .before(Call::CompareAndSwap {
+                    key: &r.key,
+                    expected: r.expected.as_deref(),
+                    new: &r.new,
+                    batched: true,
+                })
+                .await;
+            match passed {
+                Ok(()) => {
+                    forwarded.push(r.clone());
+                    forwarded_at.push(i);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let answers = if forwarded.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.batch_compare_and_swap(forwarded).await?
+        };
+        let mut outcomes: Vec<Option<CasOutcome>> = vec![None; requests.len()];
+        for (i, outcome) in forwarded_at.into_iter().zip(answers) {
+            let r = &requests[i];
+            if let Err(e) = self.hooks.after(Op::CompareAndSwap).await {
+                first_error.get_or_insert(e);
+                continue;
+            }
+            match self.hooks.swapped(&r.key, &r.new, outcome).await {
+                Ok(seen) => outcomes[i] = Some(seen),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.ok_or_else(|| KvError::Engine {
+                    op: "batch_compare_and_swap",
+                    message: "the store answered fewer requests than it was sent".to_string(),
+                })
+            })
+            .collect()
     }
 }

@@ -1,7 +1,10 @@
 //! An in-memory backend: the reference model for property tests and a fast store for unit
 //! tests. Nothing survives the process.
 
-use super::{check_scan_limit, CasOutcome, KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use super::{
+    check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvPair, KvResult,
+    RawKv, ScanOrder,
+};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -130,5 +133,22 @@ impl RawKv for MemoryKv {
             map.insert(key, new);
         }
         Ok(CasOutcome { previous, swapped })
+    }
+
+    async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
+        crate::kv::yield_point().await;
+        check_distinct_cas_keys(&requests)?;
+        let mut map = self.lock();
+        Ok(requests
+            .into_iter()
+            .map(|r| {
+                let previous = map.get(&r.key).cloned();
+                let swapped = previous == r.expected;
+                if swapped {
+                    map.insert(r.key, r.new);
+                }
+                CasOutcome { previous, swapped }
+            })
+            .collect())
     }
 }

@@ -183,11 +183,58 @@ pub struct CasOutcome {
     pub swapped: bool,
 }
 
+/// One compare-and-swap of a [`RawKv::batch_compare_and_swap`]: if `key` holds `expected`
+/// (`None`: absent), write `new`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CasRequest {
+    /// The key swapped.
+    pub key: Vec<u8>,
+    /// The value expected (`None`: absent).
+    pub expected: Option<Vec<u8>>,
+    /// The value to write.
+    pub new: Vec<u8>,
+}
+
+impl CasRequest {
+    /// A request to swap `key` from `expected` to `new`.
+    pub fn new(
+        key: impl Into<Vec<u8>>,
+        expected: Option<Vec<u8>>,
+        new: impl Into<Vec<u8>>,
+    ) -> Self {
+        CasRequest {
+            key: key.into(),
+            expected,
+            new: new.into(),
+        }
+    }
+}
+
+/// Refuses a batch of CAS requests naming one key twice (the contract of
+/// [`RawKv::batch_compare_and_swap`]), with [`KvError::InvalidArgument`]. Backends call it
+/// before applying anything.
+pub fn check_distinct_cas_keys(requests: &[CasRequest]) -> KvResult<()> {
+    let mut seen = std::collections::HashSet::with_capacity(requests.len());
+    for request in requests {
+        if !seen.insert(request.key.as_slice()) {
+            return Err(KvError::InvalidArgument {
+                op: "batch_compare_and_swap",
+                message: format!(
+                    "key {} appears twice in one batch",
+                    request.key.escape_ascii()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The raw store contract every backend implements.
 ///
 /// Writes are durable when they return (to the backend's configured degree). Batched calls
 /// are not atomic across keys. Only [`RawKv::compare_and_swap`] is atomic, and only for its one
-/// key; it is atomic against every other write to that key through the same store.
+/// key; it is atomic against every other write to that key through the same store. Each
+/// request of a [`RawKv::batch_compare_and_swap`] is atomic in the same way, for its key.
 #[async_trait]
 pub trait RawKv: Send + Sync + 'static {
     /// The value of `key`, or `None` if absent (an empty value is `Some(vec![])`).
@@ -226,6 +273,29 @@ pub trait RawKv: Send + Sync + 'static {
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> KvResult<CasOutcome>;
+
+    /// Many [`RawKv::compare_and_swap`]s in one call. Each request is atomic for its own key
+    /// exactly as a single CAS is; the batch is **not** atomic across keys (another writer
+    /// may see some requests applied and others not yet). Outcomes come back in request
+    /// order. A batch naming one key twice is refused with [`KvError::InvalidArgument`]
+    /// before anything is applied; an empty batch is a no-op.
+    ///
+    /// **When the call returns `Err`**, any subset of the requests may have applied (each
+    /// one wholly or not at all), as with the same CASes issued one by one of which some
+    /// failed or lost their reply: the caller re-reads the keys it cares about. The retry
+    /// hazard of single CAS applies per request too (a request reported `swapped == false`
+    /// whose `previous` is its own `new` value may have applied).
+    ///
+    /// The default runs the single CASes concurrently and waits for all of them (none is
+    /// cancelled half-way), then returns the first error, if any. Backends override it to
+    /// share locks, journal writes or round trips.
+    async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
+        check_distinct_cas_keys(&requests)?;
+        let swaps = requests
+            .into_iter()
+            .map(|r| self.compare_and_swap(r.key, r.expected, r.new));
+        futures::future::join_all(swaps).await.into_iter().collect()
+    }
 }
 
 /// Checks the `limit` argument of a scan against the contract.

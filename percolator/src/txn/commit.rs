@@ -6,10 +6,11 @@
 use super::failpoint::{crash_point, CrashPoint};
 use super::heads::{HeadSnapshot, HeadStep, HeadUpdate};
 use super::locks::TxnStatus;
+use super::prewrite::Prewrite;
 use super::transaction::Transaction;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
-use crate::record::{Head, Lock, Op};
+use crate::record::Head;
 use crate::ts::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -147,7 +148,7 @@ impl Transaction {
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
-        // Phase 1: prewrite every cell in parallel.
+        // Phase 1: prewrite every cell, batched (see `prewrite.rs`).
         let locked = AtomicUsize::new(0);
         // Explicit notifications of cells not written ride with the primary's prewrite.
         let extra_notifies: Vec<Cell> = notifies
@@ -155,49 +156,56 @@ impl Transaction {
             .filter(|cell| !cells.iter().any(|(c, _)| c == *cell))
             .cloned()
             .collect();
-        let prewrites = cells.iter().enumerate().map(|(i, (cell, value))| {
-            let primary_ref = if i == 0 { None } else { Some(primary.clone()) };
-            let mut notify: Vec<Cell> = if i == 0 {
-                extra_notifies.clone()
-            } else {
-                Vec::new()
-            };
-            if notifies.contains(cell) || shared.is_observed(cell) {
-                notify.push(cell.clone());
-            }
-            self.prewrite(
-                cell,
+        let plans: Vec<Prewrite<'_>> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, (cell, value))| {
+                let mut notify: Vec<Cell> = if i == 0 {
+                    extra_notifies.clone()
+                } else {
+                    Vec::new()
+                };
+                if notifies.contains(cell) || shared.is_observed(cell) {
+                    notify.push(cell.clone());
+                }
+                // The expected head: the one this transaction read, else the one our
+                // client's last commit of the cell left, else a guess that the cell is new
+                // (no head). A wrong expectation costs nothing extra: the CAS fails and
+                // returns the current head, which is what a read would have fetched (see
+                // ARCHITECTURE "Remembered heads").
+                let expected = cached
+                    .get(&shared.codec.head(cell))
+                    .cloned()
+                    .or_else(|| shared.remembered_head(cell))
+                    .unwrap_or(HeadSnapshot {
+                        raw: None,
+                        head: Head::default(),
+                    });
                 Prewrite {
-                    primary: primary_ref,
+                    cell,
+                    primary: (i > 0).then(|| primary.clone()),
                     value: value.as_deref(),
                     notify,
                     notify_primary: primary,
                     notify_bucket,
-                },
-                cached.get(&shared.codec.head(cell)).cloned(),
-                &locked,
-            )
-        });
-        let results = futures::future::join_all(prewrites).await;
-        let mut locked_heads = Vec::with_capacity(results.len());
-        let mut failure = None;
-        for result in results {
-            match result {
-                Ok(snap) => locked_heads.push(Some(snap)),
-                #[cfg(feature = "failpoints")]
-                Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
-                Err(e) => {
-                    locked_heads.push(None);
-                    if failure.is_none() || matches!(e, TxnError::Conflict { .. }) {
-                        failure = Some(e);
-                    }
+                    expected,
                 }
+            })
+            .collect();
+        let wrote = AtomicBool::new(false);
+        let mut locked_heads = match self.prewrite_all(plans, &locked, &wrote).await {
+            Ok(snaps) => snaps,
+            #[cfg(feature = "failpoints")]
+            Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
+            Err(e) => {
+                // Nothing reached the store (a conflict seen on the expected heads): nothing
+                // to undo. Otherwise some locks may exist: fence and remove them.
+                if wrote.load(Ordering::SeqCst) {
+                    self.abort(primary, cells).await?;
+                }
+                return Err(e);
             }
-        }
-        if let Some(error) = failure {
-            self.abort(primary, cells).await?;
-            return Err(error);
-        }
+        };
         crash_point!(self, CrashPoint::AllPrewritten);
 
         // Phase 2: commit_ts, then the commit point.
@@ -207,162 +215,32 @@ impl Transaction {
             self.abort(primary, cells).await?;
             return Err(self.too_old());
         }
-        let primary_snap = locked_heads[0].take();
+        let secondary_heads = locked_heads.split_off(1);
+        let primary_snap = locked_heads.pop();
         self.commit_primary(primary, commit_ts, primary_snap)
             .await?;
         crash_point!(self, CrashPoint::Committed);
 
-        // Secondaries: failures are harmless (readers roll them forward).
-        let committed = AtomicUsize::new(0);
-        let secondaries = cells[1..]
+        // Secondaries in one batched round: failures are harmless (readers roll them
+        // forward).
+        let secondaries: Vec<(&Cell, HeadSnapshot)> = cells[1..]
             .iter()
-            .zip(locked_heads[1..].iter_mut())
-            .map(|((cell, _), snap)| {
-                let snap = snap.take();
-                let committed = &committed;
-                let shared = shared.clone();
-                async move {
-                    match shared.roll_forward(cell, start_ts, commit_ts, snap).await {
-                        Ok(Some(committed)) => shared.remember_committed_head(cell, committed),
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::debug!(%cell, %start_ts, error = %e, "secondary commit failed; readers will roll it forward");
-                        }
-                    }
-                    let _done = committed.fetch_add(1, Ordering::SeqCst) + 1;
-                    crash_point!(self, CrashPoint::SecondaryCommitted { committed: _done });
-                    Ok::<(), TxnError>(())
+            .map(|(cell, _)| cell)
+            .zip(secondary_heads)
+            .collect();
+        let committed = shared
+            .roll_forward_many(secondaries, start_ts, commit_ts)
+            .await;
+        for (_done, cell) in committed.into_iter().enumerate() {
+            tracing::trace!(%cell, %start_ts, "secondary committed");
+            crash_point!(
+                self,
+                CrashPoint::SecondaryCommitted {
+                    committed: _done + 1
                 }
-            });
-        for result in futures::future::join_all(secondaries).await {
-            result?;
+            );
         }
         Ok(commit_ts)
-    }
-
-    /// Prewrites one cell: checks for conflicts, writes the out-of-line value and the
-    /// previous version, then CASes our lock into the head.
-    async fn prewrite(
-        &self,
-        cell: &Cell,
-        args: Prewrite<'_>,
-        cached: Option<HeadSnapshot>,
-        locked: &AtomicUsize,
-    ) -> TxnResult<HeadSnapshot> {
-        let shared = self.shared();
-        let start_ts = self.inner.start_ts;
-        let Prewrite {
-            primary,
-            value,
-            notify,
-            notify_primary,
-            notify_bucket,
-        } = args;
-        let op = match value {
-            None => Op::Delete,
-            Some(v) if v.len() > shared.config.inline_limit => Op::PutExternal(v.len() as u64),
-            Some(v) => Op::Put(v.to_vec()),
-        };
-        // The expected head: the one this transaction read, else the one our client's last
-        // commit of the cell left, else a guess that the cell is new (no head). A wrong
-        // expectation costs nothing extra: the CAS fails and returns the current head, which
-        // is what a read would have fetched (see ARCHITECTURE "Remembered heads").
-        let expected = cached
-            .or_else(|| shared.remembered_head(cell))
-            .unwrap_or(HeadSnapshot {
-                raw: None,
-                head: Head::default(),
-            });
-        let s = start_ts.0;
-        // What earlier attempts of the loop below already put (each is put once).
-        let data_written = AtomicBool::new(false);
-        let notify_written = AtomicBool::new(notify.is_empty());
-        let (data_written, notify_written) = (&data_written, &notify_written);
-        let (op, notify, primary) = (&op, &notify, &primary);
-        let update = shared
-            .update_head(cell, Some(expected), |snap: Arc<HeadSnapshot>| async move {
-                let head = &snap.head;
-                if let Some(lock) = &head.lock {
-                    if lock.start_ts == s {
-                        // Our own lock (a retried CAS that did apply).
-                        return Ok(HeadStep::Keep(()));
-                    }
-                    let lock = lock.clone();
-                    if shared.resolve_lock(cell, &lock).await? == TxnStatus::Pending {
-                        return Err(TxnError::Conflict { cell: cell.clone() });
-                    }
-                    return Ok(HeadStep::Reread);
-                }
-                let newer_commit = head.latest.as_ref().is_some_and(|v| v.commit_ts >= s);
-                if newer_commit || head.rollback_ts >= s {
-                    return Err(TxnError::Conflict { cell: cell.clone() });
-                }
-                let mut puts = Vec::new();
-                if let (Op::PutExternal(_), Some(v)) = (op, value) {
-                    if !data_written.swap(true, Ordering::Relaxed) {
-                        puts.push((shared.codec.data(cell, s), v.to_vec()));
-                    }
-                }
-                // Invariant 4: the versions our commit would push out of the head are
-                // durable in V before our lock exists. Our commit moves `latest` into
-                // `recent`; when that would overflow, `recent` goes to V now and leaves
-                // the head with our lock.
-                let spill = super::heads::recent_full(head);
-                if spill {
-                    for v in &head.recent {
-                        puts.push((shared.codec.version(cell, v.commit_ts), v.encode()));
-                    }
-                }
-                let mut notify_entries = Vec::new();
-                if !notify_written.swap(true, Ordering::Relaxed) {
-                    let record = crate::record::Notification::Strong {
-                        start_ts: s,
-                        primary: notify_primary.clone(),
-                        ttl_ms: self.lock_ttl_ms(),
-                    }
-                    .encode();
-                    for dirty in notify {
-                        let key = shared.codec.notify(dirty, s, notify_bucket);
-                        puts.push((key, record.clone()));
-                        notify_entries.push((dirty.clone(), s, record.clone()));
-                    }
-                }
-                if !puts.is_empty() {
-                    shared.kv.batch_put(puts).await?;
-                }
-                if !notify_entries.is_empty() {
-                    // Before our lock: a notify key put below a floor raised meanwhile is
-                    // moved above it, so it exists where scanners look before the commit
-                    // point.
-                    shared
-                        .settle_notify_keys(notify_bucket, &notify_entries)
-                        .await?;
-                }
-                let mut next: Head = head.next();
-                if spill {
-                    next.recent.clear();
-                }
-                next.lock = Some(Lock {
-                    start_ts: s,
-                    primary: primary.clone(),
-                    op: op.clone(),
-                    ttl_ms: self.lock_ttl_ms(),
-                });
-                Ok(HeadStep::Write(next))
-            })
-            .await?;
-        let snap = match update {
-            HeadUpdate::Kept((), snap) | HeadUpdate::Written(snap) => snap,
-        };
-        let _locked = locked.fetch_add(1, Ordering::SeqCst) + 1;
-        crash_point!(
-            self,
-            CrashPoint::Prewrote {
-                primary: primary.is_none(),
-                locked: _locked
-            }
-        );
-        Ok(snap)
     }
 
     /// The commit point: CAS of the primary from our lock to our version at `commit_ts`.
@@ -424,35 +302,19 @@ impl Transaction {
         }
     }
 
-    /// Rolls back after a failed prewrite: fence the primary first, then remove our locks.
+    /// Rolls back after a failed prewrite: fence the primary first, then remove our locks
+    /// (one batched read and one batched CAS for the secondaries; failures are harmless,
+    /// readers roll the leftovers back).
     async fn abort(&self, primary: &Cell, cells: &[(Cell, Option<Vec<u8>>)]) -> TxnResult<()> {
         let shared = self.shared();
         let start_ts = self.inner.start_ts;
         shared.fence_primary(primary, start_ts).await?;
-        let secondaries = cells[1..]
-            .iter()
-            .map(|(cell, _)| shared.roll_back(cell, start_ts, None));
-        for result in futures::future::join_all(secondaries).await {
-            if let Err(e) = result {
-                tracing::debug!(%start_ts, error = %e, "removing a secondary lock failed; readers will roll it back");
-            }
+        let secondaries: Vec<&Cell> = cells[1..].iter().map(|(cell, _)| cell).collect();
+        if let Err(e) = shared.roll_back_many(&secondaries, start_ts).await {
+            tracing::debug!(%start_ts, error = %e, "removing secondary locks failed; readers will roll them back");
         }
         Ok(())
     }
-}
-
-/// What one prewrite writes besides its lock.
-struct Prewrite<'a> {
-    /// The primary, or `None` when prewriting the primary itself.
-    primary: Option<Cell>,
-    /// The new value (`None`: delete).
-    value: Option<&'a [u8]>,
-    /// Cells whose notify keys are put before the lock.
-    notify: Vec<Cell>,
-    /// The transaction's primary, recorded in the notify keys.
-    notify_primary: &'a Cell,
-    /// The bucket of the notify keys.
-    notify_bucket: u64,
 }
 
 /// Extends the primary's lock TTL while a commit runs long; runs until the transaction is

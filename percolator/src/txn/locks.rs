@@ -10,8 +10,8 @@
 use super::heads::{HeadSnapshot, HeadStep, HeadUpdate, RECENT_MAX};
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Space};
-use crate::kv::{KeyRange, RangePager, ScanOrder};
-use crate::record::{Lock, Version};
+use crate::kv::{CasRequest, KeyRange, RangePager, ScanOrder};
+use crate::record::{Head, Lock, Version};
 use crate::ts::Timestamp;
 use std::sync::Arc;
 
@@ -147,20 +147,9 @@ impl Shared {
     ) -> TxnResult<Option<HeadSnapshot>> {
         let update = self
             .update_head(cell, known, |snap: Arc<HeadSnapshot>| async move {
-                let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == start_ts.0)
-                else {
+                let Some(mut next) = committed_head(&snap.head, start_ts, commit_ts) else {
                     return Ok(HeadStep::Keep(()));
                 };
-                let mut next = snap.head.next();
-                let superseded = next.latest.replace(Version {
-                    commit_ts: commit_ts.0,
-                    start_ts: start_ts.0,
-                    op: lock.op.clone(),
-                });
-                next.lock = None;
-                if let Some(previous) = superseded {
-                    next.recent.insert(0, previous);
-                }
                 // The prewrite made room in `recent`; a head that still overflows (not
                 // written by this protocol version) spills its oldest versions to V
                 // before they leave it (invariant 4).
@@ -175,6 +164,130 @@ impl Shared {
             HeadUpdate::Kept((), _) => None,
             HeadUpdate::Written(new) => Some(new),
         })
+    }
+
+    /// [`Shared::roll_forward`] of many secondaries at once, from the locked heads their
+    /// prewrite left (`known`): one batched CAS. A cell whose CAS did not apply (a reader
+    /// resolved it meanwhile, or the head holds more versions than fit) goes through
+    /// [`Shared::roll_forward`] from the head found. Failures are only logged: a lock left
+    /// behind is rolled forward by the next reader. Returns the cells committed by this
+    /// call, in order.
+    pub(crate) async fn roll_forward_many<'c>(
+        &self,
+        known: Vec<(&'c Cell, HeadSnapshot)>,
+        start_ts: Timestamp,
+        commit_ts: Timestamp,
+    ) -> Vec<&'c Cell> {
+        let mut committed = Vec::with_capacity(known.len());
+        let mut requests = Vec::new();
+        let mut batched = Vec::new();
+        let mut slow = Vec::new();
+        for (cell, snap) in known {
+            match committed_head(&snap.head, start_ts, commit_ts) {
+                Some(next) if next.recent.len() <= RECENT_MAX => {
+                    let bytes = next.encode();
+                    requests.push(CasRequest::new(
+                        self.codec.head(cell),
+                        snap.raw,
+                        bytes.clone(),
+                    ));
+                    batched.push((cell, next, bytes));
+                }
+                _ => slow.push((cell, Some(snap))),
+            }
+        }
+        if !requests.is_empty() {
+            match self.kv.batch_compare_and_swap(requests).await {
+                Ok(outcomes) => {
+                    for ((cell, next, bytes), out) in batched.into_iter().zip(outcomes) {
+                        if out.swapped || out.previous.as_deref() == Some(bytes.as_slice()) {
+                            self.remember_committed_head(
+                                cell,
+                                HeadSnapshot {
+                                    raw: Some(bytes),
+                                    head: next,
+                                },
+                            );
+                            committed.push(cell);
+                        } else {
+                            match HeadSnapshot::decode(&self.codec.head(cell), out.previous) {
+                                Ok(found) => slow.push((cell, Some(found))),
+                                Err(e) => {
+                                    tracing::debug!(%cell, %start_ts, error = %e, "secondary commit failed; readers will roll it forward")
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%start_ts, error = %e, "batched secondary commit failed; readers will roll the rest forward");
+                }
+            }
+        }
+        let rolls = slow.into_iter().map(|(cell, snap)| async move {
+            (
+                cell,
+                self.roll_forward(cell, start_ts, commit_ts, snap).await,
+            )
+        });
+        for (cell, result) in futures::future::join_all(rolls).await {
+            match result {
+                Ok(Some(head)) => {
+                    self.remember_committed_head(cell, head);
+                    committed.push(cell);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(%cell, %start_ts, error = %e, "secondary commit failed; readers will roll it forward");
+                }
+            }
+        }
+        committed
+    }
+
+    /// [`Shared::roll_back`] of many cells at once: one batched read of their heads, one
+    /// batched CAS removing the locks of `start_ts` found; a cell whose CAS did not apply
+    /// goes through [`Shared::roll_back`] from the head found.
+    pub(crate) async fn roll_back_many(
+        &self,
+        cells: &[&Cell],
+        start_ts: Timestamp,
+    ) -> TxnResult<()> {
+        let s = start_ts.0;
+        if cells.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<Vec<u8>> = cells.iter().map(|cell| self.codec.head(cell)).collect();
+        let raws = self.kv.batch_get(&keys).await?;
+        let mut requests = Vec::new();
+        let mut batched = Vec::new();
+        for ((cell, key), raw) in cells.iter().zip(keys).zip(raws) {
+            let snap = HeadSnapshot::decode(&key, raw)?;
+            if snap.head.lock.as_ref().is_none_or(|l| l.start_ts != s) {
+                continue;
+            }
+            let mut next = snap.head.next();
+            next.lock = None;
+            next.rollback_ts = next.rollback_ts.max(s);
+            let bytes = next.encode();
+            requests.push(CasRequest::new(key, snap.raw, bytes.clone()));
+            batched.push((*cell, bytes));
+        }
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let outcomes = self.kv.batch_compare_and_swap(requests).await?;
+        let mut slow = Vec::new();
+        for ((cell, bytes), out) in batched.into_iter().zip(outcomes) {
+            if !out.swapped && out.previous.as_deref() != Some(bytes.as_slice()) {
+                let found = HeadSnapshot::decode(&self.codec.head(cell), out.previous)?;
+                slow.push(self.roll_back(cell, start_ts, Some(found)));
+            }
+        }
+        for result in futures::future::join_all(slow).await {
+            result?;
+        }
+        Ok(())
     }
 
     /// Removes the lock of transaction `start_ts` from `cell` (if still there), raising the
@@ -232,4 +345,23 @@ impl Shared {
             HeadUpdate::Written(_) => TxnStatus::RolledBack,
         })
     }
+}
+
+/// The head after committing the lock of `start_ts` in `head` at `commit_ts` (the lock
+/// becomes `latest`, the previous `latest` moves to the front of `recent`), or `None` if
+/// `head` holds no lock of that transaction. `recent` may then hold more than
+/// [`RECENT_MAX`] versions (a head the prewrite did not make room in): the caller spills.
+fn committed_head(head: &Head, start_ts: Timestamp, commit_ts: Timestamp) -> Option<Head> {
+    let lock = head.lock.as_ref().filter(|l| l.start_ts == start_ts.0)?;
+    let mut next = head.next();
+    let superseded = next.latest.replace(Version {
+        commit_ts: commit_ts.0,
+        start_ts: start_ts.0,
+        op: lock.op.clone(),
+    });
+    next.lock = None;
+    if let Some(previous) = superseded {
+        next.recent.insert(0, previous);
+    }
+    Some(next)
 }

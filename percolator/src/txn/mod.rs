@@ -34,6 +34,7 @@ mod gc;
 mod heads;
 mod locks;
 mod notify;
+mod prewrite;
 mod read;
 mod transaction;
 

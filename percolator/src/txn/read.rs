@@ -44,6 +44,66 @@ impl Transaction {
         Ok((read.value, read.commit_ts))
     }
 
+    /// The values of `cells` in this transaction's snapshot (its own writes included), in
+    /// the same order: [`Transaction::get`] of each, with the heads not known yet fetched
+    /// in one `batch_get`. Locks met are resolved exactly as `get` resolves them, and the
+    /// heads read are kept as the expectations of the prewrite. A cell may appear twice.
+    pub async fn get_many(&self, cells: &[Cell]) -> TxnResult<Vec<Option<Vec<u8>>>> {
+        Ok(self
+            .get_many_versioned(cells)
+            .await?
+            .into_iter()
+            .map(|(value, _)| value)
+            .collect())
+    }
+
+    /// [`Transaction::get_many`], also returning the commit_ts of each version read, as
+    /// [`Transaction::get_versioned`] does.
+    pub async fn get_many_versioned(
+        &self,
+        cells: &[Cell],
+    ) -> TxnResult<Vec<(Option<Vec<u8>>, Option<u64>)>> {
+        let mut out: Vec<(Option<Vec<u8>>, Option<u64>)> = vec![(None, None); cells.len()];
+        let mut known: Vec<(usize, Vec<u8>, HeadSnapshot)> = Vec::new();
+        let mut fetch: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (i, cell) in cells.iter().enumerate() {
+            match self.local_read(cell)? {
+                LocalRead::Written(value) => out[i] = (value, None),
+                LocalRead::Head(key, Some(snap)) => known.push((i, key, snap)),
+                LocalRead::Head(key, None) => fetch.push((i, key)),
+            }
+        }
+        if !fetch.is_empty() {
+            let keys: Vec<Vec<u8>> = fetch.iter().map(|(_, key)| key.clone()).collect();
+            let raws = self.shared().kv.batch_get(&keys).await?;
+            if raws.len() != keys.len() {
+                return Err(TxnError::Storage(KvError::Engine {
+                    op: "batch_get",
+                    message: format!("{} values for {} keys", raws.len(), keys.len()),
+                }));
+            }
+            for ((i, key), raw) in fetch.into_iter().zip(raws) {
+                let snap = HeadSnapshot::decode(&key, raw)?;
+                known.push((i, key, snap));
+            }
+        }
+        let reads = known.into_iter().map(|(i, key, snap)| async move {
+            (i, self.read_versioned(&cells[i], key, snap).await)
+        });
+        let mut beyond_head = false;
+        for (i, read) in futures::future::join_all(reads).await {
+            let read = read?;
+            beyond_head |= read.beyond_head;
+            out[i] = (read.value, read.commit_ts);
+        }
+        // One check after the last read covers every read.
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        self.check_lifetime()?;
+        Ok(out)
+    }
+
     /// The value of `cell` in this transaction's snapshot (its own writes included).
     pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
         Ok(self.get_versioned(cell).await?.0)

@@ -1,0 +1,379 @@
+//! Phase 1 of a commit: the prewrite of every written cell, batched (ARCHITECTURE.md,
+//! "Batched prewrite and commit").
+//!
+//! One round for the whole write set when nothing stands in the way:
+//! 1. decide on each cell's *expected* head (read by the transaction, remembered from this
+//!    client's last commit of the cell, or guessed absent), without a store call: a conflict
+//!    seen there ends the commit before anything is written;
+//! 2. one `batch_put` of every cell's extra writes (out-of-line values, versions spilled from
+//!    full heads, notify keys), then the notify-floor settling of every notify key;
+//! 3. one `batch_compare_and_swap` of every head from its expected bytes to the locked head.
+//!
+//! (Write sets larger than [`PREWRITE_CHUNK`] cells take one such round per chunk, the
+//! primary's first.)
+//!
+//! Cells whose swap did not apply (the head was not the one expected, or the batch failed)
+//! and cells whose expected head holds a lock go through the per-cell loop, [`prewrite_one`]
+//! (conflict checks and lock resolution on the head actually found), as every cell did
+//! before batching.
+//!
+//! [`prewrite_one`]: Transaction::prewrite_one
+
+#[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
+use super::failpoint::{crash_point, CrashPoint};
+use super::heads::{HeadSnapshot, HeadStep, HeadUpdate};
+use super::locks::TxnStatus;
+use super::notify::NotifyEntry;
+use super::transaction::Transaction;
+use super::{TxnError, TxnResult};
+use crate::codec::Cell;
+use crate::kv::{CasRequest, KvPair};
+use crate::record::{Head, Lock, Op};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Cells per batched round: bounds the time between drawing a lock's TTL and writing the
+/// lock, the size of one store call, and the work between two yields to the heartbeat.
+const PREWRITE_CHUNK: usize = 256;
+
+/// What one cell's prewrite writes besides its lock.
+pub(super) struct Prewrite<'a> {
+    /// The cell.
+    pub(super) cell: &'a Cell,
+    /// The primary, or `None` when prewriting the primary itself.
+    pub(super) primary: Option<Cell>,
+    /// The new value (`None`: delete).
+    pub(super) value: Option<&'a [u8]>,
+    /// Cells whose notify keys are put before the lock.
+    pub(super) notify: Vec<Cell>,
+    /// The transaction's primary, recorded in the notify keys.
+    pub(super) notify_primary: &'a Cell,
+    /// The bucket of the notify keys.
+    pub(super) notify_bucket: u64,
+    /// The head the prewrite expects (read, remembered, or guessed absent).
+    pub(super) expected: HeadSnapshot,
+}
+
+/// What the per-cell loop of one cell starts from.
+struct Fallback {
+    /// The cell's index in the write set.
+    index: usize,
+    /// The head to decide on first (`None`: read it).
+    start: Option<HeadSnapshot>,
+    /// Whether the batch already put the cell's extra writes (out-of-line value, notify
+    /// keys; spilled versions are decided again on the head found).
+    extras_written: bool,
+}
+
+impl Transaction {
+    /// Prewrites every cell of `plans` (the primary first); returns the locked heads in the
+    /// same order. `wrote` is set once anything may have reached the store, so that a
+    /// failure before that needs no abort.
+    pub(super) async fn prewrite_all(
+        &self,
+        plans: Vec<Prewrite<'_>>,
+        locked: &AtomicUsize,
+        wrote: &AtomicBool,
+    ) -> TxnResult<Vec<HeadSnapshot>> {
+        let mut snaps: Vec<Option<HeadSnapshot>> = vec![None; plans.len()];
+        let mut fallbacks: Vec<Fallback> = Vec::new();
+        for first in (0..plans.len()).step_by(PREWRITE_CHUNK) {
+            let last = (first + PREWRITE_CHUNK).min(plans.len());
+            self.prewrite_chunk(
+                &plans,
+                first..last,
+                &mut snaps,
+                &mut fallbacks,
+                locked,
+                wrote,
+            )
+            .await?;
+            if last < plans.len() {
+                // Let the heartbeat beside the commit run: an in-process store yields only
+                // once the task's budget is spent, which a few batched calls never do.
+                tokio::task::yield_now().await;
+            }
+        }
+        if !fallbacks.is_empty() {
+            wrote.store(true, Ordering::SeqCst);
+            let plans = &plans;
+            let slow = fallbacks.into_iter().map(|f| async move {
+                let snap = self
+                    .prewrite_one(&plans[f.index], f.start, f.extras_written, locked)
+                    .await;
+                (f.index, snap)
+            });
+            let mut failure = None;
+            for (index, result) in futures::future::join_all(slow).await {
+                match result {
+                    Ok(snap) => snaps[index] = Some(snap),
+                    #[cfg(feature = "failpoints")]
+                    Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
+                    Err(e) => {
+                        if failure.is_none() || matches!(e, TxnError::Conflict { .. }) {
+                            failure = Some(e);
+                        }
+                    }
+                }
+            }
+            if let Some(error) = failure {
+                return Err(error);
+            }
+        }
+        Ok(snaps.into_iter().flatten().collect())
+    }
+
+    /// Steps 1-3 of the batched prewrite for the cells `range` of `plans`: their locks
+    /// land in `snaps`, the cells left to the per-cell loop in `fallbacks`.
+    async fn prewrite_chunk(
+        &self,
+        plans: &[Prewrite<'_>],
+        range: std::ops::Range<usize>,
+        snaps: &mut [Option<HeadSnapshot>],
+        fallbacks: &mut Vec<Fallback>,
+        locked: &AtomicUsize,
+        wrote: &AtomicBool,
+    ) -> TxnResult<()> {
+        let shared = self.shared();
+        let s = self.inner.start_ts.0;
+        // Measured per chunk: a lock is written moments after its TTL is drawn.
+        let ttl_ms = self.lock_ttl_ms();
+        let mut puts: Vec<KvPair> = Vec::new();
+        let mut notify_entries: Vec<NotifyEntry> = Vec::new();
+        let mut requests: Vec<CasRequest> = Vec::new();
+        let mut batched: Vec<(usize, Head)> = Vec::new();
+        // 1. Decide on the expected heads (no store call).
+        for index in range {
+            let plan = &plans[index];
+            let head = &plan.expected.head;
+            if head.lock.is_some() {
+                // A lock to resolve first: the per-cell loop does that.
+                fallbacks.push(Fallback {
+                    index,
+                    start: Some(plan.expected.clone()),
+                    extras_written: false,
+                });
+                continue;
+            }
+            if conflicts(head, s) {
+                return Err(TxnError::Conflict {
+                    cell: plan.cell.clone(),
+                });
+            }
+            let op = lock_op(plan.value, shared.config.inline_limit);
+            let (next, spilled) = locked_head(head, self.lock(plan, op, ttl_ms));
+            self.extra_writes(plan, &spilled, true, &mut puts, &mut notify_entries);
+            requests.push(CasRequest::new(
+                shared.codec.head(plan.cell),
+                plan.expected.raw.clone(),
+                next.encode(),
+            ));
+            batched.push((index, next));
+        }
+        if requests.is_empty() {
+            return Ok(());
+        }
+        // 2. Extra writes, durable (and notify keys settled above the floor) before any lock
+        //    of the batch exists: invariant 4 and the notify-floor argument.
+        wrote.store(true, Ordering::SeqCst);
+        if !puts.is_empty() {
+            shared.kv.batch_put(puts).await?;
+        }
+        if let Some((plan, _)) = plans.first().zip(notify_entries.first()) {
+            shared
+                .settle_notify_keys(plan.notify_bucket, &notify_entries)
+                .await?;
+        }
+        // 3. Every lock of the chunk in one round.
+        let news: Vec<Vec<u8>> = requests.iter().map(|r| r.new.clone()).collect();
+        let mut confirmed = Vec::with_capacity(batched.len());
+        match shared.kv.batch_compare_and_swap(requests).await {
+            Ok(outcomes) => {
+                for (((index, next), new), out) in batched.into_iter().zip(news).zip(outcomes) {
+                    // Not swapped but holding exactly our bytes: the retry hazard, ours.
+                    if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
+                        snaps[index] = Some(HeadSnapshot {
+                            raw: Some(new),
+                            head: next,
+                        });
+                        confirmed.push(index);
+                    } else {
+                        let key = shared.codec.head(plans[index].cell);
+                        fallbacks.push(Fallback {
+                            index,
+                            start: Some(HeadSnapshot::decode(&key, out.previous)?),
+                            extras_written: true,
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                // Any subset may have applied: each cell is decided again on its head as
+                // read now (our own lock found there is kept).
+                tracing::debug!(start_ts = s, error = %e, "batched prewrite failed; prewriting cell by cell");
+                fallbacks.extend(batched.into_iter().map(|(index, _)| Fallback {
+                    index,
+                    start: None,
+                    extras_written: true,
+                }));
+            }
+        }
+        for _index in confirmed {
+            let _locked = locked.fetch_add(1, Ordering::SeqCst) + 1;
+            crash_point!(
+                self,
+                CrashPoint::Prewrote {
+                    primary: _index == 0,
+                    locked: _locked
+                }
+            );
+        }
+        Ok(())
+    }
+
+    /// Our lock for `plan`'s cell.
+    fn lock(&self, plan: &Prewrite<'_>, op: Op, ttl_ms: u64) -> Lock {
+        Lock {
+            start_ts: self.inner.start_ts.0,
+            primary: plan.primary.clone(),
+            op,
+            ttl_ms,
+        }
+    }
+
+    /// Appends the writes that must be durable before `plan`'s lock: the out-of-line value
+    /// and the notify keys (when `extras` is set: not put yet), and the `spilled` versions.
+    fn extra_writes(
+        &self,
+        plan: &Prewrite<'_>,
+        spilled: &[crate::record::Version],
+        extras: bool,
+        puts: &mut Vec<KvPair>,
+        notify_entries: &mut Vec<NotifyEntry>,
+    ) {
+        let shared = self.shared();
+        let s = self.inner.start_ts.0;
+        if extras {
+            if let Some(v) = plan.value.filter(|v| v.len() > shared.config.inline_limit) {
+                puts.push((shared.codec.data(plan.cell, s), v.to_vec()));
+            }
+            if !plan.notify.is_empty() {
+                let record = crate::record::Notification::Strong {
+                    start_ts: s,
+                    primary: plan.notify_primary.clone(),
+                    ttl_ms: self.lock_ttl_ms(),
+                }
+                .encode();
+                for dirty in &plan.notify {
+                    let key = shared.codec.notify(dirty, s, plan.notify_bucket);
+                    puts.push((key, record.clone()));
+                    notify_entries.push((dirty.clone(), s, record.clone()));
+                }
+            }
+        }
+        for v in spilled {
+            puts.push((shared.codec.version(plan.cell, v.commit_ts), v.encode()));
+        }
+    }
+
+    /// Prewrites one cell with the read-modify-CAS loop: checks for conflicts (resolving
+    /// locks met), writes the extra writes not written yet (`extras_written`: the batch put
+    /// them already), then CASes our lock into the head, deciding again on every head found.
+    async fn prewrite_one(
+        &self,
+        plan: &Prewrite<'_>,
+        start: Option<HeadSnapshot>,
+        extras_written: bool,
+        locked: &AtomicUsize,
+    ) -> TxnResult<HeadSnapshot> {
+        let shared = self.shared();
+        let cell = plan.cell;
+        let s = self.inner.start_ts.0;
+        let op = lock_op(plan.value, shared.config.inline_limit);
+        // Extra writes are put once, by the first attempt that gets that far.
+        let extras_written = AtomicBool::new(extras_written);
+        let (extras_written, op) = (&extras_written, &op);
+        let update = shared
+            .update_head(cell, start, |snap: Arc<HeadSnapshot>| async move {
+                let head = &snap.head;
+                if let Some(lock) = &head.lock {
+                    if lock.start_ts == s {
+                        // Our own lock (a retried CAS that did apply).
+                        return Ok(HeadStep::Keep(()));
+                    }
+                    let lock = lock.clone();
+                    if shared.resolve_lock(cell, &lock).await? == TxnStatus::Pending {
+                        return Err(TxnError::Conflict { cell: cell.clone() });
+                    }
+                    return Ok(HeadStep::Reread);
+                }
+                if conflicts(head, s) {
+                    return Err(TxnError::Conflict { cell: cell.clone() });
+                }
+                let (next, spilled) =
+                    locked_head(head, self.lock(plan, op.clone(), self.lock_ttl_ms()));
+                let extras = !extras_written.swap(true, Ordering::Relaxed);
+                let (mut puts, mut notify_entries) = (Vec::new(), Vec::new());
+                self.extra_writes(plan, &spilled, extras, &mut puts, &mut notify_entries);
+                if !puts.is_empty() {
+                    shared.kv.batch_put(puts).await?;
+                }
+                if !notify_entries.is_empty() {
+                    // Before our lock: a notify key put below a floor raised meanwhile is
+                    // moved above it, so it exists where scanners look before the commit
+                    // point.
+                    shared
+                        .settle_notify_keys(plan.notify_bucket, &notify_entries)
+                        .await?;
+                }
+                Ok(HeadStep::Write(next))
+            })
+            .await?;
+        let snap = match update {
+            HeadUpdate::Kept((), snap) | HeadUpdate::Written(snap) => snap,
+        };
+        let _locked = locked.fetch_add(1, Ordering::SeqCst) + 1;
+        crash_point!(
+            self,
+            CrashPoint::Prewrote {
+                primary: plan.primary.is_none(),
+                locked: _locked
+            }
+        );
+        Ok(snap)
+    }
+}
+
+/// Whether a lock-free `head` forbids a prewrite at `start_ts` (first committer wins, and a
+/// rolled-back transaction never locks again).
+fn conflicts(head: &Head, start_ts: u64) -> bool {
+    let newer_commit = head
+        .latest
+        .as_ref()
+        .is_some_and(|v| v.commit_ts >= start_ts);
+    newer_commit || head.rollback_ts >= start_ts
+}
+
+/// The lock's operation for a new value (`None`: delete).
+fn lock_op(value: Option<&[u8]>, inline_limit: usize) -> Op {
+    match value {
+        None => Op::Delete,
+        Some(v) if v.len() > inline_limit => Op::PutExternal(v.len() as u64),
+        Some(v) => Op::Put(v.to_vec()),
+    }
+}
+
+/// The head holding `lock` on top of lock-free `head`, and the versions that must be in `V`
+/// before it is written. Invariant 4: the versions our commit would push out of the head
+/// are durable in `V` before our lock exists. Our commit moves `latest` into `recent`; when
+/// that would overflow, `recent` goes to `V` now and leaves the head with our lock.
+fn locked_head(head: &Head, lock: Lock) -> (Head, Vec<crate::record::Version>) {
+    let mut next = head.next();
+    let spilled = if super::heads::recent_full(head) {
+        std::mem::take(&mut next.recent)
+    } else {
+        Vec::new()
+    };
+    next.lock = Some(lock);
+    (next, spilled)
+}
