@@ -346,18 +346,29 @@ impl Ctx<'_> {
         runs: &[Runnable],
     ) -> Result<Vec<bool>, ObserverError> {
         let name = &self.registered.name;
-        let acks = futures::future::try_join_all(runs.iter().map(|r| async move {
+        // One batched read of every covered cell and its acknowledgment (reading a cell
+        // rolls a committed writer's lock forward first).
+        let mut wanted = Vec::with_capacity(2 * runs.len());
+        for r in runs.iter().filter(|r| r.covered.is_some()) {
+            wanted.push(r.cell.clone());
+            wanted.push(Registry::ack_cell(&r.cell, name));
+        }
+        let mut read = txn.get_many_versioned(&wanted).await?.into_iter();
+        let mut acks = Vec::with_capacity(runs.len());
+        for r in runs {
             let Some(covered) = r.covered else {
-                return Ok::<_, ObserverError>(None);
+                acks.push(None);
+                continue;
             };
-            // Reading the cell rolls a committed writer's lock forward first.
-            let (_, latest) = txn.get_versioned(&r.cell).await?;
-            let ack_cell = Registry::ack_cell(&r.cell, name);
-            let ack = parse_ack(txn.get(&ack_cell).await?);
+            let (_, latest) = read.next().unwrap_or_default();
+            let (ack, _) = read.next().unwrap_or_default();
             let m = covered.max(latest.unwrap_or(0));
-            Ok(Some((ack_cell, m, m <= ack)))
-        }))
-        .await?;
+            acks.push(Some((
+                Registry::ack_cell(&r.cell, name),
+                m,
+                m <= parse_ack(ack),
+            )));
+        }
         let ran: Vec<bool> = acks
             .iter()
             .map(|a| !matches!(a, Some((_, _, true))))

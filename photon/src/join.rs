@@ -72,22 +72,6 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
     ObserverError::failed(format!("malformed {what} at {cell}: {e}"))
 }
 
-/// Stand-in for `Transaction::get_many` (batched reads, being added to percolator): the
-/// same shape, as a method, so that once the inherent method exists it is the one called
-/// (inherent methods win) and this trait can simply be deleted.
-trait GetMany {
-    /// The values of `cells` in the transaction's snapshot (its own writes included), in
-    /// order.
-    async fn get_many(&self, cells: &[Cell]) -> percolator::txn::TxnResult<Vec<Option<Vec<u8>>>>;
-}
-
-// stand-in for Transaction::get_many
-impl GetMany for Transaction {
-    async fn get_many(&self, cells: &[Cell]) -> percolator::txn::TxnResult<Vec<Option<Vec<u8>>>> {
-        futures::future::try_join_all(cells.iter().map(|c| self.get(c))).await
-    }
-}
-
 /// A click of a batch as read: the stored event and the commit_ts of its delivery.
 struct ReadClick {
     stored: Stored<Click>,
@@ -129,7 +113,7 @@ async fn join_clicks(
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
     let (clicks, boundary) = futures::future::try_join(
-        futures::future::try_join_all(cells.iter().map(|cell| txn.get_versioned(cell))),
+        txn.get_many_versioned(cells),
         boundary(txn),
     )
     .await?;
