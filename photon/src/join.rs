@@ -146,42 +146,50 @@ async fn join_click(
                 }
             }
         }
-        None => {
-            let age = now_ms().saturating_sub(click.event_time);
-            if age > config.horizon.as_millis() as u64 {
-                // With the horizon, for verify to name it.
-                txn.set(
-                    outcome_cell(&click.click_id),
-                    Outcome::Expired {
-                        horizon_secs: Some(config.horizon.as_secs()),
-                    }
-                    .encode(),
-                );
-                bump(&stats.expired);
-                return Ok(());
-            }
-            // Park on the query's pending list (the wake observer and the sweep take the
-            // click off it when they wake it).
-            let pending = pending_cell(&click.query_id);
-            let mut waiting: Vec<String> = match txn.get(&pending).await? {
-                Some(b) => {
-                    serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?
-                }
-                None => Vec::new(),
-            };
-            if !waiting.contains(&click.click_id) {
-                waiting.push(click.click_id.clone());
-            }
-            txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
-            txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
-            bump(&stats.parked);
-            // The wake observer writes nothing when no click waits, so a query committed
-            // while this transaction ran may have looked before we parked. Notifying the
-            // query's cell here makes its wake observer run again after this park commits
-            // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
-            txn.notify(query_cell(&click.query_id));
-        }
+        None => park_click(&txn, click, config, stats).await?,
     }
+    Ok(())
+}
+
+/// The click's query is absent: report the click expired if it is past the horizon, else
+/// park it on the query's pending list (the wake observer and the sweep take it off).
+async fn park_click(
+    txn: &Transaction,
+    click: Click,
+    config: &JoinConfig,
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
+    let age = now_ms().saturating_sub(click.event_time);
+    if age > config.horizon.as_millis() as u64 {
+        // With the horizon, for verify to name it.
+        txn.set(
+            outcome_cell(&click.click_id),
+            Outcome::Expired {
+                horizon_secs: Some(config.horizon.as_secs()),
+            }
+            .encode(),
+        );
+        bump(&stats.expired);
+        return Ok(());
+    }
+    // Park on the query's pending list (the wake observer and the sweep take the
+    // click off it when they wake it).
+    let pending = pending_cell(&click.query_id);
+    let mut waiting: Vec<String> = match txn.get(&pending).await? {
+        Some(b) => serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?,
+        None => Vec::new(),
+    };
+    if !waiting.contains(&click.click_id) {
+        waiting.push(click.click_id.clone());
+    }
+    txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
+    txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    bump(&stats.parked);
+    // The wake observer writes nothing when no click waits, so a query committed
+    // while this transaction ran may have looked before we parked. Notifying the
+    // query's cell here makes its wake observer run again after this park commits
+    // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
+    txn.notify(query_cell(&click.query_id));
     Ok(())
 }
 
