@@ -127,6 +127,16 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         p.settle().await;
     }
     let sweeper = spawn_sweeper(client.clone(), HORIZON, Duration::from_millis(5000));
+    // Long runs collect old versions as `photon work` does (its default period and lag).
+    let gc = offered.and_then(|o| o.duration).map(|_| {
+        let spec = crate::maintenance::GcSpec {
+            every: Duration::from_secs(600),
+            lag: Duration::from_secs(600),
+            retention_days: None,
+            holder: format!("demo-{}", std::process::id()),
+        };
+        crate::maintenance::spawn_gc(client.clone(), spec, Default::default())
+    });
     let style = ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} ({per_sec})")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
@@ -198,6 +208,9 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     join_bar.set_position(joined_now(&running));
     join_bar.finish();
     sweeper.abort();
+    if let Some(gc) = gc {
+        gc.abort();
+    }
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
     let mut minutes = crate::timeline::Minutes::new(started_ms);
