@@ -251,6 +251,18 @@ pub struct WorkArgs {
     /// clicks*.jsonl); waits until every one of them is loaded.
     #[arg(long, requires = "until_drained")]
     pub input: Option<PathBuf>,
+    /// Period of version GC (and of IdRegistry GC with --registry-retention-days), seconds;
+    /// 0: off. One worker of the namespace runs a pass at a time (a lease).
+    #[arg(long, default_value_t = 600)]
+    pub gc_every_secs: u64,
+    /// How far GC's safe point lags the oracle, seconds (at least the client's GC lag, 600 s:
+    /// no snapshot that old can still be read).
+    #[arg(long, default_value_t = 600)]
+    pub gc_lag_secs: u64,
+    /// With it, periodic GC also drops IdRegistry days older than this many days (as
+    /// `photon gc --retention-days`); clicks of those days are then reported too old.
+    #[arg(long)]
+    pub registry_retention_days: Option<u64>,
 }
 
 impl GenArgs {
@@ -288,6 +300,17 @@ impl WorkArgs {
     /// `--horizon-secs`.
     pub fn horizon(&self) -> Duration {
         Duration::from_secs(self.horizon_secs)
+    }
+
+    /// The periodic GC these arguments ask for (`None`: `--gc-every-secs 0`); `holder`
+    /// names this process in the GC lease.
+    pub fn gc(&self, holder: String) -> Option<crate::maintenance::GcSpec> {
+        (self.gc_every_secs > 0).then(|| crate::maintenance::GcSpec {
+            every: Duration::from_secs(self.gc_every_secs),
+            lag: Duration::from_secs(self.gc_lag_secs),
+            retention_days: self.registry_retention_days,
+            holder,
+        })
     }
 
     /// `--sweep-ms`.

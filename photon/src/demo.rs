@@ -134,6 +134,16 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         p.settle().await;
     }
     let sweeper = spawn_sweeper(client.clone(), HORIZON, Duration::from_millis(5000));
+    // Long runs collect old versions as `photon work` does (its default period and lag).
+    let gc = offered.and_then(|o| o.duration).map(|_| {
+        let spec = crate::maintenance::GcSpec {
+            every: Duration::from_secs(600),
+            lag: Duration::from_secs(600),
+            retention_days: None,
+            holder: format!("demo-{}", std::process::id()),
+        };
+        crate::maintenance::spawn_gc(client.clone(), spec, Default::default())
+    });
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
     let started = Instant::now();
     let started_ms = crate::schema::now_ms();
@@ -206,6 +216,9 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     let elapsed = started.elapsed();
     shown.finish();
     sweeper.abort();
+    if let Some(gc) = gc {
+        gc.abort();
+    }
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
     let mut minutes = crate::timeline::Minutes::new(started_ms);

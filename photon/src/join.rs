@@ -268,6 +268,8 @@ async fn park_click(
     }
     txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
     txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    // The index the sweep reads instead of the whole pending table (crate::parked).
+    crate::parked::file(txn, &click.query_id, &click.click_id);
     bump(&stats.parked);
     // The wake observer writes nothing when no click waits, so a query committed
     // while this transaction ran may have looked before we parked. Notifying the
@@ -329,65 +331,15 @@ pub fn register(
     Ok(())
 }
 
-/// The durable fallback of the wake-up: notifies every parked click whose query has arrived
-/// or whose horizon has passed (so it is joined or reported). Returns clicks notified.
-/// Reads the pending table in a snapshot, then wakes each row that needs it in a small
-/// transaction of its own (retried on conflicts), so it never rewrites rows it leaves as
-/// they are and does not conflict with parks and wake-ups elsewhere in the table.
+/// The durable fallback of the wake-up: notifies the parked clicks whose query has arrived
+/// or whose horizon has passed (so they are joined or reported), reading only the index of
+/// parked clicks that fell due since the last pass ([`crate::parked::sweep`]), not the
+/// whole pending table. Returns clicks notified.
 pub async fn sweep_pending(
     client: &Client,
     horizon: Duration,
 ) -> Result<u64, percolator::TxnError> {
-    let snapshot = client.begin().await?;
-    let rows = snapshot.scan(PENDING.as_bytes(), b"", None).await?;
-    snapshot.rollback();
-    let mut notified = 0;
-    for (cell, _) in rows {
-        notified += client
-            .run(|txn| sweep_row(txn, cell.clone(), horizon))
-            .await?;
-    }
-    Ok(notified)
-}
-
-/// Wakes the clicks of one pending row whose query arrived or whose horizon passed, taking
-/// them off the list in the same transaction (so a click is woken once).
-async fn sweep_row(
-    txn: Transaction,
-    cell: Cell,
-    horizon: Duration,
-) -> Result<u64, percolator::TxnError> {
-    let Some(value) = txn.get(&cell).await? else {
-        return Ok(0);
-    };
-    let query_id = String::from_utf8_lossy(&cell.row).into_owned();
-    let waiting: Vec<String> = serde_json::from_slice(&value).unwrap_or_default();
-    let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
-    let mut still_waiting = Vec::new();
-    let mut notified = 0;
-    for click_id in waiting {
-        let expired = match txn.get(&click_cell(&click_id)).await? {
-            Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
-                .map(|s| now_ms().saturating_sub(s.event.event_time) > horizon.as_millis() as u64)
-                .unwrap_or(false),
-            None => false,
-        };
-        if arrived || expired {
-            txn.notify(click_cell(&click_id));
-            notified += 1;
-        } else {
-            still_waiting.push(click_id);
-        }
-    }
-    if notified == 0 {
-        return Ok(0); // Nothing to wake: leave the row untouched.
-    }
-    if still_waiting.is_empty() {
-        txn.delete(cell);
-    } else {
-        txn.set(cell, serde_json::to_vec(&still_waiting).unwrap_or_default());
-    }
-    Ok(notified)
+    Ok(crate::parked::sweep(client, horizon).await?.notified)
 }
 
 /// Advances the IdRegistry boundary to `day` (never backwards), waits until every

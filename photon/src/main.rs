@@ -10,6 +10,7 @@ use photon::cli::{Cli, Command, StoreArgs};
 use photon::demo::DemoOptions;
 use photon::join;
 use photon::load::{LoadOptions, LoadStats};
+use photon::maintenance::{spawn_gc, GcMetrics};
 use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
 use photon::progress::{Counter, Display, Progress};
@@ -95,10 +96,20 @@ async fn main() -> anyhow::Result<()> {
             let client = client(&store).await?;
             let pipeline = Pipeline::start(&client, &work.spec())?;
             let sweeper = spawn_sweeper(client.clone(), work.horizon(), work.sweep_period());
+            let gc_metrics = Arc::new(GcMetrics::default());
+            let holder = pipeline.worker.id().to_string();
+            let gc = work
+                .gc(holder)
+                .map(|spec| spawn_gc(client.clone(), spec, gc_metrics.clone()));
             let pipelines = Arc::new(vec![pipeline]);
             if let Some(addr) = metrics_addr {
                 let p = pipelines.clone();
-                let render: Render = Arc::new(move || metrics::render(&p));
+                let g = gc_metrics.clone();
+                let render: Render = Arc::new(move || {
+                    let mut out = metrics::render(&p);
+                    photon::maintenance::render(&g, &mut out);
+                    out
+                });
                 tokio::spawn(async move {
                     if let Err(e) = metrics::serve(addr, render).await {
                         tracing::error!(%addr, error = %e, "metrics endpoint failed");
@@ -142,6 +153,9 @@ async fn main() -> anyhow::Result<()> {
                 })
                 .await;
             sweeper.abort();
+            if let Some(gc) = gc {
+                gc.abort();
+            }
             match outcome {
                 Some(Ok(())) => eprintln!("photon worker: loaded and drained; exiting"),
                 Some(Err(e)) => return Err(e).context("checking for the drain"),

@@ -53,6 +53,9 @@ pub struct EmbeddedOptions {
     pub durability: Durability,
     /// Block cache size in bytes.
     pub cache_bytes: u64,
+    /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
+    /// memtables are flushed to disk segments.
+    pub write_buffer_bytes: u64,
 }
 
 impl Default for EmbeddedOptions {
@@ -60,6 +63,39 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             durability: Durability::Process,
             cache_bytes: 64 * 1024 * 1024,
+            write_buffer_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Environment variable overriding [`EmbeddedOptions::cache_bytes`] (MiB) in
+/// [`EmbeddedOptions::from_env`].
+pub const CACHE_MB_ENV: &str = "PERCOLATOR_EMBEDDED_CACHE_MB";
+/// Environment variable overriding [`EmbeddedOptions::write_buffer_bytes`] (MiB) in
+/// [`EmbeddedOptions::from_env`].
+pub const WRITE_BUFFER_MB_ENV: &str = "PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB";
+
+impl EmbeddedOptions {
+    /// The defaults, with the memory knobs taken from the environment where set
+    /// ([`CACHE_MB_ENV`], [`WRITE_BUFFER_MB_ENV`], in MiB; unparsable values are ignored
+    /// with a warning). Every binary that opens an embedded store from a `--store` spec uses
+    /// it (`open_local_store`).
+    pub fn from_env() -> Self {
+        let mib = |name: &str| -> Option<u64> {
+            let value = std::env::var(name).ok()?;
+            match value.trim().parse::<u64>() {
+                Ok(n) => Some(n * 1024 * 1024),
+                Err(_) => {
+                    tracing::warn!(name, value, "not a whole number of MiB; ignored");
+                    None
+                }
+            }
+        };
+        let defaults = EmbeddedOptions::default();
+        EmbeddedOptions {
+            cache_bytes: mib(CACHE_MB_ENV).unwrap_or(defaults.cache_bytes),
+            write_buffer_bytes: mib(WRITE_BUFFER_MB_ENV).unwrap_or(defaults.write_buffer_bytes),
+            ..defaults
         }
     }
 }
@@ -146,12 +182,13 @@ impl EmbeddedKv {
         }
         let keyspace = Config::new(path.join("fjall"))
             .cache_size(options.cache_bytes)
+            .max_write_buffer_size(options.write_buffer_bytes.max(1024 * 1024))
             .open()
             .map_err(engine("open"))?;
         let data = keyspace
             .open_partition("kv", PartitionCreateOptions::default())
             .map_err(engine("open"))?;
-        tracing::debug!(path = %path.display(), durability = ?options.durability, "opened embedded store");
+        tracing::debug!(path = %path.display(), ?options, "opened embedded store");
         Ok(EmbeddedKv {
             path,
             keyspace,

@@ -78,11 +78,15 @@ pub enum KvError {
     },
 }
 
-/// Opens an embedded or in-memory store. TiKV specs need the TiKV backend crate and are
+/// Opens an embedded (with [`EmbeddedOptions::from_env`]: memory knobs from the environment)
+/// or in-memory store. TiKV specs need the TiKV backend crate and are
 /// refused here with [`KvError::InvalidArgument`].
 pub fn open_local_store(spec: &StoreSpec) -> KvResult<std::sync::Arc<dyn RawKv>> {
     match spec {
-        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open(path)?)),
+        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open_with(
+            path,
+            EmbeddedOptions::from_env(),
+        )?)),
         StoreSpec::Memory => Ok(std::sync::Arc::new(MemoryKv::new())),
         StoreSpec::Tikv(_) => Err(KvError::InvalidArgument {
             op: "open",

@@ -93,6 +93,14 @@ impl Transaction {
         self.inner.start_ts
     }
 
+    /// The latest physical time (ms since the epoch) at which this transaction can commit:
+    /// a commit whose commit_ts is physically later than start_ts plus `max_lifetime` is
+    /// refused (invariant 5). Anything this transaction writes is therefore visible to every
+    /// snapshot whose start_ts is physically later than this, or never written at all.
+    pub fn commit_deadline_ms(&self) -> u64 {
+        self.inner.start_ts.physical_ms() + self.shared().config.max_lifetime.as_millis() as u64
+    }
+
     /// Installs a crash hook (feature `failpoints`, tests only).
     #[cfg(feature = "failpoints")]
     pub fn set_crash_hook(&self, hook: super::failpoint::CrashHook) {

@@ -1,0 +1,286 @@
+//! The index of parked clicks by due time, and the sweep that reads it (ARCHITECTURE.md,
+//! "Spaces that grow with the history").
+//!
+//! A click parked on its query's pending list also gets an index cell
+//! `parked/<bucket:012>/<query_id>/<click_id>`, whose `bucket` (a second, ms / 1000) is at or
+//! after the latest time its transaction could commit ([`entry_bucket`]). The sweep keeps a
+//! cursor (`control/parked/cursor`): every index cell below it has been handled. A pass
+//! reads the cursor `c` in a snapshot at `N`, handles the cells of buckets `[c, n)` with
+//! `n` the second of `N`, and moves the cursor to `n`. Invariants:
+//!
+//! - **Committed before its bucket**: a transaction writing an index cell commits at a
+//!   physical time at or before the cell's bucket, or not at all (the lifetime bound). So a
+//!   snapshot at `N` already sees every index cell below `n` that will ever exist: nothing
+//!   can appear behind the cursor.
+//! - **Handled**: a cell `(q, c)` is handled when, in a snapshot after it was written, click
+//!   `c` is not on `q`'s pending list (woken already: the cell is stale), or a transaction
+//!   has woken it (query present or horizon passed), or has filed a new index cell for it
+//!   (still waiting), whose bucket is later than that transaction's start, so above `n`.
+//! - The cursor only grows (a transaction reads it and writes the maximum), and a pass moves
+//!   it only over buckets it has handled completely; a failed pass moves it to the bucket
+//!   where it failed at most.
+//!
+//! A pass therefore visits the index cells that fell due since the previous pass (plus the
+//! pending rows they name), not the history: cells below the cursor are never read again.
+
+use crate::event::Click;
+use crate::schema::{click_cell, now_ms, pending_cell, query_cell, Stored, CONTROL};
+use percolator::{Cell, Client, Transaction, TxnError};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The index table: `parked/<bucket:012>/<query_id>/<click_id>` (value empty).
+pub const PARKED: &str = "parked";
+
+/// Index cells read per page of a sweep pass.
+const PAGE: usize = 1024;
+
+/// The sweep's cursor: every index cell of a bucket below it has been handled.
+pub fn cursor_cell() -> Cell {
+    Cell::new(CONTROL, "parked", "cursor")
+}
+
+/// The index cell of `click_id`, parked on `query_id`, due in `bucket`.
+pub fn entry_cell(bucket: u64, query_id: &str, click_id: &str) -> Cell {
+    Cell::new(PARKED, format!("{bucket:012}/{query_id}"), click_id)
+}
+
+/// The row prefix of `bucket` (rows of later buckets sort after it).
+fn bucket_row(bucket: u64) -> String {
+    format!("{bucket:012}/")
+}
+
+/// The bucket of an index cell written by `txn` for a click due at `due_ms` (0: as soon as
+/// possible): not before `due_ms`, and not before the latest second at which `txn` could
+/// commit, so that the cell is committed before its bucket comes (see the module doc).
+pub fn entry_bucket(txn: &Transaction, due_ms: u64) -> u64 {
+    txn.commit_deadline_ms().max(due_ms).div_ceil(1000)
+}
+
+/// Files `click_id` (waiting for `query_id`) in the index, in `txn`: the sweep looks at it
+/// once `max_lifetime` has passed (a wake-up lost by a bug, a dead-lettered wake) and, if it
+/// is still waiting then, again when its horizon passes.
+pub fn file(txn: &Transaction, query_id: &str, click_id: &str) {
+    txn.set(entry_cell(entry_bucket(txn, 0), query_id, click_id), "");
+}
+
+/// What one sweep pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SweepStats {
+    /// Index cells read (due in this pass).
+    pub visited: u64,
+    /// Index cells whose click was no longer parked (woken meanwhile).
+    pub stale: u64,
+    /// Clicks notified (query present, or horizon passed).
+    pub notified: u64,
+    /// Clicks still waiting, filed again for their horizon.
+    pub refiled: u64,
+    /// Pending rows read by the one-off full pass of a store without a cursor.
+    pub legacy_rows: u64,
+}
+
+/// One sweep pass: handles every index cell that fell due since the cursor, then moves the
+/// cursor (see the module doc). A store without a cursor (new, or written before the index
+/// existed) first gets one full pass over the pending table that files every waiting click.
+pub async fn sweep(client: &Client, horizon: Duration) -> Result<SweepStats, TxnError> {
+    let mut stats = SweepStats::default();
+    let ts = client.oracle().get_timestamp().await?;
+    let snapshot = client.snapshot_at(ts).await?;
+    let cursor = match snapshot.get(&cursor_cell()).await? {
+        Some(bytes) => parse_u64(&bytes),
+        None => {
+            legacy_pass(client, horizon, &mut stats).await?;
+            advance_cursor(client, 0).await?;
+            return Ok(stats);
+        }
+    };
+    let now = ts.physical_ms() / 1000;
+    if now <= cursor {
+        return Ok(stats);
+    }
+    let (start, end) = (bucket_row(cursor), bucket_row(now));
+    let mut after: Option<Cell> = None;
+    loop {
+        let page = snapshot
+            .scan_page(
+                PARKED.as_bytes(),
+                start.as_bytes(),
+                Some(end.as_bytes()),
+                after.as_ref(),
+                PAGE,
+            )
+            .await?;
+        let full = page.len() >= PAGE;
+        // Cells come in (bucket, query, click) order: one group per index row.
+        let mut group: Vec<Cell> = Vec::new();
+        for (cell, _) in page {
+            if group.last().is_some_and(|last| last.row != cell.row) {
+                handle_row(client, &snapshot, horizon, &group, &mut stats).await?;
+                group.clear();
+            }
+            after = Some(cell.clone());
+            group.push(cell);
+        }
+        if !group.is_empty() {
+            handle_row(client, &snapshot, horizon, &group, &mut stats).await?;
+        }
+        if !full {
+            break;
+        }
+    }
+    advance_cursor(client, now).await?;
+    Ok(stats)
+}
+
+/// Handles the index cells of one row (one bucket, one query). On failure the cursor moves
+/// to this row's bucket (everything before it is handled) and the error is returned.
+async fn handle_row(
+    client: &Client,
+    snapshot: &Transaction,
+    horizon: Duration,
+    cells: &[Cell],
+    stats: &mut SweepStats,
+) -> Result<(), TxnError> {
+    let Some(first) = cells.first() else {
+        return Ok(());
+    };
+    let row = String::from_utf8_lossy(&first.row).into_owned();
+    let Some((bucket, query_id)) = row.split_once('/') else {
+        return Ok(()); // Not an index row: nothing of ours.
+    };
+    let bucket: u64 = bucket.parse().unwrap_or(0);
+    stats.visited += cells.len() as u64;
+    let due: BTreeSet<String> = cells
+        .iter()
+        .map(|c| String::from_utf8_lossy(&c.column).into_owned())
+        .collect();
+    let result = async {
+        // In the pass's snapshot first: a click no longer on the list was woken (a later
+        // park of it files a cell of its own), so most cells cost this one read.
+        let waiting = read_list(snapshot, query_id).await?;
+        let still = due.iter().filter(|c| waiting.contains(*c)).count() as u64;
+        stats.stale += due.len() as u64 - still;
+        if still == 0 {
+            return Ok(());
+        }
+        let (notified, refiled) = client
+            .run(|txn| sweep_row(txn, query_id.to_string(), Some(due.clone()), horizon))
+            .await?;
+        stats.notified += notified;
+        stats.refiled += refiled;
+        Ok::<_, TxnError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        if let Err(cursor_error) = advance_cursor(client, bucket).await {
+            tracing::debug!(error = %cursor_error, "sweep cursor not moved");
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The clicks on `query_id`'s pending list in `txn`'s snapshot.
+async fn read_list(txn: &Transaction, query_id: &str) -> Result<Vec<String>, TxnError> {
+    Ok(match txn.get(&pending_cell(query_id)).await? {
+        Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+        None => Vec::new(),
+    })
+}
+
+/// Wakes the clicks of `query_id`'s pending row whose query arrived or whose horizon passed,
+/// taking them off the list in the same transaction (so a click is woken once), and files
+/// the clicks of `refile` (all, if `None`) that still wait again, due at their horizon.
+/// Writes nothing when nothing changes. Returns (clicks notified, clicks filed again).
+async fn sweep_row(
+    txn: Transaction,
+    query_id: String,
+    refile: Option<BTreeSet<String>>,
+    horizon: Duration,
+) -> Result<(u64, u64), TxnError> {
+    let cell = pending_cell(&query_id);
+    let waiting = read_list(&txn, &query_id).await?;
+    if waiting.is_empty() {
+        return Ok((0, 0));
+    }
+    let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
+    let mut still_waiting = Vec::new();
+    let (mut notified, mut refiled) = (0, 0);
+    for click_id in waiting {
+        let event_time = match txn.get(&click_cell(&click_id)).await? {
+            Some(b) => serde_json::from_slice::<Stored<Click>>(&b)
+                .ok()
+                .map(|s| s.event.event_time),
+            None => None,
+        };
+        let due_ms = event_time.map(|t| t.saturating_add(horizon.as_millis() as u64));
+        let expired = due_ms.is_some_and(|due| now_ms() > due);
+        if arrived || expired {
+            txn.notify(click_cell(&click_id));
+            notified += 1;
+            continue;
+        }
+        if refile.as_ref().is_none_or(|r| r.contains(&click_id)) {
+            let bucket = entry_bucket(&txn, due_ms.unwrap_or(0));
+            txn.set(entry_cell(bucket, &query_id, &click_id), "");
+            refiled += 1;
+        }
+        still_waiting.push(click_id);
+    }
+    if notified == 0 {
+        if refiled == 0 {
+            txn.rollback(); // Nothing to write.
+        }
+        return Ok((0, refiled));
+    }
+    if still_waiting.is_empty() {
+        txn.delete(cell);
+    } else {
+        txn.set(cell, serde_json::to_vec(&still_waiting).unwrap_or_default());
+    }
+    Ok((notified, refiled))
+}
+
+/// The one-off pass of a store without a cursor: the whole pending table, filing every click
+/// that still waits (rows parked before the index existed have no index cells).
+async fn legacy_pass(
+    client: &Client,
+    horizon: Duration,
+    stats: &mut SweepStats,
+) -> Result<(), TxnError> {
+    let mut rows = Vec::new();
+    crate::verify::for_each_cell(client, crate::schema::PENDING, |cell, _| {
+        rows.push(cell.row)
+    })
+    .await?;
+    for row in rows {
+        stats.legacy_rows += 1;
+        let query_id = String::from_utf8_lossy(&row).into_owned();
+        let (notified, refiled) = client
+            .run(|txn| sweep_row(txn, query_id.clone(), None, horizon))
+            .await?;
+        stats.notified += notified;
+        stats.refiled += refiled;
+    }
+    Ok(())
+}
+
+/// Moves the cursor up to `to` (never down).
+async fn advance_cursor(client: &Client, to: u64) -> Result<(), TxnError> {
+    client
+        .run(|txn| async move {
+            let current = txn.get(&cursor_cell()).await?.map(|b| parse_u64(&b));
+            if current.is_none_or(|c| c < to) {
+                txn.set(cursor_cell(), to.to_string());
+            }
+            Ok::<_, TxnError>(())
+        })
+        .await
+}
+
+fn parse_u64(bytes: &[u8]) -> u64 {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
