@@ -112,11 +112,8 @@ async fn join_clicks(
     config: &JoinConfig,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
-    let (clicks, boundary) = futures::future::try_join(
-        txn.get_many_versioned(cells),
-        boundary(txn),
-    )
-    .await?;
+    let (clicks, boundary) =
+        futures::future::try_join(txn.get_many_versioned(cells), boundary(txn)).await?;
     let mut read = Vec::with_capacity(cells.len());
     for (cell, (bytes, delivery_ts)) in cells.iter().zip(clicks) {
         let Some(bytes) = bytes else {

@@ -53,6 +53,8 @@ fn options(dir: &Path) -> LoadOptions {
     LoadOptions {
         batch: 100,
         rejects: dir.join("rejects.txt"),
+        // These tests park clicks with no worker draining the notifications.
+        max_backlog: 0,
     }
 }
 

@@ -182,6 +182,8 @@ async fn verify_until_retries_until_the_join_catches_up() {
     let options = LoadOptions {
         batch: 100,
         rejects: dir.path().join("rejects.txt"),
+        // Loaded before any worker runs.
+        max_backlog: 0,
     };
     load_dir(&client, &logs, &options, &LoadStats::default())
         .await
@@ -212,6 +214,7 @@ async fn verify_until_retries_until_the_join_catches_up() {
         horizon: Duration::from_secs(3600),
         max_in_flight: 64,
         scanners: 2,
+        batch_size: photon::cli::DEFAULT_BATCH_SIZE,
     };
     let pipeline = Pipeline::start(&client, &spec).unwrap();
     let (report, retries) = verifying.await.unwrap();
