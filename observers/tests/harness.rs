@@ -119,7 +119,9 @@ async fn a_failing_observer_is_dead_lettered_reported_and_replayed() {
     assert_eq!(quiet.dead_lettered, 2, "{quiet:?}");
     // Each notification failed max_failures (3) times before it was parked.
     assert_eq!(quiet.failures, 6, "{quiet:?}");
-    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    // At least one call per failure; more when both cells were first tried together in one
+    // batch (a failing batch is split and its cells retried alone, see `WorkerConfig::batch_size`).
+    assert!(calls.load(Ordering::SeqCst) >= 6);
     let mut rows: Vec<Vec<u8>> = quiet
         .dead_letters
         .iter()
