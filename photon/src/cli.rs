@@ -162,6 +162,10 @@ pub enum Command {
         /// Store (default: embedded in the working directory).
         #[arg(long)]
         store: Option<StoreSpec>,
+        /// Oracle service addresses (comma-separated); required with a TiKV store, which
+        /// several processes share (default: an in-process oracle persisted in the store).
+        #[arg(long, value_delimiter = ',')]
+        oracle: Vec<String>,
         /// Redundant pipelines.
         #[arg(long, default_value_t = 2)]
         pipelines: usize,

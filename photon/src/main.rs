@@ -218,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
             clicks,
             dir,
             store,
+            oracle,
             pipelines,
             json,
             seed,
@@ -230,7 +231,7 @@ async fn main() -> anyhow::Result<()> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
-            let client = open_client(&store, "photon", &[]).await?;
+            let client = open_client(&store, "photon", &oracle).await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",
