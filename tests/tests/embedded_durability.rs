@@ -21,26 +21,37 @@ async fn acknowledged_writes_survive_sigkill() {
             .spawn()
             .expect("spawn kv-crash-writer");
         let stdout = child.stdout.take().unwrap();
-        let kill_after = Duration::from_millis(rng.gen_range(150..700));
-        // Read acks on a thread so the kill happens at a moment of the writer's choosing.
+        let kill_after = Duration::from_millis(rng.gen_range(0..550));
+        // Read acks on a thread so the kill happens at a moment of the writer's choosing; the
+        // random delay starts at its first acknowledgment, so a slow start (a loaded machine,
+        // a journal to recover) cannot leave a round with nothing to check.
+        let (first_ack, acking) = std::sync::mpsc::channel::<()>();
         let reader = std::thread::spawn(move || {
             let mut acked = Vec::new();
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(n) = line.strip_prefix("ack ") {
                     acked.push(n.parse::<u64>().expect("ack number"));
+                    if acked.len() == 1 {
+                        let _ = first_ack.send(());
+                    }
                 }
             }
             acked
         });
+        // An error here means the writer ended without acknowledging anything: the assertion
+        // below reports it.
+        let writing = acking.recv().is_ok();
         let start = Instant::now();
-        std::thread::sleep(kill_after);
+        if writing {
+            std::thread::sleep(kill_after);
+        }
         child.kill().expect("SIGKILL the writer");
         child.wait().unwrap();
         let acked = reader.join().unwrap();
         assert!(
             !acked.is_empty(),
-            "round {round}: the writer acknowledged nothing in {:?}",
+            "round {round}: the writer exited without acknowledging anything ({:?})",
             start.elapsed()
         );
         let kv = EmbeddedKv::open(dir.path()).expect("reopen after SIGKILL");
