@@ -624,15 +624,13 @@ async fn reverse_scans_on_1000_regions_never_fall_back() {
     );
 }
 
-/// The CAS counter (values carry their history) with one reply in ten lost after the swap
-/// applied: the client's retries report swaps that applied as failed, sometimes with a value
-/// another task already built on ours; every increment must still land exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cas_counter_with_one_reply_in_ten_lost() {
-    let server = minitikv::start(ServerConfig {
-        split_keys: vec![b"conf/counter/".to_vec(), b"conf/counter/d".to_vec()],
+/// A server split at `split_keys` that loses one reply in ten after applying the request
+/// (and answers 1% ServerIsBusy): the client's retry hazard, seeded.
+async fn lossy_server(split_keys: Vec<Vec<u8>>, seed: u64) -> minitikv::RunningServer {
+    minitikv::start(ServerConfig {
+        split_keys,
         faults: minitikv::Faults {
-            seed: 9,
+            seed,
             lost_reply: 0.1,
             server_busy: 0.01,
             ..minitikv::Faults::none()
@@ -640,7 +638,19 @@ async fn cas_counter_with_one_reply_in_ten_lost() {
         ..ServerConfig::in_memory()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The CAS counter (values carry their history) with one reply in ten lost after the swap
+/// applied: the client's retries report swaps that applied as failed, sometimes with a value
+/// another task already built on ours; every increment must still land exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cas_counter_with_one_reply_in_ten_lost() {
+    let server = lossy_server(
+        vec![b"conf/counter/".to_vec(), b"conf/counter/d".to_vec()],
+        9,
+    )
+    .await;
     let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
     within(
         "cas_counter",
@@ -688,18 +698,11 @@ async fn region_errors_outlast_the_clients_default_backoff() {
 /// increment lands exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_cas_counters_with_one_reply_in_ten_lost() {
-    let server = minitikv::start(ServerConfig {
-        split_keys: vec![b"conf/bc/c\x01".to_vec(), b"conf/bc/c\x03".to_vec()],
-        faults: minitikv::Faults {
-            seed: 13,
-            lost_reply: 0.1,
-            server_busy: 0.01,
-            ..minitikv::Faults::none()
-        },
-        ..ServerConfig::in_memory()
-    })
-    .await
-    .unwrap();
+    let server = lossy_server(
+        vec![b"conf/bc/c\x01".to_vec(), b"conf/bc/c\x03".to_vec()],
+        13,
+    )
+    .await;
     let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
     within(
         "batch_cas_counters",
