@@ -113,6 +113,10 @@ async fn measure(kv: Arc<dyn RawKv>, op: Op, tasks: usize, secs: f64) -> f64 {
     count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// mimalloc, not glibc's malloc, the binaries' allocator (see its Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let secs: f64 = std::env::var("KV_BENCH_SECS")
         .ok()

@@ -197,6 +197,10 @@ async fn ratios(
     report
 }
 
+/// mimalloc, not glibc's malloc, the binaries' allocator (see its Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let secs: f64 = std::env::var("TXN_BENCH_SECS")
         .ok()

@@ -31,6 +31,10 @@ impl Answer {
     }
 }
 
+/// mimalloc, not glibc's malloc, as in every binary of the workspace (see its Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("warn");

@@ -5,6 +5,10 @@ use clap::Parser;
 use minitikv::cli::{Cli, Command};
 use std::io::Write;
 
+/// mimalloc, not glibc's malloc, as in every binary of the workspace (see its Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("info");

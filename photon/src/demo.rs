@@ -273,6 +273,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "batch_size": batch_size,
             "max_backlog": max_backlog,
             "backlog_waits": load_stats.backlog_waits.load(Ordering::Relaxed),
+            "backlog_counts": load_stats.backlog_counts.load(Ordering::Relaxed),
             "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
             "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
             "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),

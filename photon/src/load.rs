@@ -51,6 +51,8 @@ pub struct LoadStats {
     pub lines: AtomicU64,
     /// Batches that waited for the notification backlog to fall below the bound.
     pub backlog_waits: AtomicU64,
+    /// Times the backlog was counted in the store (each a scan of up to the bound).
+    pub backlog_counts: AtomicU64,
 }
 
 impl LoadStats {
@@ -535,7 +537,13 @@ pub async fn load_dir_paced(
         )
     });
     let mut total = 0;
-    for r in futures::future::join_all(loads).await {
+    let results = futures::future::join_all(loads).await;
+    if let Some(backlog) = &backlog {
+        stats
+            .backlog_counts
+            .fetch_add(backlog.counts(), Ordering::Relaxed);
+    }
+    for r in results {
         total += r?;
     }
     Ok(total)
