@@ -184,8 +184,8 @@ async fn resolve(
 }
 
 /// Handles notify keys of cells watched by one observer (distinct cells): decides each
-/// writer's fate, then runs the observer for those that committed, as one batch for a
-/// strong observer (split on conflicts and failures) or one cell at a time for a weak one.
+/// writer's fate, then runs the observer for those that committed as one batch (split on
+/// conflicts and failures; a weak observer's cells carry no acknowledgment check).
 /// Returns each item's outcome, in order.
 pub(crate) async fn handle_batch(
     client: &Client,
@@ -228,15 +228,8 @@ pub(crate) async fn handle_batch(
         metrics,
         items,
     };
-    if registered.kind == ObserverKind::Weak {
-        for run in runs {
-            let outcome = ctx.run_single(&run).await;
-            outcomes[run.index] = Some(outcome);
-        }
-    } else {
-        for (index, outcome) in ctx.run_split(runs).await {
-            outcomes[index] = Some(outcome);
-        }
+    for (index, outcome) in ctx.run_split(runs).await {
+        outcomes[index] = Some(outcome);
     }
     outcomes
         .into_iter()
@@ -290,7 +283,7 @@ impl Ctx<'_> {
     }
 
     /// One attempt at `runs` (two or more cells) in one transaction: checks and sets each
-    /// cell's acknowledgment, runs the observer for the cells not covered yet, commits, then
+    /// strong cell's acknowledgment, runs the observer for the cells not covered yet, commits, then
     /// deletes the handled keys with one `batch_delete`.
     async fn run_batch_once(
         &self,

@@ -5,7 +5,7 @@
 use crate::event::{day_of, Click, Joined, Query};
 use crate::outcome::Outcome;
 use crate::schema::*;
-use observers::{observer_fn, Observer, ObserverError, Registry, WorkerError};
+use observers::{Observer, ObserverError, Registry, WorkerError};
 use percolator::{Cell, Client, Transaction};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -276,20 +276,51 @@ async fn park_click(
     Ok(())
 }
 
-/// Wakes the clicks waiting for the query in `cell`'s row (a weak observer: waking twice is
-/// harmless, and a query nobody waits for costs two reads and no write). It runs when the
-/// query is written and again after each park on it (the park notifies the query's cell).
-async fn wake_clicks(txn: Transaction, cell: Cell, stats: &JoinStats) -> Result<(), ObserverError> {
+/// Wakes the clicks waiting for the queries in `cells`' rows (a weak observer: waking twice
+/// is harmless, and a query nobody waits for costs its share of two batched reads and no
+/// write). It runs when a query is written and again after each park on it (the park
+/// notifies the query's cell). A batch reads every query, then the pending lists of those
+/// present, each in one `get_many`.
+struct WakeClicks {
+    stats: Arc<JoinStats>,
+}
+
+#[async_trait::async_trait]
+impl Observer for WakeClicks {
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
+        self.observe_batch(txn, std::slice::from_ref(&cell)).await
+    }
+
+    async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
+        wake_clicks(&txn, cells, &self.stats).await
+    }
+}
+
+/// The body of [`WakeClicks`]: `cells` are query cells (distinct).
+async fn wake_clicks(
+    txn: &Transaction,
+    cells: &[Cell],
+    stats: &JoinStats,
+) -> Result<(), ObserverError> {
     // Notified by a park before the query arrived: nothing to wake yet (waking would only
     // park the clicks again, and each park notifies this cell again).
-    if txn.get(&cell).await?.is_none() {
+    let queries = txn.get_many(cells).await?;
+    let pending: Vec<Cell> = cells
+        .iter()
+        .zip(queries)
+        .filter(|(_, query)| query.is_some())
+        .map(|(cell, _)| pending_cell(&String::from_utf8_lossy(&cell.row)))
+        .collect();
+    if pending.is_empty() {
         return Ok(());
     }
-    let query_id = String::from_utf8_lossy(&cell.row).into_owned();
-    let pending = pending_cell(&query_id);
-    if let Some(b) = txn.get(&pending).await? {
+    let lists = txn.get_many(&pending).await?;
+    for (pending, list) in pending.into_iter().zip(lists) {
+        let Some(bytes) = list else {
+            continue;
+        };
         let waiting: Vec<String> =
-            serde_json::from_slice(&b).map_err(|e| bad_data("pending list", &pending, e))?;
+            serde_json::from_slice(&bytes).map_err(|e| bad_data("pending list", &pending, e))?;
         for click_id in waiting {
             txn.notify(click_cell(&click_id));
             bump(&stats.woken);
@@ -320,10 +351,7 @@ pub fn register(
         QUERIES,
         EVENT,
         &format!("wake@{}", config.pipeline),
-        observer_fn(move |txn, cell| {
-            let stats = stats.clone();
-            async move { wake_clicks(txn, cell, &stats).await }
-        }),
+        Arc::new(WakeClicks { stats }),
     )?;
     Ok(())
 }

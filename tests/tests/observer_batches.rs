@@ -327,3 +327,61 @@ async fn a_failing_cell_is_dead_lettered_alone() {
     expected[3] = 0;
     assert_eq!(committed_runs(&c, rows).await, expected);
 }
+
+/// A weak observer is batched too (no acknowledgments): 16 weak notifications found in one
+/// scan page run in batches, every row's effect is committed at least once, and a failing
+/// cell is split off and dead-lettered alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weak_notifications_run_in_batches_and_a_failing_cell_is_dead_lettered_alone() {
+    let c = memory_client();
+    let rows = 16;
+    let mut registry = Registry::new();
+    registry
+        .weak(
+            "in",
+            "v",
+            "copy",
+            observer_fn(|txn, cell: Cell| async move {
+                copy_and_count(&txn, &cell).await?;
+                if cell.row == b"r05" {
+                    return Err(ObserverError::failed("r05 is broken"));
+                }
+                Ok(())
+            }),
+        )
+        .unwrap();
+    let registry = Arc::new(registry);
+    registry.declare(&c);
+    let t = c.begin().await.unwrap();
+    for i in 0..rows {
+        t.set(Cell::new("in", row(i), "v"), "x");
+    }
+    t.commit().await.unwrap();
+    for i in 0..rows {
+        c.weak_notify(&Cell::new("in", row(i), "v")).await.unwrap();
+    }
+    let worker = Worker::start(
+        c.clone(),
+        registry,
+        WorkerConfig {
+            max_failures: 3,
+            ..batching()
+        },
+    );
+    quiesce(&[&worker]).await;
+    let m = worker.metrics().snapshot();
+    worker.shutdown().await;
+    assert!(m.batches >= 1, "no weak batch committed: {m:?}");
+    assert!(m.splits >= 1, "{m:?}");
+    let letters = DeadLetter::list(&c).await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert!(letters[0].error.contains("r05 is broken"), "{letters:?}");
+    let runs = committed_runs(&c, rows).await;
+    for (i, n) in runs.iter().enumerate() {
+        if i == 5 {
+            assert_eq!(*n, 0, "the failing row committed: {runs:?}");
+        } else {
+            assert!(*n >= 1, "row {i} never ran: {runs:?}");
+        }
+    }
+}

@@ -79,3 +79,60 @@ async fn heartbeat_keeps_a_long_prewrite_alive() {
         ttl * 4
     );
 }
+
+/// The heartbeat does not depend on the committing task being polled: a commit whose thread
+/// is blocked (as a long synchronous stretch of a large write set blocks it) for three TTLs
+/// after its prewrites keeps its primary alive, so a reader that meets the lock meanwhile
+/// waits instead of fencing it, and the commit succeeds. A heartbeat polled beside the
+/// commit in the committing task (the design before) misses every beat here and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_outlives_a_blocked_commit_task() {
+    use percolator::txn::{ClientConfig, CrashPoint};
+    use std::time::Duration;
+    let ttl = Duration::from_millis(300);
+    let c = client_on(
+        Arc::new(MemoryKv::new()),
+        ClientConfig {
+            lock_ttl: ttl,
+            ..test_config()
+        },
+    );
+    // More cells than one prewrite round: the size at which the commit's own stretches
+    // can outlast a TTL.
+    let writer = c.begin().await.unwrap();
+    for i in 0..300 {
+        writer.set(cell(&format!("blocked-{i:04}")), "v");
+    }
+    let primary = cell("blocked-0000");
+    let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel::<()>();
+    let blocked_tx = std::sync::Mutex::new(Some(blocked_tx));
+    writer.set_crash_hook(Arc::new(move |point| {
+        if point == CrashPoint::AllPrewritten {
+            if let Some(tx) = blocked_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            // Blocks this worker thread, not just this task.
+            std::thread::sleep(ttl * 3);
+        }
+        false
+    }));
+    let reader_client = c.clone();
+    let reader = tokio::spawn(async move {
+        blocked_rx.await.unwrap();
+        // Meet the primary's lock once its original TTL has expired.
+        tokio::time::sleep(ttl * 3 / 2).await;
+        let t = reader_client.begin().await.unwrap();
+        (t.start_ts(), t.get(&primary).await.unwrap())
+    });
+    let commit_ts = writer
+        .commit()
+        .await
+        .expect("a commit kept alive by its heartbeat");
+    let (read_ts, read) = reader.await.unwrap();
+    // The reader began while the commit was blocked before its commit point.
+    assert!(
+        read_ts < commit_ts,
+        "read at {read_ts}, commit at {commit_ts}"
+    );
+    assert_eq!(read, None);
+}

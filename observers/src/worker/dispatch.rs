@@ -1,7 +1,7 @@
 //! Dispatch: starting observer runs for notify keys, at most one run per cell at a time and
 //! at most `max_in_flight` runs in all, with a queue of hinted keys per busy cell. A run
 //! handles a batch: up to `batch_size` keys of distinct cells of one strong observer, in one
-//! transaction ([`crate::process::handle_batch`]); a weak observer's keys run one at a time.
+//! transaction ([`crate::process::handle_batch`]), strong or weak.
 //!
 //! Invariants it keeps:
 //! - Per-cell exclusion: a cell is in `in_flight` while a run of this worker is on it; a
@@ -19,7 +19,6 @@
 use super::{lock, Inner};
 use crate::metrics::Metrics;
 use crate::process::{handle_batch, Item, Payload};
-use crate::registry::ObserverKind;
 use percolator::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,7 +99,7 @@ impl Flights {
 type ObserverKey = (Vec<u8>, Vec<u8>);
 
 /// Starts observer runs for `items`, batched per observer (up to `batch_size` cells of one
-/// strong observer per run), waiting for a free slot before each run (backpressure instead
+/// observer per run), waiting for a free slot before each run (backpressure instead
 /// of an unbounded queue). With `defer_if_busy` (hints), a key whose cell is in flight is
 /// queued for the run on that cell to take next (counted as started).
 pub(super) async fn dispatch(
@@ -109,7 +108,7 @@ pub(super) async fn dispatch(
     defer_if_busy: bool,
 ) -> Dispatched {
     let mut report = Dispatched::default();
-    // Per observer (table, column), in the order met; weak observers' keys one per run.
+    // Per observer (table, column), in the order met.
     let mut groups: Vec<(ObserverKey, Vec<Item>)> = Vec::new();
     let batch_size = inner.config.batch_size.max(1);
     for item in items {
@@ -117,14 +116,10 @@ pub(super) async fn dispatch(
             report.busy += 1;
             continue;
         }
-        let Some(registered) = inner.registry.get(&item.cell) else {
+        if inner.registry.get(&item.cell).is_none() {
             continue;
-        };
-        let size = if registered.kind == ObserverKind::Strong {
-            batch_size
-        } else {
-            1
-        };
+        }
+        let size = batch_size;
         let observer = (item.cell.table.clone(), item.cell.column.clone());
         match groups
             .iter_mut()

@@ -66,7 +66,7 @@ pub struct WorkerConfig {
     /// of this process hands its notify keys straight to the worker); a notification written
     /// by another process waits at most this much longer for a scanner.
     pub hint_grace: Duration,
-    /// Notifications of one strong observer handed to one transaction at most (a batch; see
+    /// Notifications of one observer (strong or weak) handed to one transaction at most (a batch; see
     /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is
     /// found together (a scan page, the hints that queued up while runs were busy), so an
     /// idle worker still handles a lone notification at once.

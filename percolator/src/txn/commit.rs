@@ -113,28 +113,27 @@ impl Transaction {
         self.check_lifetime()?;
         let cached: HashMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
-        // Keep the primary's lock alive while the commit takes long: the heartbeat runs in
-        // this task beside the commit (no task spawned per commit) and stops with it.
-        let work = std::pin::pin!(self.prewrite_and_commit(
-            &cells,
-            &primary,
-            cached,
-            notifies,
-            notify_bucket
-        ));
-        // Unconstrained by tokio's cooperative budget: the commit work is polled first and
-        // can spend the task's whole budget on every poll (in-process stores yield through
-        // `consume_budget`), which would keep the heartbeat's timer from ever firing.
-        let heartbeat = std::pin::pin!(tokio::task::unconstrained(heartbeat(
+        // Keep the primary's lock alive while the commit takes long. The heartbeat is its own
+        // task, not a future polled beside the commit in this task: the commit has
+        // synchronous stretches that grow with the write set (building the prewrite plans,
+        // collecting the locked heads; an in-process store yields only once the task's
+        // budget is spent), and a heartbeat polled only between them missed its beats on a
+        // loaded machine, so a reader fenced a live 320,000-cell commit. Its own task runs
+        // on another worker thread meanwhile. It is aborted when the commit returns or is
+        // dropped; an extension it has in flight then only fails its CAS (the head moved on)
+        // or lengthens our own lock's TTL, which the lifetime still bounds.
+        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
             shared.clone(),
             primary.clone(),
             start_ts,
             self.inner.started,
         )));
-        match futures::future::select(work, heartbeat).await {
-            futures::future::Either::Left((result, _)) => result,
-            futures::future::Either::Right(((), work)) => work.await,
-        }
+        // (A task spawned from a worker waits in that worker's LIFO slot, which other
+        // workers cannot steal, until this task yields. The prewrite yields after each round
+        // of `PREWRITE_CHUNK` cells, the first one the primary's, so the heartbeat's timer is
+        // set before any long stretch; a smaller write set has no stretch worth a beat.)
+        self.prewrite_and_commit(&cells, &primary, cached, notifies, notify_bucket)
+            .await
     }
 
     /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.
@@ -317,9 +316,17 @@ impl Transaction {
     }
 }
 
+/// Aborts a spawned task when dropped (the commit's heartbeat ends with the commit).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Extends the primary's lock TTL while a commit runs long; runs until the transaction is
-/// decided (or forever if heartbeats are off), so it is raced against the commit and
-/// dropped with it.
+/// decided (or forever if heartbeats are off) unless aborted with the commit.
 async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: Timestamp, started: Instant) {
     if !shared.config.heartbeat {
         return std::future::pending().await;
