@@ -48,6 +48,9 @@ pub struct GcMetrics {
     pub locks_resolved: AtomicU64,
     /// IdRegistry keys deleted behind the boundary.
     pub registry_keys_deleted: AtomicU64,
+    /// Keys of handled parked-click index cells deleted (below the sweep's cursor and the
+    /// safe point).
+    pub parked_keys_deleted: AtomicU64,
     /// The safe point of the last pass (physical ms).
     pub last_safe_point_ms: AtomicU64,
 }
@@ -107,6 +110,10 @@ pub async fn gc_pass(client: &Client, spec: &GcSpec, metrics: &GcMetrics) -> Res
     add(&metrics.heads_tombstoned, stats.heads_tombstoned);
     add(&metrics.locks_resolved, stats.locks_resolved);
     metrics.last_safe_point_ms.store(safe_ms, Ordering::Relaxed);
+    add(
+        &metrics.parked_keys_deleted,
+        crate::parked::purge_handled(client, safe_ms).await?,
+    );
     if let Some(days) = spec.retention_days {
         let today = crate::event::day_of(now_ms());
         let (_, deleted) = crate::join::gc_registry(client, today.saturating_sub(days)).await?;
@@ -205,6 +212,13 @@ pub fn render(metrics: &GcMetrics, out: &mut String) {
         "IdRegistry keys deleted behind the boundary",
         "",
         get(&metrics.registry_keys_deleted),
+    );
+    counter(
+        out,
+        "photon_gc_parked_keys_deleted_total",
+        "Keys of handled parked-click index cells deleted",
+        "",
+        get(&metrics.parked_keys_deleted),
     );
     crate::metrics::gauge(
         out,

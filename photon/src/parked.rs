@@ -25,6 +25,8 @@
 
 use crate::event::Click;
 use crate::schema::{click_cell, now_ms, pending_cell, query_cell, Stored, CONTROL};
+use percolator::codec::Space;
+use percolator::kv::ScanOrder;
 use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -264,6 +266,52 @@ async fn legacy_pass(
     }
     Ok(())
 }
+
+/// Deletes outright (raw deletes of heads, versions and values) the index cells of the
+/// buckets below both the sweep's cursor and the GC safe point `safe_ms`, which GC has just
+/// passed; returns the keys deleted. Why nothing is lost: no pass reads below the cursor
+/// again (a pass that read an older cursor only finds fewer cells it has handled anyway),
+/// and below the safe point no transaction that could write or lock such a cell is left (a
+/// transaction filing bucket `b` commits by `b`, GC resolved every lock below its safe
+/// point, and no transaction older than the safe point can still lock anything). Without
+/// this, every park would leave its index cell forever.
+pub async fn purge_handled(client: &Client, safe_ms: u64) -> Result<usize, TxnError> {
+    let txn = client.begin().await?;
+    let cursor = txn.get(&cursor_cell()).await?.map(|b| parse_u64(&b));
+    txn.rollback();
+    let Some(limit) = cursor.map(|c| c.min(safe_ms / 1000)).filter(|l| *l > 0) else {
+        return Ok(0);
+    };
+    let end = bucket_row(limit);
+    let mut deleted = 0;
+    // No notify space: the index is never observed.
+    for space in [Space::Head, Space::Version, Space::Data] {
+        let range = client
+            .codec()
+            .rows_range(space, PARKED.as_bytes(), b"", Some(end.as_bytes()));
+        loop {
+            let keys: Vec<Vec<u8>> = client
+                .store()
+                .scan(range.clone(), PURGE_PAGE, ScanOrder::Forward)
+                .await?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let full = keys.len() >= PURGE_PAGE;
+            deleted += keys.len();
+            if !keys.is_empty() {
+                client.store().batch_delete(keys).await?;
+            }
+            if !full {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// Keys deleted per store call by [`purge_handled`].
+const PURGE_PAGE: usize = 1000;
 
 /// Moves the cursor up to `to` (never down).
 async fn advance_cursor(client: &Client, to: u64) -> Result<(), TxnError> {

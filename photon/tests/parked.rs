@@ -4,13 +4,15 @@
 //! index gets one full pass.
 
 use observers::{Worker, WorkerConfig};
+use percolator::codec::Space;
 use percolator::kv::intercept::{Hooks, Intercepted};
 use percolator::kv::{KeyRange, KvPair, MemoryKv, RawKv, ScanOrder};
 use percolator::ts::LocalClock;
 use percolator::{Client, ClientConfig};
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
-use photon::parked::{self, SweepStats};
+use photon::maintenance::{gc_pass, GcMetrics, GcSpec};
+use photon::parked::{self, SweepStats, PARKED};
 use photon::pipeline::Pipeline;
 use photon::schema::{click_cell, now_ms, outcome_cell, pending_cell, Stored};
 use rand::Rng;
@@ -164,6 +166,50 @@ async fn sweep_passes_read_what_fell_due_not_the_history() {
     let read = kv.hooks().pairs.load(Ordering::Relaxed) - before;
     assert_eq!(later, SweepStats::default(), "nothing fell due");
     assert!(read <= 20, "20 passes scanned {read} pairs");
+    for i in 0..10 {
+        let cell = pending_cell(&format!("never{i}"));
+        let t = client.begin().await.unwrap();
+        assert!(t.get(&cell).await.unwrap().is_some(), "o{i} still parked");
+    }
+
+    // GC's pass deletes the handled index cells (below the cursor and its safe point)
+    // outright; the orphans' refiled cells, due at their horizon, stay and still wake them.
+    let index = |client: Client| async move {
+        let range = client
+            .codec()
+            .rows_range(Space::Head, PARKED.as_bytes(), b"", None);
+        percolator::kv::scan_all(client.store().as_ref(), range, ScanOrder::Forward)
+            .await
+            .unwrap()
+            .len()
+    };
+    assert_eq!(
+        index(client.clone()).await,
+        1020,
+        "1010 handled, 10 refiled"
+    );
+    // Every handled cell's bucket is below the cursor, which is below now.
+    let handled_by = now_ms();
+    let lag = Duration::from_secs(1);
+    // Until the safe point (lag + gc_lag + 1 s behind) passes every handled cell's bucket.
+    let wait = (handled_by + (lag + client.config().gc_lag).as_millis() as u64 + 1000)
+        .saturating_sub(now_ms());
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let spec = GcSpec {
+        every: Duration::from_secs(3600),
+        lag,
+        retention_days: None,
+        holder: "test".into(),
+    };
+    let metrics = GcMetrics::default();
+    gc_pass(&client, &spec, &metrics).await.unwrap();
+    assert_eq!(
+        index(client.clone()).await,
+        10,
+        "only the refiled cells stay"
+    );
+    assert_eq!(metrics.parked_keys_deleted.load(Ordering::Relaxed), 1010);
+    add(&mut later, parked::sweep(&client, LONG).await.unwrap());
     for i in 0..10 {
         let cell = pending_cell(&format!("never{i}"));
         let t = client.begin().await.unwrap();

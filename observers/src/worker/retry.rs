@@ -10,6 +10,10 @@
 //! - A key handled in the last [`RECENT_FOR`] is not handled again by this worker (a scanner
 //!   holding a stale page skips it); a key put again later (e.g. rewritten by GC) is.
 //! - The ledger's lock is taken after the dispatch lock (`Flights::cells`), never before.
+//! - Both maps stay bounded by what this worker is handling, not by what it ever handled: a
+//!   retry entry whose retry time passed [`FORGET_RETRY_AFTER`] ago is dropped (another
+//!   worker handled the key, or it was moved or deleted; a key still failing here only
+//!   restarts its failure count, so it is retried longer before its dead letter, never lost).
 
 use super::{lock, Inner};
 use crate::deadletter::DeadLetter;
@@ -21,6 +25,12 @@ use std::time::{Duration, Instant};
 
 /// How long a handled notify key is remembered.
 const RECENT_FOR: Duration = Duration::from_secs(5);
+
+/// How long after its retry time a retry entry this worker has not met again is kept.
+const FORGET_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Entries above which a map is pruned.
+const PRUNE_ABOVE: usize = 10_000;
 
 #[derive(Default)]
 struct Entries {
@@ -60,11 +70,23 @@ impl Ledger {
         lock(&self.entries).retry.remove(key);
     }
 
-    /// Drops old entries of the handled-recently set once it grew large.
+    /// Drops old entries once a map grew large: handled keys older than `RECENT_FOR`, and
+    /// retry entries whose retry time passed `FORGET_RETRY_AFTER` ago.
     pub(super) fn prune(&self) {
+        self.prune_at(Instant::now(), PRUNE_ABOVE);
+    }
+
+    fn prune_at(&self, now: Instant, above: usize) {
         let mut entries = lock(&self.entries);
-        if entries.recent.len() > 10_000 {
-            entries.recent.retain(|_, at| at.elapsed() < RECENT_FOR);
+        if entries.recent.len() > above {
+            entries
+                .recent
+                .retain(|_, at| now.saturating_duration_since(*at) < RECENT_FOR);
+        }
+        if entries.retry.len() > above {
+            entries
+                .retry
+                .retain(|_, (_, after)| now.saturating_duration_since(*after) < FORGET_RETRY_AFTER);
         }
     }
 
@@ -152,5 +174,31 @@ async fn fail(inner: &Inner, key: &[u8], value: Vec<u8>, error: String) {
         }
     } else {
         ledger.retry_later(key, failures, backoff);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Retry entries of keys this worker no longer meets (handled elsewhere) are dropped
+    /// once their retry time is long past; a key still backing off is kept with its count.
+    #[test]
+    fn retry_entries_of_keys_handled_elsewhere_are_forgotten() {
+        let ledger = Ledger::default();
+        let now = Instant::now();
+        for i in 0..100u32 {
+            ledger.retry_later(format!("gone-{i}").as_bytes(), 2, Duration::ZERO);
+        }
+        ledger.retry_later(b"live", 3, Duration::from_secs(3600));
+        ledger.prune_at(now + FORGET_RETRY_AFTER / 2, 10);
+        assert_eq!(lock(&ledger.entries).retry.len(), 101, "dropped too early");
+        ledger.prune_at(now + FORGET_RETRY_AFTER * 2, 10);
+        let entries = lock(&ledger.entries);
+        assert_eq!(entries.retry.len(), 1);
+        assert_eq!(
+            entries.retry.get(b"live".as_slice()).map(|(f, _)| *f),
+            Some(3)
+        );
     }
 }
