@@ -8,9 +8,9 @@
 //! committed change can lose its notification). [`Worker`]s scan the notify space, find the
 //! writer's fate through its primary, and run the observer in a fresh transaction that also
 //! reads and writes the observer's acknowledgment column: at most one run commits per change.
-//! A strong observer's dirty cells found together are handed to it in batches, one
-//! transaction per batch with an acknowledgment per cell ([`Observer::observe_batch`],
-//! [`WorkerConfig::batch_size`]), so the guarantee holds per cell.
+//! An observer's dirty cells found together are handed to it in batches, one transaction per
+//! batch ([`Observer::observe_batch`], [`WorkerConfig::batch_size`]); a strong observer's
+//! carry an acknowledgment per cell, so the guarantee holds per cell.
 //!
 //! ```no_run
 //! use observers::{observer_fn, Registry, Worker, WorkerConfig};

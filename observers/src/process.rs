@@ -305,8 +305,9 @@ impl Ctx<'_> {
             .map(|r| self.items[r.index].key.clone())
             .collect();
         if let Err(e) = self.client.store().batch_delete(keys).await {
-            // Committed: the acknowledgments cover these keys, so a later attempt finds
-            // them covered and deletes them then.
+            // Committed: the acknowledgments cover these keys (strong), so a later attempt
+            // finds them covered and deletes them then; a weak observer runs again for them
+            // (at least once).
             tracing::debug!(error = %e, "deleting a batch's notify keys failed; retried later");
             return Ok(runs
                 .iter()

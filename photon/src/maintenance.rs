@@ -51,6 +51,9 @@ pub struct GcMetrics {
     /// Keys of handled parked-click index cells deleted (below the sweep's cursor and the
     /// safe point).
     pub parked_keys_deleted: AtomicU64,
+    /// The bucket below which this process has deleted the parked-click index (where its
+    /// next purge starts; 0 after a restart, which walks the old delete markers once).
+    pub parked_purged_below: AtomicU64,
     /// The safe point of the last pass (physical ms).
     pub last_safe_point_ms: AtomicU64,
 }
@@ -110,10 +113,16 @@ pub async fn gc_pass(client: &Client, spec: &GcSpec, metrics: &GcMetrics) -> Res
     add(&metrics.heads_tombstoned, stats.heads_tombstoned);
     add(&metrics.locks_resolved, stats.locks_resolved);
     metrics.last_safe_point_ms.store(safe_ms, Ordering::Relaxed);
-    add(
-        &metrics.parked_keys_deleted,
-        crate::parked::purge_handled(client, safe_ms).await?,
-    );
+    // The parked-click index below the sweep's cursor and the safe point; a failure is
+    // logged and retried at the next pass, not a reason to skip the rest of this one.
+    let from = metrics.parked_purged_below.load(Ordering::Relaxed);
+    match crate::parked::purge_handled(client, safe_ms, from).await {
+        Ok((deleted, below)) => {
+            add(&metrics.parked_keys_deleted, deleted);
+            metrics.parked_purged_below.store(below, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!(error = %e, "deleting handled parked-click index cells failed"),
+    }
     if let Some(days) = spec.retention_days {
         let today = crate::event::day_of(now_ms());
         let (_, deleted) = crate::join::gc_registry(client, today.saturating_sub(days)).await?;

@@ -26,7 +26,7 @@
 use crate::event::Click;
 use crate::schema::{click_cell, now_ms, pending_cell, query_cell, Stored, CONTROL};
 use percolator::codec::Space;
-use percolator::kv::ScanOrder;
+use percolator::kv::{KeyRange, ScanOrder};
 use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -275,20 +275,33 @@ async fn legacy_pass(
 /// transaction filing bucket `b` commits by `b`, GC resolved every lock below its safe
 /// point, and no transaction older than the safe point can still lock anything). Without
 /// this, every park would leave its index cell forever.
-pub async fn purge_handled(client: &Client, safe_ms: u64) -> Result<usize, TxnError> {
+///
+/// `from` is a bucket below which an earlier purge has deleted everything (0 if unknown):
+/// the scans start there, so a pass does not walk the delete markers of earlier passes.
+/// Returns the keys deleted and the bucket below which the index is now purged (the next
+/// call's `from`).
+pub async fn purge_handled(
+    client: &Client,
+    safe_ms: u64,
+    from: u64,
+) -> Result<(usize, u64), TxnError> {
     let txn = client.begin().await?;
     let cursor = txn.get(&cursor_cell()).await?.map(|b| parse_u64(&b));
     txn.rollback();
-    let Some(limit) = cursor.map(|c| c.min(safe_ms / 1000)).filter(|l| *l > 0) else {
-        return Ok(0);
+    let Some(limit) = cursor.map(|c| c.min(safe_ms / 1000)).filter(|l| *l > from) else {
+        return Ok((0, from));
     };
-    let end = bucket_row(limit);
+    let (start, end) = (bucket_row(from), bucket_row(limit));
     let mut deleted = 0;
-    // No notify space: the index is never observed.
-    for space in [Space::Head, Space::Version, Space::Data] {
-        let range = client
-            .codec()
-            .rows_range(space, PARKED.as_bytes(), b"", Some(end.as_bytes()));
+    // Values and versions before heads, so a crash between spaces never leaves a head
+    // whose versions are gone. No notify space: the index is never observed.
+    for space in [Space::Data, Space::Version, Space::Head] {
+        let mut range = client.codec().rows_range(
+            space,
+            PARKED.as_bytes(),
+            start.as_bytes(),
+            Some(end.as_bytes()),
+        );
         loop {
             let keys: Vec<Vec<u8>> = client
                 .store()
@@ -299,6 +312,16 @@ pub async fn purge_handled(client: &Client, safe_ms: u64) -> Result<usize, TxnEr
                 .collect();
             let full = keys.len() >= PURGE_PAGE;
             deleted += keys.len();
+            // The next page starts after the last key deleted, not at the range's start
+            // (which would walk this pass's own delete markers again).
+            if let Some(last) = keys.last() {
+                let mut next = last.clone();
+                next.push(0);
+                range = KeyRange {
+                    start: next,
+                    end: range.end.clone(),
+                };
+            }
             if !keys.is_empty() {
                 client.store().batch_delete(keys).await?;
             }
@@ -307,7 +330,7 @@ pub async fn purge_handled(client: &Client, safe_ms: u64) -> Result<usize, TxnEr
             }
         }
     }
-    Ok(deleted)
+    Ok((deleted, limit))
 }
 
 /// Keys deleted per store call by [`purge_handled`].

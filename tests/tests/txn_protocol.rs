@@ -80,15 +80,18 @@ async fn heartbeat_keeps_a_long_prewrite_alive() {
     );
 }
 
-/// The heartbeat does not depend on the committing task being polled: a commit whose thread
-/// is blocked (as a long synchronous stretch of a large write set blocks it) for three TTLs
-/// after its prewrites keeps its primary alive, so a reader that meets the lock meanwhile
-/// waits instead of fencing it, and the commit succeeds. A heartbeat polled beside the
-/// commit in the committing task (the design before) misses every beat here and fails.
+/// The heartbeat does not depend on the committing task being polled: a commit whose worker
+/// thread is blocked (as a long synchronous stretch of a large write set blocks it) for three
+/// TTLs after its prewrites keeps its primary alive, so a reader that meets the lock meanwhile
+/// waits instead of fencing it, and the commit succeeds. The commit runs in a task of its
+/// own, so its heartbeat is spawned into that worker's LIFO slot (which the other worker
+/// cannot steal) and runs only because the prewrite yields after the primary's round. A
+/// heartbeat polled beside the commit in the committing task (the design before) misses
+/// every beat here and fails, and so would a prewrite that never yields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_outlives_a_blocked_commit_task() {
     use percolator::txn::{ClientConfig, CrashPoint};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
     let ttl = Duration::from_millis(300);
     let c = client_on(
         Arc::new(MemoryKv::new()),
@@ -97,39 +100,57 @@ async fn heartbeat_outlives_a_blocked_commit_task() {
             ..test_config()
         },
     );
-    // More cells than one prewrite round: the size at which the commit's own stretches
-    // can outlast a TTL.
+    // More cells than one prewrite round (256): the size at which the commit's own
+    // stretches can outlast a TTL, and the prewrite yields between rounds.
     let writer = c.begin().await.unwrap();
     for i in 0..300 {
         writer.set(cell(&format!("blocked-{i:04}")), "v");
     }
     let primary = cell("blocked-0000");
-    let (blocked_tx, blocked_rx) = tokio::sync::oneshot::channel::<()>();
-    let blocked_tx = std::sync::Mutex::new(Some(blocked_tx));
+    // When the commit's thread was blocked and unblocked. The reader polls these on its
+    // own timer: a waker called from the blocked thread would put the reader in that
+    // worker's LIFO slot, behind the block.
+    type At = Arc<std::sync::Mutex<Option<Instant>>>;
+    let (blocked_at, unblocked_at): (At, At) = (Arc::default(), Arc::default());
+    let (blocked, unblocked) = (blocked_at.clone(), unblocked_at.clone());
     writer.set_crash_hook(Arc::new(move |point| {
         if point == CrashPoint::AllPrewritten {
-            if let Some(tx) = blocked_tx.lock().unwrap().take() {
-                let _ = tx.send(());
-            }
-            // Blocks this worker thread, not just this task.
+            *blocked.lock().unwrap() = Some(Instant::now());
+            // Blocks the worker thread running the commit, not just its task.
             std::thread::sleep(ttl * 3);
+            *unblocked.lock().unwrap() = Some(Instant::now());
         }
         false
     }));
     let reader_client = c.clone();
     let reader = tokio::spawn(async move {
-        blocked_rx.await.unwrap();
+        let since = loop {
+            if let Some(at) = *blocked_at.lock().unwrap() {
+                break at;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
         // Meet the primary's lock once its original TTL has expired.
-        tokio::time::sleep(ttl * 3 / 2).await;
+        tokio::time::sleep_until((since + ttl * 3 / 2).into()).await;
         let t = reader_client.begin().await.unwrap();
-        (t.start_ts(), t.get(&primary).await.unwrap())
+        let reading_at = Instant::now();
+        (t.start_ts(), reading_at, t.get(&primary).await.unwrap())
     });
-    let commit_ts = writer
-        .commit()
+    let commit_ts = tokio::spawn(async move { writer.commit().await })
         .await
+        .unwrap()
         .expect("a commit kept alive by its heartbeat");
-    let (read_ts, read) = reader.await.unwrap();
-    // The reader began while the commit was blocked before its commit point.
+    let (read_ts, reading_at, read) = reader.await.unwrap();
+    // The reader met the lock while the commit was blocked before its commit point: not a
+    // read that came after the commit and proved nothing.
+    let unblocked_at = unblocked_at
+        .lock()
+        .unwrap()
+        .expect("the commit was blocked");
+    assert!(
+        reading_at < unblocked_at,
+        "the reader began after the commit was unblocked"
+    );
     assert!(
         read_ts < commit_ts,
         "read at {read_ts}, commit at {commit_ts}"

@@ -122,12 +122,14 @@ impl Transaction {
         // on another worker thread meanwhile. It is aborted when the commit returns or is
         // dropped; an extension it has in flight then only fails its CAS (the head moved on)
         // or lengthens our own lock's TTL, which the lifetime still bounds.
-        let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(
-            shared.clone(),
-            primary.clone(),
-            start_ts,
-            self.inner.started,
-        )));
+        let _heartbeat = shared.config.heartbeat.then(|| {
+            AbortOnDrop(tokio::spawn(heartbeat(
+                shared.clone(),
+                primary.clone(),
+                start_ts,
+                self.inner.started,
+            )))
+        });
         // (A task spawned from a worker waits in that worker's LIFO slot, which other
         // workers cannot steal, until this task yields. The prewrite yields after each round
         // of `PREWRITE_CHUNK` cells, the first one the primary's, so the heartbeat's timer is
@@ -325,12 +327,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Extends the primary's lock TTL while a commit runs long; runs until the transaction is
-/// decided (or forever if heartbeats are off) unless aborted with the commit.
+/// Extends the primary's lock TTL while a commit runs long (spawned only when heartbeats
+/// are on); runs until the transaction is decided unless aborted with the commit.
 async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: Timestamp, started: Instant) {
-    if !shared.config.heartbeat {
-        return std::future::pending().await;
-    }
     let ttl = shared.config.lock_ttl;
     let max = shared.config.max_lifetime;
     let s = start_ts.0;

@@ -89,8 +89,10 @@ impl Transaction {
             )
             .await?;
             if last < plans.len() {
-                // Let the heartbeat beside the commit run: an in-process store yields only
-                // once the task's budget is spent, which a few batched calls never do.
+                // Let other tasks of this worker run, the commit's heartbeat first (spawned
+                // into this worker's LIFO slot, which other workers cannot steal): an
+                // in-process store yields only once the task's budget is spent, which a few
+                // batched calls never do.
                 tokio::task::yield_now().await;
             }
         }
