@@ -278,30 +278,25 @@ async fn a_hot_cell_does_not_starve_the_rest_of_its_batch() {
     assert_eq!(committed_runs(&c, rows).await, vec![1; rows]);
 }
 
-/// One cell of the batch always fails: it alone is dead-lettered, every other cell of the
-/// batch runs once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_cell_is_dead_lettered_alone() {
-    let c = memory_client();
-    let rows = 16;
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            "in",
-            "v",
-            "copy",
-            observer_fn(|txn, cell: Cell| async move {
-                copy_and_count(&txn, &cell).await?;
-                if cell.row == b"r03" {
-                    return Err(ObserverError::failed("r03 is broken"));
-                }
-                Ok(())
-            }),
-        )
-        .unwrap();
-    let registry = Arc::new(registry);
-    registry.declare(&c);
-    change_all(&c, rows, "x").await;
+/// The test observer ([`copy_and_count`]) failing on row `broken` after its writes (which
+/// then roll back).
+fn copy_failing_on(broken: &'static str) -> Arc<dyn observers::Observer> {
+    observer_fn(move |txn, cell: Cell| async move {
+        copy_and_count(&txn, &cell).await?;
+        if cell.row == broken.as_bytes() {
+            return Err(ObserverError::failed(format!("{broken} is broken")));
+        }
+        Ok(())
+    })
+}
+
+/// Runs one batching worker (3 failures make a dead letter) until quiet, checks that
+/// exactly one dead letter was parked, for row `broken`, and returns the worker's metrics.
+async fn run_with_one_dead_letter(
+    c: &Client,
+    registry: Arc<Registry>,
+    broken: &str,
+) -> observers::MetricsSnapshot {
     let worker = Worker::start(
         c.clone(),
         registry,
@@ -313,16 +308,36 @@ async fn a_failing_cell_is_dead_lettered_alone() {
     quiesce(&[&worker]).await;
     let m = worker.metrics().snapshot();
     worker.shutdown().await;
-    let letters = DeadLetter::list(&c).await.unwrap();
+    let letters = DeadLetter::list(c).await.unwrap();
     assert_eq!(letters.len(), 1, "{letters:?}");
-    assert!(letters[0].error.contains("r03 is broken"), "{letters:?}");
+    assert!(
+        letters[0].error.contains(&format!("{broken} is broken")),
+        "{letters:?}"
+    );
     let Ok(percolator::codec::Key::Notify { cell, .. }) = c.codec().decode(&letters[0].notify_key)
     else {
         panic!("not a notify key");
     };
-    assert_eq!(cell.row, b"r03");
-    assert_eq!(m.dead_lettered, 1, "{m:?}");
+    assert_eq!(cell.row, broken.as_bytes());
     assert!(m.splits >= 1, "{m:?}");
+    m
+}
+
+/// One cell of the batch always fails: it alone is dead-lettered, every other cell of the
+/// batch runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_cell_is_dead_lettered_alone() {
+    let c = memory_client();
+    let rows = 16;
+    let mut registry = Registry::new();
+    registry
+        .strong("in", "v", "copy", copy_failing_on("r03"))
+        .unwrap();
+    let registry = Arc::new(registry);
+    registry.declare(&c);
+    change_all(&c, rows, "x").await;
+    let m = run_with_one_dead_letter(&c, registry, "r03").await;
+    assert_eq!(m.dead_lettered, 1, "{m:?}");
     let mut expected = vec![1; rows];
     expected[3] = 0;
     assert_eq!(committed_runs(&c, rows).await, expected);
@@ -337,45 +352,18 @@ async fn weak_notifications_run_in_batches_and_a_failing_cell_is_dead_lettered_a
     let rows = 16;
     let mut registry = Registry::new();
     registry
-        .weak(
-            "in",
-            "v",
-            "copy",
-            observer_fn(|txn, cell: Cell| async move {
-                copy_and_count(&txn, &cell).await?;
-                if cell.row == b"r05" {
-                    return Err(ObserverError::failed("r05 is broken"));
-                }
-                Ok(())
-            }),
-        )
+        .weak("in", "v", "copy", copy_failing_on("r05"))
         .unwrap();
     let registry = Arc::new(registry);
     registry.declare(&c);
-    let t = c.begin().await.unwrap();
-    for i in 0..rows {
-        t.set(Cell::new("in", row(i), "v"), "x");
-    }
-    t.commit().await.unwrap();
+    // A plain write of an observed column notifies strongly; a weak observer's work comes
+    // from weak notifications (the strong ones run it too, without the check).
+    change_all(&c, rows, "x").await;
     for i in 0..rows {
         c.weak_notify(&Cell::new("in", row(i), "v")).await.unwrap();
     }
-    let worker = Worker::start(
-        c.clone(),
-        registry,
-        WorkerConfig {
-            max_failures: 3,
-            ..batching()
-        },
-    );
-    quiesce(&[&worker]).await;
-    let m = worker.metrics().snapshot();
-    worker.shutdown().await;
+    let m = run_with_one_dead_letter(&c, registry, "r05").await;
     assert!(m.batches >= 1, "no weak batch committed: {m:?}");
-    assert!(m.splits >= 1, "{m:?}");
-    let letters = DeadLetter::list(&c).await.unwrap();
-    assert_eq!(letters.len(), 1, "{letters:?}");
-    assert!(letters[0].error.contains("r05 is broken"), "{letters:?}");
     let runs = committed_runs(&c, rows).await;
     for (i, n) in runs.iter().enumerate() {
         if i == 5 {

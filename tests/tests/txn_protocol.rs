@@ -23,19 +23,14 @@ for_each_protocol_check!(on_memory);
 /// A commit whose prewrite phase outlasts the lock TTL many times over keeps its primary
 /// alive by heartbeats: a reader that meets the primary's lock meanwhile waits instead of
 /// fencing it, and the commit succeeds. (The prewrite here is CPU-bound on the in-memory
-/// store, the case in which a heartbeat sharing the committing task could starve.)
+/// store; `heartbeat_outlives_a_blocked_commit_task` below blocks the committing thread
+/// outright.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_keeps_a_long_prewrite_alive() {
-    use percolator::txn::ClientConfig;
-    use std::time::{Duration, Instant};
-    let ttl = Duration::from_millis(300);
-    let c = client_on(
-        Arc::new(MemoryKv::new()),
-        ClientConfig {
-            lock_ttl: ttl,
-            ..test_config()
-        },
-    );
+    use std::time::Instant;
+    // The common test configuration's lock TTL (300 ms).
+    let c = memory_client();
+    let ttl = c.config().lock_ttl;
     // Grow the write set until one prewrite phase takes well over 4 TTLs on this machine and
     // the reader met the lock (began before the commit point).
     let mut cells = 5_000usize;
@@ -90,16 +85,11 @@ async fn heartbeat_keeps_a_long_prewrite_alive() {
 /// every beat here and fails, and so would a prewrite that never yields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_outlives_a_blocked_commit_task() {
-    use percolator::txn::{ClientConfig, CrashPoint};
+    use percolator::txn::CrashPoint;
     use std::time::{Duration, Instant};
-    let ttl = Duration::from_millis(300);
-    let c = client_on(
-        Arc::new(MemoryKv::new()),
-        ClientConfig {
-            lock_ttl: ttl,
-            ..test_config()
-        },
-    );
+    // The common test configuration's lock TTL (300 ms).
+    let c = memory_client();
+    let ttl = c.config().lock_ttl;
     // More cells than one prewrite round (256): the size at which the commit's own
     // stretches can outlast a TTL, and the prewrite yields between rounds.
     let writer = c.begin().await.unwrap();
