@@ -382,30 +382,9 @@ pub async fn gc_registry(client: &Client, day: u64) -> Result<(u64, usize), perc
         })
         .await?;
     tokio::time::sleep(client.config().max_lifetime + Duration::from_millis(100)).await;
-    use percolator::codec::Space;
-    let mut deleted = 0;
     let end = format!("{boundary:08}");
-    // No notify space: the registry's column is never observed, so it has no notify keys
-    // (and notify keys are ordered by bucket, not by row).
-    for space in [Space::Head, Space::Version, Space::Data] {
-        let range =
-            client
-                .codec()
-                .rows_range(space, IDREGISTRY.as_bytes(), b"", Some(end.as_bytes()));
-        let keys: Vec<Vec<u8>> = percolator::kv::scan_all(
-            client.store().as_ref(),
-            range,
-            percolator::ScanOrder::Forward,
-        )
-        .await?
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-        deleted += keys.len();
-        for chunk in keys.chunks(1000) {
-            client.store().batch_delete(chunk.to_vec()).await?;
-        }
-    }
+    // The registry's column is never observed, so it has no notify keys.
+    let deleted = crate::schema::purge_rows(client, IDREGISTRY, b"", end.as_bytes()).await?;
     Ok((boundary, deleted))
 }
 

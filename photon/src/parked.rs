@@ -25,8 +25,6 @@
 
 use crate::event::Click;
 use crate::schema::{click_cell, now_ms, pending_cell, query_cell, Stored, CONTROL};
-use percolator::codec::Space;
-use percolator::kv::{KeyRange, ScanOrder};
 use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -292,49 +290,11 @@ pub async fn purge_handled(
         return Ok((0, from));
     };
     let (start, end) = (bucket_row(from), bucket_row(limit));
-    let mut deleted = 0;
-    // Values and versions before heads, so a crash between spaces never leaves a head
-    // whose versions are gone. No notify space: the index is never observed.
-    for space in [Space::Data, Space::Version, Space::Head] {
-        let mut range = client.codec().rows_range(
-            space,
-            PARKED.as_bytes(),
-            start.as_bytes(),
-            Some(end.as_bytes()),
-        );
-        loop {
-            let keys: Vec<Vec<u8>> = client
-                .store()
-                .scan(range.clone(), PURGE_PAGE, ScanOrder::Forward)
-                .await?
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect();
-            let full = keys.len() >= PURGE_PAGE;
-            deleted += keys.len();
-            // The next page starts after the last key deleted, not at the range's start
-            // (which would walk this pass's own delete markers again).
-            if let Some(last) = keys.last() {
-                let mut next = last.clone();
-                next.push(0);
-                range = KeyRange {
-                    start: next,
-                    end: range.end.clone(),
-                };
-            }
-            if !keys.is_empty() {
-                client.store().batch_delete(keys).await?;
-            }
-            if !full {
-                break;
-            }
-        }
-    }
+    // The index is never observed: it has no notify keys.
+    let deleted =
+        crate::schema::purge_rows(client, PARKED, start.as_bytes(), end.as_bytes()).await?;
     Ok((deleted, limit))
 }
-
-/// Keys deleted per store call by [`purge_handled`].
-const PURGE_PAGE: usize = 1000;
 
 /// Moves the cursor up to `to` (never down).
 async fn advance_cursor(client: &Client, to: u64) -> Result<(), TxnError> {

@@ -87,3 +87,54 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default()
         .as_millis() as u64
 }
+
+/// Deletes outright (raw deletes, no transaction) every key of `table`'s rows in
+/// `[row_start, row_end)`: values and versions first, then heads, so a crash between spaces
+/// never leaves a head whose versions are gone. Only for rows no transaction can read or
+/// write any more (the caller's argument); the table must not be observed (its notify keys,
+/// ordered by bucket, are not touched). Each page starts after the last key deleted, so a
+/// pass does not walk its own delete markers again. Returns the keys deleted.
+pub async fn purge_rows(
+    client: &Client,
+    table: &str,
+    row_start: &[u8],
+    row_end: &[u8],
+) -> Result<usize, percolator::TxnError> {
+    use percolator::codec::Space;
+    use percolator::kv::{KeyRange, ScanOrder};
+    /// Keys deleted per store call.
+    const PAGE: usize = 1000;
+    let mut deleted = 0;
+    for space in [Space::Data, Space::Version, Space::Head] {
+        let mut range =
+            client
+                .codec()
+                .rows_range(space, table.as_bytes(), row_start, Some(row_end));
+        loop {
+            let keys: Vec<Vec<u8>> = client
+                .store()
+                .scan(range.clone(), PAGE, ScanOrder::Forward)
+                .await?
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let full = keys.len() >= PAGE;
+            deleted += keys.len();
+            if let Some(last) = keys.last() {
+                let mut next = last.clone();
+                next.push(0);
+                range = KeyRange {
+                    start: next,
+                    end: range.end.clone(),
+                };
+            }
+            if !keys.is_empty() {
+                client.store().batch_delete(keys).await?;
+            }
+            if !full {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
+}
