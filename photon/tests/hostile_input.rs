@@ -2,7 +2,8 @@
 //! rewritten in place after loading, shared stores without the shared oracle, clicks whose
 //! query arrived past the horizon, huge malformed lines; and what `photon load` reports.
 
-use observers::{Registry, Worker, WorkerConfig};
+mod common;
+use observers::{Registry, Worker};
 use percolator::kv::{MemoryKv, RawKv};
 use percolator::ts::LocalClock;
 use percolator::{Client, ClientConfig};
@@ -42,14 +43,7 @@ fn pipeline(client: &Client) -> (Worker, Arc<JoinStats>) {
         stats.clone(),
     )
     .unwrap();
-    let config = WorkerConfig {
-        id: "dc1-0".to_string(),
-        idle_interval: Duration::from_millis(20),
-        max_idle_interval: Duration::from_millis(200),
-        heartbeat: Duration::from_millis(100),
-        retry_backoff: Duration::from_millis(5),
-        ..WorkerConfig::default()
-    };
+    let config = common::fast_worker("dc1-0");
     (
         Worker::start(client.clone(), Arc::new(registry), config),
         stats,

@@ -2,10 +2,10 @@
 //! behind the boundary are gone, every read still sees what it should, and GC passes racing
 //! each other and a writer lose nothing.
 
+mod common;
 use percolator::codec::Space;
 use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
-use percolator::ts::LocalClock;
-use percolator::{Cell, Client, ClientConfig, TxnError};
+use percolator::{Cell, Client, TxnError};
 use photon::maintenance::{gc_pass, spawn_gc, GcMetrics, GcSpec};
 use photon::schema::{idregistry_cell, now_ms};
 use std::sync::atomic::Ordering;
@@ -13,13 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn client_on(kv: Arc<dyn RawKv>) -> Client {
-    let config = ClientConfig {
-        lock_ttl: Duration::from_millis(300),
-        max_lifetime: Duration::from_millis(500),
-        gc_lag: Duration::from_secs(1),
-        ..ClientConfig::with_namespace("photon")
-    };
-    Client::with_config(kv, Arc::new(LocalClock::new()), config)
+    common::client_living(kv, Duration::from_millis(500), Duration::from_secs(1))
 }
 
 async fn keys(client: &Client, space: Space, table: &str) -> usize {

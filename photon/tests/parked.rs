@@ -3,12 +3,12 @@
 //! racing parks, wake-ups and each other, with sweeps killed mid-pass; a store without the
 //! index gets one full pass.
 
-use observers::{Worker, WorkerConfig};
+mod common;
+use observers::Worker;
 use percolator::codec::Space;
 use percolator::kv::intercept::{Hooks, Intercepted};
 use percolator::kv::{KeyRange, KvPair, MemoryKv, RawKv, ScanOrder};
-use percolator::ts::LocalClock;
-use percolator::{Client, ClientConfig};
+use percolator::Client;
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::maintenance::{gc_pass, GcMetrics, GcSpec};
@@ -23,13 +23,7 @@ use std::time::Duration;
 
 /// Transactions live at most 1 s here, so index cells fall due 1 s after their park.
 fn client_on(kv: Arc<dyn RawKv>) -> Client {
-    let config = ClientConfig {
-        lock_ttl: Duration::from_millis(300),
-        max_lifetime: Duration::from_secs(1),
-        gc_lag: Duration::from_secs(3),
-        ..ClientConfig::with_namespace("photon")
-    };
-    Client::with_config(kv, Arc::new(LocalClock::new()), config)
+    common::client_living(kv, Duration::from_secs(1), Duration::from_secs(3))
 }
 
 fn pipeline(client: &Client, horizon: Duration) -> (Worker, Arc<JoinStats>) {
@@ -39,14 +33,7 @@ fn pipeline(client: &Client, horizon: Duration) -> (Worker, Arc<JoinStats>) {
         horizon,
         adapter: None,
     };
-    let config = WorkerConfig {
-        id: "dc1-0".to_string(),
-        idle_interval: Duration::from_millis(20),
-        max_idle_interval: Duration::from_millis(200),
-        heartbeat: Duration::from_millis(100),
-        retry_backoff: Duration::from_millis(5),
-        ..WorkerConfig::default()
-    };
+    let config = common::fast_worker("dc1-0");
     let p = Pipeline::start_with(client, join, config).unwrap();
     (p.worker, p.stats)
 }

@@ -2,11 +2,11 @@
 //! duplicates, missing queries and the IdRegistry boundary; a loader killed with SIGKILL;
 //! malformed lines.
 
-use observers::{Worker, WorkerConfig};
+mod common;
+use observers::Worker;
 use percolator::codec::Space;
 use percolator::kv::{scan_all, EmbeddedKv, MemoryKv, RawKv, ScanOrder};
-use percolator::ts::LocalClock;
-use percolator::{Client, ClientConfig};
+use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
@@ -18,13 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn client_on(kv: Arc<dyn RawKv>) -> Client {
-    let config = ClientConfig {
-        lock_ttl: Duration::from_millis(300),
-        max_lifetime: Duration::from_secs(2),
-        gc_lag: Duration::from_secs(3),
-        ..ClientConfig::with_namespace("photon")
-    };
-    Client::with_config(kv, Arc::new(LocalClock::new()), config)
+    common::client_living(kv, Duration::from_secs(2), Duration::from_secs(3))
 }
 
 fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
@@ -34,14 +28,7 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
         horizon: Duration::from_secs(3600),
         adapter: None,
     };
-    let config = WorkerConfig {
-        id: format!("{name}-{n}"),
-        idle_interval: Duration::from_millis(20),
-        max_idle_interval: Duration::from_millis(200),
-        heartbeat: Duration::from_millis(100),
-        retry_backoff: Duration::from_millis(5),
-        ..WorkerConfig::default()
-    };
+    let config = common::fast_worker(format!("{name}-{n}"));
     let p = Pipeline::start_with(client, join, config).unwrap();
     (p.worker, p.stats)
 }
