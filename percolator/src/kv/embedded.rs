@@ -14,6 +14,17 @@
 //! every key, writes every key that swaps in one fjall write batch (one journal write) and
 //! releases them.
 //!
+//! **Two partitions.** Notify keys (`codec::is_notify_key`: of any namespace) live in a fjall
+//! partition of their own, `notify`; every other key in `kv`. A notification is put, then
+//! deleted once handled, so the notify space is mostly delete markers of recent keys; apart,
+//! scans of it (workers' passes, quiescence and backlog checks) merge only its own memtable and
+//! segments instead of every segment of the whole store, and compaction of the bulk of the
+//! data no longer rewrites those markers. Each key has one home (a pure function of its
+//! bytes), so a point operation touches one partition; a batch may span both (one fjall batch,
+//! one journal write, atomic as before); a scan reads the one partition its range can hold
+//! keys of (`codec::notify_sides`), or both, merged in key order. A store written before the
+//! split has its notify keys moved into `notify` when it is first opened.
+//!
 //! **Group commit** (under [`Durability::Fsync`]): writers that finish their journal write
 //! while another writer's `fdatasync` runs share the next one instead of each paying for
 //! their own (see [`EmbeddedKv`]'s `sync`): a ticket is taken after the journal write, and an
@@ -24,6 +35,7 @@ use super::{
     check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
     KvResult, RawKv, ScanOrder,
 };
+use crate::codec::{is_notify_key, notify_sides};
 use async_trait::async_trait;
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 use std::fs::{File, OpenOptions, TryLockError};
@@ -31,6 +43,42 @@ use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+
+/// The partition of notify keys (the rest is in `kv`).
+const NOTIFY_PARTITION: &str = "notify";
+/// The partition of the store's own records about its layout (never seen through `RawKv`).
+const LAYOUT_PARTITION: &str = "layout";
+/// Layout record: every notify key is in [`NOTIFY_PARTITION`].
+const NOTIFY_SPLIT: &[u8] = b"notify-split";
+
+/// Moves the notify keys that a store written before the partition split kept in `data`
+/// into `notify` (one pass over `data`, until the split is recorded).
+fn move_notify_keys(
+    keyspace: &Keyspace,
+    data: &PartitionHandle,
+    notify: &PartitionHandle,
+) -> KvResult<()> {
+    let mut moved = 0u64;
+    let mut batch = keyspace.batch();
+    for item in data.iter() {
+        let (k, v) = item.map_err(engine("open"))?;
+        if is_notify_key(&k) {
+            batch.insert(notify, k.clone(), v);
+            batch.remove(data, k);
+            moved += 1;
+            if batch.len() >= 20_000 {
+                std::mem::replace(&mut batch, keyspace.batch())
+                    .commit()
+                    .map_err(engine("open"))?;
+            }
+        }
+    }
+    batch.commit().map_err(engine("open"))?;
+    if moved > 0 {
+        tracing::info!(moved, "notify keys moved to their own partition");
+    }
+    Ok(())
+}
 
 /// Number of striped write locks; a power of two.
 const STRIPES: usize = 1024;
@@ -117,7 +165,10 @@ struct GroupCommit {
 pub struct EmbeddedKv {
     path: PathBuf,
     keyspace: Keyspace,
+    /// Every key but notify keys.
     data: PartitionHandle,
+    /// Notify keys (`codec::is_notify_key`).
+    notify: PartitionHandle,
     durability: Durability,
     stripes: Box<[Mutex<()>]>,
     hasher: RandomState,
@@ -188,11 +239,24 @@ impl EmbeddedKv {
         let data = keyspace
             .open_partition("kv", PartitionCreateOptions::default())
             .map_err(engine("open"))?;
+        let notify = keyspace
+            .open_partition(NOTIFY_PARTITION, PartitionCreateOptions::default())
+            .map_err(engine("open"))?;
+        // The split is recorded once every notify key was moved: a crash while moving them
+        // leaves it unrecorded, and the next open moves the rest.
+        let layout = keyspace
+            .open_partition(LAYOUT_PARTITION, PartitionCreateOptions::default())
+            .map_err(engine("open"))?;
+        if layout.get(NOTIFY_SPLIT).map_err(engine("open"))?.is_none() {
+            move_notify_keys(&keyspace, &data, &notify)?;
+            layout.insert(NOTIFY_SPLIT, b"1").map_err(engine("open"))?;
+        }
         tracing::debug!(path = %path.display(), ?options, "opened embedded store");
         Ok(EmbeddedKv {
             path,
             keyspace,
             data,
+            notify,
             durability: options.durability,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: RandomState::new(),
@@ -259,9 +323,36 @@ impl EmbeddedKv {
         Ok(())
     }
 
+    /// The partition that holds `key`.
+    fn home(&self, key: &[u8]) -> &PartitionHandle {
+        if is_notify_key(key) {
+            &self.notify
+        } else {
+            &self.data
+        }
+    }
+
+    /// Up to `limit` pairs of `range` in `partition`, in `order`.
+    fn scan_partition(
+        partition: &PartitionHandle,
+        range: &KeyRange,
+        limit: usize,
+        order: ScanOrder,
+    ) -> KvResult<Vec<KvPair>> {
+        let iter = partition.range::<&[u8], _>(range_bounds(range));
+        let convert = |item: fjall::Result<(fjall::Slice, fjall::Slice)>| {
+            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(engine("scan"))
+        };
+        match order {
+            ScanOrder::Forward => iter.take(limit).map(convert).collect(),
+            ScanOrder::Reverse => iter.rev().take(limit).map(convert).collect(),
+        }
+    }
+
     fn get_sync(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
         Ok(self
-            .data
+            .home(key)
             .get(key)
             .map_err(engine("get"))?
             .map(|v| v.to_vec()))
@@ -284,7 +375,7 @@ impl RawKv for EmbeddedKv {
         crate::kv::yield_point().await;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
-            self.data.insert(key, value).map_err(engine("put"))?;
+            self.home(&key).insert(key, value).map_err(engine("put"))?;
         }
         self.sync("put").await
     }
@@ -302,7 +393,7 @@ impl RawKv for EmbeddedKv {
             let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
             let mut batch = self.keyspace.batch();
             for (k, v) in pairs {
-                batch.insert(&self.data, k, v);
+                batch.insert(self.home(&k), k, v);
             }
             batch.commit().map_err(engine("batch_put"))?;
         }
@@ -313,7 +404,7 @@ impl RawKv for EmbeddedKv {
         crate::kv::yield_point().await;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
-            self.data.remove(key).map_err(engine("delete"))?;
+            self.home(&key).remove(key).map_err(engine("delete"))?;
         }
         self.sync("delete").await
     }
@@ -330,7 +421,7 @@ impl RawKv for EmbeddedKv {
             let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
             let mut batch = self.keyspace.batch();
             for k in keys {
-                batch.remove(&self.data, k);
+                batch.remove(self.home(&k), k);
             }
             batch.commit().map_err(engine("batch_delete"))?;
         }
@@ -343,14 +434,21 @@ impl RawKv for EmbeddedKv {
         if range.is_empty() {
             return Ok(Vec::new());
         }
-        let iter = self.data.range::<&[u8], _>(range_bounds(&range));
-        let convert = |item: fjall::Result<(fjall::Slice, fjall::Slice)>| {
-            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(engine("scan"))
-        };
-        match order {
-            ScanOrder::Forward => iter.take(limit).map(convert).collect(),
-            ScanOrder::Reverse => iter.rev().take(limit).map(convert).collect(),
+        match notify_sides(&range) {
+            (true, false) => Self::scan_partition(&self.notify, &range, limit, order),
+            (false, _) => Self::scan_partition(&self.data, &range, limit, order),
+            (true, true) => {
+                // Keys of the two partitions are disjoint: the first `limit` of the range
+                // are among the first `limit` of each, merged in order.
+                let mut pairs = Self::scan_partition(&self.data, &range, limit, order)?;
+                pairs.extend(Self::scan_partition(&self.notify, &range, limit, order)?);
+                match order {
+                    ScanOrder::Forward => pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0)),
+                    ScanOrder::Reverse => pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0)),
+                }
+                pairs.truncate(limit);
+                Ok(pairs)
+            }
         }
     }
 
@@ -366,7 +464,7 @@ impl RawKv for EmbeddedKv {
             let previous = self.get_sync(&key)?;
             let swapped = previous == expected;
             if swapped {
-                self.data
+                self.home(&key)
                     .insert(key, new)
                     .map_err(engine("compare_and_swap"))?;
             }
@@ -397,7 +495,7 @@ impl RawKv for EmbeddedKv {
                 let previous = self.get_sync(&r.key)?;
                 let swapped = previous == r.expected;
                 if swapped {
-                    batch.insert(&self.data, r.key, r.new);
+                    batch.insert(self.home(&r.key), r.key, r.new);
                     any_swapped = true;
                 }
                 outcomes.push(CasOutcome { previous, swapped });
@@ -417,7 +515,151 @@ impl RawKv for EmbeddedKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::{Cell, KeyCodec, Space};
+    use crate::kv::MemoryKv;
+    use rand::{Rng, SeedableRng};
     use std::sync::Arc;
+
+    /// Keys of every space of two namespaces (one a prefix of the other), plus raw keys of no
+    /// layout: the notify keys go to their own partition, the rest to `kv`.
+    fn mixed_keys(rng: &mut impl Rng) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        for ns in ["app", "appN"] {
+            let codec = KeyCodec::new(ns);
+            for i in 0..40u64 {
+                let cell = Cell::new("t", format!("r{}", rng.gen_range(0..12)), "c");
+                keys.push(codec.notify(&cell, i, rng.gen_range(0..4)));
+                keys.push(codec.head(&cell));
+                keys.push(codec.version(&cell, i));
+                keys.push(codec.data(&cell, i));
+                keys.push(codec.meta(format!("m{i}")));
+            }
+        }
+        for _ in 0..40 {
+            let len = rng.gen_range(1..6);
+            keys.push((0..len).map(|_| rng.gen_range(0..4u8) * 0x40).collect());
+            keys.push(vec![b'a', b'p', b'p', 0x00, 0x01, b'Q', rng.gen()]);
+        }
+        keys
+    }
+
+    /// Randomized: the embedded store (two partitions) answers every scan like the in-memory
+    /// store given the same writes: codec ranges that hit one partition, and arbitrary ranges
+    /// that span both, forward and reverse, at small limits.
+    #[tokio::test]
+    async fn scans_across_the_partitions_match_the_memory_store() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let dir = tempfile::tempdir().unwrap();
+        let kv = EmbeddedKv::open(dir.path()).unwrap();
+        let model = MemoryKv::new();
+        let keys = mixed_keys(&mut rng);
+        for (i, key) in keys.iter().enumerate() {
+            let value = i.to_be_bytes().to_vec();
+            match rng.gen_range(0..4) {
+                0 => {
+                    let batch = vec![(key.clone(), value.clone()), (keys[i / 2].clone(), value)];
+                    let batch: Vec<_> = {
+                        let mut b = batch;
+                        b.dedup_by(|a, b| a.0 == b.0);
+                        b
+                    };
+                    kv.batch_put(batch.clone()).await.unwrap();
+                    model.batch_put(batch).await.unwrap();
+                }
+                1 => {
+                    let req = vec![CasRequest {
+                        key: key.clone(),
+                        expected: model.get(key).await.unwrap(),
+                        new: value,
+                    }];
+                    assert!(kv.batch_compare_and_swap(req.clone()).await.unwrap()[0].swapped);
+                    model.batch_compare_and_swap(req).await.unwrap();
+                }
+                _ => {
+                    kv.put(key.clone(), value.clone()).await.unwrap();
+                    model.put(key.clone(), value).await.unwrap();
+                }
+            }
+            if rng.gen_bool(0.2) {
+                let victim = keys[rng.gen_range(0..=i)].clone();
+                kv.delete(victim.clone()).await.unwrap();
+                model.delete(victim).await.unwrap();
+            }
+        }
+        let codec = KeyCodec::new("app");
+        let mut ranges = vec![
+            codec.space_range(Space::Notify),
+            codec.notify_from(2),
+            codec.notify_between(1, 3),
+            codec.space_range(Space::Head),
+            codec.space_range(Space::Version),
+            codec.namespace_range(),
+            KeyCodec::new("appN").namespace_range(),
+            KeyRange {
+                start: Vec::new(),
+                end: None,
+            },
+        ];
+        for _ in 0..300 {
+            let (a, b) = (
+                &keys[rng.gen_range(0..keys.len())],
+                &keys[rng.gen_range(0..keys.len())],
+            );
+            let (start, end) = if a <= b { (a, b) } else { (b, a) };
+            ranges.push(KeyRange::new(start.clone(), end.clone()));
+        }
+        for range in ranges {
+            for order in [ScanOrder::Forward, ScanOrder::Reverse] {
+                for limit in [1, 3, 50, 10_000] {
+                    assert_eq!(
+                        kv.scan(range.clone(), limit, order).await.unwrap(),
+                        model.scan(range.clone(), limit, order).await.unwrap(),
+                        "{range:?} {order:?} limit {limit}"
+                    );
+                }
+            }
+        }
+        for key in &keys {
+            assert_eq!(kv.get(key).await.unwrap(), model.get(key).await.unwrap());
+        }
+    }
+
+    /// A store written before the partition split (notify keys in `kv`) has them moved on
+    /// its first open: found by gets and notify-space scans, and only once.
+    #[tokio::test]
+    async fn notify_keys_of_an_older_store_are_moved_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let codec = KeyCodec::new("app");
+        let cell = Cell::new("t", "r", "c");
+        let (notify, head) = (codec.notify(&cell, 5, 9), codec.head(&cell));
+        {
+            let keyspace = Config::new(dir.path().join("fjall")).open().unwrap();
+            let old = keyspace
+                .open_partition("kv", PartitionCreateOptions::default())
+                .unwrap();
+            old.insert(&notify, b"n").unwrap();
+            old.insert(&head, b"h").unwrap();
+            keyspace.persist(PersistMode::SyncAll).unwrap();
+        }
+        for _ in 0..2 {
+            let kv = EmbeddedKv::open(dir.path()).unwrap();
+            assert_eq!(kv.get(&notify).await.unwrap(), Some(b"n".to_vec()));
+            assert_eq!(kv.data.get(&notify).unwrap(), None);
+            assert_eq!(
+                kv.scan(codec.space_range(Space::Notify), 10, ScanOrder::Forward)
+                    .await
+                    .unwrap(),
+                vec![(notify.clone(), b"n".to_vec())]
+            );
+            assert_eq!(
+                kv.scan(codec.namespace_range(), 10, ScanOrder::Forward)
+                    .await
+                    .unwrap()
+                    .len(),
+                2
+            );
+        }
+    }
 
     /// Writers that reach the sync while another fsync is pending share one: ten puts that
     /// queue behind a held turn are covered by one fsync.
