@@ -268,19 +268,18 @@ async fn park_click(
     // The index the sweep reads instead of the whole pending table (crate::parked).
     crate::parked::file(txn, &click.query_id, &click.click_id);
     bump(&stats.parked);
-    // The wake observer writes nothing when no click waits, so a query committed
-    // while this transaction ran may have looked before we parked. Notifying the
-    // query's cell here makes its wake observer run again after this park commits
-    // (durably: the notify key is written with our prewrite); see ARCHITECTURE.md.
-    txn.notify(query_cell(&click.query_id));
+    // A query committed while this transaction ran may have been loaded before we parked
+    // (its loader then found no click waiting). Notifying the query's wake cell makes its
+    // wake observer run after this park commits (durably: the notify key is written with
+    // our prewrite); see ARCHITECTURE.md.
+    txn.notify(wake_cell(&click.query_id));
     Ok(())
 }
 
 /// Wakes the clicks waiting for the queries in `cells`' rows (a weak observer: waking twice
-/// is harmless, and a query nobody waits for costs its share of two batched reads and no
-/// write). It runs when a query is written and again after each park on it (the park
-/// notifies the query's cell). A batch reads every query, then the pending lists of those
-/// present, each in one `get_many`.
+/// is harmless). It runs on the query's wake cell, notified after each park on the query
+/// and by the loader when it loads a query that clicks wait for (`crate::load`). A batch
+/// reads every query, then the pending lists of those present, each in one `get_many`.
 struct WakeClicks {
     stats: Arc<JoinStats>,
 }
@@ -296,7 +295,7 @@ impl Observer for WakeClicks {
     }
 }
 
-/// The body of [`WakeClicks`]: `cells` are query cells (distinct).
+/// The body of [`WakeClicks`]: `cells` are wake cells of distinct queries.
 async fn wake_clicks(
     txn: &Transaction,
     cells: &[Cell],
@@ -304,7 +303,11 @@ async fn wake_clicks(
 ) -> Result<(), ObserverError> {
     // Notified by a park before the query arrived: nothing to wake yet (waking would only
     // park the clicks again, and each park notifies this cell again).
-    let queries = txn.get_many(cells).await?;
+    let query_cells: Vec<Cell> = cells
+        .iter()
+        .map(|c| query_cell(&String::from_utf8_lossy(&c.row)))
+        .collect();
+    let queries = txn.get_many(&query_cells).await?;
     let pending: Vec<Cell> = cells
         .iter()
         .zip(queries)
@@ -349,7 +352,7 @@ pub fn register(
     )?;
     registry.weak(
         QUERIES,
-        EVENT,
+        WAKE,
         &format!("wake@{}", config.pipeline),
         Arc::new(WakeClicks { stats }),
     )?;

@@ -19,21 +19,30 @@ pub const OUTCOMES: &str = "outcomes";
 pub const LOADER: &str = "loader";
 /// Control cells (the IdRegistry GC boundary).
 pub const CONTROL: &str = "control";
-/// The observed column of queries and clicks.
+/// The column of a query or click holding the event (a click's is observed).
 pub const EVENT: &str = "event";
+/// The column of a query row that holds nothing and is only notified: a notification there
+/// runs the query's wake observer (by a park on the query, and by the loader for a query
+/// loaded while clicks wait for it). Loading a query notifies nobody otherwise: most queries
+/// have no click waiting, and a wake run per query was a third of all observer runs.
+pub const WAKE: &str = "wake";
 
-/// Declares the observed columns (`queries/event`, `clicks/event`) to `client`, so its writes
-/// of queries and clicks put notify keys. The declaration lives in the client, not in the
-/// store: every client that writes these columns needs it, not only the workers' (a loader in
-/// its own process would otherwise load events no observer ever hears of).
+/// Declares the observed column (`clicks/event`) to `client`, so its writes of clicks put
+/// notify keys. The declaration lives in the client, not in the store: every client that
+/// writes clicks needs it, not only the workers' (a loader in its own process would otherwise
+/// load clicks no observer ever hears of). Queries' wake cells are notified explicitly.
 pub fn declare_observed(client: &Client) {
-    client.observe_column(QUERIES, EVENT);
     client.observe_column(CLICKS, EVENT);
 }
 
 /// The cell holding query `query_id`.
 pub fn query_cell(query_id: &str) -> Cell {
     Cell::new(QUERIES, query_id, EVENT)
+}
+
+/// The wake cell of query `query_id` (see [`WAKE`]).
+pub fn wake_cell(query_id: &str) -> Cell {
+    Cell::new(QUERIES, query_id, WAKE)
 }
 
 /// The cell holding click `click_id`.
