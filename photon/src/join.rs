@@ -1,6 +1,6 @@
 //! The join observers: a click observer that joins a click with its query exactly once (the
-//! IdRegistry entry and the output commit together), and a query observer that wakes the
-//! clicks waiting for it.
+//! IdRegistry entry and the output commit together), a query observer that wakes the clicks
+//! waiting for it, and the check run after each loaded batch of queries that notifies it.
 
 use crate::event::{day_of, Click, Joined, Query};
 use crate::outcome::Outcome;
@@ -278,7 +278,7 @@ async fn park_click(
 
 /// Wakes the clicks waiting for the queries in `cells`' rows (a weak observer: waking twice
 /// is harmless). It runs on the query's wake cell, notified after each park on the query
-/// and by the loader when it loads a query that clicks wait for (`crate::load`). A batch
+/// and by the wake check of the loader's batch that loaded the query ([`CheckWakes`]). A batch
 /// reads every query, then the pending lists of those present, each in one `get_many`.
 struct WakeClicks {
     stats: Arc<JoinStats>,
@@ -295,7 +295,8 @@ impl Observer for WakeClicks {
     }
 }
 
-/// The body of [`WakeClicks`]: `cells` are wake cells of distinct queries.
+/// The body of [`WakeClicks`]: `cells` are wake cells (or, from before wake cells, event
+/// cells) of distinct queries.
 async fn wake_clicks(
     txn: &Transaction,
     cells: &[Cell],
@@ -305,7 +306,7 @@ async fn wake_clicks(
     // park the clicks again, and each park notifies this cell again).
     let query_cells: Vec<Cell> = cells
         .iter()
-        .map(|c| query_cell(&String::from_utf8_lossy(&c.row)))
+        .map(|c| Cell::new(QUERIES, &c.row, EVENT))
         .collect();
     let queries = txn.get_many(&query_cells).await?;
     let pending: Vec<Cell> = cells
@@ -354,8 +355,74 @@ pub fn register(
         QUERIES,
         WAKE,
         &format!("wake@{}", config.pipeline),
+        Arc::new(WakeClicks {
+            stats: stats.clone(),
+        }),
+    )?;
+    registry.weak(
+        WAKE_CHECKS,
+        QUERY_IDS,
+        &format!("wakecheck@{}", config.pipeline),
+        Arc::new(CheckWakes),
+    )?;
+    // Notifications of query events written before queries stopped notifying (a store not
+    // drained before the upgrade, or an older loader): handled as wake-ups, so they do not
+    // pin the notify floor or keep drains waiting.
+    registry.weak(
+        QUERIES,
+        EVENT,
+        &format!("wake-legacy@{}", config.pipeline),
         Arc::new(WakeClicks { stats }),
     )?;
+    Ok(())
+}
+
+/// The wake check of a loader's batch that loaded queries: notifies the wake cell of each of
+/// the batch's queries that clicks wait for, then deletes the check (a weak observer: a
+/// second run notifies again, which is harmless).
+///
+/// Why no wake-up is lost (ARCHITECTURE.md, "Photon"): a park on query `q` commits at `p`
+/// and notifies `q`'s wake cell, whose run has a snapshot `w > p`. The batch loading `q`
+/// commits at `c`, with its check cell and the check's notify key (written in its prewrite,
+/// so the check runs even if the loader dies), and the check runs at a snapshot `r > c`. If
+/// `c < w`, the park's wake run sees the query and wakes the click. Otherwise `r > c > w > p`:
+/// the check sees the park and notifies the wake cell again.
+struct CheckWakes;
+
+#[async_trait::async_trait]
+impl Observer for CheckWakes {
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
+        self.observe_batch(txn, std::slice::from_ref(&cell)).await
+    }
+
+    async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
+        check_wakes(&txn, cells).await
+    }
+}
+
+/// The body of [`CheckWakes`]: `cells` are distinct wake checks.
+async fn check_wakes(txn: &Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
+    let checks = txn.get_many(cells).await?;
+    let mut queries: Vec<String> = Vec::new();
+    for (cell, check) in cells.iter().zip(checks) {
+        // Absent: an earlier run of this check did it.
+        let Some(bytes) = check else {
+            continue;
+        };
+        let ids: Vec<String> =
+            serde_json::from_slice(&bytes).map_err(|e| bad_data("wake check", cell, e))?;
+        queries.extend(ids);
+        txn.delete(cell.clone());
+    }
+    queries.sort_unstable();
+    queries.dedup();
+    let pending: Vec<Cell> = queries.iter().map(|q| pending_cell(q)).collect();
+    let lists = txn.get_many(&pending).await?;
+    for (query, list) in queries.iter().zip(lists) {
+        if list.is_some() {
+            txn.notify(wake_cell(query));
+        }
+    }
     Ok(())
 }
 

@@ -13,7 +13,7 @@ pub use progress::FINGERPRINT_WINDOW;
 
 use crate::event::{Click, Kind, Query};
 use crate::schema::{
-    click_cell, declare_observed, now_ms, offset_cell, pending_cell, query_cell, wake_cell, Stored,
+    click_cell, declare_observed, now_ms, offset_cell, query_cell, wake_check_cell, Stored,
 };
 use percolator::{Client, TxnError};
 use progress::{fingerprint, loaded_tail, parse_progress};
@@ -409,6 +409,21 @@ async fn load_file_aligned(
                             ),
                         }
                     }
+                    // The batch's queries, for the wake check that runs once it commits
+                    // (`join::CheckWakes`): clicks may have parked on them meanwhile.
+                    let queries: Vec<&str> = batch
+                        .iter()
+                        .filter_map(|p| match p {
+                            Parsed::Query(q) => Some(q.query_id.as_str()),
+                            Parsed::Click(_) => None,
+                        })
+                        .collect();
+                    if !queries.is_empty() {
+                        txn.set(
+                            wake_check_cell(&key, expected.offset),
+                            serde_json::to_vec(&queries).unwrap_or_default(),
+                        );
+                    }
                     txn.set(offset_cell(&key), next.encode());
                     Ok(true)
                 }
@@ -422,19 +437,6 @@ async fn load_file_aligned(
         if !result {
             continue;
         }
-        let queries: Vec<&str> = batch
-            .iter()
-            .filter_map(|p| match p {
-                Parsed::Query(q) => Some(q.query_id.as_str()),
-                Parsed::Click(_) => None,
-            })
-            .collect();
-        retry_transient(path, || wake_parked(client, &queries))
-            .await
-            .map_err(|source| LoadError::Txn {
-                path: path.to_path_buf(),
-                source,
-            })?;
         if let Some(backlog) = backlog {
             backlog.loaded(count as usize).await;
         }
@@ -445,33 +447,6 @@ async fn load_file_aligned(
             .fetch_add(next.line - progress.line, Ordering::Relaxed);
         loaded += count;
     }
-}
-
-/// After a batch with `queries` committed: notifies the wake cell of each of them that has
-/// clicks parked on it, in a transaction that begins after the batch's commit.
-///
-/// Why no wake-up is lost (ARCHITECTURE.md, "Photon"): a park on query `q` commits at `p`
-/// and notifies `q`'s wake cell, whose observer runs at some `w > p`; the batch commits `q` at
-/// `c`; this check reads at `r > c`. If `c < w`, the wake run sees the query and wakes the
-/// click. Otherwise `r > c > w > p`, so this check sees the park and notifies the wake cell
-/// again. A loader killed between its commit and this check leaves its parked clicks to the
-/// sweep (`crate::parked`): later, never lost.
-async fn wake_parked(client: &Client, queries: &[&str]) -> Result<(), TxnError> {
-    if queries.is_empty() {
-        return Ok(());
-    }
-    client
-        .run(|txn| async move {
-            let pending: Vec<_> = queries.iter().map(|q| pending_cell(q)).collect();
-            let lists = txn.get_many(&pending).await?;
-            for (query, list) in queries.iter().zip(lists) {
-                if list.is_some() {
-                    txn.notify(wake_cell(query));
-                }
-            }
-            Ok(())
-        })
-        .await
 }
 
 /// How long a loader keeps retrying a batch that fails with transient store or oracle errors

@@ -26,13 +26,20 @@ pub const EVENT: &str = "event";
 /// loaded while clicks wait for it). Loading a query notifies nobody otherwise: most queries
 /// have no click waiting, and a wake run per query was a third of all observer runs.
 pub const WAKE: &str = "wake";
+/// The loader's wake checks: a row per committed batch that loaded queries (see
+/// [`wake_check_cell`]).
+pub const WAKE_CHECKS: &str = "wakechecks";
+/// The observed column of a wake check: the batch's query ids (a JSON list).
+pub const QUERY_IDS: &str = "queries";
 
-/// Declares the observed column (`clicks/event`) to `client`, so its writes of clicks put
-/// notify keys. The declaration lives in the client, not in the store: every client that
-/// writes clicks needs it, not only the workers' (a loader in its own process would otherwise
-/// load clicks no observer ever hears of). Queries' wake cells are notified explicitly.
+/// Declares the observed columns (`clicks/event`, `wakechecks/queries`) to `client`, so its
+/// writes of clicks and wake checks put notify keys. The declaration lives in the client, not
+/// in the store: every client that writes them needs it, not only the workers' (a loader in
+/// its own process would otherwise load clicks no observer ever hears of). Queries' wake
+/// cells are notified explicitly.
 pub fn declare_observed(client: &Client) {
     client.observe_column(CLICKS, EVENT);
+    client.observe_column(WAKE_CHECKS, QUERY_IDS);
 }
 
 /// The cell holding query `query_id`.
@@ -43,6 +50,13 @@ pub fn query_cell(query_id: &str) -> Cell {
 /// The wake cell of query `query_id` (see [`WAKE`]).
 pub fn wake_cell(query_id: &str) -> Cell {
     Cell::new(QUERIES, query_id, WAKE)
+}
+
+/// The wake check of the loader's batch that starts at byte `offset` of the file whose
+/// offset cell is keyed `file_key`: written with the batch (its value the batch's query ids),
+/// so its observer runs after the batch commits, and deleted by it.
+pub fn wake_check_cell(file_key: &str, offset: u64) -> Cell {
+    Cell::new(WAKE_CHECKS, format!("{file_key}@{offset:020}"), QUERY_IDS)
 }
 
 /// The cell holding click `click_id`.

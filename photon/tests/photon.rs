@@ -303,9 +303,9 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
 }
 
 /// Clicks that park because their query is still loading are woken by the wake observer
-/// (run for the query, and again for each park, which notifies the query's cell), with no
-/// pending sweep at all: the loader writes queries and clicks close together in time, so
-/// parks race the queries' commits.
+/// (run after each park, which notifies the query's wake cell, and after the wake check of
+/// the batch that loaded the query), with no pending sweep at all: the loader writes queries
+/// and clicks close together in time, so parks race the queries' commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_clicks_are_woken_without_the_sweep() {
     // The lost wake-up needs a park and its query's wake run to overlap: run a few rounds.

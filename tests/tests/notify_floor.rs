@@ -72,7 +72,7 @@ async fn racing_writers_and_raises_lose_no_notification() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_and_raises_lose_no_notification_on_tikv() {
     let tikv = tikv_store().await;
-    racing_writers_and_raises(tikv.kv.clone(), 10, 2_000).await;
+    racing_writers_and_raises(tikv.kv.clone(), 10, 20_000).await;
 }
 
 /// The same race in TiKV's weather (three stores, regions split, merged and moved every
@@ -81,7 +81,7 @@ async fn racing_writers_and_raises_lose_no_notification_on_tikv() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_writers_and_raises_lose_no_notification_in_tikv_weather() {
     let tikv = tikv_weather_store(16).await;
-    racing_writers_and_raises(tikv.kv.clone(), 10, 2_000).await;
+    racing_writers_and_raises(tikv.kv.clone(), 10, 20_000).await;
 }
 
 /// The race on `kv`: writers go on until the floor was raised `raises_wanted` times (at least

@@ -471,8 +471,9 @@ async fn scans_skip_handled_notifications() {
     scans_skip_handled(Arc::new(MemoryKv::new()), 20_000).await;
 }
 
-/// The same on TiKV (`minitikv` in process, through `TikvKv`): raw deletes are RocksDB
-/// delete markers there too, and the floor works through the same CAS and scans.
+/// The same on TiKV (`minitikv` in process, through `TikvKv`), with the same modelled delete
+/// markers (a TiKV server keeps RocksDB's; this one keeps none): the worker's scans through
+/// the TiKV client start at the floor, which it raises through the same CAS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scans_skip_handled_notifications_on_tikv() {
     let tikv = tikv_store().await;
