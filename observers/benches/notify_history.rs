@@ -2,9 +2,12 @@
 //! handles `NOTIFY_HISTORY` notifications (default 1,000,000; their delete markers stay in the
 //! LSM tree until compaction drops them), then the notify space holds 10 live notifications
 //! on a column nobody observes. The bench counts what the worker's scans of the notify space
-//! cost from then on (store calls and entries returned, through a counting wrapper), and
-//! times one scan of the live notifications from the notify floor against one from the start
-//! of the notify space (what every pass cost before the floor: it walks the markers).
+//! cost from then on (store calls and entries returned, through a counting wrapper: a scan
+//! returns only live entries either way, so these show the passes' rhythm, not the markers),
+//! and times one scan of the live notifications from the notify floor against one from the
+//! start of the notify space, after the worker stopped: the markers a scan walks inside the
+//! store show only in that time (what every pass cost before the floor). How many markers
+//! are left depends on how far compaction got, so the second figure varies between runs.
 //!
 //! Run: `cargo bench -p observers --bench notify_history` (`NOTIFY_HISTORY=100000` for a
 //! quick look). The last line is JSON: `handled`, `live`, `scan_calls`, `entries_returned`,
