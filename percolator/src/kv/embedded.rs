@@ -58,6 +58,13 @@ fn move_notify_keys(
     data: &PartitionHandle,
     notify: &PartitionHandle,
 ) -> KvResult<()> {
+    if data.is_empty().map_err(engine("open"))? {
+        return Ok(());
+    }
+    // One pass over every key: minutes on a large store, once.
+    tracing::info!(
+        "moving notify keys to their own partition (once, on the first open since the split)"
+    );
     let mut moved = 0u64;
     let mut batch = keyspace.batch();
     for item in data.iter() {
