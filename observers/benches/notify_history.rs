@@ -151,13 +151,12 @@ async fn run(handled: u64) {
     let floor = client.notify_floor().await.expect("floor");
     let floor_us = timed_scan(&*embedded, &codec.notify_from(floor), live, 9).await;
     let start_us = timed_scan(&*embedded, &codec.space_range(Space::Notify), live, 3).await;
+    let per_call = entries as f64 / calls.max(1) as f64;
     println!(
-        "{handled} handled, {live} live: the worker's scans made {calls} store calls returning {entries} entries ({:.1} per call); one scan from the notify floor {floor_us:.0} us, from the start of the space {start_us:.0} us",
-        entries as f64 / calls.max(1) as f64
+        "{handled} handled, {live} live: the worker's scans made {calls} store calls returning {entries} entries ({per_call:.1} per call); one scan from the notify floor {floor_us:.0} us, from the start of the space {start_us:.0} us"
     );
     println!(
-        "{{\"handled\":{handled},\"live\":{live},\"scan_calls\":{calls},\"entries_returned\":{entries},\"entries_per_call\":{:.2},\"floor_scan_us\":{floor_us:.0},\"start_scan_us\":{start_us:.0},\"handle_per_sec\":{:.0}}}",
-        entries as f64 / calls.max(1) as f64,
+        "{{\"handled\":{handled},\"live\":{live},\"scan_calls\":{calls},\"entries_returned\":{entries},\"entries_per_call\":{per_call:.2},\"floor_scan_us\":{floor_us:.0},\"start_scan_us\":{start_us:.0},\"handle_per_sec\":{:.0}}}",
         handled as f64 / handle_secs
     );
 }

@@ -269,7 +269,7 @@ async fn park_click(
     crate::parked::file(txn, &click.query_id, &click.click_id);
     bump(&stats.parked);
     // A query committed while this transaction ran may have been loaded before we parked
-    // (its loader then found no click waiting). Notifying the query's wake cell makes its
+    // (its batch's wake check then found no click waiting). Notifying the query's wake cell makes its
     // wake observer run after this park commits (durably: the notify key is written with
     // our prewrite); see ARCHITECTURE.md.
     txn.notify(wake_cell(&click.query_id));

@@ -564,12 +564,9 @@ mod tests {
             let value = i.to_be_bytes().to_vec();
             match rng.gen_range(0..4) {
                 0 => {
-                    let batch = vec![(key.clone(), value.clone()), (keys[i / 2].clone(), value)];
-                    let batch: Vec<_> = {
-                        let mut b = batch;
-                        b.dedup_by(|a, b| a.0 == b.0);
-                        b
-                    };
+                    let mut batch =
+                        vec![(key.clone(), value.clone()), (keys[i / 2].clone(), value)];
+                    batch.dedup_by(|a, b| a.0 == b.0);
                     kv.batch_put(batch.clone()).await.unwrap();
                     model.batch_put(batch).await.unwrap();
                 }
