@@ -24,8 +24,9 @@ pub struct ClientConfig {
     pub backoff: Duration,
     /// Heads this client committed, remembered (up to about this many bytes; 0: none) as the
     /// expected value of a later prewrite of the same cell that did not read it first: a
-    /// blind write then skips its head read when nobody else wrote the cell meanwhile. Never
-    /// used for reads.
+    /// blind write then skips its head read when nobody else wrote the cell meanwhile. Only
+    /// cells written more than once are remembered (a first write guesses the head absent
+    /// anyway). Never used for reads.
     pub head_cache_bytes: u64,
 }
 
