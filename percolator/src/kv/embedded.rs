@@ -109,8 +109,8 @@ pub struct EmbeddedOptions {
     /// Block cache size in bytes.
     pub cache_bytes: u64,
     /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
-    /// memtables are flushed to disk segments. It is also each partition's memtable size, so
-    /// one busy partition may use the whole buffer before it flushes.
+    /// memtables are flushed to disk segments. Half of it is each partition's memtable size,
+    /// fixed when the store is created (fjall keeps a partition's options).
     pub write_buffer_bytes: u64,
 }
 
@@ -245,13 +245,14 @@ impl EmbeddedKv {
             .max_write_buffer_size(write_buffer_bytes)
             .open()
             .map_err(engine("open"))?;
-        // A partition's memtable may take the whole write buffer (fjall's default is 16 MiB
+        // A partition's memtable may take half the write buffer (fjall's default is 16 MiB
         // whatever the buffer): fewer flushes, fewer level-0 segments for point reads to
-        // check and less compaction. `photon demo --clicks 200000` ran on 8 to 11 % less CPU
-        // with 64 MiB memtables (issue 14); the write buffer still bounds the memory of all
-        // memtables together. fjall keeps a partition's options from its creation: stores
-        // created before keep 16 MiB memtables.
-        let memtable = u32::try_from(write_buffer_bytes).unwrap_or(u32::MAX);
+        // check and less compaction. fjall's monitor flushes the largest memtable once the
+        // memtables pass half the buffer anyway, so a larger limit would change nothing but
+        // let one partition fill the buffer and stall writers. `photon demo --clicks 200000`
+        // ran on 5 to 13 % less CPU with it (issue 14). fjall keeps a partition's options
+        // from its creation: stores created before keep 16 MiB memtables.
+        let memtable = u32::try_from(write_buffer_bytes / 2).unwrap_or(u32::MAX);
         let partition = || PartitionCreateOptions::default().max_memtable_size(memtable);
         let data = keyspace
             .open_partition("kv", partition())

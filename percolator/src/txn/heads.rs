@@ -96,8 +96,9 @@ impl Shared {
     /// superseded in `recent`): most cells are written once (events, outputs, registry
     /// entries), and remembering each cost a cache insert (3 % of `photon demo`'s CPU) and
     /// evicted the heads worth keeping. A second write of a cell not remembered guesses it
-    /// absent; that CAS fails and returns the head, which costs what the read it replaces
-    /// would have, and the commit then remembers the cell.
+    /// absent; that CAS fails and returns the head (what the read it replaces would have
+    /// cost; one call more than a remembered head, as the cell leaves the batched prewrite),
+    /// and the commit then remembers the cell.
     pub(crate) fn remember_committed_head(&self, cell: &Cell, snap: HeadSnapshot) {
         if let Some(cache) = &self.committed_heads {
             if snap.head.lock.is_none() && !snap.head.recent.is_empty() {
