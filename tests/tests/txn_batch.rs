@@ -404,3 +404,42 @@ async fn get_many_reads_like_get_and_batches_cost_few_calls() {
         "store calls of a 10-cell read-modify-write"
     );
 }
+
+/// A client remembers the head its commit left only for a cell written before (write-once
+/// cells would fill the cache for nothing): a cell's first blind write guesses it absent
+/// (prewrite and commit point: two calls), the second finds the guess wrong (one call more,
+/// the CAS from the head the failed one returned), the third expects the remembered head
+/// and costs two calls again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_writes_remember_only_cells_written_before() {
+    let store = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()) as Arc<dyn RawKv>,
+        Calls::default(),
+    ));
+    let c = client_on(store.clone(), test_config());
+    let mut costs = Vec::new();
+    for round in 0..3 {
+        store.hooks().by_op.lock().unwrap().clear();
+        let t = c.begin().await.unwrap();
+        t.set(acct(1), round.to_string());
+        t.commit().await.unwrap();
+        costs.push(store.hooks().by_op.lock().unwrap().clone());
+    }
+    let first = vec![Op::BatchCompareAndSwap, Op::CompareAndSwap];
+    assert_eq!(costs[0], first, "first write of a new cell");
+    assert_eq!(
+        costs[1],
+        vec![
+            Op::BatchCompareAndSwap,
+            Op::CompareAndSwap,
+            Op::CompareAndSwap
+        ],
+        "second write: the cell was not remembered"
+    );
+    assert_eq!(
+        costs[2], first,
+        "third write: the remembered head was right"
+    );
+    let t = c.begin().await.unwrap();
+    assert_eq!(t.get(&acct(1)).await.unwrap().as_deref(), Some(&b"2"[..]));
+}
