@@ -106,6 +106,9 @@ struct Inner {
     ledger: Ledger,
     /// The hint floor and the scanners' wake-up.
     hints: HintState,
+    /// Passes of this worker's scanners that found no work beyond the hints' (idle
+    /// scanners take turns by it).
+    idle_passes: std::sync::atomic::AtomicU64,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -135,6 +138,7 @@ impl Worker {
             membership: Membership::new(),
             ledger: Ledger::default(),
             hints: HintState::new(),
+            idle_passes: std::sync::atomic::AtomicU64::new(0),
             shutdown,
         });
         let mut tasks = Vec::new();

@@ -12,7 +12,10 @@
 //! - The candidates of a page go to dispatch together (in batches of `batch_size`), so a
 //!   backlog is handled in batches; a cell appears at most once among them.
 //! - Passes are rationed: after a pass that found nothing, or while hints did at least as
-//!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`.
+//!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`. An
+//!   idle scanner whose wait ran out skips its pass when another scanner of the worker made
+//!   an idle pass meanwhile (a pass covers the whole space, so an idle worker needs one per
+//!   period, not one per scanner); a wake-up for lost hints always scans.
 
 use super::dispatch::dispatch;
 use super::Inner;
@@ -48,24 +51,37 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
         let hinted_since = hinted.saturating_sub(hinted_before);
         hinted_before = hinted;
         if dispatched == 0 || hinted_since as usize >= dispatched {
-            wait(&inner, &mut shutdown, idle).await;
             let longest = inner
                 .config
                 .max_idle_interval
                 .max(inner.config.idle_interval);
-            idle = (idle * 2).min(longest);
+            inner.idle_passes.fetch_add(1, Ordering::Relaxed);
+            loop {
+                let before = inner.idle_passes.load(Ordering::Relaxed);
+                let woken = wait(&inner, &mut shutdown, idle).await;
+                idle = (idle * 2).min(longest);
+                // Another scanner of this worker made an idle pass while this one waited:
+                // it covered what this pass would have, so wait another period. A pass that
+                // found work does not count (both scanners share a backlog), and lost hints
+                // (and shutdown) end the wait at once.
+                if woken || inner.stopping() || inner.idle_passes.load(Ordering::Relaxed) == before
+                {
+                    break;
+                }
+            }
         } else {
             idle = inner.config.idle_interval;
         }
     }
 }
 
-/// Waits `period`, or less if hints were lost or the worker stops.
-async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) {
+/// Waits `period`, or less if hints were lost or the worker stops. Returns whether it was
+/// woken before the period ran out.
+async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) -> bool {
     tokio::select! {
-        _ = inner.hints.rescan.notified() => {}
-        _ = tokio::time::sleep(period) => {}
-        _ = shutdown.changed() => {}
+        _ = inner.hints.rescan.notified() => true,
+        _ = tokio::time::sleep(period) => false,
+        _ = shutdown.changed() => true,
     }
 }
 
