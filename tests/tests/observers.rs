@@ -34,6 +34,20 @@ async fn quiesce(workers: &[Worker]) {
     .expect("workers did not quiesce in 60 s");
 }
 
+/// A registry with one strong observer on `table/v` that does nothing.
+fn noop_registry(table: &str) -> Arc<Registry> {
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            table,
+            "v",
+            "noop",
+            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
+        )
+        .unwrap();
+    Arc::new(registry)
+}
+
 /// Copies in/<row>/v to out/<row>/<worker> and counts runs: every change must be processed
 /// by exactly one committed run, whichever of the 4 workers gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,15 +366,7 @@ async fn scanning_reads_only_the_notify_space() {
     ));
     let counter = kv.hooks();
     let c: Client = client_on(kv.clone(), test_config());
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            "big",
-            "v",
-            "noop",
-            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
-        )
-        .unwrap();
+    let registry = noop_registry("big");
     // Clean cells: committed values and no notify keys (written before observing).
     for chunk in (0..100_000u32).collect::<Vec<_>>().chunks(5000) {
         let t = c.begin().await.unwrap();
@@ -369,7 +375,6 @@ async fn scanning_reads_only_the_notify_space() {
         }
         t.commit().await.unwrap();
     }
-    let registry = Arc::new(registry);
     registry.declare(&c);
     for i in [7u32, 20_000, 50_001, 77_777, 99_999] {
         let t = c.begin().await.unwrap();
@@ -414,6 +419,15 @@ struct TombstoneModel {
 }
 
 impl TombstoneModel {
+    /// No markers yet; `notify` is the notify space whose scans are counted.
+    fn new(notify: KeyRange) -> Self {
+        TombstoneModel {
+            markers: Default::default(),
+            notify,
+            visited: AtomicU64::new(0),
+            scans: AtomicU64::new(0),
+        }
+    }
     fn mark(&self, key: &[u8]) {
         self.markers
             .lock()
@@ -486,25 +500,11 @@ async fn scans_skip_handled(store: Arc<dyn percolator::RawKv>, handled: u32) {
     let codec = percolator::KeyCodec::new("test");
     let kv = Arc::new(Intercepted::wrap(
         store,
-        TombstoneModel {
-            markers: Default::default(),
-            notify: codec.space_range(Space::Notify),
-            visited: AtomicU64::new(0),
-            scans: AtomicU64::new(0),
-        },
+        TombstoneModel::new(codec.space_range(Space::Notify)),
     ));
     let model = kv.hooks();
     let c: Client = client_on(kv.clone(), test_config());
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            "t",
-            "v",
-            "noop",
-            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
-        )
-        .unwrap();
-    let registry = Arc::new(registry);
+    let registry = noop_registry("t");
     let worker = Worker::start(
         c.clone(),
         registry,
@@ -707,21 +707,6 @@ async fn a_stuck_owner_loses_its_share() {
     workers[0].shutdown().await;
 }
 
-/// Counts scans of the notify space.
-struct NotifyScans {
-    notify: KeyRange,
-    scans: AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl Hooks for NotifyScans {
-    fn scanned(&self, range: &KeyRange, _limit: usize, _order: ScanOrder, _pairs: &[KvPair]) {
-        if self.notify.contains(&range.start) {
-            self.scans.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// An idle worker's scanners take turns: a pass covers the whole notify space, so four idle
 /// scanners pass about once per `max_idle_interval` between them, not four times. (Each
 /// waits out its own period; a slow machine only makes passes rarer, so the bound holds
@@ -731,25 +716,14 @@ async fn idle_scanners_take_turns() {
     let codec = percolator::KeyCodec::new("test");
     let kv = Arc::new(Intercepted::wrap(
         Arc::new(MemoryKv::new()) as Arc<dyn percolator::RawKv>,
-        NotifyScans {
-            notify: codec.space_range(Space::Notify),
-            scans: AtomicU64::new(0),
-        },
+        TombstoneModel::new(codec.space_range(Space::Notify)),
     ));
     let c: Client = client_on(kv.clone(), test_config());
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            "t",
-            "v",
-            "noop",
-            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
-        )
-        .unwrap();
+    let registry = noop_registry("t");
     let period = Duration::from_millis(100);
     let worker = Worker::start(
         c.clone(),
-        Arc::new(registry),
+        registry,
         WorkerConfig {
             scanners: 4,
             idle_interval: Duration::from_millis(20),
