@@ -31,6 +31,9 @@ pub struct Metrics {
     pub batches: AtomicU64,
     /// Batches split in halves after a conflict or a failure.
     pub splits: AtomicU64,
+    /// Notify keys whose handling met a transient error (a store or oracle outage, a commit whose
+    /// outcome is unknown): retried with backoff, never counted towards a dead letter.
+    pub transient: AtomicU64,
     /// Observer run latency (begin to commit), microseconds.
     latency_us: Mutex<Histogram<u64>>,
 }
@@ -49,6 +52,7 @@ impl Default for Metrics {
             hinted: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             splits: AtomicU64::new(0),
+            transient: AtomicU64::new(0),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -81,6 +85,8 @@ pub struct MetricsSnapshot {
     pub batches: u64,
     /// See [`Metrics::splits`].
     pub splits: u64,
+    /// See [`Metrics::transient`].
+    pub transient: u64,
     /// Median observer latency.
     pub latency_p50: Duration,
     /// 99th percentile observer latency.
@@ -117,6 +123,7 @@ impl Metrics {
             hinted: load(&self.hinted),
             batches: load(&self.batches),
             splits: load(&self.splits),
+            transient: load(&self.transient),
             latency_p50: Duration::from_micros(h.value_at_quantile(0.5)),
             latency_p99: Duration::from_micros(h.value_at_quantile(0.99)),
         }

@@ -70,6 +70,13 @@ pub(crate) enum Outcome {
     Pending,
     /// No observer is registered on the column; the key stays.
     Unobserved,
+    /// A transient error (store or oracle unavailable, a commit whose outcome is unknown)
+    /// stopped the attempt: the key stays and is retried with backoff, and the attempt does
+    /// not count towards a dead letter (the observer did not fail).
+    Transient {
+        /// The error.
+        error: String,
+    },
     /// The observer failed; the key stays (or is dead-lettered by the caller). `resolved` is
     /// the notification with the writer's fate decided (`Committed { c }`), to be parked
     /// instead of the raw strong record, whose evidence GC may remove later.
@@ -261,6 +268,18 @@ impl Ctx<'_> {
                 }
                 _ => match self.run_batch_once(&runs).await {
                     Ok(outcomes) => outcomes,
+                    Err(ObserverError::Txn(e)) if is_outage(&e) => {
+                        // An outage fails every half the same way: retry the batch whole,
+                        // later (with backoff, not counted as a failure).
+                        tracing::debug!(cells = runs.len(), error = %e, "batch met a transient error; retried later");
+                        let error = e.to_string();
+                        runs.iter()
+                            .map(|r| {
+                                let error = error.clone();
+                                (r.index, Ok(Outcome::Transient { error }))
+                            })
+                            .collect()
+                    }
                     Err(e) => {
                         // Split on every failure: a conflict (one hot cell must not starve
                         // the rest), the observer's failure (a failing cell fails alone), and
@@ -411,16 +430,28 @@ impl Ctx<'_> {
                 Metrics::add(&self.metrics.conflicts);
                 Ok(Outcome::Pending)
             }
+            Err(ObserverError::Txn(e)) if is_outage(&e) => Ok(Outcome::Transient {
+                error: e.to_string(),
+            }),
             Err(e) => {
                 Metrics::add(&self.metrics.failures);
-                let resolved = run.covered.map(|_| run.notification.clone());
+                // The decided record for every kind of observer: a weak observer's raw
+                // strong record would need the writer's primary, which GC may remove
+                // before the letter is replayed.
                 Ok(Outcome::Failed {
                     error: e.render(),
-                    resolved,
+                    resolved: Some(run.notification.clone()),
                 })
             }
         }
     }
+}
+
+/// Whether `e` is an outage rather than a conflict or a failure: a store or oracle that is
+/// unavailable or slow, a commit whose outcome is unknown. It passes if the same work is
+/// tried again later (the acknowledgment makes a strong run that did commit a duplicate).
+fn is_outage(e: &TxnError) -> bool {
+    e.is_transient() && !e.is_retryable()
 }
 
 /// Runs the observer for one cell in `client.run`, catching panics as failures. The

@@ -4,14 +4,17 @@
 
 mod common;
 use common::*;
+use observers::{observer_fn, Registry, Worker, WorkerConfig};
 use percolator::codec::Key;
-use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
-use percolator::txn::wall_bucket;
-use percolator::Cell;
+use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
+use percolator::kv::{scan_all, KvError, KvResult, MemoryKv, RawKv, ScanOrder};
+use percolator::txn::{wall_bucket, ClientConfig};
+use percolator::{Cell, Client};
 use rand::Rng;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Every notify key of the namespace: (bucket, cell, ts).
 async fn notify_keys(client: &percolator::Client) -> Vec<(u64, Cell, u64)> {
@@ -42,8 +45,8 @@ async fn keys_below_a_raised_floor_are_moved_above_it() {
     assert!(raise.raised);
     assert_eq!(raise.relocated, 1);
     assert_eq!(kv.get(&stale).await.unwrap(), None);
-    // A raise from a floor that is no longer current does nothing.
-    assert!(!raiser.raise_notify_floor(0, now + 60).await.unwrap().raised);
+    // A raise to a floor already passed does nothing.
+    assert!(!raiser.raise_notify_floor(0, now + 40).await.unwrap().raised);
     // A client that never saw the floor: its clock says `now`, the floor is 50 s ahead.
     let key = lagging
         .put_notification(&cell("late"), 9, b"record".to_vec())
@@ -182,4 +185,222 @@ async fn racing_writers_and_raises(kv: Arc<dyn RawKv>, raises_wanted: u32, max_p
         "{} notifications lost: {lost:?}",
         lost.len()
     );
+}
+
+/// When an injected fault fires: before the call reaches the store, or after the store
+/// applied it (its reply lost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Before,
+    After,
+}
+
+/// Fails the `nth` call of one kind (counted from when it is armed) as unavailable, before
+/// or after it applied. Calls of a raise run one after another, so "the nth get" names one
+/// step of it.
+struct StepFault {
+    target: (Op, u32, Phase),
+    armed: AtomicBool,
+    seen: std::sync::Mutex<std::collections::HashMap<Op, u32>>,
+    fail_after: AtomicBool,
+    fired: AtomicBool,
+}
+
+impl StepFault {
+    fn new(op: Op, nth: u32, phase: Phase) -> Self {
+        StepFault {
+            target: (op, nth, phase),
+            armed: AtomicBool::new(false),
+            seen: Default::default(),
+            fail_after: AtomicBool::new(false),
+            fired: AtomicBool::new(false),
+        }
+    }
+
+    fn unavailable(&self, op: Op) -> KvError {
+        self.fired.store(true, Ordering::SeqCst);
+        KvError::Unavailable {
+            op: op.name(),
+            message: "injected between the steps of a floor raise".to_string(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Hooks for StepFault {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        let op = call.op();
+        if !self.armed.load(Ordering::SeqCst) || op != self.target.0 {
+            return Ok(());
+        }
+        let n = {
+            let mut seen = self.seen.lock().unwrap();
+            let n = seen.entry(op).or_default();
+            *n += 1;
+            *n
+        };
+        if n == self.target.1 {
+            match self.target.2 {
+                Phase::Before => return Err(self.unavailable(op)),
+                Phase::After => self.fail_after.store(true, Ordering::SeqCst),
+            }
+        }
+        Ok(())
+    }
+
+    async fn after(&self, op: Op) -> KvResult<()> {
+        if op == self.target.0 && self.fail_after.swap(false, Ordering::SeqCst) {
+            return Err(self.unavailable(op));
+        }
+        Ok(())
+    }
+}
+
+/// A strong observer on `t/v` that counts its runs.
+fn counting_registry(runs: Arc<AtomicU32>) -> Arc<Registry> {
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "t",
+            "v",
+            "count",
+            observer_fn(move |_txn, _cell: Cell| {
+                let runs = runs.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            }),
+        )
+        .unwrap();
+    Arc::new(registry)
+}
+
+/// One committed change of an observed cell whose notify key sits below the floor a raise
+/// (made through `raiser`) is about to move past it, as a writer's key does when its floor
+/// read came before the raise. Returns the raise's target.
+async fn change_below_the_next_floor(client: &Client, row: &str) -> u64 {
+    let txn = client.begin().await.unwrap();
+    txn.set(cell(row), "x");
+    txn.notify(cell(row));
+    txn.commit().await.unwrap();
+    wall_bucket() + 3
+}
+
+/// A worker on `kv` handles what is left; afterwards the observer ran once for the change,
+/// and the rescan the raise owed is done.
+async fn observer_runs_once(kv: Arc<dyn RawKv>, config: ClientConfig, step: &str) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let client = client_on(kv, config);
+    let worker = Worker::start(
+        client.clone(),
+        counting_registry(runs.clone()),
+        WorkerConfig {
+            idle_interval: Duration::from_millis(20),
+            max_idle_interval: Duration::from_millis(100),
+            retry_backoff: Duration::from_millis(5),
+            hint_grace: Duration::ZERO,
+            ..WorkerConfig::default()
+        },
+    );
+    // Liveness bounds, not timing claims.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while runs.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        worker.wait_until_quiescent().await.unwrap();
+        while client.notify_floor_record().await.unwrap().owes_rescan() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{step}: the change below the floor was never handled"));
+    worker.shutdown().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{step}: observer runs");
+}
+
+/// Every step of a raise (each get, CAS, scan, put and delete of the raise and its rescan,
+/// failed before it reached the store or after it applied) cut short: the notification below
+/// the new floor is still handled, exactly once, by a worker that comes after.
+async fn raises_cut_short_at_every_step(kv: Arc<dyn RawKv>) {
+    let mut fired = 0;
+    for op in [
+        Op::Get,
+        Op::CompareAndSwap,
+        Op::Scan,
+        Op::BatchPut,
+        Op::BatchDelete,
+    ] {
+        for nth in 1..=3 {
+            for phase in [Phase::Before, Phase::After] {
+                let step = format!("{}#{nth} {phase:?}", op.name());
+                let config = ClientConfig {
+                    namespace: format!("cut-{}-{nth}-{phase:?}", op.name()).into_bytes(),
+                    ..test_config()
+                };
+                let faulty = Arc::new(Intercepted::wrap(
+                    kv.clone(),
+                    StepFault::new(op, nth, phase),
+                ));
+                let raiser = client_on(faulty.clone(), config.clone());
+                let to = change_below_the_next_floor(&raiser, "changed").await;
+                let from = raiser.notify_floor().await.unwrap();
+                faulty.hooks().armed.store(true, Ordering::SeqCst);
+                let result = raiser.raise_notify_floor(from, to).await;
+                faulty.hooks().armed.store(false, Ordering::SeqCst);
+                if faulty.hooks().fired.load(Ordering::SeqCst) {
+                    fired += 1;
+                } else {
+                    result.unwrap_or_else(|e| panic!("{step}: {e}"));
+                }
+                observer_runs_once(kv.clone(), config, &step).await;
+            }
+        }
+    }
+    // Get x3, CAS x2, scan x1, put x1, delete x1, each in two phases.
+    assert!(fired >= 16, "only {fired} steps were cut short");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_cut_short_at_any_step_loses_no_notification() {
+    raises_cut_short_at_every_step(Arc::new(MemoryKv::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raise_cut_short_at_any_step_loses_no_notification_on_tikv() {
+    let tikv = tikv_store().await;
+    raises_cut_short_at_every_step(tikv.kv.clone()).await;
+}
+
+/// The retry hazard between two raisers: R1's raise applies and its reply is lost; R2
+/// raises further and its rescan fails too. The change below both floors is still handled
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_raisers_with_lost_replies_lose_no_notification() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let config = test_config();
+    let r1 = Arc::new(Intercepted::wrap(
+        kv.clone(),
+        StepFault::new(Op::CompareAndSwap, 1, Phase::After),
+    ));
+    let r2 = Arc::new(Intercepted::wrap(
+        kv.clone(),
+        StepFault::new(Op::Scan, 1, Phase::Before),
+    ));
+    let raiser1 = client_on(r1.clone(), config.clone());
+    let raiser2 = client_on(r2.clone(), config.clone());
+    let to = change_below_the_next_floor(&raiser1, "changed").await;
+    let from = raiser1.notify_floor().await.unwrap();
+    r1.hooks().armed.store(true, Ordering::SeqCst);
+    assert!(raiser1.raise_notify_floor(from, to).await.is_err());
+    r2.hooks().armed.store(true, Ordering::SeqCst);
+    let from2 = raiser2.notify_floor().await.unwrap();
+    assert_eq!(from2, from, "readers start below the skipped range");
+    assert!(raiser2.raise_notify_floor(from2, to + 2).await.is_err());
+    // R1 retries its raise: it finds the floor past its target and still owes the rescan.
+    r1.hooks().armed.store(false, Ordering::SeqCst);
+    let again = raiser1.raise_notify_floor(from, to).await.unwrap();
+    assert!(!again.raised);
+    assert_eq!(again.relocated, 1, "the retry did the owed rescan");
+    observer_runs_once(kv, config, "racing raisers").await;
 }

@@ -122,6 +122,13 @@ pub(super) async fn after_handle(
         Ok(Outcome::Ran | Outcome::Covered | Outcome::RolledBack) => ledger.done(key),
         Ok(Outcome::Pending) => retry_later(0),
         Ok(Outcome::Unobserved) => {}
+        // An outage met by the observer's transaction: retried with backoff, keeping the
+        // failure count it had.
+        Ok(Outcome::Transient { error }) => {
+            Metrics::add(&inner.metrics.transient);
+            tracing::debug!(%error, "transient error; notification retried later");
+            retry_later(ledger.failures(key));
+        }
         Ok(Outcome::Failed { error, resolved }) => {
             let value = match resolved {
                 Some(resolved) => resolved.encode(),
@@ -136,6 +143,7 @@ pub(super) async fn after_handle(
         // A busy or unreachable store or oracle is not the observer's fault: retry with
         // backoff, without counting towards the dead letter.
         Err(e) if e.is_transient() => {
+            Metrics::add(&inner.metrics.transient);
             tracing::debug!(error = %e, "transient error; notification retried later");
             retry_later(ledger.failures(key));
         }

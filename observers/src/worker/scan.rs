@@ -7,7 +7,8 @@
 //!   every `sweep_every`-th pass also takes keys of a stalled owner older than `orphan_age`.
 //! - At its end a pass raises the notify floor only to the oldest bucket in which it met a
 //!   key (at most the previous second), so no notification that existed when the pass began
-//!   falls below the floor.
+//!   falls below the floor; and it finishes a rescan the floor record still owes (a raise
+//!   cut short), so readers soon start at the floor again.
 //! - Each key's value is decoded once, here, and passed on typed.
 //! - The candidates of a page go to dispatch together (in batches of `batch_size`), so a
 //!   backlog is handled in batches; a cell appears at most once among them.
@@ -90,7 +91,8 @@ async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Durat
 /// previous second), so the next pass skips what this one found handled. Returns how many
 /// notifications were dispatched to observer runs.
 async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError> {
-    let floor = inner.client.notify_floor().await?;
+    let record = inner.client.notify_floor_record().await?;
+    let floor = record.scan_from;
     let range = inner.client.codec().notify_from(floor);
     // The bucket of the first key met: every notification that existed when the pass
     // began at `floor` is in it or later.
@@ -175,7 +177,8 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     let to = oldest_left
         .unwrap_or(u64::MAX)
         .min(percolator::txn::wall_bucket().saturating_sub(1));
-    if to > floor {
+    // A raise cut short (here or in another process) left its rescan owed: any pass ends it.
+    if to > floor || record.owes_rescan() {
         let raise = inner.client.raise_notify_floor(floor, to).await?;
         if raise.relocated > 0 {
             tracing::debug!(

@@ -37,7 +37,9 @@ pub(crate) async fn resolve_notifications_below(
     use crate::record::Notification;
     let mut resolved = 0;
     // Nothing is left below the notify floor.
-    let range = shared.codec.notify_from(shared.read_notify_floor().await?);
+    let range = shared
+        .codec
+        .notify_from(shared.read_notify_floor().await?.scan_from);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page().await? {
         for (key, raw) in page {

@@ -45,7 +45,7 @@ pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
 pub use locks::TxnStatus;
-pub use notify::{wall_bucket, FloorRaise, NOTIFY_FLOOR_META};
+pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
 pub use transaction::Transaction;
 
 use crate::codec::KeyCodec;
@@ -235,16 +235,24 @@ impl Client {
         Ok(self.shared.codec.notify(cell, ts, bucket))
     }
 
-    /// The published notify floor: no notification is left in a bucket below it, so scans
-    /// of the notify space start at [`crate::codec::KeyCodec::notify_from`] of it.
+    /// Where scans of the notify space start ([`NotifyFloor::scan_from`]): no notification
+    /// is left in a bucket below it, so readers scan from
+    /// [`crate::codec::KeyCodec::notify_from`] of it.
     pub async fn notify_floor(&self) -> TxnResult<u64> {
+        Ok(self.shared.read_notify_floor().await?.scan_from)
+    }
+
+    /// The published notify floor record: the floor writers settle against and where
+    /// readers start (below the floor while a raise's rescan is owed).
+    pub async fn notify_floor_record(&self) -> TxnResult<NotifyFloor> {
         self.shared.read_notify_floor().await
     }
 
-    /// Raises the notify floor from `from` (as read by [`Client::notify_floor`]) to `to`.
-    /// The caller must have seen, in a scan that began at `from` after reading it, no notify
-    /// key in a bucket below `to`; keys put there meanwhile are moved above `to` by this
-    /// call. A floor moved by someone else since `from` was read is left alone.
+    /// Raises the notify floor to `to`, where `from` is the [`Client::notify_floor`] the
+    /// caller read before a scan from it that met no notify key in a bucket below `to`;
+    /// then does the rescan the floor record owes (keys put below the floor by writers that
+    /// read it before a raise are moved above it). A call cut short anywhere leaves the
+    /// rescan owed in the record, and readers starting below it, until a later call ends it.
     pub async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
         self.shared.raise_notify_floor(from, to).await
     }

@@ -3,14 +3,26 @@
 //! scan starts there instead of walking every notification ever handled (their delete
 //! markers stay in an LSM store until compaction). The protocol and its argument that no
 //! notification is ever missed are in ARCHITECTURE.md, "The notify space".
+//!
+//! The floor record holds two buckets: the `floor` writers settle their keys against, and
+//! `scan_from`, where every reader starts. A raise moves `floor` and leaves `scan_from`
+//! where it was, so the range it skipped stays visible to every reader until a rescan of
+//! it has moved what writers left there (keys put by writers that read the floor before
+//! the raise); a second CAS then moves `scan_from` up. A raise cut short anywhere (a crash,
+//! a failed call, a CAS whose outcome is unknown) leaves the owed rescan in the record,
+//! where the next pass finds and redoes it.
 
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key};
 use crate::kv::{RangePager, ScanOrder};
 use std::sync::atomic::Ordering;
 
-/// Name of the meta record holding the notify floor (a bucket, big-endian u64).
+/// Name of the meta record holding the notify floor ([`NotifyFloor`]).
 pub const NOTIFY_FLOOR_META: &[u8] = b"notify_floor";
+
+/// The version byte of the floor record's current layout: version, floor, scan_from (big
+/// endian u64 each). The first layout was the floor alone (8 bytes).
+const FLOOR_RECORD_V2: u8 = 2;
 
 /// The current wall-clock second: the bucket new notify keys go to (unless the floor is
 /// already above it).
@@ -21,18 +33,81 @@ pub fn wall_bucket() -> u64 {
         .as_secs()
 }
 
+/// The notify floor record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotifyFloor {
+    /// Writers put notify keys at or above this bucket, and move the keys they put below it
+    /// (they read it after their put).
+    pub floor: u64,
+    /// Readers (scanners, GC, backlog counts, drain checks) start at this bucket. Below
+    /// `floor` it marks a rescan still owed by a raise: `[scan_from, floor)` may hold keys
+    /// of writers that read the floor before the raise.
+    pub scan_from: u64,
+}
+
+impl NotifyFloor {
+    /// Whether a raise left its rescan unfinished.
+    pub fn owes_rescan(&self) -> bool {
+        self.scan_from < self.floor
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(17);
+        out.push(FLOOR_RECORD_V2);
+        out.extend_from_slice(&self.floor.to_be_bytes());
+        out.extend_from_slice(&self.scan_from.to_be_bytes());
+        out
+    }
+
+    fn decode(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<NotifyFloor> {
+        let corrupt = || {
+            TxnError::corrupt(
+                key,
+                crate::record::RecordError::Truncated {
+                    field: "notify floor",
+                },
+            )
+        };
+        let word = |b: &[u8]| <[u8; 8]>::try_from(b).map(u64::from_be_bytes);
+        match bytes {
+            None => Ok(NotifyFloor::default()),
+            // The first layout: a raise by an older binary may have been cut short before
+            // its rescan ended, so the range below it is owed one rescan.
+            Some(b) if b.len() == 8 => Ok(NotifyFloor {
+                floor: word(b).map_err(|_| corrupt())?,
+                scan_from: 0,
+            }),
+            Some(b) if b.len() == 17 && b[0] == FLOOR_RECORD_V2 => {
+                let floor = word(&b[1..9]).map_err(|_| corrupt())?;
+                let scan_from = word(&b[9..17]).map_err(|_| corrupt())?;
+                if scan_from > floor {
+                    return Err(corrupt());
+                }
+                Ok(NotifyFloor { floor, scan_from })
+            }
+            Some(_) => Err(corrupt()),
+        }
+    }
+}
+
 /// What [`super::Client::raise_notify_floor`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FloorRaise {
     /// Whether this call moved the floor (another caller may have moved it first).
     pub raised: bool,
-    /// Notify keys found below the new floor after it was raised (put by writers that had
-    /// not seen it yet), moved above it.
+    /// Notify keys found below the floor by the owed rescan (put by writers that had not
+    /// seen a raise yet), moved above it.
     pub relocated: usize,
 }
 
 /// One notify key to put: the cell, the notification's timestamp and its record.
 pub(crate) type NotifyEntry = (Cell, u64, Vec<u8>);
+
+/// The floor record as read: its stored bytes (the CAS expectation) and their meaning.
+struct FloorRead {
+    raw: Option<Vec<u8>>,
+    record: NotifyFloor,
+}
 
 impl Shared {
     /// The bucket for notify keys put now: this second, or the floor last seen if this
@@ -41,12 +116,18 @@ impl Shared {
         wall_bucket().max(self.notify_floor_seen.load(Ordering::Relaxed))
     }
 
-    /// Reads the published notify floor (0 if none).
-    pub(crate) async fn read_notify_floor(&self) -> TxnResult<u64> {
+    async fn read_floor(&self) -> TxnResult<FloorRead> {
         let key = self.codec.meta(NOTIFY_FLOOR_META);
-        let floor = decode_floor(&key, self.kv.get(&key).await?.as_deref())?;
-        self.notify_floor_seen.fetch_max(floor, Ordering::Relaxed);
-        Ok(floor)
+        let raw = self.kv.get(&key).await?;
+        let record = NotifyFloor::decode(&key, raw.as_deref())?;
+        self.notify_floor_seen
+            .fetch_max(record.floor, Ordering::Relaxed);
+        Ok(FloorRead { raw, record })
+    }
+
+    /// Reads the published notify floor record (zeros if none).
+    pub(crate) async fn read_notify_floor(&self) -> TxnResult<NotifyFloor> {
+        Ok(self.read_floor().await?.record)
     }
 
     /// Puts notify keys for `entries` in a bucket that scanners will reach, and returns it.
@@ -70,7 +151,7 @@ impl Shared {
         entries: &[NotifyEntry],
     ) -> TxnResult<u64> {
         loop {
-            let floor = self.read_notify_floor().await?;
+            let floor = self.read_notify_floor().await?.floor;
             if floor <= bucket {
                 return Ok(bucket);
             }
@@ -95,72 +176,143 @@ impl Shared {
         }
     }
 
-    /// Raises the floor from `from` to `to` (one CAS), then moves every notify key still
-    /// below `to` above it.
+    /// Raises the floor to `to` (a CAS that keeps `scan_from`, so the range skipped stays
+    /// owed), then does the rescan the record owes, if any, and moves `scan_from` up to the
+    /// floor it rescanned below (a second CAS). `from` is where the caller's scan began (a
+    /// [`NotifyFloor::scan_from`] it read).
+    ///
+    /// Any error leaves the record saying what is owed: readers keep starting below the
+    /// skipped range, and the next call redoes the rescan (it is idempotent). A CAS whose
+    /// outcome is unknown is decided by the record found next, not by this call's memory.
     pub(crate) async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
-        if to <= from {
-            return Ok(FloorRaise::default());
-        }
         let key = self.codec.meta(NOTIFY_FLOOR_META);
-        let expected = (from > 0).then(|| from.to_be_bytes().to_vec());
-        let new = to.to_be_bytes().to_vec();
-        let out = self
-            .kv
-            .compare_and_swap(key.clone(), expected.clone(), new.clone())
-            .await?;
-        // Floors only grow, so the bytes of `to` found after a CAS reported failed are ours
-        // or an equal raise's: either way the rescan below is owed.
-        let raised = out.swapped || out.previous.as_deref() == Some(new.as_slice());
-        if !raised {
-            if let Some(found) = out.previous.as_deref() {
-                let found = decode_floor(&key, Some(found))?;
-                self.notify_floor_seen.fetch_max(found, Ordering::Relaxed);
+        let mut read = self.read_floor().await?;
+        let mut raised = false;
+        // The caller's scan began at `from`, at or below where readers start now
+        // (`scan_from` only grows), and found nothing left below `to`.
+        while to > from && read.record.floor < to {
+            let next = NotifyFloor {
+                floor: to,
+                scan_from: read.record.scan_from,
+            };
+            let new = next.encode();
+            let out = self
+                .kv
+                .compare_and_swap(key.clone(), read.raw.clone(), new.clone())
+                .await?;
+            // Not swapped but holding exactly our bytes: the retry hazard, ours.
+            if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
+                raised = true;
+                read = FloorRead {
+                    raw: Some(new),
+                    record: next,
+                };
+                break;
             }
-            return Ok(FloorRaise::default());
+            read = FloorRead {
+                record: NotifyFloor::decode(&key, out.previous.as_deref())?,
+                raw: out.previous,
+            };
         }
-        self.notify_floor_seen.fetch_max(to, Ordering::Relaxed);
-        // Writers that put keys in [from, to) and read the floor before the CAS did not move
-        // them: they are found here, as their puts came before the CAS.
+        self.notify_floor_seen
+            .fetch_max(read.record.floor, Ordering::Relaxed);
+        let relocated = if read.record.owes_rescan() {
+            self.rescan_below_floor(read.record).await?
+        } else {
+            0
+        };
+        Ok(FloorRaise { raised, relocated })
+    }
+
+    /// The rescan `owed` records: moves every notify key in `[owed.scan_from, owed.floor)`
+    /// above the floor, then raises `scan_from` to `owed.floor`. Every key put there before
+    /// the floor reached `owed.floor` is found (the scan runs after that raise was read);
+    /// a key put there later is moved by its writer, whose floor read follows its put.
+    async fn rescan_below_floor(&self, owed: NotifyFloor) -> TxnResult<usize> {
         let mut relocated = 0;
-        let range = self.codec.notify_between(from, to);
+        let range = self.codec.notify_between(owed.scan_from, owed.floor);
         let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 1024);
         while let Some(page) = pager.next_page().await? {
-            for (old, record) in page {
-                let Ok(Key::Notify { cell, ts, .. }) = self.codec.decode(&old) else {
+            let mut entries = Vec::new();
+            let mut old = Vec::new();
+            for (key, record) in page {
+                let Ok(Key::Notify { cell, ts, .. }) = self.codec.decode(&key) else {
                     continue;
                 };
-                self.put_notify_keys(&[(cell, ts, record)]).await?;
-                self.kv.delete(old).await?;
-                relocated += 1;
+                entries.push((cell, ts, record));
+                old.push(key);
             }
+            if entries.is_empty() {
+                continue;
+            }
+            // Put above the floor before the old keys go: a crash in between leaves a
+            // duplicate (handled as one by the acknowledgment), never a gap.
+            self.put_notify_keys(&entries).await?;
+            relocated += old.len();
+            self.kv.batch_delete(old).await?;
         }
         if relocated > 0 {
             tracing::debug!(
-                from,
-                to,
+                scan_from = owed.scan_from,
+                floor = owed.floor,
                 relocated,
                 "notify keys moved above the raised floor"
             );
         }
-        Ok(FloorRaise {
-            raised: true,
-            relocated,
-        })
+        let key = self.codec.meta(NOTIFY_FLOOR_META);
+        let mut read = self.read_floor().await?;
+        while read.record.scan_from < owed.floor {
+            let next = NotifyFloor {
+                floor: read.record.floor,
+                scan_from: owed.floor,
+            };
+            let new = next.encode();
+            let out = self
+                .kv
+                .compare_and_swap(key.clone(), read.raw.clone(), new.clone())
+                .await?;
+            if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
+                break;
+            }
+            read = FloorRead {
+                record: NotifyFloor::decode(&key, out.previous.as_deref())?,
+                raw: out.previous,
+            };
+        }
+        Ok(relocated)
     }
 }
 
-fn decode_floor(key: &[u8], bytes: Option<&[u8]>) -> TxnResult<u64> {
-    match bytes {
-        None => Ok(0),
-        Some(bytes) => <[u8; 8]>::try_from(bytes)
-            .map(u64::from_be_bytes)
-            .map_err(|_| {
-                TxnError::corrupt(
-                    key,
-                    crate::record::RecordError::Truncated {
-                        field: "notify floor",
-                    },
-                )
-            }),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_records_round_trip_and_old_ones_owe_a_rescan() {
+        let key = b"k";
+        let r = NotifyFloor {
+            floor: 9,
+            scan_from: 4,
+        };
+        assert_eq!(NotifyFloor::decode(key, Some(&r.encode())).unwrap(), r);
+        assert!(r.owes_rescan());
+        assert_eq!(
+            NotifyFloor::decode(key, None).unwrap(),
+            NotifyFloor::default()
+        );
+        let old = NotifyFloor::decode(key, Some(&7u64.to_be_bytes())).unwrap();
+        assert_eq!(
+            old,
+            NotifyFloor {
+                floor: 7,
+                scan_from: 0
+            }
+        );
+        assert!(NotifyFloor::decode(key, Some(b"short")).is_err());
+        let backwards = NotifyFloor {
+            floor: 1,
+            scan_from: 2,
+        };
+        assert!(NotifyFloor::decode(key, Some(&backwards.encode())).is_err());
     }
 }
