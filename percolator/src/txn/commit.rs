@@ -122,20 +122,30 @@ impl Transaction {
         // on another worker thread meanwhile. It is aborted when the commit returns or is
         // dropped; an extension it has in flight then only fails its CAS (the head moved on)
         // or lengthens our own lock's TTL, which the lifetime still bounds.
+        let primary_head = PrimaryHead::default();
         let _heartbeat = shared.config.heartbeat.then(|| {
             AbortOnDrop(tokio::spawn(heartbeat(
                 shared.clone(),
                 primary.clone(),
                 start_ts,
                 self.inner.started,
+                primary_head.clone(),
+                cells.len() > super::prewrite::PRIMARY_ALONE_ABOVE,
             )))
         });
         // (A task spawned from a worker waits in that worker's LIFO slot, which other
         // workers cannot steal, until this task yields. The prewrite yields after each round
         // of `PREWRITE_CHUNK` cells, the first one the primary's, so the heartbeat's timer is
         // set before any long stretch; a smaller write set has no stretch worth a beat.)
-        self.prewrite_and_commit(&cells, &primary, cached, notifies, notify_bucket)
-            .await
+        self.prewrite_and_commit(
+            &cells,
+            &primary,
+            cached,
+            notifies,
+            notify_bucket,
+            &primary_head,
+        )
+        .await
     }
 
     /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.
@@ -146,6 +156,7 @@ impl Transaction {
         cached: HashMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
         notify_bucket: u64,
+        primary_head: &PrimaryHead,
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
@@ -194,7 +205,10 @@ impl Transaction {
             })
             .collect();
         let wrote = AtomicBool::new(false);
-        let mut locked_heads = match self.prewrite_all(plans, &locked, &wrote).await {
+        let mut locked_heads = match self
+            .prewrite_all(plans, &locked, &wrote, primary_head)
+            .await
+        {
             Ok(snaps) => snaps,
             #[cfg(feature = "failpoints")]
             Err(e @ TxnError::InjectedCrash(_)) => return Err(e),
@@ -327,19 +341,72 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The primary's head as our prewrite or our last heartbeat wrote it, so that a beat is one
+/// CAS from known bytes (a read only when the head moved). A beat that must read first takes
+/// two round trips, more than the lease margin (twice the slowest one) is sized for.
+#[derive(Clone, Default)]
+pub(super) struct PrimaryHead(Arc<(std::sync::Mutex<Option<HeadSnapshot>>, tokio::sync::Notify)>);
+
+impl PrimaryHead {
+    /// Records the primary's head as just written (and wakes a heartbeat waiting for it).
+    pub(super) fn set(&self, snap: HeadSnapshot) {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) = Some(snap);
+        self.0 .1.notify_one();
+    }
+
+    fn take(&self) -> Option<HeadSnapshot> {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Waits until the prewrite locked the primary.
+    async fn locked(&self) {
+        self.0 .1.notified().await;
+    }
+}
+
 /// Extends the primary's lock TTL while a commit runs long (spawned only when heartbeats
 /// are on); runs until the transaction is decided unless aborted with the commit.
-async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: Timestamp, started: Instant) {
+async fn heartbeat(
+    shared: Arc<Shared>,
+    primary: Cell,
+    start_ts: Timestamp,
+    started: Instant,
+    known: PrimaryHead,
+    beat_at_once: bool,
+) {
     let ttl = shared.config.lock_ttl;
     let max = shared.config.max_lifetime;
     let s = start_ts.0;
+    // Whether the next beat must read the head (the last one failed).
+    let mut reread = false;
+    // A large write set (its primary locked alone first) renews the primary's lease as soon
+    // as it is locked, with the margin that round measured: its other rounds may take long.
+    let mut at_once = beat_at_once;
     loop {
-        tokio::time::sleep(ttl / 3).await;
-        // Never extend beyond the transaction's maximum lifetime.
-        let wanted = (started.elapsed() + ttl).min(max).as_millis() as u64;
+        if at_once {
+            known.locked().await;
+            at_once = false;
+        } else {
+            tokio::time::sleep(ttl / 3).await;
+        }
+        // Never extend beyond the transaction's maximum lifetime. The lease covers the TTL
+        // plus twice the slowest recent round trip (this beat's own included, once it is
+        // measured): a beat that is slow because the machine is loaded must still land
+        // before the lease it renews runs out.
+        // Until the prewrite locked the primary there is nothing to extend (the primary is
+        // locked before any later chunk, see `prewrite_all`); from then on a beat is one CAS
+        // from the head last written.
+        let head = known.take();
+        if head.is_none() && !reread {
+            continue;
+        }
+        let beat = Instant::now();
+        let wanted = (started.elapsed() + ttl + shared.round_trips.lease_margin())
+            .min(max)
+            .as_millis() as u64;
         // Keeps `true` once the transaction is decided: nothing left to keep alive.
         let update = shared
-            .update_head(&primary, None, |snap: Arc<HeadSnapshot>| async move {
+            .update_head(&primary, head, |snap: Arc<HeadSnapshot>| async move {
                 let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == s) else {
                     // Not locked yet (a slow prewrite): keep watching; committed or
                     // fenced: done.
@@ -357,9 +424,18 @@ async fn heartbeat(shared: Arc<Shared>, primary: Cell, start_ts: Timestamp, star
                 Ok(HeadStep::Write(next))
             })
             .await;
-        // A store error is retried at the next beat.
-        if let Ok(HeadUpdate::Kept(true, _)) = update {
-            return;
+        shared.round_trips.note(beat.elapsed());
+        match update {
+            Ok(HeadUpdate::Kept(true, _)) => return,
+            Ok(HeadUpdate::Kept(false, snap) | HeadUpdate::Written(snap)) => {
+                known.set(snap);
+                reread = false;
+            }
+            // A store error: the next beat reads the head first.
+            Err(e) => {
+                tracing::debug!(%start_ts, error = %e, "heartbeat failed; retried at the next beat");
+                reread = true;
+            }
         }
     }
 }

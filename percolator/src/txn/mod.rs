@@ -73,6 +73,60 @@ pub(crate) struct Shared {
     /// The highest notify floor this client has read or raised (new notify keys go to a
     /// bucket at or above it).
     pub(crate) notify_floor_seen: std::sync::atomic::AtomicU64,
+    /// How long this client's slowest recent step of a commit took (see [`RoundTrips`]):
+    /// the margin its leases carry.
+    pub(crate) round_trips: RoundTrips,
+}
+
+/// The slowest recent round trip of a client's commits (a store or oracle call, a batched
+/// prewrite round, a heartbeat): the slowest of the current and the previous window of
+/// [`ROUND_TRIP_WINDOW`]. A lock or heartbeat lease covers `lock_ttl` plus twice this: a
+/// lease is only useful if it outlasts the call that renews it, and on a loaded machine (or
+/// a cluster under a leader change) that call can take longer than the TTL itself. Readers
+/// are unchanged: they fence once a lease expires. A crashed writer's lease therefore
+/// expires at most twice its last measured round trip later than `lock_ttl` alone would,
+/// always within `max_lifetime`.
+#[derive(Debug)]
+pub(crate) struct RoundTrips {
+    /// (start of the current window, its slowest, the previous window's slowest).
+    windows: std::sync::Mutex<(Instant, Duration, Duration)>,
+}
+
+/// How long a slow round trip keeps widening leases: one to two windows.
+const ROUND_TRIP_WINDOW: Duration = Duration::from_secs(5);
+
+impl Default for RoundTrips {
+    fn default() -> Self {
+        RoundTrips {
+            windows: std::sync::Mutex::new((Instant::now(), Duration::ZERO, Duration::ZERO)),
+        }
+    }
+}
+
+impl RoundTrips {
+    fn current(&self) -> std::sync::MutexGuard<'_, (Instant, Duration, Duration)> {
+        let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let age = w.0.elapsed();
+        if age >= ROUND_TRIP_WINDOW * 2 {
+            *w = (Instant::now(), Duration::ZERO, Duration::ZERO);
+        } else if age >= ROUND_TRIP_WINDOW {
+            *w = (Instant::now(), Duration::ZERO, w.1);
+        }
+        w
+    }
+
+    /// Records one round trip.
+    pub(crate) fn note(&self, took: Duration) {
+        let mut w = self.current();
+        w.1 = w.1.max(took);
+    }
+
+    /// The margin a lease written now carries beyond `lock_ttl`: twice the slowest recent
+    /// round trip.
+    pub(crate) fn lease_margin(&self) -> Duration {
+        let w = self.current();
+        w.1.max(w.2) * 2
+    }
 }
 
 /// The notify keys one commit of this client put, published once the commit is decided.
@@ -150,6 +204,7 @@ impl Client {
                 oracle,
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
                 notify_floor_seen: Default::default(),
+                round_trips: Default::default(),
                 config,
                 observed: Default::default(),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
@@ -264,6 +319,7 @@ impl Client {
         // check the published GC safe point, see `Transaction::ensure_not_collected`.)
         let started = Instant::now();
         let start_ts = self.shared.oracle.get_timestamp().await?;
+        self.shared.round_trips.note(started.elapsed());
         Ok(Transaction::new(self.shared.clone(), start_ts, started))
     }
 

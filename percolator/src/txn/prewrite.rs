@@ -10,7 +10,10 @@
 //! 3. one `batch_compare_and_swap` of every head from its expected bytes to the locked head.
 //!
 //! (Write sets larger than [`PREWRITE_CHUNK`] cells take one such round per chunk, the
-//! primary's first.)
+//! primary's first; write sets larger than [`PRIMARY_ALONE_ABOVE`] cells lock the primary
+//! alone first. A primary whose batched CAS did not apply is locked cell by cell right after
+//! its round, before any later chunk. Either way the primary is locked, and the heartbeat
+//! renews it, before any other lock or notify key of a large write set exists.)
 //!
 //! Cells whose swap did not apply (the head was not the one expected, or the batch failed)
 //! and cells whose expected head holds a lock go through the per-cell loop, [`prewrite_one`]
@@ -19,6 +22,7 @@
 //!
 //! [`prewrite_one`]: Transaction::prewrite_one
 
+use super::commit::PrimaryHead;
 #[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
 use super::failpoint::{crash_point, CrashPoint};
 use super::heads::{HeadSnapshot, HeadStep, HeadUpdate};
@@ -35,6 +39,29 @@ use std::sync::Arc;
 /// Cells per batched round: bounds the time between drawing a lock's TTL and writing the
 /// lock, the size of one store call, and the work between two yields to the heartbeat.
 const PREWRITE_CHUNK: usize = 256;
+
+/// Write sets larger than this lock their primary alone, in a round of its own, before any
+/// other cell: a batched round of many CASes can take longer than a TTL (on TiKV each is an
+/// RPC, a few in flight at once), and until the round returns the heartbeat cannot renew
+/// the primary's lease. Smaller write sets save the round.
+pub(super) const PRIMARY_ALONE_ABOVE: usize = 32;
+
+/// The rounds of a write set of `cells` cells, as index ranges: the primary alone first when
+/// the set is larger than [`PRIMARY_ALONE_ABOVE`], then chunks of [`PREWRITE_CHUNK`].
+fn rounds(cells: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    if cells > PRIMARY_ALONE_ABOVE {
+        out.push((0, 1));
+        first = 1;
+    }
+    while first < cells {
+        let last = (first + PREWRITE_CHUNK).min(cells);
+        out.push((first, last));
+        first = last;
+    }
+    out
+}
 
 /// What one cell's prewrite writes besides its lock.
 pub(super) struct Prewrite<'a> {
@@ -74,11 +101,11 @@ impl Transaction {
         plans: Vec<Prewrite<'_>>,
         locked: &AtomicUsize,
         wrote: &AtomicBool,
+        primary_head: &PrimaryHead,
     ) -> TxnResult<Vec<HeadSnapshot>> {
         let mut snaps: Vec<Option<HeadSnapshot>> = vec![None; plans.len()];
         let mut fallbacks: Vec<Fallback> = Vec::new();
-        for first in (0..plans.len()).step_by(PREWRITE_CHUNK) {
-            let last = (first + PREWRITE_CHUNK).min(plans.len());
+        for (first, last) in rounds(plans.len()) {
             self.prewrite_chunk(
                 &plans,
                 first..last,
@@ -88,6 +115,24 @@ impl Transaction {
                 wrote,
             )
             .await?;
+            if first == 0 {
+                // The primary first: when its batched CAS did not apply (a stale
+                // expectation, a lock to resolve), it is locked now, before any later
+                // chunk's locks and notify keys exist, so the heartbeat keeps the whole
+                // commit alive from here on (a reader that meets an expired secondary
+                // finds the primary locked and waits).
+                if let Some(at) = fallbacks.iter().position(|f| f.index == 0) {
+                    let f = fallbacks.swap_remove(at);
+                    wrote.store(true, Ordering::SeqCst);
+                    let snap = self
+                        .prewrite_one(&plans[0], f.start, f.extras_written, locked)
+                        .await?;
+                    snaps[0] = Some(snap);
+                }
+                if let Some(snap) = &snaps[0] {
+                    primary_head.set(snap.clone());
+                }
+            }
             if last < plans.len() {
                 // Let other tasks of this worker run, the commit's heartbeat first (spawned
                 // into this worker's LIFO slot, which other workers cannot steal): an
@@ -138,11 +183,9 @@ impl Transaction {
     ) -> TxnResult<()> {
         let shared = self.shared();
         let s = self.inner.start_ts.0;
-        // Measured per chunk: a lock is written moments after its TTL is drawn.
-        let ttl_ms = self.lock_ttl_ms();
         let mut puts: Vec<KvPair> = Vec::new();
         let mut notify_entries: Vec<NotifyEntry> = Vec::new();
-        let mut requests: Vec<CasRequest> = Vec::new();
+        // The locked heads; their TTL is drawn after step 2.
         let mut batched: Vec<(usize, Head)> = Vec::new();
         // 1. Decide on the expected heads (no store call).
         for index in range {
@@ -163,21 +206,17 @@ impl Transaction {
                 });
             }
             let op = lock_op(plan.value, shared.config.inline_limit);
-            let (next, spilled) = locked_head(head, self.lock(plan, op, ttl_ms));
+            let (next, spilled) = locked_head(head, self.lock(plan, op, 0));
             self.extra_writes(plan, &spilled, true, &mut puts, &mut notify_entries);
-            requests.push(CasRequest::new(
-                shared.codec.head(plan.cell),
-                plan.expected.raw.clone(),
-                next.encode(),
-            ));
             batched.push((index, next));
         }
-        if requests.is_empty() {
+        if batched.is_empty() {
             return Ok(());
         }
         // 2. Extra writes, durable (and notify keys settled above the floor) before any lock
         //    of the batch exists: invariant 4 and the notify-floor argument.
         wrote.store(true, Ordering::SeqCst);
+        let step = std::time::Instant::now();
         if !puts.is_empty() {
             shared.kv.batch_put(puts).await?;
         }
@@ -186,10 +225,31 @@ impl Transaction {
                 .settle_notify_keys(plan.notify_bucket, &notify_entries)
                 .await?;
         }
-        // 3. Every lock of the chunk in one round.
+        if !notify_entries.is_empty() {
+            shared.round_trips.note(step.elapsed());
+        }
+        // 3. Every lock of the chunk in one round, its TTL drawn now (a lock is written
+        //    moments after its TTL is drawn, with the margin the last round trips measured).
+        let ttl_ms = self.lock_ttl_ms();
+        let requests: Vec<CasRequest> = batched
+            .iter_mut()
+            .map(|(index, next)| {
+                if let Some(lock) = next.lock.as_mut() {
+                    lock.ttl_ms = ttl_ms;
+                }
+                CasRequest::new(
+                    shared.codec.head(plans[*index].cell),
+                    plans[*index].expected.raw.clone(),
+                    next.encode(),
+                )
+            })
+            .collect();
         let news: Vec<Vec<u8>> = requests.iter().map(|r| r.new.clone()).collect();
         let mut confirmed = Vec::with_capacity(batched.len());
-        match shared.kv.batch_compare_and_swap(requests).await {
+        let step = std::time::Instant::now();
+        let swapped = shared.kv.batch_compare_and_swap(requests).await;
+        shared.round_trips.note(step.elapsed());
+        match swapped {
             Ok(outcomes) => {
                 for (((index, next), new), out) in batched.into_iter().zip(news).zip(outcomes) {
                     // Not swapped but holding exactly our bytes: the retry hazard, ours.
