@@ -62,11 +62,13 @@
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
 mod config;
+mod limits;
 mod pd;
 mod retry;
 mod scan;
 
 pub use config::{AtomicKeys, KeyPredicate, TikvConfig, TlsFiles};
+pub use limits::ENTRY_OVERHEAD_BYTES;
 pub use retry::{RetryCause, RetryCounts};
 
 use async_trait::async_trait;
@@ -210,23 +212,44 @@ impl TikvKv {
 #[async_trait]
 impl RawKv for TikvKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.check_key("get", key)?;
         self.call("get", self.deadline(), || self.plain.get(key.to_vec()))
             .await
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        for key in keys {
+            self.check_key("batch_get", key)?;
+        }
         self.get_many(keys, self.deadline()).await
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.check_write("put", &key, value.len())?;
         let writer = self.writer(&key);
         self.call("put", self.deadline(), || {
             writer.put(key.clone(), value.clone())
         })
         .await
+        .map_err(|e| limits::name_key(e, &key, key.len() + value.len()))
     }
 
+    /// Every pair is checked against TiKV's limits before anything is sent; the client
+    /// splits the batch into requests of ~16 KiB (and one per region), so that no raft
+    /// entry is larger than the largest pair.
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        for (key, value) in &pairs {
+            self.check_write("batch_put", key, value.len())?;
+        }
+        // Named should TiKV refuse an entry anyway (a lower limit than configured).
+        let largest = pairs
+            .iter()
+            .max_by_key(|(k, v)| k.len() + v.len())
+            .map(|(k, v)| (k.clone(), k.len() + v.len()));
+        let name = |e: KvError| match &largest {
+            Some((key, size)) => limits::name_key(e, key, *size),
+            None => e,
+        };
         let (atomic, plain): (Vec<KvPair>, Vec<KvPair>) = pairs
             .into_iter()
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
@@ -235,24 +258,30 @@ impl RawKv for TikvKv {
             self.call("batch_put", deadline, || {
                 self.plain.batch_put(plain.clone())
             })
-            .await?;
+            .await
+            .map_err(name)?;
         }
         if !atomic.is_empty() {
             self.call("batch_put", deadline, || {
                 self.atomic.batch_put(atomic.clone())
             })
-            .await?;
+            .await
+            .map_err(name)?;
         }
         Ok(())
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.check_key("delete", &key)?;
         let writer = self.writer(&key);
         self.call("delete", self.deadline(), || writer.delete(key.clone()))
             .await
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        for key in &keys {
+            self.check_key("batch_delete", key)?;
+        }
         let (atomic, plain): (Vec<Vec<u8>>, Vec<Vec<u8>>) = keys
             .into_iter()
             .partition(|k| self.config.atomic_keys.is_atomic(k));
@@ -300,6 +329,7 @@ impl RawKv for TikvKv {
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
         self.check_atomic(&key)?;
+        self.check_write("compare_and_swap", &key, new.len())?;
         self.cas_one(key, expected, new, self.deadline()).await
     }
 
@@ -307,6 +337,7 @@ impl RawKv for TikvKv {
         check_distinct_cas_keys(&requests)?;
         for r in &requests {
             self.check_atomic(&r.key)?;
+            self.check_write("batch_compare_and_swap", &r.key, r.new.len())?;
         }
         let deadline = self.deadline();
         let answers: Vec<KvResult<CasOutcome>> = futures::stream::iter(requests)
@@ -349,7 +380,8 @@ impl TikvKv {
                 self.atomic
                     .compare_and_swap(key.clone(), expected.clone(), new.clone())
             })
-            .await?;
+            .await
+            .map_err(|e| limits::name_key(e, &key, key.len() + new.len()))?;
         if !swapped && check_own.is_some() && previous == check_own {
             // Our own write, reported by the client's retry (values are unique).
             return Ok(CasOutcome {
