@@ -430,12 +430,29 @@ mod tests {
         assert_eq!(transient_cause(&busy), Some(RetryCause::ServerBusy));
         let epoch = region(|e| e.epoch_not_match = Some(Default::default()));
         assert_eq!(transient_cause(&epoch), Some(RetryCause::Region));
-        let lost = E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        let lost_again = || E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        let lost = lost_again();
         assert_eq!(transient_cause(&lost), Some(RetryCause::Transport));
         let late = E::GrpcAPI(tonic::Status::deadline_exceeded("late"));
         assert_eq!(transient_cause(&late), Some(RetryCause::Deadline));
         let nested = E::MultipleKeyErrors(vec![E::StringError("x".into()), busy]);
         assert_eq!(transient_cause(&nested), Some(RetryCause::ServerBusy));
+        // A write over TiKV's raft entry limit is refused however often it is repeated, also
+        // when the client collected it from one region of several.
+        let too_large = region(|e| {
+            let t = e.raft_entry_too_large.get_or_insert_with(Default::default);
+            t.region_id = 7;
+            t.entry_size = 9 << 20;
+        });
+        assert_eq!(transient_cause(&too_large), None);
+        let both = E::MultipleKeyErrors(vec![lost_again(), too_large]);
+        assert_eq!(transient_cause(&both), None);
+        match retry::map_error("put", both) {
+            KvError::InvalidArgument { op: "put", message } => {
+                assert!(message.contains(&(9u64 << 20).to_string()), "{message}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
         // Errors the server reported, and refused arguments, are permanent.
         assert_eq!(
             transient_cause(&E::KvError {
