@@ -16,16 +16,22 @@
 //!   plain keys in one `batch_delete`.
 //! - **Scans.** `RawClient::scan`/`scan_reverse` loop around in the last region (its end key
 //!   is empty, so the client restarts from the beginning of the key space: duplicates, keys
-//!   outside the range, an endless loop on an empty range). Forward scans therefore use
-//!   `batch_scan` with one range, whose region split is correct; the result is sorted,
-//!   clipped to the range and truncated to the limit. `scan_reverse` also asks the region of
-//!   the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore walk
-//!   regions from the end of the range with PD's region bounds (`GetRegion`,
-//!   `GetPrevRegion`; a minimal PD client, since the client exposes none), and read each
-//!   region's part with a key-only forward probe of the remaining limit (fewer keys: the
-//!   probe is the answer) or else with `scan_reverse` confined to that part, whose answer is
-//!   checked (exactly the limit, strictly descending, inside the part, no key of the part
-//!   above its first). A part failing a check is paged forward (O(that part),
+//!   outside the range, an endless loop on an empty range), and `batch_scan` of a range sends
+//!   one `RawBatchScan` per region of the range, each with the whole limit. Forward scans
+//!   therefore walk regions with PD's region bounds (`GetRegion`, `GetPrevRegion`; a minimal
+//!   PD client, since the client exposes none): one `batch_scan` of the range's part in the
+//!   region holding the page's start, then the next region only while the page is not full,
+//!   so a page costs O(regions its keys lie in) RPCs, not O(regions of the range); each
+//!   answer is sorted, clipped to the part and truncated. `scan_reverse` also asks the region
+//!   of the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore
+//!   walk regions down from the end of the range, each region's part clipped below the part
+//!   read before (so a region PD names after a merge is never read twice), and read each
+//!   part with a key-only forward probe of the remaining limit (fewer keys: the probe is the
+//!   answer) or else with `scan_reverse` confined to that part, whose answer is checked
+//!   (exactly the limit, strictly descending, inside the part, no key of the part above its
+//!   first). No bound outside the part's region is sent: an unbounded part (TiKV refuses an
+//!   empty upper bound beyond the first region) is read as its keys from `[0xFF; 16]` on,
+//!   forward, then the part below. A part failing a check is paged forward (O(that part),
 //!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
@@ -43,6 +49,10 @@
 //! - **CAS cannot delete**: the contract never asks it to.
 //! - **`batch_put` is not atomic**: the client splits it into ~16 KB RPCs sent concurrently;
 //!   the contract promises nothing across keys either.
+//! - **Size limits.** Keys over TiKV's `max-key-size` and pairs that would not fit in one
+//!   raft entry ([`TikvConfig::max_key_bytes`], [`TikvConfig::max_entry_bytes`]) are refused
+//!   with [`KvError::InvalidArgument`] naming the key and the size, before anything is sent;
+//!   TiKV's `RaftEntryTooLarge` (permanent) is reported the same way at once, never retried.
 //! - **No hangs.** Every call runs under [`TikvConfig::op_timeout`] (the client's own retries
 //!   with backoff can otherwise run for a long time when the cluster is down); each gRPC call
 //!   also has [`TikvConfig::rpc_timeout`].
