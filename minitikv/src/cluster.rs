@@ -438,6 +438,18 @@ pub(crate) fn key_not_in_region(key: &[u8], region: &RegionInfo) -> errorpb::Err
     }
 }
 
+/// TiKV's answer to a write whose raft entry is over `raft-entry-max-size`.
+pub(crate) fn raft_entry_too_large(region_id: u64, entry_size: u64) -> errorpb::Error {
+    errorpb::Error {
+        message: format!("raft entry is too large, region {region_id}, entry size {entry_size}"),
+        raft_entry_too_large: Some(errorpb::RaftEntryTooLarge {
+            region_id,
+            entry_size,
+        }),
+        ..Default::default()
+    }
+}
+
 pub(crate) fn server_is_busy() -> errorpb::Error {
     errorpb::Error {
         message: "server is busy".into(),

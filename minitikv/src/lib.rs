@@ -16,8 +16,11 @@
 //! ([`RunningServer::split`], [`RunningServer::merge`], [`RunningServer::transfer_leader`],
 //! or a seeded background task, [`Churn`]), and seeded fault injection ([`Faults`]:
 //! `ServerIsBusy`, region errors, replies lost after the request applied, delays). Requests
-//! naming a stale region, epoch, store or leader, or keys outside their region, get TiKV's
-//! region errors. Every other gRPC method answers `UNIMPLEMENTED`.
+//! naming a stale region, epoch, store or leader, or keys outside their region (for scans:
+//! a seek key outside it, such as a reverse scan's empty upper bound beyond the first
+//! region), get TiKV's region errors; TiKV's size limits ([`Limits`]: keys of 8 KiB, raft
+//! entries of 8 MiB) hold. Calls are counted by method ([`RunningServer::rpc_counts`]).
+//! Every other gRPC method answers `UNIMPLEMENTED`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), minitikv::ServerError> {
@@ -43,7 +46,7 @@ use tokio::task::JoinHandle;
 pub use cluster::{
     Churn, FaultCounts, Faults, LayoutError, RegionInfo, PEER_ID, REGION_ID, STORE_ID,
 };
-pub use service::CLUSTER_ID;
+pub use service::{Limits, RpcCounts, CLUSTER_ID};
 
 /// Generated protobuf messages (prost) of the vendored TiKV protos, and the two gRPC
 /// services minitikv implements (declared in `build.rs`).
@@ -152,6 +155,8 @@ pub struct ServerConfig {
     pub faults: Faults,
     /// Splits, merges and leader transfers at runtime (default: none).
     pub churn: Option<Churn>,
+    /// TiKV's key and raft entry size limits (default: TiKV's defaults).
+    pub limits: Limits,
 }
 
 impl ServerConfig {
@@ -165,6 +170,7 @@ impl ServerConfig {
             stores: 1,
             faults: Faults::none(),
             churn: None,
+            limits: Limits::default(),
         }
     }
 
@@ -223,6 +229,11 @@ impl RunningServer {
     /// Moves region `id`'s leader to `store` (requests to the old leader get `NotLeader`).
     pub fn transfer_leader(&self, id: u64, store: u64) -> Result<(), LayoutError> {
         self.state.layout.transfer_leader(id, store)
+    }
+
+    /// The RPCs served so far, by method, and the keys scans read.
+    pub fn rpc_counts(&self) -> RpcCounts {
+        self.state.rpc_counts()
     }
 
     /// How many faults were injected so far, by kind.
@@ -338,6 +349,7 @@ pub async fn start_with_store(
         stopped.clone(),
         cluster::Layout::new(&config.split_keys, stores),
         config.faults.clone(),
+        config.limits,
     ));
     state.set_store_addrs(addrs);
     let mut store_tasks = Vec::new();

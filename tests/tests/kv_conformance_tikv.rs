@@ -712,3 +712,86 @@ async fn batch_cas_counters_with_one_reply_in_ten_lost() {
     report("batched cas counters, lost replies", &server, &kv);
     assert!(server.fault_counts().lost_reply > 0);
 }
+
+/// Random reverse scans under the weather (three stores, regions splitting, merging and
+/// moving leaders every 10 ms, busy servers, lost replies), each compared with a model of
+/// the (unchanging) data: every answer is exact, with no key twice and none out of order,
+/// whether or not the range is bounded above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_reverse_scans_in_the_weather_match_a_model() {
+    let (server, kv) = weather(0x5ca9).await;
+    // 600 keys spread over the split points of `p/` (every fourth printable byte), so that
+    // ranges cross many regions and churn splits and merges among the data.
+    let mut model = BTreeMap::new();
+    for i in 0..600u32 {
+        let key = format!("p/{}{i:04}", char::from(b'0' + (i * 75 / 600) as u8)).into_bytes();
+        model.insert(key, i.to_be_bytes().to_vec());
+    }
+    let pairs: Vec<_> = model.clone().into_iter().collect();
+    for chunk in pairs.chunks(100) {
+        kv.batch_put(chunk.to_vec()).await.unwrap();
+    }
+    let keys: Arc<Vec<Vec<u8>>> = Arc::new(model.keys().cloned().collect());
+    let model = Arc::new(model);
+    let tasks: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (kv, keys, model) = (kv.clone(), keys.clone(), model.clone());
+            tokio::spawn(async move {
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491);
+                let mut next = move |n: usize| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    (rng % n as u64) as usize
+                };
+                let mut wrong = Vec::new();
+                for _ in 0..400 {
+                    let a = next(keys.len());
+                    let b = next(keys.len());
+                    let (lo, hi) = (a.min(b), a.max(b));
+                    let range = if next(4) == 0 {
+                        KeyRange::from(keys[lo].clone())
+                    } else {
+                        KeyRange::new(keys[lo].clone(), keys[hi].clone())
+                    };
+                    let limit = [1, 2, 5, 10, 30, 100, 1_000][next(7)];
+                    let got = kv
+                        .scan(range.clone(), limit, ScanOrder::Reverse)
+                        .await
+                        .unwrap();
+                    let expected: Vec<_> = model
+                        .iter()
+                        .rev()
+                        .filter(|(k, _)| range.contains(k))
+                        .take(limit)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    if got != expected {
+                        wrong.push(format!(
+                            "{range:?} limit {limit}: got {:?}, expected {} keys",
+                            got.iter()
+                                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                                .collect::<Vec<_>>(),
+                            expected.len()
+                        ));
+                    }
+                }
+                wrong
+            })
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    within("reverse scans", async {
+        for task in tasks {
+            wrong.extend(task.await.unwrap());
+        }
+    })
+    .await;
+    report("random reverse scans", &server, &kv);
+    assert!(
+        wrong.is_empty(),
+        "{} of 1,600 reverse scans were wrong; first: {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+}

@@ -103,6 +103,15 @@ pub struct TikvConfig {
     pub retry_base_delay: Duration,
     /// Largest delay between two retries of one call (default 500 ms).
     pub retry_max_delay: Duration,
+    /// Longest key the cluster accepts: TiKV's `max-key-size` (default 8 KiB). Calls naming
+    /// a longer key are refused with [`KvError::InvalidArgument`] before anything is sent.
+    pub max_key_bytes: usize,
+    /// TiKV's `raftstore.raft-entry-max-size` (default 8 MiB). A pair whose key and value
+    /// (with [`crate::ENTRY_OVERHEAD_BYTES`] for the raft command around them) would not fit
+    /// in one raft entry is refused with [`KvError::InvalidArgument`] before anything is
+    /// sent; the client splits batches into ~16 KiB requests, so only single pairs can
+    /// reach the limit.
+    pub max_entry_bytes: usize,
 }
 
 impl TikvConfig {
@@ -122,6 +131,8 @@ impl TikvConfig {
             reverse_scan_fast_path: true,
             retry_base_delay: Duration::from_millis(5),
             retry_max_delay: Duration::from_millis(500),
+            max_key_bytes: 8 * 1024,
+            max_entry_bytes: 8 * 1024 * 1024,
         }
     }
 

@@ -16,16 +16,22 @@
 //!   plain keys in one `batch_delete`.
 //! - **Scans.** `RawClient::scan`/`scan_reverse` loop around in the last region (its end key
 //!   is empty, so the client restarts from the beginning of the key space: duplicates, keys
-//!   outside the range, an endless loop on an empty range). Forward scans therefore use
-//!   `batch_scan` with one range, whose region split is correct; the result is sorted,
-//!   clipped to the range and truncated to the limit. `scan_reverse` also asks the region of
-//!   the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore walk
-//!   regions from the end of the range with PD's region bounds (`GetRegion`,
-//!   `GetPrevRegion`; a minimal PD client, since the client exposes none), and read each
-//!   region's part with a key-only forward probe of the remaining limit (fewer keys: the
-//!   probe is the answer) or else with `scan_reverse` confined to that part, whose answer is
-//!   checked (exactly the limit, strictly descending, inside the part, no key of the part
-//!   above its first). A part failing a check is paged forward (O(that part),
+//!   outside the range, an endless loop on an empty range), and `batch_scan` of a range sends
+//!   one `RawBatchScan` per region of the range, each with the whole limit. Forward scans
+//!   therefore walk regions with PD's region bounds (`GetRegion`, `GetPrevRegion`; a minimal
+//!   PD client, since the client exposes none): one `batch_scan` of the range's part in the
+//!   region holding the page's start, then the next region only while the page is not full,
+//!   so a page costs O(regions its keys lie in) RPCs, not O(regions of the range); each
+//!   answer is sorted, clipped to the part and truncated. `scan_reverse` also asks the region
+//!   of the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore
+//!   walk regions down from the end of the range, each region's part clipped below the part
+//!   read before (so a region PD names after a merge is never read twice), and read each
+//!   part with a key-only forward probe of the remaining limit (fewer keys: the probe is the
+//!   answer) or else with `scan_reverse` confined to that part, whose answer is checked
+//!   (exactly the limit, strictly descending, inside the part, no key of the part above its
+//!   first). No bound outside the part's region is sent: an unbounded part (TiKV refuses an
+//!   empty upper bound beyond the first region) is read as its keys from `[0xFF; 16]` on,
+//!   forward, then the part below. A part failing a check is paged forward (O(that part),
 //!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
@@ -43,6 +49,10 @@
 //! - **CAS cannot delete**: the contract never asks it to.
 //! - **`batch_put` is not atomic**: the client splits it into ~16 KB RPCs sent concurrently;
 //!   the contract promises nothing across keys either.
+//! - **Size limits.** Keys over TiKV's `max-key-size` and pairs that would not fit in one
+//!   raft entry ([`TikvConfig::max_key_bytes`], [`TikvConfig::max_entry_bytes`]) are refused
+//!   with [`KvError::InvalidArgument`] naming the key and the size, before anything is sent;
+//!   TiKV's `RaftEntryTooLarge` (permanent) is reported the same way at once, never retried.
 //! - **No hangs.** Every call runs under [`TikvConfig::op_timeout`] (the client's own retries
 //!   with backoff can otherwise run for a long time when the cluster is down); each gRPC call
 //!   also has [`TikvConfig::rpc_timeout`].
@@ -62,11 +72,13 @@
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
 mod config;
+mod limits;
 mod pd;
 mod retry;
 mod scan;
 
 pub use config::{AtomicKeys, KeyPredicate, TikvConfig, TlsFiles};
+pub use limits::ENTRY_OVERHEAD_BYTES;
 pub use retry::{RetryCause, RetryCounts};
 
 use async_trait::async_trait;
@@ -210,23 +222,44 @@ impl TikvKv {
 #[async_trait]
 impl RawKv for TikvKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
+        self.check_key("get", key)?;
         self.call("get", self.deadline(), || self.plain.get(key.to_vec()))
             .await
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        for key in keys {
+            self.check_key("batch_get", key)?;
+        }
         self.get_many(keys, self.deadline()).await
     }
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
+        self.check_write("put", &key, value.len())?;
         let writer = self.writer(&key);
         self.call("put", self.deadline(), || {
             writer.put(key.clone(), value.clone())
         })
         .await
+        .map_err(|e| limits::name_key(e, &key, key.len() + value.len()))
     }
 
+    /// Every pair is checked against TiKV's limits before anything is sent; the client
+    /// splits the batch into requests of ~16 KiB (and one per region), so that no raft
+    /// entry is larger than the largest pair.
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
+        for (key, value) in &pairs {
+            self.check_write("batch_put", key, value.len())?;
+        }
+        // Named should TiKV refuse an entry anyway (a lower limit than configured).
+        let largest = pairs
+            .iter()
+            .max_by_key(|(k, v)| k.len() + v.len())
+            .map(|(k, v)| (k.clone(), k.len() + v.len()));
+        let name = |e: KvError| match &largest {
+            Some((key, size)) => limits::name_key(e, key, *size),
+            None => e,
+        };
         let (atomic, plain): (Vec<KvPair>, Vec<KvPair>) = pairs
             .into_iter()
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
@@ -235,24 +268,30 @@ impl RawKv for TikvKv {
             self.call("batch_put", deadline, || {
                 self.plain.batch_put(plain.clone())
             })
-            .await?;
+            .await
+            .map_err(name)?;
         }
         if !atomic.is_empty() {
             self.call("batch_put", deadline, || {
                 self.atomic.batch_put(atomic.clone())
             })
-            .await?;
+            .await
+            .map_err(name)?;
         }
         Ok(())
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
+        self.check_key("delete", &key)?;
         let writer = self.writer(&key);
         self.call("delete", self.deadline(), || writer.delete(key.clone()))
             .await
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
+        for key in &keys {
+            self.check_key("batch_delete", key)?;
+        }
         let (atomic, plain): (Vec<Vec<u8>>, Vec<Vec<u8>>) = keys
             .into_iter()
             .partition(|k| self.config.atomic_keys.is_atomic(k));
@@ -300,6 +339,7 @@ impl RawKv for TikvKv {
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
         self.check_atomic(&key)?;
+        self.check_write("compare_and_swap", &key, new.len())?;
         self.cas_one(key, expected, new, self.deadline()).await
     }
 
@@ -307,6 +347,7 @@ impl RawKv for TikvKv {
         check_distinct_cas_keys(&requests)?;
         for r in &requests {
             self.check_atomic(&r.key)?;
+            self.check_write("batch_compare_and_swap", &r.key, r.new.len())?;
         }
         let deadline = self.deadline();
         let answers: Vec<KvResult<CasOutcome>> = futures::stream::iter(requests)
@@ -349,7 +390,8 @@ impl TikvKv {
                 self.atomic
                     .compare_and_swap(key.clone(), expected.clone(), new.clone())
             })
-            .await?;
+            .await
+            .map_err(|e| limits::name_key(e, &key, key.len() + new.len()))?;
         if !swapped && check_own.is_some() && previous == check_own {
             // Our own write, reported by the client's retry (values are unique).
             return Ok(CasOutcome {
@@ -398,12 +440,29 @@ mod tests {
         assert_eq!(transient_cause(&busy), Some(RetryCause::ServerBusy));
         let epoch = region(|e| e.epoch_not_match = Some(Default::default()));
         assert_eq!(transient_cause(&epoch), Some(RetryCause::Region));
-        let lost = E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        let lost_again = || E::GrpcAPI(tonic::Status::unavailable("reply lost"));
+        let lost = lost_again();
         assert_eq!(transient_cause(&lost), Some(RetryCause::Transport));
         let late = E::GrpcAPI(tonic::Status::deadline_exceeded("late"));
         assert_eq!(transient_cause(&late), Some(RetryCause::Deadline));
         let nested = E::MultipleKeyErrors(vec![E::StringError("x".into()), busy]);
         assert_eq!(transient_cause(&nested), Some(RetryCause::ServerBusy));
+        // A write over TiKV's raft entry limit is refused however often it is repeated, also
+        // when the client collected it from one region of several.
+        let too_large = region(|e| {
+            let t = e.raft_entry_too_large.get_or_insert_with(Default::default);
+            t.region_id = 7;
+            t.entry_size = 9 << 20;
+        });
+        assert_eq!(transient_cause(&too_large), None);
+        let both = E::MultipleKeyErrors(vec![lost_again(), too_large]);
+        assert_eq!(transient_cause(&both), None);
+        match retry::map_error("put", both) {
+            KvError::InvalidArgument { op: "put", message } => {
+                assert!(message.contains(&(9u64 << 20).to_string()), "{message}");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
         // Errors the server reported, and refused arguments, are permanent.
         assert_eq!(
             transient_cause(&E::KvError {

@@ -2,6 +2,7 @@
 //! call runs in (jittered exponential backoff within the call's [`Deadline`]), the retry
 //! counters, and the mapping of client errors to [`KvError`].
 
+use crate::limits::raft_entry_too_large;
 use crate::TikvKv;
 use percolator::kv::{KvError, KvResult};
 use std::future::Future;
@@ -166,6 +167,10 @@ impl TikvKv {
 /// permanent one.
 pub(crate) fn transient_cause(e: &tikv_client::Error) -> Option<RetryCause> {
     use tikv_client::Error as E;
+    if raft_entry_too_large(e).is_some() {
+        // The same write is refused however often it is repeated.
+        return None;
+    }
     match e {
         E::RegionError(region) if region.server_is_busy.is_some() => Some(RetryCause::ServerBusy),
         E::RegionError(_)
@@ -212,6 +217,21 @@ use tonic::Code as tonic_code;
 
 /// Maps a client error to a [`KvError`] naming the call.
 pub(crate) fn map_error(op: &'static str, e: tikv_client::Error) -> KvError {
+    if let Some((region, size)) = raft_entry_too_large(&e) {
+        tracing::warn!(
+            op,
+            region,
+            size,
+            "TiKV refused a raft entry over raft-entry-max-size"
+        );
+        return KvError::InvalidArgument {
+            op,
+            message: format!(
+                "TiKV refused a raft entry of {size} bytes (region {region}): over its \
+                 raft-entry-max-size"
+            ),
+        };
+    }
     let message = format!("tikv-client: {e}");
     if matches!(e, tikv_client::Error::MaxScanLimitExceeded { .. }) {
         KvError::InvalidArgument { op, message }

@@ -1,7 +1,11 @@
-//! Scans over TiKV: forward scans through `batch_scan` (sorted, clipped, truncated), and
-//! reverse scans walking regions down from the end of the range with PD's region bounds,
-//! with a checked `scan_reverse` fast path per region and forward paging as the fallback
-//! (see the crate documentation, "Scans").
+//! Scans over TiKV, walking regions with PD's region bounds (`GetRegion`, `GetPrevRegion`)
+//! so that a page costs O(1) RPCs whatever the number of regions in its range.
+//!
+//! Forward scans read the part of the range in the region holding its start (one
+//! `batch_scan` of that part) and go on to the next region only while the page is not full.
+//! Reverse scans walk regions down from the end of the range, with a checked `scan_reverse`
+//! fast path per region and forward paging as the fallback (see the crate documentation,
+//! "Scans").
 
 use crate::retry::Deadline;
 use crate::{pd, TikvKv};
@@ -10,16 +14,108 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tikv_client::{BoundRange, Key};
 
+/// A key above any realistic key: reverse scans never send TiKV an empty ("unbounded")
+/// upper bound, which TiKV refuses with `KeyNotInRegion` in any region but the first
+/// (tikv/client-rust#512). Keys at or above it are read forward instead (normally none).
+const TOP: [u8; 16] = [0xFF; 16];
+
 impl TikvKv {
-    /// Up to `limit` pairs of a non-empty `range`, ascending, through `batch_scan`.
+    /// Up to `limit` pairs of a non-empty `range`, ascending (see [`TikvKv::walk_forward`]).
     pub(crate) async fn scan_forward(
         &self,
         range: &KeyRange,
         limit: usize,
         deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
-        let mut pairs: Vec<KvPair> = self
-            .call("scan", deadline, || {
+        self.walk_forward(range, limit, false, deadline).await
+    }
+
+    /// Up to `limit` keys of a non-empty `range`, ascending (see [`TikvKv::walk_forward`]).
+    pub(crate) async fn scan_keys_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<Vec<u8>>> {
+        Ok(self
+            .walk_forward(range, limit, true, deadline)
+            .await?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    /// Up to `limit` pairs (values empty when `key_only`) of `range`, ascending, region by
+    /// region: the part of the range in the region holding its start (PD's bounds), then,
+    /// only while fewer than `limit` pairs were found, the part in the next region, and so
+    /// on. A page inside one region costs one PD lookup and one `RawBatchScan`, whatever the
+    /// number of regions in the range. Stale bounds cost RPCs, never keys: each part is read
+    /// by [`TikvKv::read_part`], which is exact on any layout, and the next part starts
+    /// where the previous one ended.
+    async fn walk_forward(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        key_only: bool,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        let mut out: Vec<KvPair> = Vec::new();
+        let mut start = range.start.clone();
+        let mut regions_touched = 0u32;
+        loop {
+            let region = self
+                .call("scan", deadline, || self.pd.region(&start))
+                .await?;
+            regions_touched += 1;
+            let holds_start =
+                region.start <= start && (region.end.is_empty() || start < region.end);
+            let part = KeyRange {
+                start: start.clone(),
+                // A region that does not hold `start` (PD's answer raced a change): no clip.
+                end: if holds_start {
+                    clip_end(&range.end, &region.end)
+                } else {
+                    range.end.clone()
+                },
+            };
+            if !part.is_empty() {
+                let want = limit - out.len();
+                out.extend(self.read_part(&part, want, key_only, deadline).await?);
+            }
+            if out.len() >= limit {
+                break;
+            }
+            match part.end {
+                Some(end) if Some(&end) != range.end.as_ref() => start = end,
+                // The range is read to its end.
+                _ => break,
+            }
+        }
+        tracing::trace!(regions_touched, found = out.len(), "forward scan");
+        Ok(out)
+    }
+
+    /// Up to `limit` pairs (values empty when `key_only`) of a non-empty `range`, ascending,
+    /// through one `batch_scan`: the client sends one `RawBatchScan` per region of the range
+    /// in its cache (one when `range` lies in one region), each with the whole limit, so the
+    /// answers are sorted, clipped to the range and truncated here.
+    async fn read_part(
+        &self,
+        range: &KeyRange,
+        limit: usize,
+        key_only: bool,
+        deadline: Deadline,
+    ) -> KvResult<Vec<KvPair>> {
+        let mut pairs: Vec<KvPair> = if key_only {
+            self.call("scan", deadline, || {
+                self.plain.batch_scan_keys(vec![bound(range)], limit as u32)
+            })
+            .await?
+            .into_iter()
+            .map(|k| (Vec::from(k), Vec::new()))
+            .collect()
+        } else {
+            self.call("scan", deadline, || {
                 self.plain.batch_scan(vec![bound(range)], limit as u32)
             })
             .await?
@@ -28,47 +124,29 @@ impl TikvKv {
                 let (k, v): (Key, Vec<u8>) = p.into();
                 (Vec::from(k), v)
             })
-            .filter(|(k, _)| range.contains(k))
-            .collect();
-        // One answer per region: sort, and keep the first `limit`.
+            .collect()
+        };
+        pairs.retain(|(k, _)| range.contains(k));
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
         pairs.dedup_by(|a, b| a.0 == b.0);
         pairs.truncate(limit);
         Ok(pairs)
     }
 
-    /// Up to `limit` keys of a non-empty `range`, ascending, through `batch_scan_keys`.
-    pub(crate) async fn scan_keys_forward(
-        &self,
-        range: &KeyRange,
-        limit: usize,
-        deadline: Deadline,
-    ) -> KvResult<Vec<Vec<u8>>> {
-        let mut keys: Vec<Vec<u8>> = self
-            .call("scan", deadline, || {
-                self.plain.batch_scan_keys(vec![bound(range)], limit as u32)
-            })
-            .await?
-            .into_iter()
-            .map(Vec::from)
-            .filter(|k| range.contains(k))
-            .collect();
-        keys.sort();
-        keys.dedup();
-        keys.truncate(limit);
-        Ok(keys)
-    }
-
     /// The last `limit` pairs of a non-empty `range`, descending.
     ///
     /// With [`TikvConfig::reverse_scan_fast_path`] (the default), regions are walked from the
     /// end of the range with PD's region boundaries (`GetRegion`, then `GetPrevRegion`), and
-    /// each region's part of the range is read by [`TikvKv::scan_reverse_in_region`] until
-    /// `limit` pairs are found: O(limit + regions touched). A region whose answer cannot be
-    /// trusted (the client's region cache disagrees with PD mid-split) is read by forward
-    /// paging, which costs that region's part of the range only and is counted in
-    /// [`TikvKv::reverse_scan_fallbacks`]. Without the fast path, the whole range is paged
-    /// forward.
+    /// each region's part of what is left of the range is read by
+    /// [`TikvKv::scan_reverse_in_region`] until `limit` pairs are found: O(limit + regions
+    /// touched). What is left is `[range.start, upper)`, `upper` moving down to the start of
+    /// each part read, so that a region returned by PD after a merge or split (which may
+    /// reach above `upper`) is never read twice. A part whose answer cannot be trusted (the
+    /// client's region cache disagrees with PD mid-split) is read by forward paging, which
+    /// costs that part only and is counted in [`TikvKv::reverse_scan_fallbacks`]. Without
+    /// the fast path, the whole range is paged forward.
+    ///
+    /// [`TikvConfig::reverse_scan_fast_path`]: crate::TikvConfig::reverse_scan_fast_path
     pub(crate) async fn scan_reverse(
         &self,
         range: &KeyRange,
@@ -79,42 +157,59 @@ impl TikvKv {
             return self.scan_reverse_by_paging(range, limit, deadline).await;
         }
         let mut out: Vec<KvPair> = Vec::new();
-        let mut region = match &range.end {
+        // Exclusive upper bound of what is left to read (`None`: the end of the key space).
+        let mut upper = range.end.clone();
+        let mut region = match &upper {
             Some(end) => self.region_below(end, deadline).await?,
             None => Some(self.last_region(deadline).await?),
         };
         let mut regions_touched = 0u32;
         while let Some(r) = region {
             regions_touched += 1;
-            // The range's part in this region (regions are visited downwards).
+            if upper
+                .as_ref()
+                .is_some_and(|u| r.start.as_slice() >= u.as_slice())
+            {
+                // PD named a region that is not below what is left (its answers raced a
+                // layout change twice): read the rest forward.
+                tracing::debug!(?r, ?upper, "reverse scan: region above the rest; paging it");
+                let rest = KeyRange {
+                    start: range.start.clone(),
+                    end: upper.clone(),
+                };
+                if !rest.is_empty() {
+                    let want = limit - out.len();
+                    out.extend(self.scan_reverse_by_paging(&rest, want, deadline).await?);
+                }
+                break;
+            }
             let part = KeyRange {
                 start: range.start.clone().max(r.start.clone()),
-                end: match (&range.end, r.end.is_empty()) {
-                    (Some(end), false) => Some(end.clone().min(r.end.clone())),
-                    (Some(end), true) => Some(end.clone()),
-                    (None, false) => Some(r.end.clone()),
-                    (None, true) => None,
-                },
+                end: clip_end(&upper, &r.end),
             };
-            if !part.is_empty() {
+            for piece in below_top(&part) {
+                if out.len() >= limit || piece.is_empty() {
+                    continue;
+                }
                 let want = limit - out.len();
-                let pairs = match self.scan_reverse_in_region(&part, want, deadline).await? {
+                let pairs = match self.scan_reverse_in_region(&piece, want, deadline).await? {
                     Some(pairs) => pairs,
                     None => {
                         self.reverse_fallbacks.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(
-                            ?part,
+                            ?piece,
                             want,
                             "reverse scan of a region falls back to forward paging"
                         );
-                        self.scan_reverse_by_paging(&part, want, deadline).await?
+                        self.scan_reverse_by_paging(&piece, want, deadline).await?
                     }
                 };
                 out.extend(pairs);
             }
-            if out.len() >= limit || r.start.is_empty() || r.start <= range.start {
+            if out.len() >= limit || part.start <= range.start {
                 break;
             }
+            upper = Some(part.start.clone());
             let start = r.start.clone();
             region = self
                 .call("scan", deadline, || self.pd.prev_region(&start))
@@ -151,9 +246,7 @@ impl TikvKv {
     /// The last region of the key space: the one holding a key above any realistic key,
     /// walking forward should a split key be even higher.
     async fn last_region(&self, deadline: Deadline) -> KvResult<pd::RegionBounds> {
-        let mut region = self
-            .call("scan", deadline, || self.pd.region(&[0xFF; 16]))
-            .await?;
+        let mut region = self.call("scan", deadline, || self.pd.region(&TOP)).await?;
         while !region.end.is_empty() {
             let next = region.end.clone();
             region = self
@@ -171,16 +264,17 @@ impl TikvKv {
     /// keys, so `RawClient::scan_reverse` fills its limit from one region and stops before
     /// it can loop around the last region; its answer is accepted only if it is exactly
     /// `limit` keys, strictly descending, inside the range, with no key of the range above
-    /// the first one (which rules out an answer from another region).
+    /// the first one (which rules out an answer from another region). A range without an
+    /// upper bound (keys from [`TOP`] on) is never sent to `scan_reverse`: `None`.
     async fn scan_reverse_in_region(
         &self,
         range: &KeyRange,
         limit: usize,
         deadline: Deadline,
     ) -> KvResult<Option<Vec<KvPair>>> {
-        let probe = self.scan_keys_forward(range, limit, deadline).await?;
+        let probe = self.read_part(range, limit, true, deadline).await?;
         if probe.len() < limit {
-            let keys: Vec<Vec<u8>> = probe.into_iter().rev().collect();
+            let keys: Vec<Vec<u8>> = probe.into_iter().rev().map(|(k, _)| k).collect();
             let values = self.get_many(&keys, deadline).await?;
             if values.iter().all(Option::is_some) {
                 return Ok(Some(
@@ -188,6 +282,10 @@ impl TikvKv {
                 ));
             }
             // A key was deleted between the probe and the read.
+            return Ok(None);
+        }
+        if range.end.is_none() {
+            // No upper bound inside the region can be sent (see `TOP`).
             return Ok(None);
         }
         self.try_client_scan_reverse(range, limit, deadline).await
@@ -210,6 +308,13 @@ impl TikvKv {
                 // around the last region; stop it and fall back.
                 match tokio::time::timeout(self.config.rpc_timeout * 2, call).await {
                     Err(_) => Ok(None),
+                    // The region split after PD's answer: the range's upper bound is outside
+                    // the region the client routes to, and repeating cannot help.
+                    Ok(Err(tikv_client::Error::RegionError(e)))
+                        if e.key_not_in_region.is_some() =>
+                    {
+                        Ok(None)
+                    }
                     Ok(result) => result.map(Some),
                 }
             })
@@ -236,12 +341,7 @@ impl TikvKv {
             start: above_start,
             end: range.end.clone(),
         };
-        if !above.is_empty()
-            && !self
-                .scan_keys_forward(&above, 1, deadline)
-                .await?
-                .is_empty()
-        {
+        if !above.is_empty() && !self.read_part(&above, 1, true, deadline).await?.is_empty() {
             return Ok(None);
         }
         Ok(Some(pairs))
@@ -302,6 +402,29 @@ impl TikvKv {
     pub fn reverse_scan_fallbacks(&self) -> u64 {
         self.reverse_fallbacks.load(Ordering::Relaxed)
     }
+}
+
+/// The lower of a range's exclusive end (`None`: unbounded) and a region's end (empty:
+/// unbounded).
+fn clip_end(end: &Option<Vec<u8>>, region_end: &[u8]) -> Option<Vec<u8>> {
+    match (end, region_end.is_empty()) {
+        (Some(end), false) => Some(end.clone().min(region_end.to_vec())),
+        (Some(end), true) => Some(end.clone()),
+        (None, false) => Some(region_end.to_vec()),
+        (None, true) => None,
+    }
+}
+
+/// `part` in the order a reverse scan reads it: without an upper bound, its keys from
+/// [`TOP`] on first, then those below; else `part` itself.
+fn below_top(part: &KeyRange) -> Vec<KeyRange> {
+    if part.end.is_some() || part.start.as_slice() >= TOP.as_slice() {
+        return vec![part.clone()];
+    }
+    vec![
+        KeyRange::from(TOP.to_vec()),
+        KeyRange::new(part.start.clone(), TOP.to_vec()),
+    ]
 }
 
 pub(crate) fn bound(range: &KeyRange) -> BoundRange {

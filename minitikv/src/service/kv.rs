@@ -1,15 +1,14 @@
-// Longer than ~500 lines on purpose: it is the one `serve` path (faults, routing checks,
-// column family) and every raw RPC the TiKV service answers through it (get, put, delete,
-// their batch forms, scans, delete_range, CAS), each a short handler. Splitting the
-// handlers off would separate them from the shared path whose checks they rely on.
 //! The TiKV service (raw API) as one store of the cluster answers it. Every request takes
-//! one path, [`StoreService::serve`]: injected faults, the routing checks TiKV makes, the
-//! column family check, then the request's own work, whose error the response type maps the
-//! way TiKV does (its `error` string, or a gRPC status for responses without one).
+//! one path, [`StoreService::serve`]: the call is counted, injected faults, TiKV's key size
+//! limit, the routing checks TiKV makes, its raft entry size limit, the column family
+//! check, then the request's own work, whose error the response type maps the way TiKV does
+//! (its `error` string, or a gRPC status for responses without one; see [`super::raw`]).
 
+use super::raw::{check_cf, check_ttl, clamp, scan_range, Keys, RawError, RawRequest, RawResponse};
 use super::State;
 use crate::cluster::{
-    epoch_not_match, key_not_in_region, not_leader, region_not_found, RegionInfo,
+    epoch_not_match, key_not_in_region, not_leader, raft_entry_too_large, region_not_found,
+    RegionInfo,
 };
 use crate::proto::errorpb;
 use crate::proto::kvrpcpb::{self, Context, KvPair};
@@ -33,136 +32,12 @@ impl std::ops::Deref for StoreService {
     }
 }
 
-/// The keys a request touches, for routing checks.
-pub(crate) enum Keys<'a> {
-    One(&'a [u8]),
-    Many(Vec<&'a [u8]>),
-}
-
-/// Why a raw request's own work failed; its response type says how TiKV answers it
-/// ([`RawResponse::with_error`]).
-enum RawError {
-    /// A request TiKV would refuse: a column family other than `default`, a TTL.
-    Refused(String),
-    /// The store failed in the named call.
-    Store(&'static str, KvError),
-}
-
-/// A raw request: its context (region, epoch, peer), column family and the keys it
-/// touches (which must lie in its region).
-trait RawRequest {
-    fn context(&self) -> Option<&Context>;
-    fn cf(&self) -> &str;
-    fn keys(&self) -> Keys<'_>;
-}
-
-macro_rules! raw_request {
-    ($($t:ty => |$r:ident| $keys:expr;)*) => {$(
-        impl RawRequest for $t {
-            fn context(&self) -> Option<&Context> {
-                self.context.as_ref()
-            }
-            fn cf(&self) -> &str {
-                &self.cf
-            }
-            fn keys(&self) -> Keys<'_> {
-                let $r = self;
-                $keys
-            }
-        }
-    )*};
-}
-
-raw_request!(
-    kvrpcpb::RawGetRequest => |r| Keys::One(&r.key);
-    kvrpcpb::RawBatchGetRequest => |r| many(&r.keys);
-    kvrpcpb::RawPutRequest => |r| Keys::One(&r.key);
-    kvrpcpb::RawBatchPutRequest => |r| Keys::Many(r.pairs.iter().map(|p| p.key.as_slice()).collect());
-    kvrpcpb::RawDeleteRequest => |r| Keys::One(&r.key);
-    kvrpcpb::RawBatchDeleteRequest => |r| many(&r.keys);
-    // TiKV's reverse scans put the upper bound in `start_key`: the lower bound is routed.
-    kvrpcpb::RawScanRequest => |r| Keys::One(scan_lower_bound(&r.start_key, &r.end_key, r.reverse));
-    kvrpcpb::RawBatchScanRequest => |r| Keys::Many(
-        r.ranges
-            .iter()
-            .map(|range| scan_lower_bound(&range.start_key, &range.end_key, r.reverse))
-            .collect(),
-    );
-    kvrpcpb::RawDeleteRangeRequest => |r| Keys::One(&r.start_key);
-    kvrpcpb::RawCasRequest => |r| Keys::One(&r.key);
-);
-
-/// A raw response: carries a region error, and answers a [`RawError`] as TiKV does.
-trait RawResponse: Default + Sized {
-    fn with_region_error(self, err: errorpb::Error) -> Self;
-    /// The answer to `error`: in the response's `error` string, or, for responses without
-    /// one, a gRPC status (`INVALID_ARGUMENT` for a refused request, `INTERNAL` for a store
-    /// failure).
-    // tonic::Status is large, and it is what the handler must return.
-    #[allow(clippy::result_large_err)]
-    fn with_error(self, error: RawError) -> Result<Self, Status>;
-}
-
-/// Responses with an `error` string: every failure goes there.
-macro_rules! raw_response_with_error_string {
-    ($($t:ty),*) => {$(
-        impl RawResponse for $t {
-            fn with_region_error(mut self, err: errorpb::Error) -> Self {
-                self.region_error = Some(err);
-                self
-            }
-            fn with_error(mut self, error: RawError) -> Result<Self, Status> {
-                self.error = match error {
-                    RawError::Refused(message) => message,
-                    RawError::Store(_, e) => e.to_string(),
-                };
-                Ok(self)
-            }
-        }
-    )*};
-}
-
-/// Responses without an `error` string: failures are gRPC statuses.
-macro_rules! raw_response_with_status {
-    ($($t:ty),*) => {$(
-        impl RawResponse for $t {
-            fn with_region_error(mut self, err: errorpb::Error) -> Self {
-                self.region_error = Some(err);
-                self
-            }
-            fn with_error(self, error: RawError) -> Result<Self, Status> {
-                Err(match error {
-                    RawError::Refused(message) => Status::invalid_argument(message),
-                    RawError::Store(op, e) => {
-                        tracing::warn!(op, error = %e, "storage error");
-                        Status::internal(format!("minitikv {op}: {e}"))
-                    }
-                })
-            }
-        }
-    )*};
-}
-
-raw_response_with_error_string!(
-    kvrpcpb::RawGetResponse,
-    kvrpcpb::RawPutResponse,
-    kvrpcpb::RawBatchPutResponse,
-    kvrpcpb::RawDeleteResponse,
-    kvrpcpb::RawBatchDeleteResponse,
-    kvrpcpb::RawDeleteRangeResponse,
-    kvrpcpb::RawCasResponse
-);
-
-raw_response_with_status!(
-    kvrpcpb::RawBatchGetResponse,
-    kvrpcpb::RawScanResponse,
-    kvrpcpb::RawBatchScanResponse
-);
-
 impl StoreService {
-    /// Serves one raw request: injects the configured faults (a delay, then `ServerIsBusy`
-    /// or a region error); answers a region error when the context names a stale region,
-    /// epoch, store or leader or the request's keys lie outside the region; refuses column
+    /// Serves one raw request: counts it; injects the configured faults (a delay, then
+    /// `ServerIsBusy` or a region error); refuses a key over the size limit (TiKV's storage
+    /// layer does, before raft); answers a region error when the context names a stale
+    /// region, epoch, store or leader or the request's keys lie outside the region, and
+    /// `RaftEntryTooLarge` when a write is over the raft entry limit; refuses column
     /// families other than `default`; else runs `work` with the region, mapping its error
     /// as the response type does; then maybe drops the reply (the request stays applied).
     async fn serve<Q, R, F, Fut>(&self, req: Q, work: F) -> Result<Response<R>, Status>
@@ -172,16 +47,32 @@ impl StoreService {
         F: FnOnce(Q, RegionInfo) -> Fut,
         Fut: Future<Output = Result<R, RawError>>,
     {
+        self.count_call(Q::METHOD);
         if let Some(delay) = self.injected_delay() {
             tokio::time::sleep(delay).await;
         }
         if let Some(err) = self.injected_error(req.context()) {
             return Ok(Response::new(R::default().with_region_error(err)));
         }
+        if let Some((key, size)) = req.keys().too_long(self.limits.max_key_bytes) {
+            let prefix = &key[..key.len().min(32)];
+            let refused = RawError::Refused(format!(
+                "Key is too large: {} ({size} bytes, prefix {prefix:?}), limit {}",
+                Q::METHOD,
+                self.limits.max_key_bytes
+            ));
+            return R::default().with_error(refused).map(Response::new);
+        }
         let region = match self.route(req.context(), req.keys()) {
             Ok(region) => region,
             Err(err) => return Ok(Response::new(R::default().with_region_error(*err))),
         };
+        if let Some(size) = req.entry_bytes() {
+            if size > self.limits.raft_entry_max_bytes as u64 {
+                let err = raft_entry_too_large(region.id, size);
+                return Ok(Response::new(R::default().with_region_error(err)));
+            }
+        }
         let done = match check_cf(req.cf()) {
             Ok(()) => work(req, region).await,
             Err(refused) => Err(refused),
@@ -254,12 +145,8 @@ impl StoreService {
             }
             return Err(epoch_not_match(current, region.id));
         }
-        let bad = match &keys {
-            Keys::One(k) => (!region.contains(k)).then_some(*k),
-            Keys::Many(ks) => ks.iter().find(|k| !region.contains(k)).copied(),
-        };
-        if let Some(key) = bad {
-            return Err(key_not_in_region(key, &region));
+        if let Some(key) = keys.outside(&region) {
+            return Err(key_not_in_region(&key, &region));
         }
         Ok(region)
     }
@@ -290,6 +177,8 @@ impl State {
                     ScanOrder::Reverse => range.end = Some(last.clone()),
                 }
             }
+            self.scanned_keys
+                .fetch_add(page.len() as u64, Ordering::Relaxed);
             out.extend(page.into_iter().map(|(key, value)| KvPair {
                 error: None,
                 key,
@@ -301,81 +190,6 @@ impl State {
         }
         Ok(out)
     }
-}
-
-/// TiKV's raw API serves the `default`, `lock` and `write` column families; minitikv keeps
-/// only `default` (an empty name) and refuses the others with an error string.
-fn check_cf(cf: &str) -> Result<(), RawError> {
-    if cf.is_empty() || cf == "default" {
-        Ok(())
-    } else {
-        Err(RawError::Refused(format!(
-            "minitikv: column family {cf:?} is not supported (only \"default\")"
-        )))
-    }
-}
-
-fn check_ttl(ttl: u64) -> Result<(), RawError> {
-    if ttl == 0 {
-        Ok(())
-    } else {
-        Err(RawError::Refused(
-            "minitikv: TTL is not supported (storage.enable-ttl = false)".into(),
-        ))
-    }
-}
-
-/// The raw scan range of a request: forward scans `[start, end)`; reverse scans
-/// `[end, start)` descending (TiKV's convention). An empty upper bound means "to the end of
-/// the region", here of the key space.
-fn scan_range(start_key: Vec<u8>, end_key: Vec<u8>, reverse: bool) -> (KeyRange, ScanOrder) {
-    let bound = |k: Vec<u8>| (!k.is_empty()).then_some(k);
-    if reverse {
-        (
-            KeyRange {
-                start: end_key,
-                end: bound(start_key),
-            },
-            ScanOrder::Reverse,
-        )
-    } else {
-        (
-            KeyRange {
-                start: start_key,
-                end: bound(end_key),
-            },
-            ScanOrder::Forward,
-        )
-    }
-}
-
-/// The lowest key a raw scan request reads (TiKV's reverse scans put the upper bound in
-/// `start_key`): it must lie in the region the request is sent to.
-fn scan_lower_bound<'a>(start_key: &'a [u8], end_key: &'a [u8], reverse: bool) -> &'a [u8] {
-    if reverse {
-        end_key
-    } else {
-        start_key
-    }
-}
-
-/// `range` cut to the keys of `region` (TiKV serves a scan from one region only).
-fn clamp(mut range: KeyRange, region: &RegionInfo) -> KeyRange {
-    if range.start < region.start {
-        range.start = region.start.clone();
-    }
-    if !region.end.is_empty() {
-        match &range.end {
-            Some(end) if end.as_slice() <= region.end.as_slice() => {}
-            _ => range.end = Some(region.end.clone()),
-        }
-    }
-    range
-}
-
-/// The keys of a batch request, for routing.
-fn many(keys: &[Vec<u8>]) -> Keys<'_> {
-    Keys::Many(keys.iter().map(Vec::as_slice).collect())
 }
 
 #[tonic::async_trait]

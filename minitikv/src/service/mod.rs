@@ -1,10 +1,11 @@
 //! The PD and TiKV gRPC services over one [`RawKv`] store: the state they share (layout,
 //! injected faults) here, one service per file: [`pd`] (placement driver: members, TSO,
 //! regions, stores, GC safe point) and [`kv`] (the TiKV raw API, one routing and error path
-//! for every request).
+//! for every request), with the shapes of raw requests and responses in [`raw`].
 
 mod kv;
 mod pd;
+mod raw;
 
 pub(crate) use kv::StoreService;
 
@@ -15,6 +16,7 @@ use crate::cluster::{
 use crate::proto::errorpb;
 use crate::proto::kvrpcpb::Context;
 use percolator::kv::RawKv;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -24,6 +26,57 @@ use tokio::sync::watch;
 pub const CLUSTER_ID: u64 = 0x6d69_6e69_7469_6b76;
 /// Logical bits of a PD timestamp.
 const LOGICAL_BITS: u32 = 18;
+
+/// TiKV's size limits, which minitikv enforces like TiKV: a key over `max_key_bytes` is
+/// refused (`Key is too large`, in the response's error), a write whose raft entry is over
+/// `raft_entry_max_bytes` gets the region error `RaftEntryTooLarge`. minitikv counts an
+/// entry as the bytes of the keys and values it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// TiKV's `max-key-size` (default 8 KiB).
+    pub max_key_bytes: usize,
+    /// TiKV's `raftstore.raft-entry-max-size` (default 8 MiB).
+    pub raft_entry_max_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key_bytes: 8 * 1024,
+            raft_entry_max_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// The RPCs minitikv served so far, by method (`RawScan`, `RawBatchScan`, `GetRegion`, ...;
+/// every request counts, also those answered with an error), and the keys its scans read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RpcCounts {
+    /// Calls by method name.
+    pub calls: BTreeMap<&'static str, u64>,
+    /// Keys read by `RawScan` and `RawBatchScan` (each key of each answer).
+    pub scanned_keys: u64,
+}
+
+impl RpcCounts {
+    /// Calls of `method` (0 if none).
+    pub fn calls(&self, method: &str) -> u64 {
+        self.calls.get(method).copied().unwrap_or(0)
+    }
+
+    /// The counts since `earlier` (a snapshot taken before).
+    pub fn since(&self, earlier: &RpcCounts) -> RpcCounts {
+        RpcCounts {
+            calls: self
+                .calls
+                .iter()
+                .map(|(m, n)| (*m, n.saturating_sub(earlier.calls(m))))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            scanned_keys: self.scanned_keys.saturating_sub(earlier.scanned_keys),
+        }
+    }
+}
 
 #[derive(Default)]
 struct FaultCounters {
@@ -47,6 +100,9 @@ pub(crate) struct State {
     faults: Faults,
     dice: Dice,
     counts: FaultCounters,
+    pub(crate) limits: Limits,
+    calls: Mutex<BTreeMap<&'static str, u64>>,
+    scanned_keys: AtomicU64,
 }
 
 impl State {
@@ -56,6 +112,7 @@ impl State {
         stopped: watch::Receiver<bool>,
         layout: Layout,
         faults: Faults,
+        limits: Limits,
     ) -> Self {
         State {
             store,
@@ -68,6 +125,22 @@ impl State {
             dice: Dice::new(faults.seed),
             faults,
             counts: FaultCounters::default(),
+            limits,
+            calls: Mutex::new(BTreeMap::new()),
+            scanned_keys: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one call of `method`.
+    pub(crate) fn count_call(&self, method: &'static str) {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        *calls.entry(method).or_insert(0) += 1;
+    }
+
+    pub(crate) fn rpc_counts(&self) -> RpcCounts {
+        RpcCounts {
+            calls: self.calls.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            scanned_keys: self.scanned_keys.load(Ordering::Relaxed),
         }
     }
 

@@ -124,6 +124,7 @@ impl Pd for Arc<State> {
         &self,
         _request: Request<pdpb::GetMembersRequest>,
     ) -> Result<Response<pdpb::GetMembersResponse>, Status> {
+        self.count_call("GetMembers");
         let member = self.member();
         Ok(Response::new(pdpb::GetMembersResponse {
             header: Some(self.header()),
@@ -140,6 +141,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<Streaming<pdpb::TsoRequest>>,
     ) -> Result<Response<Self::TsoStream>, Status> {
+        self.count_call("Tso");
         let state = self.clone();
         let mut stopped = self.stopped.clone();
         // The stream ends when the server shuts down, so graceful shutdown is not held up by
@@ -177,6 +179,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::GetStoreRequest>,
     ) -> Result<Response<pdpb::GetStoreResponse>, Status> {
+        self.count_call("GetStore");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -201,6 +204,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::GetAllStoresRequest>,
     ) -> Result<Response<pdpb::GetAllStoresResponse>, Status> {
+        self.count_call("GetAllStores");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -217,6 +221,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count_call("GetRegion");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -229,6 +234,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::GetRegionRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count_call("GetPrevRegion");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -242,6 +248,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::ScanRegionsRequest>,
     ) -> Result<Response<pdpb::ScanRegionsResponse>, Status> {
+        self.count_call("ScanRegions");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -269,6 +276,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::GetRegionByIdRequest>,
     ) -> Result<Response<pdpb::GetRegionResponse>, Status> {
+        self.count_call("GetRegionByID");
         let req = request.into_inner();
         if let Err(refused) = self.in_cluster(req.header.as_ref()) {
             return Ok(refused);
@@ -282,6 +290,7 @@ impl Pd for Arc<State> {
         &self,
         _request: Request<pdpb::GetGcSafePointRequest>,
     ) -> Result<Response<pdpb::GetGcSafePointResponse>, Status> {
+        self.count_call("GetGCSafePoint");
         Ok(Response::new(pdpb::GetGcSafePointResponse {
             header: Some(self.header()),
             safe_point: self.gc_safe_point.load(Ordering::SeqCst),
@@ -292,6 +301,7 @@ impl Pd for Arc<State> {
         &self,
         request: Request<pdpb::UpdateGcSafePointRequest>,
     ) -> Result<Response<pdpb::UpdateGcSafePointResponse>, Status> {
+        self.count_call("UpdateGCSafePoint");
         let wanted = request.into_inner().safe_point;
         let new = self
             .gc_safe_point
