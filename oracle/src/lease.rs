@@ -78,6 +78,10 @@ impl Lease {
         if !out.swapped && out.previous.as_deref() != Some(bytes.as_slice()) {
             return Ok(None);
         }
+        // Durable before anything of the window is handed out: a restart after a power loss
+        // must start above it (an error here leaves the record taken but unused; the next
+        // takeover starts above it anyway).
+        kv.sync().await?;
         Ok(Some(Lease {
             kv,
             key,
@@ -199,6 +203,10 @@ impl Lease {
             return Err(OracleError::NotLeader);
         }
         *written = Written { bytes, rec };
+        // The new window end on disk (not only in the OS's cache) before any timestamp of it
+        // is handed out: after a power loss the next leader starts above what is on disk. A
+        // failed sync leaves the window unused (the next extension syncs again).
+        self.kv.sync().await?;
         let mut a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
         a.window_end = a.window_end.max(new_end);
         Ok(())

@@ -25,7 +25,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Opens the store and a client on it (a shared TiKV store needs `--oracle`).
 async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
-    Ok(open_client(&store.store, &store.namespace, &store.oracle).await?)
+    Ok(open_client(
+        &store.store,
+        &store.namespace,
+        &store.oracle,
+        store.durability,
+    )
+    .await?)
 }
 
 #[tokio::main]
@@ -223,6 +229,7 @@ async fn main() -> anyhow::Result<()> {
             clicks,
             dir,
             store,
+            durability,
             oracle,
             pipelines,
             json,
@@ -236,7 +243,7 @@ async fn main() -> anyhow::Result<()> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
-            let client = open_client(&store, "photon", &oracle).await?;
+            let client = open_client(&store, "photon", &oracle, durability).await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",
