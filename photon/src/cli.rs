@@ -153,9 +153,15 @@ pub enum Command {
     Gc {
         #[command(flatten)]
         store: StoreArgs,
-        /// Days of IdRegistry entries to keep (counted back from today, UTC).
+        /// Days of IdRegistry entries to keep (counted back from today by the oracle's clock,
+        /// UTC).
         #[arg(long, default_value_t = 3)]
         retention_days: u64,
+        /// Move the boundary even by more than a day at once (e.g. after a shorter retention,
+        /// or when no GC ran for days); without it such a move is refused, since a clock
+        /// running ahead would close days still in use.
+        #[arg(long)]
+        force: bool,
     },
     /// Generate a workload, load it while two redundant pipelines join it, then verify.
     Demo {

@@ -8,12 +8,12 @@ use percolator::Client;
 use percolator_cli::store::open_client;
 use photon::cli::{Cli, Command, StoreArgs};
 use photon::demo::DemoOptions;
-use photon::join;
 use photon::load::{LoadOptions, LoadStats};
 use photon::maintenance::{spawn_gc, GcMetrics};
 use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
 use photon::progress::{Counter, Display, Progress};
+use photon::registry;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -218,11 +218,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Gc {
             store,
             retention_days,
+            force,
         } => {
             let client = client(&store).await?;
-            let today = photon::event::day_of(photon::schema::now_ms());
+            // Today by the oracle, not by this host's clock.
+            let today = registry::today(&client).await?;
             let (boundary, deleted) =
-                join::gc_registry(&client, today.saturating_sub(retention_days)).await?;
+                registry::gc_registry(&client, today.saturating_sub(retention_days), force).await?;
             println!("IdRegistry boundary at day {boundary}; deleted {deleted} keys");
         }
         Command::Demo {
