@@ -45,6 +45,11 @@ impl Lease {
     /// Takes over the record: CAS from exactly `observed` (the bytes the caller decided to
     /// take over from; `None`: absent) to a record with a raised epoch, us as leader, and a
     /// window starting above the old one. `Ok(None)`: the record changed meanwhile.
+    ///
+    /// That first window is not served from: the first allocation (or heartbeat) writes the
+    /// record again and syncs it ([`Lease::extend`]), so every window served from is on disk.
+    /// The takeover itself has no await point after its CAS, so a caller cancelled (shut down)
+    /// after it has already installed the lease and releases it.
     pub(crate) async fn take_over(
         kv: Arc<dyn RawKv>,
         key: Vec<u8>,
@@ -78,10 +83,6 @@ impl Lease {
         if !out.swapped && out.previous.as_deref() != Some(bytes.as_slice()) {
             return Ok(None);
         }
-        // Durable before anything of the window is handed out: a restart after a power loss
-        // must start above it (an error here leaves the record taken but unused; the next
-        // takeover starts above it anyway).
-        kv.sync().await?;
         Ok(Some(Lease {
             kv,
             key,
@@ -89,9 +90,10 @@ impl Lease {
             opts,
             id,
             epoch: rec.epoch,
+            // Nothing to serve until a synced extension (see above).
             alloc: Mutex::new(Alloc {
                 last,
-                window_end: rec.window_end,
+                window_end: last,
             }),
             written: tokio::sync::Mutex::new(Written { bytes, rec }),
             deposed: AtomicBool::new(false),
