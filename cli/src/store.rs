@@ -3,7 +3,7 @@
 //! Only binaries (and their tests) open stores from a spec; libraries take an open
 //! `Arc<dyn RawKv>` or [`Client`].
 
-use percolator::kv::{open_local_store, KvError, RawKv, StoreSpec};
+use percolator::kv::{open_local_store, Durability, KvError, RawKv, StoreSpec};
 use percolator::{Client, ClientConfig, TimestampSource};
 use percolator_tikv::{TikvConfig, TikvKv};
 use std::sync::Arc;
@@ -45,16 +45,21 @@ pub enum OpenError {
 }
 
 /// Opens any store named by a `--store` spec: embedded and memory through
-/// [`percolator::kv::open_local_store`], `tikv:PD,...` through [`TikvKv`] with default
-/// settings.
-pub async fn open_store(spec: &StoreSpec) -> Result<Arc<dyn RawKv>, KvError> {
-    open_store_with(spec, |config| config).await
+/// [`percolator::kv::open_local_store`] (an embedded store acknowledging writes with
+/// `durability`, the binaries' `--durability`), `tikv:PD,...` through [`TikvKv`] with default
+/// settings (`durability` does not apply: TiKV syncs its Raft log itself).
+pub async fn open_store(
+    spec: &StoreSpec,
+    durability: Durability,
+) -> Result<Arc<dyn RawKv>, KvError> {
+    open_store_with(spec, durability, |config| config).await
 }
 
 /// Like [`open_store`], with a hook that adjusts the TiKV configuration (timeouts, TLS,
 /// atomic keys) before connecting; it is not called for local stores.
 pub async fn open_store_with(
     spec: &StoreSpec,
+    durability: Durability,
     configure: impl FnOnce(TikvConfig) -> TikvConfig,
 ) -> Result<Arc<dyn RawKv>, KvError> {
     match spec {
@@ -62,13 +67,13 @@ pub async fn open_store_with(
             let config = configure(TikvConfig::new(endpoints.clone()));
             Ok(Arc::new(TikvKv::connect(config).await?))
         }
-        local => open_local_store(local),
+        local => open_local_store(local, durability),
     }
 }
 
-/// Opens the store and a client on it in `namespace`, with timestamps from the oracle
-/// service at `oracle_addrs` if given, else from an in-process oracle persisted in the store
-/// ([`open_client_on`]).
+/// Opens the store (an embedded one with `durability`, see [`open_store`]) and a client on it
+/// in `namespace`, with timestamps from the oracle service at `oracle_addrs` if given, else
+/// from an in-process oracle persisted in the store ([`open_client_on`]).
 ///
 /// A shared (TiKV) store needs the shared oracle service: an in-process oracle there would
 /// hand out timestamps unrelated to the other processes' (their transactions could then see
@@ -77,14 +82,17 @@ pub async fn open_client(
     spec: &StoreSpec,
     namespace: &str,
     oracle_addrs: &[String],
+    durability: Durability,
 ) -> Result<Client, OpenError> {
     if matches!(spec, StoreSpec::Tikv(_)) && oracle_addrs.is_empty() {
         return Err(OpenError::SharedStoreNeedsOracle { spec: spec.clone() });
     }
-    let kv = open_store(spec).await.map_err(|error| OpenError::Store {
-        spec: spec.clone(),
-        error,
-    })?;
+    let kv = open_store(spec, durability)
+        .await
+        .map_err(|error| OpenError::Store {
+            spec: spec.clone(),
+            error,
+        })?;
     if oracle_addrs.is_empty() {
         return open_client_on(kv, namespace).await;
     }
@@ -124,7 +132,9 @@ mod tests {
 
     #[tokio::test]
     async fn local_specs_open_without_tikv() {
-        let kv = open_store(&StoreSpec::Memory).await.expect("memory store");
+        let kv = open_store(&StoreSpec::Memory, Durability::Process)
+            .await
+            .expect("memory store");
         kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
         assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
     }
@@ -132,7 +142,7 @@ mod tests {
     #[tokio::test]
     async fn a_shared_store_without_the_oracle_service_is_refused() {
         let spec: StoreSpec = "tikv:127.0.0.1:1".parse().expect("spec");
-        match open_client(&spec, "app", &[]).await {
+        match open_client(&spec, "app", &[], Durability::Process).await {
             Err(OpenError::SharedStoreNeedsOracle { .. }) => {}
             Err(other) => panic!("expected SharedStoreNeedsOracle, got {other}"),
             Ok(_) => panic!("expected SharedStoreNeedsOracle, got a client"),

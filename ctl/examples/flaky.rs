@@ -42,8 +42,13 @@ async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("error");
     let args = Args::parse();
     let stop = percolator_cli::shutdown_signal()?;
-    let client =
-        percolator_cli::store::open_client(&args.store, &args.namespace, &args.oracle).await?;
+    let client = percolator_cli::store::open_client(
+        &args.store,
+        &args.namespace,
+        &args.oracle,
+        percolator::kv::Durability::Process,
+    )
+    .await?;
     let flag = Arc::new(args.fail_while.clone());
     let mut registry = Registry::new();
     registry.strong(

@@ -2,7 +2,7 @@
 //! the binary does).
 
 use clap::{Args, Parser, Subcommand};
-use percolator::kv::StoreSpec;
+use percolator::kv::{Durability, StoreSpec};
 
 // Doc comments on clap types become `--help` text; the command line itself is exempt from
 // `missing_docs` where a doc comment would change the help.
@@ -38,6 +38,10 @@ pub struct StoreArgs {
     /// in the store (embedded and memory stores only). Required with a TiKV store.
     #[arg(long, global = true, value_delimiter = ',')]
     pub oracle: Vec<String>,
+    /// Durability of an embedded store's writes: process (survives a crash of the process)
+    /// or fsync (synced to disk before acknowledged: survives power loss too).
+    #[arg(long, global = true, default_value_t = Durability::Process)]
+    pub durability: Durability,
     /// Namespace of the oracle's record, for `status` (default: `default` with --oracle, as
     /// `oracle serve`; `<namespace>-oracle` for the in-process oracle).
     #[arg(long, global = true)]

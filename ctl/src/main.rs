@@ -62,7 +62,13 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn run(cli: &Cli) -> anyhow::Result<Answer> {
-    let client = open_client(&cli.store.store, &cli.store.namespace, &cli.store.oracle).await?;
+    let client = open_client(
+        &cli.store.store,
+        &cli.store.namespace,
+        &cli.store.oracle,
+        cli.store.durability,
+    )
+    .await?;
     Ok(match &cli.command {
         Command::Status => status(&client, &cli.store).await?,
         Command::Scan(args) => scan(&client, args).await?,

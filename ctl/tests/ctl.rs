@@ -3,7 +3,7 @@
 //! client of them, and every verb run as `percolator-ctl --store tikv:... --oracle ... --json`.
 
 use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
-use percolator::kv::StoreSpec;
+use percolator::kv::{Durability, StoreSpec};
 use percolator::txn::CrashPoint;
 use percolator::{Cell, Client, ClientConfig};
 use serde_json::Value;
@@ -38,7 +38,7 @@ impl Env {
             .await
             .expect("minitikv");
         let spec: StoreSpec = format!("tikv:{}", server.endpoint()).parse().expect("spec");
-        let kv = percolator_cli::store::open_store(&spec)
+        let kv = percolator_cli::store::open_store(&spec, Durability::Process)
             .await
             .expect("store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -51,6 +51,7 @@ impl Env {
             &spec,
             namespace,
             std::slice::from_ref(&oracle_addr),
+            Durability::Process,
         )
         .await
         .expect("client");

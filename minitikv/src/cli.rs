@@ -3,6 +3,7 @@
 
 use crate::ServerConfig;
 use clap::{Parser, Subcommand};
+use percolator::kv::Durability;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,6 +30,10 @@ pub enum Command {
         /// Data directory (embedded fjall store); data is kept in memory when absent.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+        /// Durability of the data directory's writes: process (survives a crash of the
+        /// server) or fsync (synced before acknowledged: survives power loss too).
+        #[arg(long, default_value_t = Durability::Process)]
+        durability: Durability,
         /// Address to listen on; port 0 picks a free port (the real one is printed).
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:2379")]
         listen: SocketAddr,

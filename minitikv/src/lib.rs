@@ -34,7 +34,7 @@ pub mod cli;
 mod cluster;
 mod service;
 
-use percolator::kv::{EmbeddedKv, KvError, MemoryKv, RawKv};
+use percolator::kv::{Durability, EmbeddedKv, EmbeddedOptions, KvError, MemoryKv, RawKv};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -145,6 +145,9 @@ pub struct ServerConfig {
     pub advertise: Option<String>,
     /// Data directory of the embedded store; `None` keeps data in memory.
     pub data: Option<PathBuf>,
+    /// Durability of the embedded store's writes (with `data`): `Process` survives a crash of
+    /// the server, `Fsync` power loss too (as a real TiKV, which syncs its Raft log).
+    pub durability: Durability,
     /// Keys at which the key space is split into regions at start (empty: one region).
     pub split_keys: Vec<Vec<u8>>,
     /// Number of stores (default 1). Store 1 listens on `listen` beside PD; the others on
@@ -166,6 +169,7 @@ impl ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             data: None,
+            durability: Durability::Process,
             split_keys: Vec::new(),
             stores: 1,
             faults: Faults::none(),
@@ -302,7 +306,13 @@ impl Drop for RunningServer {
 /// Opens the store named by `config.data` and starts serving on the current tokio runtime.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let store: Arc<dyn RawKv> = match &config.data {
-        Some(dir) => Arc::new(EmbeddedKv::open(dir)?),
+        Some(dir) => Arc::new(EmbeddedKv::open_with(
+            dir,
+            EmbeddedOptions {
+                durability: config.durability,
+                ..EmbeddedOptions::default()
+            },
+        )?),
         None => Arc::new(MemoryKv::new()),
     };
     start_with_store(store, config).await

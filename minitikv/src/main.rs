@@ -16,6 +16,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
             data,
+            durability,
             listen,
             advertise,
             cluster,
@@ -27,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
                 listen,
                 advertise,
                 data: data.clone(),
+                durability,
                 ..minitikv::ServerConfig::in_memory()
             });
             let server = minitikv::start(config)

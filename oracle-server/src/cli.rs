@@ -1,7 +1,7 @@
 //! The command line of `oracle`: `oracle serve` and `oracle get`.
 
 use clap::{Parser, Subcommand};
-use percolator::kv::StoreSpec;
+use percolator::kv::{Durability, StoreSpec};
 
 /// Timestamp oracle: strictly increasing timestamps (physical ms << 18 | logical), never
 /// reused across restarts or takeovers.
@@ -26,9 +26,15 @@ pub enum Command {
 /// Arguments of `oracle serve`.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
-    /// Store holding the oracle record: embedded:PATH, memory, or tikv:PD_ADDR[,PD_ADDR...].
-    #[arg(long)]
+    /// Store holding the oracle record: embedded:PATH or tikv:PD_ADDR[,PD_ADDR...] (not
+    /// memory: the record must outlive the process, or a restart could re-issue timestamps).
+    #[arg(long, value_parser = oracle_store)]
     pub store: StoreSpec,
+    /// Durability of an embedded store's writes: process (survives a crash of the process)
+    /// or fsync (also power loss). Either way the record is synced to disk before a window
+    /// of timestamps is used, so timestamps are never re-issued after a power loss.
+    #[arg(long, default_value_t = Durability::Process)]
+    pub durability: Durability,
     /// Address to listen on (loopback by default).
     #[arg(long, default_value = "127.0.0.1:7707")]
     pub listen: String,
@@ -65,4 +71,44 @@ pub struct GetArgs {
     /// Give up after this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
+}
+
+/// Parses `oracle serve --store`, refusing `memory`: the record (window end, epoch) would
+/// die with the process, and a restarted oracle could hand out timestamps already used.
+pub fn oracle_store(text: &str) -> Result<StoreSpec, String> {
+    match text.parse::<StoreSpec>().map_err(|e| e.to_string())? {
+        StoreSpec::Memory => Err(
+            "the oracle's record must outlive the process (a restarted oracle on a fresh \
+             memory store could re-issue timestamps already used): use embedded:PATH or \
+             tikv:PD_ADDR[,PD_ADDR...]"
+                .to_string(),
+        ),
+        spec => Ok(spec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_refuses_a_memory_store() {
+        let err = Cli::try_parse_from(["oracle", "serve", "--store", "memory"])
+            .expect_err("--store memory accepted");
+        let text = err.to_string();
+        assert!(text.contains("must outlive the process"), "{text}");
+        let ok = Cli::try_parse_from([
+            "oracle",
+            "serve",
+            "--store",
+            "embedded:/tmp/o",
+            "--durability",
+            "fsync",
+        ])
+        .expect("embedded store");
+        let Command::Serve(args) = ok.command else {
+            panic!("not serve");
+        };
+        assert_eq!(args.durability, Durability::Fsync);
+    }
 }

@@ -33,11 +33,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // The handlers first: a SIGTERM the instant readiness is printed must shut down
     // gracefully (releasing leadership), not kill the process.
     let shutdown = percolator_cli::shutdown_signal()?;
-    // Embedded and memory stores belong to this process alone (directory lock): no other
-    // oracle can be serving on them, so the server takes over at once. On a shared store
+    // Embedded stores belong to this process alone (directory lock): no other oracle can be
+    // serving on them, so the server takes over at once (memory stores are refused). On a shared store
     // (TiKV) it waits out the lease of a possibly live leader.
     let exclusive = !matches!(args.store, StoreSpec::Tikv(_));
-    let kv = percolator_cli::store::open_store(&args.store)
+    let kv = percolator_cli::store::open_store(&args.store, args.durability)
         .await
         .with_context(|| format!("opening {}", args.store))?;
     let listener = TcpListener::bind(&args.listen)

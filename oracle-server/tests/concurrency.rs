@@ -15,7 +15,9 @@ const CALLS: usize = 300;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_clients_sixty_four_tasks() {
-    let server = OracleProcess::start("memory", "127.0.0.1:0", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("embedded:{}", dir.path().join("store").display());
+    let server = OracleProcess::start(&store, "127.0.0.1:0", &[]);
     let clients: Vec<Arc<dyn TimestampSource>> = (0..CLIENTS)
         .map(|_| {
             let client =

@@ -45,6 +45,11 @@ impl Lease {
     /// Takes over the record: CAS from exactly `observed` (the bytes the caller decided to
     /// take over from; `None`: absent) to a record with a raised epoch, us as leader, and a
     /// window starting above the old one. `Ok(None)`: the record changed meanwhile.
+    ///
+    /// That first window is not served from: the first allocation (or heartbeat) writes the
+    /// record again and syncs it ([`Lease::extend`]), so every window served from is on disk.
+    /// The takeover itself has no await point after its CAS, so a caller cancelled (shut down)
+    /// after it has already installed the lease and releases it.
     pub(crate) async fn take_over(
         kv: Arc<dyn RawKv>,
         key: Vec<u8>,
@@ -85,9 +90,10 @@ impl Lease {
             opts,
             id,
             epoch: rec.epoch,
+            // Nothing to serve until a synced extension (see above).
             alloc: Mutex::new(Alloc {
                 last,
-                window_end: rec.window_end,
+                window_end: last,
             }),
             written: tokio::sync::Mutex::new(Written { bytes, rec }),
             deposed: AtomicBool::new(false),
@@ -199,6 +205,10 @@ impl Lease {
             return Err(OracleError::NotLeader);
         }
         *written = Written { bytes, rec };
+        // The new window end on disk (not only in the OS's cache) before any timestamp of it
+        // is handed out: after a power loss the next leader starts above what is on disk. A
+        // failed sync leaves the window unused (the next extension syncs again).
+        self.kv.sync().await?;
         let mut a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
         a.window_end = a.window_end.max(new_end);
         Ok(())

@@ -3,7 +3,7 @@
 
 use crate::pipeline::PipelineSpec;
 use clap::{Args, Parser, Subcommand};
-use percolator::kv::StoreSpec;
+use percolator::kv::{Durability, StoreSpec};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +36,12 @@ pub struct StoreArgs {
     /// TiKV store, which several processes share.
     #[arg(long, value_delimiter = ',')]
     pub oracle: Vec<String>,
+    /// Durability of an embedded store's writes: process (a write survives a crash or kill
+    /// of the process, not a power loss) or fsync (each write is synced to disk before it is
+    /// acknowledged, shared by concurrent writers: survives power loss too). Not for memory
+    /// or TiKV stores.
+    #[arg(long, default_value_t = Durability::Process)]
+    pub durability: Durability,
 }
 
 /// Arguments of `photon gen`.
@@ -147,9 +153,15 @@ pub enum Command {
     Gc {
         #[command(flatten)]
         store: StoreArgs,
-        /// Days of IdRegistry entries to keep (counted back from today, UTC).
+        /// Days of IdRegistry entries to keep (counted back from today by the oracle's clock,
+        /// UTC).
         #[arg(long, default_value_t = 3)]
         retention_days: u64,
+        /// Move the boundary even by more than a day at once (e.g. after a shorter retention,
+        /// or when no GC ran for days); without it such a move is refused, since a clock
+        /// running ahead would close days still in use.
+        #[arg(long)]
+        force: bool,
     },
     /// Generate a workload, load it while two redundant pipelines join it, then verify.
     Demo {
@@ -162,6 +174,10 @@ pub enum Command {
         /// Store (default: embedded in the working directory).
         #[arg(long)]
         store: Option<StoreSpec>,
+        /// Durability of an embedded store's writes: process or fsync (as for the other
+        /// commands).
+        #[arg(long, default_value_t = Durability::Process)]
+        durability: Durability,
         /// Oracle service addresses (comma-separated); required with a TiKV store, which
         /// several processes share (default: an in-process oracle persisted in the store).
         #[arg(long, value_delimiter = ',')]

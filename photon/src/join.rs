@@ -4,6 +4,7 @@
 
 use crate::event::{day_of, Click, Joined, Query};
 use crate::outcome::Outcome;
+use crate::registry::boundary;
 use crate::schema::*;
 use observers::{Observer, ObserverError, Registry, WorkerError};
 use percolator::{Cell, Client, Transaction};
@@ -56,16 +57,6 @@ pub struct JoinStats {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
-}
-
-fn parse_u64(v: Option<Vec<u8>>) -> u64 {
-    v.and_then(|b| String::from_utf8(b).ok()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Reads the IdRegistry boundary day inside `txn`.
-pub async fn boundary(txn: &Transaction) -> Result<u64, percolator::TxnError> {
-    Ok(parse_u64(txn.get(&boundary_cell()).await?))
 }
 
 fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
@@ -127,17 +118,15 @@ async fn join_clicks(
         });
     }
     // The boundary first: below it the IdRegistry may already be gone, so an entry's absence
-    // proves nothing; such a click gets its own outcome and is never joined.
-    let mut current = Vec::with_capacity(read.len());
-    for click in read {
-        let event = &click.stored.event;
-        if day_of(event.event_time) < boundary {
-            txn.set(outcome_cell(&event.click_id), Outcome::TooOld.encode());
-            bump(&stats.too_old);
-        } else {
-            current.push(click);
-        }
-    }
+    // proves nothing; such a click is never joined (and keeps its first terminal outcome).
+    let (current, old): (Vec<ReadClick>, Vec<ReadClick>) = read
+        .into_iter()
+        .partition(|click| day_of(click.stored.event.event_time) >= boundary);
+    let old: Vec<String> = old
+        .into_iter()
+        .map(|click| click.stored.event.click_id)
+        .collect();
+    crate::registry::settle_below_boundary(txn, &old, stats).await?;
     if current.is_empty() {
         return Ok(());
     }
@@ -435,27 +424,6 @@ pub async fn sweep_pending(
     horizon: Duration,
 ) -> Result<u64, percolator::TxnError> {
     Ok(crate::parked::sweep(client, horizon).await?.notified)
-}
-
-/// Advances the IdRegistry boundary to `day` (never backwards), waits until every
-/// transaction that could have read the old boundary has ended (the client's maximum
-/// transaction lifetime), then deletes the registry's days below it outright.
-/// Returns the boundary in force and the keys deleted.
-pub async fn gc_registry(client: &Client, day: u64) -> Result<(u64, usize), percolator::TxnError> {
-    let boundary = client
-        .run(|txn| async move {
-            let current = boundary(&txn).await?;
-            if day > current {
-                txn.set(boundary_cell(), day.to_string());
-            }
-            Ok::<_, percolator::TxnError>(day.max(current))
-        })
-        .await?;
-    tokio::time::sleep(client.config().max_lifetime + Duration::from_millis(100)).await;
-    let end = format!("{boundary:08}");
-    // The registry's column is never observed, so it has no notify keys.
-    let deleted = crate::schema::purge_rows(client, IDREGISTRY, b"", end.as_bytes()).await?;
-    Ok((boundary, deleted))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod outcome;
 pub mod parked;
 pub mod pipeline;
 pub mod progress;
+pub mod registry;
 pub mod schema;
 pub mod timeline;
 pub mod verify;

@@ -8,12 +8,12 @@ use percolator::Client;
 use percolator_cli::store::open_client;
 use photon::cli::{Cli, Command, StoreArgs};
 use photon::demo::DemoOptions;
-use photon::join;
 use photon::load::{LoadOptions, LoadStats};
 use photon::maintenance::{spawn_gc, GcMetrics};
 use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
 use photon::progress::{Counter, Display, Progress};
+use photon::registry;
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Opens the store and a client on it (a shared TiKV store needs `--oracle`).
 async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
-    Ok(open_client(&store.store, &store.namespace, &store.oracle).await?)
+    Ok(open_client(
+        &store.store,
+        &store.namespace,
+        &store.oracle,
+        store.durability,
+    )
+    .await?)
 }
 
 #[tokio::main]
@@ -212,17 +218,20 @@ async fn main() -> anyhow::Result<()> {
         Command::Gc {
             store,
             retention_days,
+            force,
         } => {
             let client = client(&store).await?;
-            let today = photon::event::day_of(photon::schema::now_ms());
+            // Today by the oracle, not by this host's clock.
+            let today = registry::today(&client).await?;
             let (boundary, deleted) =
-                join::gc_registry(&client, today.saturating_sub(retention_days)).await?;
+                registry::gc_registry(&client, today.saturating_sub(retention_days), force).await?;
             println!("IdRegistry boundary at day {boundary}; deleted {deleted} keys");
         }
         Command::Demo {
             clicks,
             dir,
             store,
+            durability,
             oracle,
             pipelines,
             json,
@@ -236,7 +245,7 @@ async fn main() -> anyhow::Result<()> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
-            let client = open_client(&store, "photon", &oracle).await?;
+            let client = open_client(&store, "photon", &oracle, durability).await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",

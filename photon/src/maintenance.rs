@@ -1,6 +1,6 @@
 //! Garbage collection on a schedule ([`spawn_gc`]): version GC (`Client::gc`) at a safe
 //! point `lag` behind the oracle and, optionally, the IdRegistry days behind a retention
-//! ([`crate::join::gc_registry`]), run by `photon work` (and the demo's long runs).
+//! ([`crate::registry::gc_registry`]), run by `photon work` (and the demo's long runs).
 //!
 //! Several workers of one namespace each run the task; a lease cell (`control/gc/lease`,
 //! holder and expiry, taken in a transaction) lets one of them run a pass at a time. The
@@ -10,6 +10,7 @@
 //! or above its own safe point, which is at or below the published one), so a lease that
 //! expires under a slow pass costs a duplicated pass at worst.
 
+use crate::registry::RegistryError;
 use crate::schema::{now_ms, CONTROL};
 use percolator::ts::Timestamp;
 use percolator::{Cell, Client, TxnError};
@@ -25,7 +26,8 @@ pub struct GcSpec {
     /// How far the safe point lags the oracle (at least the client's `gc_lag`; raised to it
     /// otherwise, since `Client::gc` refuses less).
     pub lag: Duration,
-    /// IdRegistry days to keep (counted back from today, UTC); `None`: keep every day.
+    /// IdRegistry days to keep (counted back from the oracle's today, UTC); `None`: keep
+    /// every day.
     pub retention_days: Option<u64>,
     /// Who holds the lease (unique per process).
     pub holder: String,
@@ -102,10 +104,20 @@ async fn release_lease(client: &Client, holder: &str) -> Result<(), TxnError> {
 }
 
 /// One GC pass (without the lease): version GC at `lag` behind the oracle, then the
-/// IdRegistry days behind the retention. Records what it did in `metrics`.
-pub async fn gc_pass(client: &Client, spec: &GcSpec, metrics: &GcMetrics) -> Result<(), TxnError> {
+/// IdRegistry days behind the retention (counted back from the oracle's day; a move of the
+/// boundary by more than a day fails the pass with [`RegistryError::Jump`]). Records what it
+/// did in `metrics`.
+pub async fn gc_pass(
+    client: &Client,
+    spec: &GcSpec,
+    metrics: &GcMetrics,
+) -> Result<(), RegistryError> {
     let lag = spec.lag.max(client.config().gc_lag) + Duration::from_secs(1);
-    let now = client.oracle().get_timestamp().await?;
+    let now = client
+        .oracle()
+        .get_timestamp()
+        .await
+        .map_err(TxnError::from)?;
     let safe_ms = now.physical_ms().saturating_sub(lag.as_millis() as u64);
     let stats = client.gc(Timestamp::compose(safe_ms, 0)).await?;
     let add = |c: &AtomicU64, n: usize| c.fetch_add(n as u64, Ordering::Relaxed);
@@ -124,8 +136,11 @@ pub async fn gc_pass(client: &Client, spec: &GcSpec, metrics: &GcMetrics) -> Res
         Err(e) => tracing::warn!(error = %e, "deleting handled parked-click index cells failed"),
     }
     if let Some(days) = spec.retention_days {
-        let today = crate::event::day_of(now_ms());
-        let (_, deleted) = crate::join::gc_registry(client, today.saturating_sub(days)).await?;
+        // Today by the oracle (the timestamp this pass began with), not by this host's
+        // clock; a boundary more than a day ahead of the one in force is refused.
+        let today = crate::event::day_of(now.physical_ms());
+        let (_, deleted) =
+            crate::registry::gc_registry(client, today.saturating_sub(days), false).await?;
         add(&metrics.registry_keys_deleted, deleted);
     }
     metrics.passes.fetch_add(1, Ordering::Relaxed);

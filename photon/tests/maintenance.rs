@@ -1,13 +1,16 @@
 //! Periodic GC (photon::maintenance): after a run, old `V` versions and IdRegistry days
 //! behind the boundary are gone, every read still sees what it should, and GC passes racing
-//! each other and a writer lose nothing.
+//! each other and a writer lose nothing. The IdRegistry boundary follows the oracle's clock
+//! (not the local one), refuses to jump more than a day unless forced, and its purge waits
+//! in oracle time.
 
 mod common;
 use percolator::codec::Space;
 use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
 use percolator::{Cell, Client, TxnError};
 use photon::maintenance::{gc_pass, spawn_gc, GcMetrics, GcSpec};
-use photon::schema::{idregistry_cell, now_ms};
+use photon::registry::{self, RegistryError};
+use photon::schema::{boundary_cell, idregistry_cell, now_ms};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,7 +116,7 @@ async fn periodic_gc_drops_old_versions_and_registry_days() {
         assert!(t.get(&cell).await.unwrap().is_some(), "today's entry {i}");
     }
     assert_eq!(
-        photon::join::boundary(&t).await.unwrap(),
+        photon::registry::boundary(&t).await.unwrap(),
         today - 3,
         "the boundary moved"
     );
@@ -187,4 +190,166 @@ async fn concurrent_gc_passes_lose_nothing() {
     assert_eq!(String::from_utf8_lossy(&value), written.to_string());
     assert!(metrics.versions_deleted.load(Ordering::Relaxed) > 0);
     assert!(written > 10, "the writer ran");
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// A client of namespace `photon` on `kv` whose timestamps come from an in-process oracle
+/// persisted in `kv` that reads a wall clock shifted by `skew_ms` (the record's takeover
+/// rules apply: an oracle opened over a window ahead of its clock starts above it).
+async fn client_with_oracle(kv: Arc<dyn RawKv>, skew_ms: i64, max_lifetime: Duration) -> Client {
+    let options = oracle::WindowOptions {
+        namespace: "photon-oracle".to_string(),
+        clock: Arc::new(oracle::SkewedClock::new(
+            Arc::new(oracle::SystemClock),
+            skew_ms,
+        )),
+        ..oracle::WindowOptions::default()
+    };
+    let ts = oracle::LocalOracle::open(kv.clone(), options)
+        .await
+        .unwrap();
+    let config = percolator::ClientConfig {
+        lock_ttl: Duration::from_millis(300),
+        max_lifetime,
+        gc_lag: Duration::from_secs(1),
+        ..percolator::ClientConfig::with_namespace("photon")
+    };
+    Client::with_config(kv, Arc::new(ts), config)
+}
+
+async fn registry_entries(client: &Client, day: u64) -> usize {
+    let range = client.codec().rows_range(
+        Space::Head,
+        b"idregistry",
+        format!("{day:08}").as_bytes(),
+        Some(format!("{:08}", day + 1).as_bytes()),
+    );
+    scan_all(client.store().as_ref(), range, ScanOrder::Forward)
+        .await
+        .unwrap()
+        .len()
+}
+
+async fn current_boundary(client: &Client) -> u64 {
+    let t = client.begin().await.unwrap();
+    registry::boundary(&t).await.unwrap()
+}
+
+fn registry_spec() -> GcSpec {
+    GcSpec {
+        lag: Duration::from_millis(500),
+        ..spec("w1")
+    }
+}
+
+/// This host's clock is two days ahead of the oracle's: the retention is counted back from
+/// the oracle's day, so the entries of two days ago (by the oracle) stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_day_comes_from_the_oracle_not_the_local_clock() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = client_with_oracle(kv, -2 * DAY_MS, Duration::from_millis(500)).await;
+    let today = registry::today(&client).await.unwrap();
+    assert_eq!(
+        today + 2,
+        photon::event::day_of(now_ms()),
+        "the oracle is 2 days behind"
+    );
+    let t = client.begin().await.unwrap();
+    for i in 0..10 {
+        t.set(idregistry_cell(today - 2, &format!("recent{i}")), "token");
+        t.set(idregistry_cell(today - 10, &format!("old{i}")), "token");
+    }
+    t.commit().await.unwrap();
+    let metrics = GcMetrics::default();
+    gc_pass(&client, &registry_spec(), &metrics).await.unwrap();
+    assert_eq!(current_boundary(&client).await, today - 3);
+    assert_eq!(
+        registry_entries(&client, today - 2).await,
+        10,
+        "recent days kept"
+    );
+    assert_eq!(
+        registry_entries(&client, today - 10).await,
+        0,
+        "old days purged"
+    );
+}
+
+/// The oracle's own clock jumps two days ahead: the periodic pass refuses to move the
+/// boundary that far (nothing is purged); an operator's forced GC does it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boundary_jump_of_more_than_a_day_needs_force() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = client_with_oracle(kv.clone(), 0, Duration::from_millis(500)).await;
+    let today = registry::today(&client).await.unwrap();
+    let metrics = GcMetrics::default();
+    gc_pass(&client, &registry_spec(), &metrics).await.unwrap();
+    assert_eq!(current_boundary(&client).await, today - 3);
+    let t = client.begin().await.unwrap();
+    for i in 0..10 {
+        t.set(idregistry_cell(today - 2, &format!("c{i}")), "token");
+    }
+    t.commit().await.unwrap();
+    // Takes over the oracle record with a clock two days ahead.
+    let ahead = client_with_oracle(kv, 2 * DAY_MS, Duration::from_millis(500)).await;
+    assert_eq!(registry::today(&ahead).await.unwrap(), today + 2);
+    match gc_pass(&ahead, &registry_spec(), &metrics).await {
+        Err(RegistryError::Jump { current, requested }) => {
+            assert_eq!((current, requested), (today - 3, today - 1));
+        }
+        other => panic!("expected a refused jump, got {other:?}"),
+    }
+    assert_eq!(
+        current_boundary(&ahead).await,
+        today - 3,
+        "boundary unchanged"
+    );
+    assert_eq!(
+        registry_entries(&ahead, today - 2).await,
+        10,
+        "nothing purged"
+    );
+    // One day at a time is allowed; more with force.
+    let (boundary, _) = registry::gc_registry(&ahead, today - 2, false)
+        .await
+        .unwrap();
+    assert_eq!(boundary, today - 2);
+    let (boundary, deleted) = registry::gc_registry(&ahead, today, true).await.unwrap();
+    assert_eq!(boundary, today);
+    assert!(deleted >= 10, "{deleted} keys deleted");
+    assert_eq!(registry_entries(&ahead, today - 2).await, 0);
+}
+
+/// After a takeover the oracle leads the wall clock (by a minute here) and runs at half
+/// speed: the purge behind a new boundary waits until the oracle is past the boundary's
+/// commit_ts plus the transaction lifetime, so no transaction that read the old boundary can
+/// still commit (a wait of the lifetime on the local clock covers only half of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_waits_for_the_oracle_not_the_local_clock() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    // An oracle whose clock ran a minute ahead persisted its window...
+    drop(client_with_oracle(kv.clone(), 60_000, Duration::from_secs(1)).await);
+    // ...so the next one (on the true clock) starts above it and runs at half speed.
+    let lifetime = Duration::from_millis(1500);
+    let client = client_with_oracle(kv, 0, lifetime).await;
+    let ahead = client.oracle().get_timestamp().await.unwrap();
+    assert!(ahead.physical_ms() > now_ms() + 50_000, "the oracle leads");
+    let today = registry::today(&client).await.unwrap();
+    let t = client.begin().await.unwrap();
+    t.set(idregistry_cell(today - 10, "old"), "token");
+    t.commit().await.unwrap();
+    registry::gc_registry(&client, today - 3, false)
+        .await
+        .unwrap();
+    let after = client.oracle().get_timestamp().await.unwrap();
+    let t = client.begin().await.unwrap();
+    let versions = t.get_many_versioned(&[boundary_cell()]).await.unwrap();
+    let written = versions[0].1.expect("the boundary was written");
+    let lifetime_ms = lifetime.as_millis() as u64;
+    assert!(
+        after.physical_ms() > percolator::Timestamp(written).physical_ms() + lifetime_ms,
+        "purged {} ms (oracle time) after the boundary's commit, within the lifetime {lifetime_ms} ms",
+        after.physical_ms() - percolator::Timestamp(written).physical_ms()
+    );
 }

@@ -138,7 +138,7 @@ async fn early_duplicate_missing_and_too_old_clicks() {
     let client = client_on(Arc::new(MemoryKv::new()));
     let (worker, stats) = pipeline(&client, "dc1", 0);
     // The boundary closes days older than 3 days ago (c4's day).
-    join::gc_registry(&client, photon::event::day_of(now) - 3)
+    photon::registry::gc_registry(&client, photon::event::day_of(now) - 3, false)
         .await
         .unwrap();
     load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
@@ -176,6 +176,62 @@ async fn early_duplicate_missing_and_too_old_clicks() {
     );
     assert!(stats.too_old.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     assert!(stats.woken.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    worker.shutdown().await;
+}
+
+/// A click joined before the boundary passed its day and delivered again afterwards keeps
+/// its joined outcome (the IdRegistry's very case): the late duplicate is not marked too old,
+/// and verify passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joined_click_delivered_again_below_the_boundary_stays_joined() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let now = photon::schema::now_ms();
+    let old = now - 5 * 86_400_000;
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, stats) = pipeline(&client, "dc1", 0);
+    // The query first (a click loaded before it would be older than the horizon: expired).
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        format!("{{\"query_id\":\"q1\",\"event_time\":{old}}}\n"),
+    )
+    .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    let click = format!("{{\"click_id\":\"c1\",\"query_id\":\"q1\",\"event_time\":{old}}}\n");
+    std::fs::write(logs.join("clicks-000.jsonl"), &click).unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    assert_eq!(verify(&client, &logs).await.unwrap().joined, 1);
+    // The boundary passes the click's day; then the click is delivered again.
+    photon::registry::gc_registry(&client, photon::event::day_of(now) - 3, false)
+        .await
+        .unwrap();
+    std::fs::write(logs.join("clicks-000.jsonl"), format!("{click}{click}")).unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    let t = client.begin().await.unwrap();
+    let outcome = t
+        .get(&photon::schema::outcome_cell("c1"))
+        .await
+        .unwrap()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    assert_eq!(outcome, None, "the joined click got an outcome");
+    let report = verify(&client, &logs).await.unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!((report.joined, report.unexpected), (1, 0), "{report:?}");
+    assert!(
+        stats
+            .deduplicated
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
     worker.shutdown().await;
 }
 

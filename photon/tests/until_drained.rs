@@ -33,7 +33,7 @@ impl Env {
             .expect("minitikv");
         let spec: percolator::kv::StoreSpec =
             format!("tikv:{}", server.endpoint()).parse().expect("spec");
-        let kv = percolator_cli::store::open_store(&spec)
+        let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Process)
             .await
             .expect("store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -374,7 +374,9 @@ async fn open_store_accepts_every_store_kind() {
     ];
     for spec in specs {
         let spec: StoreSpec = spec.parse().unwrap();
-        let kv = percolator_cli::store::open_store(&spec).await.unwrap();
+        let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Fsync)
+            .await
+            .unwrap();
         kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
         assert_eq!(kv.get(b"k").await.unwrap(), Some(b"v".to_vec()), "{spec}");
     }

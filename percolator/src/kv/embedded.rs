@@ -90,14 +90,17 @@ fn move_notify_keys(
 /// Number of striped write locks; a power of two.
 const STRIPES: usize = 1024;
 
-/// How far an acknowledged write is guaranteed to survive.
+/// How far an acknowledged write is guaranteed to survive (the binaries' `--durability
+/// process|fsync`). Whatever the mode, [`RawKv::sync`] makes the writes acknowledged so far
+/// survive power loss (the oracle syncs its record that way before using a window).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// Flushed to the operating system: survives a crash or `kill -9` of the process, not a
-    /// power loss. The default.
+    /// power loss or kernel panic. The default.
     #[default]
     Process,
-    /// Also `fdatasync`ed before the write is acknowledged: survives power loss.
+    /// Also `fdatasync`ed before the write is acknowledged (writers share fsyncs: group
+    /// commit): survives power loss.
     Fsync,
 }
 
@@ -299,14 +302,24 @@ impl EmbeddedKv {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// How many `fdatasync`s the store has run (under [`Durability::Fsync`]; 0 otherwise).
+    /// How many `fdatasync`s the store has run (under [`Durability::Fsync`], and for
+    /// [`RawKv::sync`] calls).
     /// With concurrent writers it stays below the number of writes (group commit).
     pub fn fsyncs(&self) -> u64 {
         self.group.fsyncs.load(Ordering::Relaxed)
     }
 
     /// Under [`Durability::Fsync`], waits until the caller's write (already in the journal)
-    /// is on disk, sharing one `fdatasync` with every writer that got this far meanwhile.
+    /// is on disk ([`EmbeddedKv::fsync`]); does nothing otherwise.
+    async fn ack_sync(&self, op: &'static str) -> KvResult<()> {
+        if self.durability != Durability::Fsync {
+            return Ok(());
+        }
+        self.fsync(op).await
+    }
+
+    /// Waits until every write already in the journal is on disk, sharing one `fdatasync`
+    /// with every writer that got this far meanwhile.
     ///
     /// Why a shared fsync covers a writer: the writer takes its ticket after its journal
     /// write returned; the fsyncer reads the ticket counter before it starts, so every
@@ -314,10 +327,7 @@ impl EmbeddedKv {
     /// `persist` flushes and syncs. `synced` only grows, to tickets an fsync covered. At
     /// most one fsync runs at a time (the `syncing` mutex); writers queued behind it find
     /// their ticket covered when their turn comes and return without a sync of their own.
-    async fn sync(&self, op: &'static str) -> KvResult<()> {
-        if self.durability != Durability::Fsync {
-            return Ok(());
-        }
+    async fn fsync(&self, op: &'static str) -> KvResult<()> {
         let group = &self.group;
         let ticket = group.tickets.fetch_add(1, Ordering::SeqCst) + 1;
         if group.synced.load(Ordering::SeqCst) >= ticket {
@@ -395,7 +405,7 @@ impl RawKv for EmbeddedKv {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.home(&key).insert(key, value).map_err(engine("put"))?;
         }
-        self.sync("put").await
+        self.ack_sync("put").await
     }
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
@@ -415,7 +425,7 @@ impl RawKv for EmbeddedKv {
             }
             batch.commit().map_err(engine("batch_put"))?;
         }
-        self.sync("batch_put").await
+        self.ack_sync("batch_put").await
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
@@ -424,7 +434,7 @@ impl RawKv for EmbeddedKv {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.home(&key).remove(key).map_err(engine("delete"))?;
         }
-        self.sync("delete").await
+        self.ack_sync("delete").await
     }
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
@@ -443,7 +453,7 @@ impl RawKv for EmbeddedKv {
             }
             batch.commit().map_err(engine("batch_delete"))?;
         }
-        self.sync("batch_delete").await
+        self.ack_sync("batch_delete").await
     }
 
     async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>> {
@@ -489,7 +499,7 @@ impl RawKv for EmbeddedKv {
             CasOutcome { previous, swapped }
         };
         if outcome.swapped {
-            self.sync("compare_and_swap").await?;
+            self.ack_sync("compare_and_swap").await?;
         }
         Ok(outcome)
     }
@@ -524,9 +534,14 @@ impl RawKv for EmbeddedKv {
             (outcomes, any_swapped)
         };
         if any_swapped {
-            self.sync("batch_compare_and_swap").await?;
+            self.ack_sync("batch_compare_and_swap").await?;
         }
         Ok(outcomes)
+    }
+
+    /// An `fdatasync` (shared with concurrent writers), whatever the store's durability.
+    async fn sync(&self) -> KvResult<()> {
+        self.fsync("sync").await
     }
 }
 

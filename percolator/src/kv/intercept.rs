@@ -46,6 +46,8 @@ pub enum Op {
     CompareAndSwap,
     /// [`RawKv::batch_compare_and_swap`].
     BatchCompareAndSwap,
+    /// [`RawKv::sync`].
+    Sync,
 }
 
 impl Op {
@@ -61,6 +63,7 @@ impl Op {
             Op::Scan => "scan",
             Op::CompareAndSwap => "compare_and_swap",
             Op::BatchCompareAndSwap => "batch_compare_and_swap",
+            Op::Sync => "sync",
         }
     }
 }
@@ -126,6 +129,8 @@ pub enum Call<'a> {
         /// The requests, in the caller's order.
         requests: &'a [CasRequest],
     },
+    /// [`RawKv::sync`].
+    Sync,
 }
 
 impl Call<'_> {
@@ -141,6 +146,7 @@ impl Call<'_> {
             Call::Scan { .. } => Op::Scan,
             Call::CompareAndSwap { .. } => Op::CompareAndSwap,
             Call::BatchCompareAndSwap { .. } => Op::BatchCompareAndSwap,
+            Call::Sync => Op::Sync,
         }
     }
 }
@@ -344,5 +350,11 @@ impl<H: Hooks> RawKv for Intercepted<H> {
                 })
             })
             .collect()
+    }
+
+    async fn sync(&self) -> KvResult<()> {
+        self.hooks.before(Call::Sync).await?;
+        self.inner.sync().await?;
+        self.hooks.after(Op::Sync).await
     }
 }

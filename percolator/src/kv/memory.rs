@@ -151,4 +151,9 @@ impl RawKv for MemoryKv {
             })
             .collect())
     }
+
+    /// Nothing to sync: nothing outlives the process.
+    async fn sync(&self) -> KvResult<()> {
+        Ok(())
+    }
 }

@@ -22,7 +22,7 @@ pub use faulty::{FaultHooks, Faults, FaultyKv};
 pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
 pub use memory::MemoryKv;
 pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
-pub use spec::{StoreSpec, StoreSpecError};
+pub use spec::{DurabilityError, StoreSpec, StoreSpecError};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -78,14 +78,21 @@ pub enum KvError {
     },
 }
 
-/// Opens an embedded (with [`EmbeddedOptions::from_env`]: memory knobs from the environment)
-/// or in-memory store. TiKV specs need the TiKV backend crate and are
-/// refused here with [`KvError::InvalidArgument`].
-pub fn open_local_store(spec: &StoreSpec) -> KvResult<std::sync::Arc<dyn RawKv>> {
+/// Opens an embedded (with `durability` and [`EmbeddedOptions::from_env`]: memory knobs from
+/// the environment) or in-memory store (`durability` does not apply: nothing survives the
+/// process). TiKV specs need the TiKV backend crate and are refused here with
+/// [`KvError::InvalidArgument`].
+pub fn open_local_store(
+    spec: &StoreSpec,
+    durability: Durability,
+) -> KvResult<std::sync::Arc<dyn RawKv>> {
     match spec {
         StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open_with(
             path,
-            EmbeddedOptions::from_env(),
+            EmbeddedOptions {
+                durability,
+                ..EmbeddedOptions::from_env()
+            },
         )?)),
         StoreSpec::Memory => Ok(std::sync::Arc::new(MemoryKv::new())),
         StoreSpec::Tikv(_) => Err(KvError::InvalidArgument {
@@ -300,6 +307,14 @@ pub trait RawKv: Send + Sync + 'static {
             .map(|r| self.compare_and_swap(r.key, r.expected, r.new));
         futures::future::join_all(swaps).await.into_iter().collect()
     }
+
+    /// Makes every write this store acknowledged so far survive power loss (and kernel
+    /// panics), whatever durability its writes are acknowledged with: the embedded store runs
+    /// an `fdatasync`; TiKV needs nothing (it acknowledges a write once its Raft log is synced
+    /// on a majority); the memory store has nothing to sync (nothing outlives the process).
+    /// Wrappers forward it. For the few writes whose loss would break safety rather than lose
+    /// data (the oracle's record).
+    async fn sync(&self) -> KvResult<()>;
 }
 
 /// Checks the `limit` argument of a scan against the contract.

@@ -1,5 +1,6 @@
-//! Store selection strings, as given to `--store` on every command line.
+//! Store selection strings, as given to `--store` (and `--durability`) on every command line.
 
+use super::Durability;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -71,6 +72,32 @@ impl std::fmt::Display for StoreSpec {
     }
 }
 
+/// A `--durability` value that is neither `process` nor `fsync`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid durability {0:?} (expected process or fsync)")]
+pub struct DurabilityError(pub String);
+
+impl std::str::FromStr for Durability {
+    type Err = DurabilityError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "process" => Ok(Durability::Process),
+            "fsync" => Ok(Durability::Fsync),
+            _ => Err(DurabilityError(text.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Durability::Process => "process",
+            Durability::Fsync => "fsync",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +119,17 @@ mod tests {
         for spec in ["embedded:/d", "memory", "tikv:a:1,b:2"] {
             assert_eq!(spec.parse::<StoreSpec>().unwrap().to_string(), spec);
         }
+    }
+
+    #[test]
+    fn durability_round_trips_and_refuses_the_rest() {
+        for d in [Durability::Process, Durability::Fsync] {
+            assert_eq!(d.to_string().parse(), Ok(d));
+        }
+        assert_eq!(
+            "sync".parse::<Durability>(),
+            Err(DurabilityError("sync".to_string()))
+        );
     }
 
     #[test]
