@@ -164,6 +164,13 @@ pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
     Ok(files)
 }
 
+/// The files [`load_dir`] loads from `dir`, in name order: its logs, then the logs the
+/// loader started on there that were renamed to names it does not match (`clicks.jsonl.1`).
+/// Files named like logs that cannot be opened are left out.
+pub async fn files_to_load(client: &Client, dir: &Path) -> Result<Vec<LogFile>, LoadError> {
+    Ok(files::discover(client, dir).await?.0)
+}
+
 /// A parsed line ready to be written.
 enum Parsed {
     Query(Query),

@@ -11,6 +11,7 @@ use photon::event::Kind;
 use photon::gen::{generate, GenOptions};
 use photon::load::status::dir_status;
 use photon::load::{lines_to_load, load_dir, load_file, LoadOptions, LoadStats};
+use photon::verify::verify;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -207,6 +208,11 @@ async fn log_renamed_to_another_name_is_finished_and_its_successor_loaded() {
     std::fs::rename(&small, logs.live.join("queries-small.jsonl.1")).unwrap();
     load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
     assert_loaded_once(&client, &stats, logs.queries + 5, logs.clicks).await;
+    // Verify reads the renamed logs too: the same clicks as in the logs before rotation.
+    let live = verify(&client, &logs.live).await.unwrap();
+    let full = verify(&client, &dir.path().join("full")).await.unwrap();
+    assert_eq!(live.joinable, full.joinable, "{live:?}");
+    assert!(full.joinable > 0, "{full:?}");
 }
 
 /// An input directory moved after its logs were partly loaded, with lines appended since:
@@ -281,4 +287,48 @@ async fn files_that_cannot_be_opened_are_reported_and_the_rest_loads() {
     assert_eq!(loaded, 0);
     let rejects = std::fs::read_to_string(&opts.rejects).unwrap();
     assert!(rejects.contains("clicks-deleted.jsonl"), "{rejects}");
+}
+
+/// A record of an earlier version (keyed by the file's path, `offset,line`) resumes its file
+/// where it was, and moves to the file's new key with the next batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_the_previous_version_resume_and_move_to_the_new_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let path = logs.join("queries-000.jsonl");
+    let first = queries("old", 100);
+    append(&path, &first);
+    let loaded_len = std::fs::metadata(&path).unwrap().len();
+    let client = client();
+    let legacy =
+        photon::schema::offset_cell(&std::fs::canonicalize(&path).unwrap().display().to_string());
+    let txn = client.begin().await.unwrap();
+    txn.set(legacy.clone(), format!("{loaded_len},100"));
+    txn.commit().await.unwrap();
+    append(&path, &queries("new", 10));
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        10,
+        "only the new lines"
+    );
+    let key = photon::load::file_key(&path).unwrap().unwrap();
+    let txn = client.begin().await.unwrap();
+    assert!(
+        txn.get(&legacy).await.unwrap().is_none(),
+        "the old key is gone"
+    );
+    let record = txn
+        .get(&photon::schema::offset_cell(&key))
+        .await
+        .unwrap()
+        .expect("the record under the new key");
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(String::from_utf8(record)
+        .unwrap()
+        .starts_with(&format!("{size},110,")));
 }
