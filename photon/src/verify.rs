@@ -293,7 +293,7 @@ impl Input {
         }
         let mut clicks: HashMap<String, ClickState> = HashMap::new();
         for LogFile { path, kind } in files {
-            let file = std::fs::File::open(&path).map_err(|source| VerifyError::Io {
+            let file = std::fs::File::open(path).map_err(|source| VerifyError::Io {
                 path: path.display().to_string(),
                 source,
             })?;
