@@ -1,23 +1,33 @@
 //! `photon load`: loader jobs writing query and click logs into their tables. Each batch
 //! commits together with the file's offset, so a loader killed at any moment and restarted
-//! neither skips nor repeats input.
+//! neither skips nor repeats input. A log is known by its first bytes, not its path
+//! ([`identity`]): renamed, rotated or moved, it is loaded once, and a renamed log is
+//! followed to its end ([`files`]).
 
 mod backlog;
+mod files;
 mod frontier;
+mod identity;
 mod progress;
+mod rejects;
 pub mod status;
 
 pub use backlog::Backlog;
+pub use files::LogFile;
 pub use frontier::Frontier;
+pub use identity::file_key;
 pub use progress::FINGERPRINT_WINDOW;
+pub use rejects::ECHO_PREFIX;
 
 use crate::event::{Click, Kind, Query};
 use crate::schema::{
     click_cell, declare_observed, now_ms, offset_cell, query_cell, wake_check_cell, Stored,
 };
 use percolator::{Client, TxnError};
-use progress::{fingerprint, loaded_tail, parse_progress};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use progress::{fingerprint, loaded_tail, Record};
+use rejects::Rejected;
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -55,6 +65,10 @@ pub struct LoadStats {
     pub backlog_waits: AtomicU64,
     /// Times the backlog was counted in the store (each a scan of up to the bound).
     pub backlog_counts: AtomicU64,
+    /// Files named like logs that could not be opened (each reported once).
+    pub unreadable: AtomicU64,
+    /// The reports of unreadable files made, not to repeat them while following.
+    unreadable_seen: Mutex<HashSet<String>>,
 }
 
 impl LoadStats {
@@ -65,6 +79,17 @@ impl LoadStats {
             0 => "no malformed lines".to_string(),
             1 => format!("1 malformed line reported to {}", rejects.display()),
             n => format!("{n} malformed lines reported to {}", rejects.display()),
+        };
+        let malformed = match self.unreadable.load(Ordering::Relaxed) {
+            0 => malformed,
+            1 => format!(
+                "{malformed}; 1 file could not be opened ({})",
+                rejects.display()
+            ),
+            n => format!(
+                "{malformed}; {n} files could not be opened ({})",
+                rejects.display()
+            ),
         };
         let loaded = self.loaded.load(Ordering::Relaxed);
         format!(
@@ -97,8 +122,9 @@ pub enum LoadError {
         /// The error.
         source: TxnError,
     },
-    /// The bytes of a log below its stored offset changed since they were loaded: the file
-    /// was rewritten or truncated in place (logs may only be appended to).
+    /// The bytes of a log below its stored offset changed since they were loaded, though its
+    /// first bytes (what identifies it) did not: the file was rewritten or truncated in
+    /// place (logs may only be appended to).
     #[error(
         "{path}: the log changed in place: its first {offset} bytes were already loaded and \
          are no longer what was loaded (rewritten or truncated?); refusing to load it from the \
@@ -122,15 +148,8 @@ pub enum LoadError {
     },
 }
 
-/// The identity of a log file in the loader table: its canonical path.
-pub fn file_key(path: &Path) -> String {
-    std::fs::canonicalize(path)
-        .unwrap_or_else(|_| path.to_path_buf())
-        .display()
-        .to_string()
-}
-
-/// Log files of `dir` (queries*.jsonl, clicks*.jsonl), in name order.
+/// Log files of `dir` (queries*.jsonl, clicks*.jsonl), in name order (what `photon verify`
+/// reads; the loader also follows renamed logs, see [`files`]).
 pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
     let io = |source| LoadError::Io {
         path: dir.to_path_buf(),
@@ -145,37 +164,11 @@ pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
     Ok(files)
 }
 
-/// A malformed line: its number, what is wrong, and the line as it was (maybe not UTF-8).
-struct Rejected {
-    line: u64,
-    error: String,
-    text: Vec<u8>,
-}
-
-/// Bytes of a rejected line echoed to the log (the rejects file keeps the whole line).
-pub const ECHO_PREFIX: usize = 200;
-
-/// The first [`ECHO_PREFIX`] bytes of `text`, printable: control characters and bytes that
-/// are not UTF-8 escaped (`\n`, `\xff`), with the length of the rest if cut.
-fn echo(text: &[u8]) -> String {
-    let shown = &text[..text.len().min(ECHO_PREFIX)];
-    let mut out = String::new();
-    for chunk in shown.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() {
-                out.extend(c.escape_default());
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    if text.len() > shown.len() {
-        out.push_str(&format!("... ({} more bytes)", text.len() - shown.len()));
-    }
-    out
+/// The files [`load_dir`] loads from `dir`, in name order: its logs, then the logs the
+/// loader started on there that were renamed to names it does not match (`clicks.jsonl.1`).
+/// Files named like logs that cannot be opened are left out.
+pub async fn files_to_load(client: &Client, dir: &Path) -> Result<Vec<LogFile>, LoadError> {
+    Ok(files::discover(client, dir).await?.0)
 }
 
 /// A parsed line ready to be written.
@@ -262,27 +255,36 @@ async fn load_file_aligned(
 ) -> Result<u64, LoadError> {
     // The events written here must notify the join observers, whoever built the client.
     declare_observed(client);
-    let key = file_key(path);
     let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let txn_error = |source| LoadError::Txn {
         path: path.to_path_buf(),
         source,
     };
     let mut loaded = 0;
     loop {
-        // Where we are, as committed (another loader of the same file may have moved it).
-        let progress = {
-            let v = retry_transient(path, || async {
-                let txn = client.begin().await?;
-                txn.get(&offset_cell(&key)).await
-            })
-            .await
-            .map_err(|source| LoadError::Txn {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            parse_progress(path, v)?
+        // A file gone (or turned into something else) since it was listed is reported, and
+        // the other files load on.
+        let (mut file, head) = match identity::open(path) {
+            Ok(opened) => opened,
+            Err(e) => {
+                rejects::unreadable(options, rejects, stats, path, &e)?;
+                return Ok(loaded);
+            }
         };
-        let mut file = std::fs::File::open(path).map_err(io)?;
+        // Where we are, as committed (another loader of the same file may have moved it).
+        let found = retry_transient(path, || async {
+            let txn = client.begin().await?;
+            identity::lookup(&txn, path, &head).await
+        })
+        .await
+        .map_err(txn_error)??;
+        let progress = found
+            .as_ref()
+            .map(|f| f.record.progress)
+            .unwrap_or_default();
         // The loaded bytes just before the offset, checked against the stored fingerprint;
         // extended with each line read, for the fingerprint committed with the batch.
         let mut tail = loaded_tail(&mut file, path, &progress)?;
@@ -326,6 +328,15 @@ async fn load_file_aligned(
             return Ok(loaded);
         }
         next.fingerprint = Some(fingerprint(&tail));
+        // The key the record goes under now (it moves when a young log reaches the window,
+        // or was found under another path).
+        let key = identity::target_key(reader.get_mut(), path, &head, next.offset)?;
+        let record = Record {
+            progress: next,
+            kind: Some(kind),
+            hint: Some(identity::canonical(path)),
+        }
+        .encode();
         let event_times = batch.iter().map(|p| match p {
             Parsed::Query(q) => q.event_time,
             Parsed::Click(c) => c.event_time,
@@ -343,51 +354,24 @@ async fn load_file_aligned(
         }
         // Rejects are reported before the batch commits: after a crash a malformed line may
         // be reported twice, never lost.
-        if !bad.is_empty() {
-            let mut guard = rejects.lock().unwrap_or_else(|p| p.into_inner());
-            if guard.is_none() {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&options.rejects)
-                    .map_err(|source| LoadError::Io {
-                        path: options.rejects.clone(),
-                        source,
-                    })?;
-                *guard = Some(f);
-            }
-            if let Some(f) = guard.as_mut() {
-                for r in &bad {
-                    let at = format!("{}:{}: {}", path.display(), r.line, r.error);
-                    // The log gets a bounded, escaped prefix; the rejects file the whole line.
-                    tracing::warn!("rejected {at}: {}", echo(&r.text));
-                    let mut entry = format!("{at}: ").into_bytes();
-                    entry.extend_from_slice(&r.text);
-                    entry.push(b'\n');
-                    f.write_all(&entry).map_err(|source| LoadError::Io {
-                        path: options.rejects.clone(),
-                        source,
-                    })?;
-                }
-            }
-            stats
-                .rejected
-                .fetch_add(bad.len() as u64, Ordering::Relaxed);
-        }
+        rejects::lines(options, rejects, stats, path, &bad)?;
         let count = batch.len() as u64;
         let loaded_at = now_ms();
         let expected = progress;
         let result = retry_transient(path, || {
             client.run(|txn| {
-                let key = key.clone();
+                let (key, record, head, found) = (&key, &record, &head, &found);
                 let batch = &batch;
                 async move {
-                    let current =
-                        parse_progress(Path::new(&key), txn.get(&offset_cell(&key)).await?)
-                            .map_err(|e| TxnError::User(e.to_string()))?;
-                    if current != expected {
+                    let current = identity::lookup(&txn, path, head)
+                        .await?
+                        .map_err(|e| TxnError::User(e.to_string()))?;
+                    if current != *found {
                         // Another loader got here first: reload from the new offset.
                         return Ok(false);
+                    }
+                    if let Some(old) = found.as_ref().filter(|f| f.key != *key) {
+                        txn.delete(offset_cell(&old.key));
                     }
                     for p in batch {
                         match p {
@@ -420,20 +404,17 @@ async fn load_file_aligned(
                         .collect();
                     if !queries.is_empty() {
                         txn.set(
-                            wake_check_cell(&key, expected.offset),
+                            wake_check_cell(key, expected.offset),
                             serde_json::to_vec(&queries).unwrap_or_default(),
                         );
                     }
-                    txn.set(offset_cell(&key), next.encode());
+                    txn.set(offset_cell(key), record.as_bytes());
                     Ok(true)
                 }
             })
         })
         .await
-        .map_err(|source| LoadError::Txn {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(txn_error)?;
         if !result {
             continue;
         }
@@ -479,27 +460,20 @@ where
 
 /// Lines of the log files of `dir` not loaded yet: complete lines in each file beyond its
 /// stored offset (what a [`load_dir`] started now would read; the total of its progress).
+/// Files that cannot be opened count nothing.
 pub async fn lines_to_load(client: &Client, dir: &Path) -> Result<u64, LoadError> {
     let mut total = 0;
-    for (path, _) in log_files(dir)? {
-        let key = file_key(&path);
-        let stored = retry_transient(&path, || async {
-            let txn = client.begin().await?;
-            txn.get(&offset_cell(&key)).await
-        })
-        .await
-        .map_err(|source| LoadError::Txn {
-            path: path.clone(),
-            source,
-        })?;
-        let loaded = parse_progress(&path, stored)?;
+    let (files, _) = files::discover(client, dir).await?;
+    for LogFile { path, .. } in files {
+        let Some((file, loaded)) = status::committed(client, &path).await? else {
+            continue;
+        };
         let io = |source| LoadError::Io {
             path: path.clone(),
             source,
         };
-        let mut file = std::fs::File::open(&path).map_err(io)?;
-        file.seek(SeekFrom::Start(loaded.offset)).map_err(io)?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
+        reader.seek(SeekFrom::Start(loaded)).map_err(io)?;
         loop {
             let buf = reader.fill_buf().map_err(io)?;
             if buf.is_empty() {
@@ -536,11 +510,14 @@ pub async fn load_dir_paced(
     pace: Option<&Pace>,
 ) -> Result<u64, LoadError> {
     let rejects = Mutex::new(None);
-    let files = log_files(dir)?;
+    let (files, unreadable) = files::discover(client, dir).await?;
+    for u in &unreadable {
+        rejects::unreadable(options, &rejects, stats, &u.path, &u.error)?;
+    }
     let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
     let backlog =
         (options.max_backlog > 0).then(|| Backlog::new(client.clone(), options.max_backlog));
-    let loads = files.iter().enumerate().map(|(i, (path, kind))| {
+    let loads = files.iter().enumerate().map(|(i, LogFile { path, kind })| {
         load_file(
             client,
             path,

@@ -1,7 +1,7 @@
 //! `photon verify`: checks the joined output against the input logs.
 
 use crate::event::{Click, Joined, Kind, Query};
-use crate::load::log_files;
+use crate::load::{files_to_load, LogFile};
 use crate::outcome::Outcome;
 use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
@@ -217,7 +217,9 @@ pub async fn verify_with(
     input: &Path,
     minutes: Option<&mut crate::timeline::Minutes>,
 ) -> Result<Report, VerifyError> {
-    Input::read(input)?.check(client, minutes).await
+    Input::read(&files_to_load(client, input).await?)?
+        .check(client, minutes)
+        .await
 }
 
 /// How often [`verify_until`] tries again.
@@ -238,7 +240,7 @@ pub async fn verify_until(
     deadline: std::time::Instant,
     mut on_retry: impl FnMut(&Report, std::time::Duration),
 ) -> Result<Report, VerifyError> {
-    let mut logs = Input::read(input)?;
+    let mut logs = Input::read(&files_to_load(client, input).await?)?;
     loop {
         let report = logs.check(client, None).await?;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -271,7 +273,7 @@ struct Input {
 }
 
 impl Input {
-    fn read(input: &Path) -> Result<Input, VerifyError> {
+    fn read(files: &[LogFile]) -> Result<Input, VerifyError> {
         let mut malformed_lines = 0;
         // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
         // whether query `i` is in the input.
@@ -290,8 +292,8 @@ impl Input {
             i
         }
         let mut clicks: HashMap<String, ClickState> = HashMap::new();
-        for (path, kind) in log_files(input)? {
-            let file = std::fs::File::open(&path).map_err(|source| VerifyError::Io {
+        for LogFile { path, kind } in files {
+            let file = std::fs::File::open(path).map_err(|source| VerifyError::Io {
                 path: path.display().to_string(),
                 source,
             })?;

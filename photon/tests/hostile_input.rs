@@ -140,9 +140,11 @@ async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
     worker.shutdown().await;
 }
 
-/// A log rewritten in place after it was loaded (here: `photon gen` with another seed into
-/// the same directory) is refused with an error naming the file and what to do, instead of
-/// being read from the middle of a line; appending to a loaded log still loads.
+/// A log rewritten in place after it was loaded, its first bytes (what identifies it) kept,
+/// is refused with an error naming the file and what to do, instead of being read from the
+/// middle of a line; so is one truncated below the stored offset. Appending to a loaded log
+/// still loads, and a file with other first bytes at the path (`photon gen` with another
+/// seed) is another log, loaded from its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_rewritten_in_place_after_loading_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -171,15 +173,20 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
         .await
         .unwrap();
     assert_eq!(appended.loaded.load(Ordering::Relaxed), 1);
-    // Rewritten in place with other content (and more of it): refused.
-    generate(&logs, &gen(2)).unwrap();
+    // Rewritten in place past its first bytes (a line near the end changed): refused.
+    let loaded = std::fs::read(&queries).unwrap();
+    assert!(loaded.len() > 2 * photon::load::FINGERPRINT_WINDOW);
+    let mut rewritten = loaded.clone();
+    let at = rewritten.len() - 10;
+    rewritten[at] = if rewritten[at] == b'1' { b'2' } else { b'1' };
+    std::fs::write(&queries, &rewritten).unwrap();
     let stats = LoadStats::default();
     let err = load_dir(&client, &logs, &options(dir.path()), &stats)
         .await
         .expect_err("a rewritten log must be refused");
     let msg = err.to_string();
     assert!(
-        msg.contains("-000.jsonl") && msg.contains("changed"),
+        msg.contains("queries-000.jsonl") && msg.contains("changed"),
         "the error names the file and says what happened: {msg}"
     );
     assert!(
@@ -188,11 +195,21 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
     );
     assert_eq!(stats.rejected.load(Ordering::Relaxed), 0, "no fragments");
     // Truncated below the stored offset: refused too.
-    std::fs::write(&queries, b"").unwrap();
+    std::fs::write(&queries, &loaded[..loaded.len() / 2]).unwrap();
     let err = load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
         .await
         .expect_err("a truncated log must be refused");
     assert!(err.to_string().contains("changed"), "{err}");
+    // Other logs at the same paths: new logs.
+    let summary = generate(&logs, &gen(2)).unwrap();
+    let replaced = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &replaced)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaced.loaded.load(Ordering::Relaxed),
+        summary.queries + summary.clicks + summary.duplicate_lines
+    );
 }
 
 /// A click whose query arrives after the horizon is reported by verify as expired past the

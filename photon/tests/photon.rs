@@ -344,9 +344,11 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
         "events were loaded twice"
     );
     let offset = txn
-        .get(&photon::schema::offset_cell(&photon::load::file_key(
-            &logs.join("queries-000.jsonl"),
-        )))
+        .get(&photon::schema::offset_cell(
+            &photon::load::file_key(&logs.join("queries-000.jsonl"))
+                .unwrap()
+                .unwrap(),
+        ))
         .await
         .unwrap()
         .unwrap();

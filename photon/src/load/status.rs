@@ -1,10 +1,14 @@
 //! How far the loader is, read from the store: each log file's committed offset against the
-//! bytes it holds up to its last complete line. Used by `photon work --until-drained`.
+//! bytes it holds up to its last complete line (renamed logs included). Used by `photon work
+//! --until-drained`.
 
-use super::progress::parse_progress;
-use super::{file_key, log_files, LoadError};
-use crate::schema::{offset_cell, LOADER};
+use super::files::{discover, LogFile};
+use super::identity::{self, Key};
+use super::progress::parse_record;
+use super::{retry_transient, LoadError};
+use crate::schema::LOADER;
 use percolator::Client;
+use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -49,32 +53,65 @@ fn loadable_len(path: &Path) -> Result<u64, LoadError> {
     Ok(0)
 }
 
-async fn status_of(client: &Client, path: &Path, key: &str) -> Result<FileStatus, LoadError> {
-    let txn_error = |source| LoadError::Txn {
+/// The log at `path` opened, and its committed offset (0: not started); `None` if it cannot
+/// be opened (the loader reports it and goes on).
+pub(super) async fn committed(
+    client: &Client,
+    path: &Path,
+) -> Result<Option<(std::fs::File, u64)>, LoadError> {
+    let Ok((file, head)) = identity::open(path) else {
+        return Ok(None);
+    };
+    let found = retry_transient(path, || async {
+        let txn = client.begin().await?;
+        identity::lookup(&txn, path, &head).await
+    })
+    .await
+    .map_err(|source| LoadError::Txn {
         path: path.to_path_buf(),
         source,
-    };
-    let txn = client.begin().await.map_err(txn_error)?;
-    let stored = txn.get(&offset_cell(key)).await.map_err(txn_error)?;
-    let progress = parse_progress(path, stored)?;
-    Ok(FileStatus {
-        path: path.to_path_buf(),
-        loaded: progress.offset,
-        loadable: loadable_len(path)?,
-    })
+    })??;
+    Ok(Some((file, found.map_or(0, |f| f.record.progress.offset))))
 }
 
-/// The progress of every log file of `dir`.
-pub async fn dir_status(client: &Client, dir: &Path) -> Result<Vec<FileStatus>, LoadError> {
+/// The status of each log of `dir` (renamed logs included), and whether the loader started
+/// on it.
+async fn statuses(client: &Client, dir: &Path) -> Result<Vec<(FileStatus, bool)>, LoadError> {
     let mut out = Vec::new();
-    for (path, _) in log_files(dir)? {
-        out.push(status_of(client, &path, &file_key(&path)).await?);
+    let (files, _) = discover(client, dir).await?;
+    for LogFile { path, .. } in files {
+        let Some((_, loaded)) = committed(client, &path).await? else {
+            continue;
+        };
+        let loadable = match loadable_len(&path) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(file = %path.display(), error = %e, "not counted");
+                continue;
+            }
+        };
+        let status = FileStatus {
+            path,
+            loaded,
+            loadable,
+        };
+        out.push((status, loaded > 0));
     }
     Ok(out)
 }
 
-/// The progress of every file the loader has committed an offset for whose path this host
-/// can read (files of other hosts are left out).
+/// The progress of every log file of `dir`: its logs, and the logs the loader started on
+/// there that were renamed to other names since (files that cannot be opened are left out).
+pub async fn dir_status(client: &Client, dir: &Path) -> Result<Vec<FileStatus>, LoadError> {
+    Ok(statuses(client, dir)
+        .await?
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect())
+}
+
+/// The progress of every file the loader has committed an offset for in the directories
+/// this host can read (files of other hosts are left out).
 pub async fn started_status(client: &Client) -> Result<Vec<FileStatus>, LoadError> {
     let loader = Path::new("loader table");
     let txn_error = |source| LoadError::Txn {
@@ -86,13 +123,26 @@ pub async fn started_status(client: &Client) -> Result<Vec<FileStatus>, LoadErro
         .scan(LOADER.as_bytes(), b"", None)
         .await
         .map_err(txn_error)?;
-    let mut out = Vec::new();
-    for (cell, _) in rows.into_iter().filter(|(c, _)| c.column == b"offset") {
+    let mut dirs = BTreeSet::new();
+    for (cell, v) in rows.into_iter().filter(|(c, _)| c.column == b"offset") {
         let key = String::from_utf8_lossy(&cell.row).into_owned();
-        let path = PathBuf::from(&key);
-        if path.is_file() {
-            out.push(status_of(client, &path, &key).await?);
+        let path = match Key::parse(&key) {
+            Key::Legacy(path) => Some(path),
+            _ => parse_record(loader, Some(v))?.hint,
+        };
+        if let Some(dir) = path.as_deref().and_then(Path::parent) {
+            dirs.insert(dir.to_path_buf());
         }
+    }
+    let mut out = Vec::new();
+    for dir in dirs.into_iter().filter(|d| d.is_dir()) {
+        out.extend(
+            statuses(client, &dir)
+                .await?
+                .into_iter()
+                .filter(|(_, started)| *started)
+                .map(|(s, _)| s),
+        );
     }
     Ok(out)
 }

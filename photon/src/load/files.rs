@@ -1,0 +1,123 @@
+//! Which files of an input directory to load: its logs (`queries*.jsonl`, `clicks*.jsonl`),
+//! and logs the loader started on that were renamed to a name it does not match
+//! (`clicks.jsonl.1`, logrotate's default), found among the directory's other files by
+//! their content (see [`super::identity`]) so that the lines written to them after the last
+//! batch are loaded too. Files that cannot be opened are returned apart, to be reported.
+
+use super::identity::{self, canonical, Head, Key};
+use super::progress::parse_record;
+use super::{retry_transient, LoadError};
+use crate::event::Kind;
+use crate::schema::LOADER;
+use percolator::Client;
+use std::path::{Path, PathBuf};
+
+/// A file to load and the kind of its events.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its events' kind.
+    pub kind: Kind,
+}
+
+/// A file of the directory that looks like a log but cannot be loaded, and why.
+#[derive(Debug)]
+pub(super) struct Unreadable {
+    pub(super) path: PathBuf,
+    pub(super) error: std::io::Error,
+}
+
+/// The files of `dir` to load, in name order (logs first, then renamed logs), and the files
+/// named like logs that cannot be opened.
+pub(super) async fn discover(
+    client: &Client,
+    dir: &Path,
+) -> Result<(Vec<LogFile>, Vec<Unreadable>), LoadError> {
+    let io = |source| LoadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    let mut logs: Vec<(LogFile, Head)> = Vec::new();
+    let mut others = Vec::new();
+    let mut unreadable = Vec::new();
+    for path in entries {
+        match Kind::of_file(&path) {
+            Some(kind) => match identity::open(&path) {
+                Ok((_, head)) => logs.push((LogFile { path, kind }, head)),
+                Err(error) => unreadable.push(Unreadable { path, error }),
+            },
+            // Only regular files can be renamed logs; their heads are read when needed.
+            None if path.is_file() => others.push((path, None::<Option<Head>>)),
+            None => {}
+        }
+    }
+    let renamed = renamed_logs(client, dir, &logs, &mut others).await?;
+    let mut files: Vec<LogFile> = logs.into_iter().map(|(f, _)| f).collect();
+    files.extend(renamed);
+    Ok((files, unreadable))
+}
+
+/// Logs the loader started on in `dir` (by their records' paths) that none of `logs` is,
+/// found among `others` (files not named like logs, with their heads once read).
+async fn renamed_logs(
+    client: &Client,
+    dir: &Path,
+    logs: &[(LogFile, Head)],
+    others: &mut [(PathBuf, Option<Option<Head>>)],
+) -> Result<Vec<LogFile>, LoadError> {
+    if others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dir = canonical(dir);
+    let rows = retry_transient(&dir, || async {
+        let txn = client.begin().await?;
+        txn.scan(LOADER.as_bytes(), b"", None).await
+    })
+    .await
+    .map_err(|source| LoadError::Txn {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut found = Vec::new();
+    let mut taken = vec![false; others.len()];
+    for (cell, v) in rows.into_iter().filter(|(c, _)| c.column == b"offset") {
+        let key = String::from_utf8_lossy(&cell.row).into_owned();
+        if matches!(Key::parse(&key), Key::Legacy(_)) {
+            continue; // Records of earlier versions are followed at their path only.
+        }
+        let record = parse_record(Path::new(&key), Some(v))?;
+        let (Some(kind), Some(hint)) = (record.kind, record.hint.as_deref()) else {
+            continue;
+        };
+        if hint.parent() != Some(dir.as_path()) {
+            continue;
+        }
+        if logs.iter().any(|(_, head)| head.is_log_of(&key, &record)) {
+            continue;
+        }
+        for (i, (path, head)) in others.iter_mut().enumerate() {
+            if taken[i] {
+                continue;
+            }
+            // A file that cannot be read is not a log we started on: passed over.
+            let head = head.get_or_insert_with(|| identity::open(path).ok().map(|(_, h)| h));
+            if head.as_ref().is_some_and(|h| h.is_log_of(&key, &record)) {
+                taken[i] = true;
+                tracing::debug!(file = %path.display(), was = %hint.display(), "following a renamed log");
+                found.push(LogFile {
+                    path: path.clone(),
+                    kind,
+                });
+                break;
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}

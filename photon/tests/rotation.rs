@@ -1,0 +1,334 @@
+//! The loader against log rotation and files it cannot open: a log renamed to a name the
+//! loader matches, or to one it does not (logrotate's `clicks.jsonl.1`) after lines were
+//! appended past the last batch, with a new file started at the old path; a moved input
+//! directory; logs shorter than the fingerprint window; a dangling symlink, a directory with a
+//! log's name, a file gone before it is opened. Every line is loaded exactly once.
+
+mod common;
+use percolator::kv::MemoryKv;
+use percolator::Client;
+use photon::event::Kind;
+use photon::gen::{generate, GenOptions};
+use photon::load::status::dir_status;
+use photon::load::{lines_to_load, load_dir, load_file, LoadOptions, LoadStats};
+use photon::verify::verify;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn client() -> Client {
+    common::client_living(
+        Arc::new(MemoryKv::new()),
+        Duration::from_secs(10),
+        Duration::from_secs(60),
+    )
+}
+
+fn options(dir: &Path) -> LoadOptions {
+    LoadOptions {
+        batch: 40,
+        rejects: dir.join("rejects.txt"),
+        max_backlog: 0,
+    }
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn append(path: &Path, lines: &[String]) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+}
+
+/// Query lines with ids `{prefix}-{i}`, each about 60 bytes.
+fn queries(prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{{\"query_id\":\"{prefix}-{i:04}\",\"event_time\":{}}}",
+                1_000 + i
+            )
+        })
+        .collect()
+}
+
+/// Logs to load in two parts: `live` holds the first half of every line of the generated
+/// logs (and of a small query log, shorter than the fingerprint window); `rest` the second
+/// half, per file name, to append later. Returns the events of all of them.
+struct Logs {
+    live: PathBuf,
+    rest: Vec<(String, Vec<String>)>,
+    queries: u64,
+    clicks: u64,
+}
+
+fn half_loaded_logs(root: &Path, seed: u64) -> Logs {
+    let full = root.join("full");
+    let gen = GenOptions {
+        queries: 300,
+        duplicates: 0.0,
+        orphans: 0.0,
+        malformed: 0.0,
+        files: 1,
+        seed,
+        ..GenOptions::default()
+    };
+    let summary = generate(&full, &gen).unwrap();
+    let live = root.join("logs");
+    std::fs::create_dir_all(&live).unwrap();
+    std::fs::write(
+        full.join("queries-small.jsonl"),
+        queries("small", 6).join("\n") + "\n",
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    for name in [
+        "queries-000.jsonl",
+        "clicks-000.jsonl",
+        "queries-small.jsonl",
+    ] {
+        let all = lines(&full.join(name));
+        let (first, second) = all.split_at(all.len() / 2);
+        append(&live.join(name), first);
+        rest.push((name.to_string(), second.to_vec()));
+    }
+    assert!(
+        std::fs::metadata(live.join("queries-small.jsonl"))
+            .unwrap()
+            .len()
+            < 4096
+    );
+    Logs {
+        live,
+        rest,
+        queries: summary.queries + 6,
+        clicks: summary.clicks,
+    }
+}
+
+/// Every event of `queries` and `clicks` is in the store, and `stats` (of every load since
+/// the store was empty) counts each once.
+async fn assert_loaded_once(client: &Client, stats: &LoadStats, queries: u64, clicks: u64) {
+    let txn = client.begin().await.unwrap();
+    let stored_queries = txn.scan(b"queries", b"", None).await.unwrap().len() as u64;
+    let stored_clicks = txn.scan(b"clicks", b"", None).await.unwrap().len() as u64;
+    assert_eq!(stored_queries, queries, "queries loaded");
+    assert_eq!(stored_clicks, clicks, "clicks loaded");
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        queries + clicks,
+        "events loaded (an event loaded twice counts twice)"
+    );
+}
+
+/// Logs renamed to names the loader matches (`clicks-20261124.jsonl`), with a new file
+/// started at each old path, and lines appended to the renamed files afterwards (the small
+/// one past the fingerprint window): each line is loaded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_renamed_to_a_matching_name_is_not_loaded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = half_loaded_logs(dir.path(), 1);
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    let successor = queries("successor", 3);
+    for (name, rest) in &logs.rest {
+        let renamed = logs.live.join(name.replace(".jsonl", "-20261124.jsonl"));
+        std::fs::rename(logs.live.join(name), &renamed).unwrap();
+        std::fs::write(logs.live.join(name), b"").unwrap();
+        append(&renamed, rest);
+    }
+    // The small log grows past the fingerprint window under its new name.
+    let grown = queries("grown", 100);
+    append(&logs.live.join("queries-small-20261124.jsonl"), &grown);
+    append(&logs.live.join("queries-000.jsonl"), &successor);
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    let before = stats.loaded.load(Ordering::Relaxed);
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    assert_eq!(stats.loaded.load(Ordering::Relaxed), before, "nothing left");
+    assert_loaded_once(&client, &stats, logs.queries + 3 + 100, logs.clicks).await;
+}
+
+/// Logs renamed to names the loader does not match (`clicks-000.jsonl.1`, logrotate's
+/// default) after lines were appended past the last batch, with a new file at the old path:
+/// the loader finishes the renamed files and loads the new ones; until it has, the status
+/// `--until-drained` checks is not done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_renamed_to_another_name_is_finished_and_its_successor_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = half_loaded_logs(dir.path(), 2);
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    for (name, rest) in &logs.rest {
+        append(&logs.live.join(name), rest);
+        let rotated = logs.live.join(format!("{name}.1"));
+        std::fs::rename(logs.live.join(name), rotated).unwrap();
+        std::fs::write(logs.live.join(name), b"").unwrap();
+    }
+    let successor = queries("successor", 3);
+    append(&logs.live.join("queries-small.jsonl"), &successor);
+    let status = dir_status(&client, &logs.live).await.unwrap();
+    assert!(
+        status.iter().any(|f| !f.done()),
+        "the rotated files are not loaded to their end yet: {status:?}"
+    );
+    assert!(lines_to_load(&client, &logs.live).await.unwrap() > 3);
+    load_dir(&client, &logs.live, &opts, &stats)
+        .await
+        .expect("the new files at the old paths are new logs");
+    let status = dir_status(&client, &logs.live).await.unwrap();
+    assert!(status.iter().all(|f| f.done()), "{status:?}");
+    assert_eq!(lines_to_load(&client, &logs.live).await.unwrap(), 0);
+    assert_loaded_once(&client, &stats, logs.queries + 3, logs.clicks).await;
+    // A second rotation of the small log, after two more lines: `.1` becomes `.2`, the
+    // current file `.1`.
+    let small = logs.live.join("queries-small.jsonl");
+    std::fs::rename(
+        logs.live.join("queries-small.jsonl.1"),
+        logs.live.join("queries-small.jsonl.2"),
+    )
+    .unwrap();
+    append(&small, &queries("late", 2));
+    std::fs::rename(&small, logs.live.join("queries-small.jsonl.1")).unwrap();
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    assert_loaded_once(&client, &stats, logs.queries + 5, logs.clicks).await;
+    // Verify reads the renamed logs too: the same clicks as in the logs before rotation.
+    let live = verify(&client, &logs.live).await.unwrap();
+    let full = verify(&client, &dir.path().join("full")).await.unwrap();
+    assert_eq!(live.joinable, full.joinable, "{live:?}");
+    assert!(full.joinable > 0, "{full:?}");
+}
+
+/// An input directory moved after its logs were partly loaded, with lines appended since:
+/// loading the new path loads only what was not loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moved_directory_is_not_loaded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = half_loaded_logs(dir.path(), 3);
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    for (name, rest) in &logs.rest {
+        append(&logs.live.join(name), rest);
+    }
+    let moved = dir.path().join("moved");
+    std::fs::rename(&logs.live, &moved).unwrap();
+    load_dir(&client, &moved, &opts, &stats).await.unwrap();
+    assert_loaded_once(&client, &stats, logs.queries, logs.clicks).await;
+}
+
+/// A dangling symlink and a directory named like logs are reported (rejects file and log)
+/// and the other logs load; so does a log gone before the loader opens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_that_cannot_be_opened_are_reported_and_the_rest_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 200,
+        duplicates: 0.0,
+        orphans: 0.0,
+        malformed: 0.0,
+        files: 1,
+        seed: 4,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("gone.jsonl"),
+        logs.join("clicks-dangling.jsonl"),
+    )
+    .unwrap();
+    std::fs::create_dir(logs.join("clicks-x.jsonl")).unwrap();
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    assert!(lines_to_load(&client, &logs).await.unwrap() > 0);
+    load_dir(&client, &logs, &opts, &stats)
+        .await
+        .expect("files that cannot be opened are skipped");
+    assert_loaded_once(&client, &stats, summary.queries, summary.clicks).await;
+    let rejects = std::fs::read_to_string(&opts.rejects).unwrap();
+    assert!(rejects.contains("clicks-dangling.jsonl"), "{rejects}");
+    assert!(rejects.contains("clicks-x.jsonl"), "{rejects}");
+    let status = dir_status(&client, &logs).await.unwrap();
+    assert!(status.iter().all(|f| f.done()), "{status:?}");
+    // A log deleted between the listing and its opening.
+    let gone = logs.join("clicks-deleted.jsonl");
+    let loaded = load_file(
+        &client,
+        &gone,
+        Kind::Click,
+        &opts,
+        &LoadStats::default(),
+        &Mutex::new(None),
+        None,
+        None,
+        None,
+    )
+    .await
+    .expect("a log gone before it is opened is skipped");
+    assert_eq!(loaded, 0);
+    let rejects = std::fs::read_to_string(&opts.rejects).unwrap();
+    assert!(rejects.contains("clicks-deleted.jsonl"), "{rejects}");
+}
+
+/// A record of an earlier version (keyed by the file's path, `offset,line`) resumes its file
+/// where it was, and moves to the file's new key with the next batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_the_previous_version_resume_and_move_to_the_new_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let path = logs.join("queries-000.jsonl");
+    let first = queries("old", 100);
+    append(&path, &first);
+    let loaded_len = std::fs::metadata(&path).unwrap().len();
+    let client = client();
+    let legacy =
+        photon::schema::offset_cell(&std::fs::canonicalize(&path).unwrap().display().to_string());
+    let txn = client.begin().await.unwrap();
+    txn.set(legacy.clone(), format!("{loaded_len},100"));
+    txn.commit().await.unwrap();
+    append(&path, &queries("new", 10));
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        10,
+        "only the new lines"
+    );
+    let key = photon::load::file_key(&path).unwrap().unwrap();
+    let txn = client.begin().await.unwrap();
+    assert!(
+        txn.get(&legacy).await.unwrap().is_none(),
+        "the old key is gone"
+    );
+    let record = txn
+        .get(&photon::schema::offset_cell(&key))
+        .await
+        .unwrap()
+        .expect("the record under the new key");
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(String::from_utf8(record)
+        .unwrap()
+        .starts_with(&format!("{size},110,")));
+}
