@@ -451,7 +451,9 @@ impl Ctx<'_> {
 /// unavailable or slow, a commit whose outcome is unknown. It passes if the same work is
 /// tried again later (the acknowledgment makes a strong run that did commit a duplicate).
 fn is_outage(e: &TxnError) -> bool {
-    e.is_transient() && !e.is_retryable()
+    // An attempt past its lifetime is not an outage: a run that always takes that long
+    // must fail (and be split, and reach its dead letter) instead of being retried forever.
+    e.is_transient() && !e.is_retryable() && !matches!(e, TxnError::SnapshotTooOld { .. })
 }
 
 /// Runs the observer for one cell in `client.run`, catching panics as failures. The

@@ -9,7 +9,7 @@ use common::*;
 use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
 use percolator::kv::{KvResult, MemoryKv, RawKv};
 use percolator::ts::LocalClock;
-use percolator::{Cell, Client};
+use percolator::Client;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

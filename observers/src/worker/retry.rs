@@ -32,10 +32,21 @@ const FORGET_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// Entries above which a map is pruned.
 const PRUNE_ABOVE: usize = 10_000;
 
+/// A key's retry state.
+#[derive(Clone, Copy)]
+struct Retry {
+    /// Observer failures so far (towards the dead letter).
+    failures: u32,
+    /// Transient errors in a row (an outage): they lengthen the backoff, never the count.
+    outage: u32,
+    /// When it may be tried again.
+    after: Instant,
+}
+
 #[derive(Default)]
 struct Entries {
-    /// Per notify key: failures so far and when it may be tried again.
-    retry: HashMap<Vec<u8>, (u32, Instant)>,
+    /// Per notify key: its retry state.
+    retry: HashMap<Vec<u8>, Retry>,
     /// Notify keys this worker handled recently, so that a scanner holding a stale page does
     /// not handle them again (pruned after `RECENT_FOR`).
     recent: HashMap<Vec<u8>, Instant>,
@@ -62,7 +73,7 @@ impl Ledger {
         lock(&self.entries)
             .retry
             .get(key)
-            .is_some_and(|(_, after)| *after > Instant::now())
+            .is_some_and(|r| r.after > Instant::now())
     }
 
     /// Forgets the backoff of `key` (its committer reported its fate).
@@ -86,19 +97,44 @@ impl Ledger {
         if entries.retry.len() > above {
             entries
                 .retry
-                .retain(|_, (_, after)| now.saturating_duration_since(*after) < FORGET_RETRY_AFTER);
+                .retain(|_, r| now.saturating_duration_since(r.after) < FORGET_RETRY_AFTER);
         }
     }
 
     fn failures(&self, key: &[u8]) -> u32 {
-        lock(&self.entries).retry.get(key).map_or(0, |(f, _)| *f)
+        lock(&self.entries).retry.get(key).map_or(0, |r| r.failures)
     }
 
     fn retry_later(&self, key: &[u8], failures: u32, backoff: Duration) {
         let delay = backoff * 2u32.saturating_pow(failures.min(8));
-        lock(&self.entries)
+        lock(&self.entries).retry.insert(
+            key.to_vec(),
+            Retry {
+                failures,
+                outage: 0,
+                after: Instant::now() + delay,
+            },
+        );
+    }
+
+    /// After a transient error: the failure count stays, the backoff doubles with each
+    /// transient error in a row (an outage is not hammered), up to 256 times `backoff`.
+    fn retry_after_outage(&self, key: &[u8], backoff: Duration) {
+        let mut entries = lock(&self.entries);
+        let (failures, outage) = entries
             .retry
-            .insert(key.to_vec(), (failures, Instant::now() + delay));
+            .get(key)
+            .map_or((0, 0), |r| (r.failures, r.outage));
+        let outage = outage.saturating_add(1);
+        let delay = backoff * 2u32.saturating_pow((failures + outage).min(8));
+        entries.retry.insert(
+            key.to_vec(),
+            Retry {
+                failures,
+                outage,
+                after: Instant::now() + delay,
+            },
+        );
     }
 
     fn done(&self, key: &[u8]) {
@@ -127,7 +163,7 @@ pub(super) async fn after_handle(
         Ok(Outcome::Transient { error }) => {
             Metrics::add(&inner.metrics.transient);
             tracing::debug!(%error, "transient error; notification retried later");
-            retry_later(ledger.failures(key));
+            ledger.retry_after_outage(key, inner.config.retry_backoff);
         }
         Ok(Outcome::Failed { error, resolved }) => {
             let value = match resolved {
@@ -145,7 +181,7 @@ pub(super) async fn after_handle(
         Err(e) if e.is_transient() => {
             Metrics::add(&inner.metrics.transient);
             tracing::debug!(error = %e, "transient error; notification retried later");
-            retry_later(ledger.failures(key));
+            ledger.retry_after_outage(key, inner.config.retry_backoff);
         }
         Err(e) => {
             // Anything else (a corrupt record met on the way, a storage error) counts as a
@@ -205,7 +241,7 @@ mod tests {
         let entries = lock(&ledger.entries);
         assert_eq!(entries.retry.len(), 1);
         assert_eq!(
-            entries.retry.get(b"live".as_slice()).map(|(f, _)| *f),
+            entries.retry.get(b"live".as_slice()).map(|r| r.failures),
             Some(3)
         );
     }

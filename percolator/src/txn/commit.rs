@@ -401,9 +401,7 @@ async fn heartbeat(
             continue;
         }
         let beat = Instant::now();
-        let wanted = (started.elapsed() + ttl + shared.round_trips.lease_margin())
-            .min(max)
-            .as_millis() as u64;
+        let wanted = (started.elapsed() + shared.lease()).min(max).as_millis() as u64;
         // Keeps `true` once the transaction is decided: nothing left to keep alive.
         let update = shared
             .update_head(&primary, head, |snap: Arc<HeadSnapshot>| async move {
@@ -424,7 +422,10 @@ async fn heartbeat(
                 Ok(HeadStep::Write(next))
             })
             .await;
-        shared.round_trips.note(beat.elapsed());
+        if update.is_ok() {
+            // Failed calls are not round trips (a timeout would widen every lease).
+            shared.round_trips.note(beat.elapsed());
+        }
         match update {
             Ok(HeadUpdate::Kept(true, _)) => return,
             Ok(HeadUpdate::Kept(false, snap) | HeadUpdate::Written(snap)) => {

@@ -158,6 +158,17 @@ impl Shared {
             .is_some_and(|columns| columns.contains(&cell.column))
     }
 
+    /// The lease a lock or heartbeat written now carries beyond the time it is written:
+    /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
+    /// (a crashed writer's locks never block readers much longer than a TTL would).
+    pub(crate) fn lease(&self) -> Duration {
+        self.config.lock_ttl
+            + self
+                .round_trips
+                .lease_margin()
+                .min(self.config.lock_ttl * 8)
+    }
+
     /// Whether anyone listens to hints (so committers skip building them otherwise).
     pub(crate) fn wants_hints(&self) -> bool {
         self.hints.receiver_count() > 0

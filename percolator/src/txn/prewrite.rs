@@ -248,7 +248,9 @@ impl Transaction {
         let mut confirmed = Vec::with_capacity(batched.len());
         let step = std::time::Instant::now();
         let swapped = shared.kv.batch_compare_and_swap(requests).await;
-        shared.round_trips.note(step.elapsed());
+        if swapped.is_ok() {
+            shared.round_trips.note(step.elapsed());
+        }
         match swapped {
             Ok(outcomes) => {
                 for (((index, next), new), out) in batched.into_iter().zip(news).zip(outcomes) {

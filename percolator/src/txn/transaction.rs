@@ -122,14 +122,14 @@ impl Transaction {
 
     /// The TTL (ms after the physical time of start_ts) of a lock or strong notify record
     /// written now: `lock_ttl` plus the client's lease margin (twice its slowest recent round
-    /// trip, see `RoundTrips`) from this moment, capped by the lifetime (invariant 5: no lock
+    /// trip, at most eight TTLs; see `Shared::lease`) from this moment, capped by the lifetime (invariant 5: no lock
     /// outlives it). Measured when the record is written, not when the commit began: a large
     /// write set (or a stalled process) can reach a cell long after the commit began, and a
     /// lock born with a TTL counted from then could already be expired when it appears, so a
     /// reader meeting it before the first heartbeat would fence a live commit.
     pub(super) fn lock_ttl_ms(&self) -> u64 {
         let shared = self.shared();
-        (self.inner.started.elapsed() + shared.config.lock_ttl + shared.round_trips.lease_margin())
+        (self.inner.started.elapsed() + shared.lease())
             .min(shared.config.max_lifetime)
             .as_millis() as u64
     }
