@@ -91,7 +91,8 @@ async fn crashes_between_batches_keep_large_commits_atomic() {
         (
             CrashPoint::Prewrote {
                 primary: false,
-                locked: 1024,
+                // The primary alone, then four chunks of 256: a chunk boundary.
+                locked: 1025,
             },
             false,
         ),
@@ -116,7 +117,7 @@ async fn crashes_between_batches_keep_large_commits_atomic() {
         if let CrashPoint::Prewrote { .. } = point {
             // The first chunks' locks were confirmed, the later chunks never started.
             let locks = count_locks(&c).await;
-            assert_eq!(locks, 1024, "locks after a crash between chunks");
+            assert_eq!(locks, 1025, "locks after a crash between chunks");
         }
         c.resolve_all_locks().await.unwrap();
         assert_eq!(count_locks(&c).await, 0);
