@@ -231,7 +231,9 @@ impl Transaction {
             return Err(self.too_old());
         }
         let secondary_heads = locked_heads.split_off(1);
-        let primary_snap = locked_heads.pop();
+        // The primary's head as last written: by the heartbeat if it renewed the lease (so
+        // the commit point's CAS expects the right bytes), else by the prewrite.
+        let primary_snap = primary_head.take().or(locked_heads.pop());
         self.commit_primary(primary, commit_ts, primary_snap)
             .await?;
         crash_point!(self, CrashPoint::Committed);

@@ -40,11 +40,12 @@ use std::sync::Arc;
 /// lock, the size of one store call, and the work between two yields to the heartbeat.
 const PREWRITE_CHUNK: usize = 256;
 
-/// Write sets larger than this lock their primary alone, in a round of its own, before any
-/// other cell: a batched round of many CASes can take longer than a TTL (on TiKV each is an
-/// RPC, a few in flight at once), and until the round returns the heartbeat cannot renew
-/// the primary's lease. Smaller write sets save the round.
-pub(super) const PRIMARY_ALONE_ABOVE: usize = 32;
+/// Write sets larger than this (more than one round) lock their primary alone, in a round
+/// of its own, before any other cell: their rounds of many CASes can take longer than a TTL
+/// (on TiKV each is an RPC, a few in flight at once), and until the primary's round returns
+/// the heartbeat cannot renew its lease. Write sets of one round save the extra round (the
+/// lease margin covers their one round).
+pub(super) const PRIMARY_ALONE_ABOVE: usize = PREWRITE_CHUNK;
 
 /// The rounds of a write set of `cells` cells, as index ranges: the primary alone first when
 /// the set is larger than [`PRIMARY_ALONE_ABOVE`], then chunks of [`PREWRITE_CHUNK`].
