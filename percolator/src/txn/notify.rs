@@ -185,35 +185,17 @@ impl Shared {
     /// skipped range, and the next call redoes the rescan (it is idempotent). A CAS whose
     /// outcome is unknown is decided by the record found next, not by this call's memory.
     pub(crate) async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
-        let key = self.codec.meta(NOTIFY_FLOOR_META);
-        let mut read = self.read_floor().await?;
-        let mut raised = false;
+        let read = self.read_floor().await?;
         // The caller's scan began at `from`, at or below where readers start now
         // (`scan_from` only grows), and found nothing left below `to`.
-        while to > from && read.record.floor < to {
-            let next = NotifyFloor {
-                floor: to,
-                scan_from: read.record.scan_from,
-            };
-            let new = next.encode();
-            let out = self
-                .kv
-                .compare_and_swap(key.clone(), read.raw.clone(), new.clone())
-                .await?;
-            // Not swapped but holding exactly our bytes: the retry hazard, ours.
-            if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
-                raised = true;
-                read = FloorRead {
-                    raw: Some(new),
-                    record: next,
-                };
-                break;
-            }
-            read = FloorRead {
-                record: NotifyFloor::decode(&key, out.previous.as_deref())?,
-                raw: out.previous,
-            };
-        }
+        let (read, raised) = self
+            .update_floor(read, |r| {
+                (to > from && r.floor < to).then_some(NotifyFloor {
+                    floor: to,
+                    scan_from: r.scan_from,
+                })
+            })
+            .await?;
         self.notify_floor_seen
             .fetch_max(read.record.floor, Ordering::Relaxed);
         let relocated = if read.record.owes_rescan() {
@@ -259,27 +241,46 @@ impl Shared {
                 "notify keys moved above the raised floor"
             );
         }
-        let key = self.codec.meta(NOTIFY_FLOOR_META);
-        let mut read = self.read_floor().await?;
-        while read.record.scan_from < owed.floor {
-            let next = NotifyFloor {
-                floor: read.record.floor,
+        let read = self.read_floor().await?;
+        self.update_floor(read, |r| {
+            (r.scan_from < owed.floor).then_some(NotifyFloor {
+                floor: r.floor,
                 scan_from: owed.floor,
-            };
+            })
+        })
+        .await?;
+        Ok(relocated)
+    }
+
+    /// CASes the floor record from `read` to `want(current)` until it applies or `want`
+    /// says nothing is left to change (`None`), deciding again on every record found.
+    /// Returns the record as it stands and whether this call's CAS applied; a CAS that
+    /// reports failure but finds exactly our bytes is ours (the retry hazard).
+    async fn update_floor(
+        &self,
+        mut read: FloorRead,
+        want: impl Fn(&NotifyFloor) -> Option<NotifyFloor>,
+    ) -> TxnResult<(FloorRead, bool)> {
+        let key = self.codec.meta(NOTIFY_FLOOR_META);
+        while let Some(next) = want(&read.record) {
             let new = next.encode();
             let out = self
                 .kv
                 .compare_and_swap(key.clone(), read.raw.clone(), new.clone())
                 .await?;
             if out.swapped || out.previous.as_deref() == Some(new.as_slice()) {
-                break;
+                let read = FloorRead {
+                    raw: Some(new),
+                    record: next,
+                };
+                return Ok((read, true));
             }
             read = FloorRead {
                 record: NotifyFloor::decode(&key, out.previous.as_deref())?,
                 raw: out.previous,
             };
         }
-        Ok(relocated)
+        Ok((read, false))
     }
 }
 
