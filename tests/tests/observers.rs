@@ -570,7 +570,9 @@ async fn scans_skip_handled(store: Arc<dyn percolator::RawKv>, handled: u32) {
 /// Two workers with a backlog far older than `orphan_age` (slow observers, sweeps every
 /// pass): both make progress, so neither takes the other's share, and no change is run
 /// twice (before, a sweep took any notification older than `orphan_age`, and under backlog
-/// both workers ran everything).
+/// both workers ran everything). The workers were idle before the backlog came: an idle
+/// owner must not count as stalled while it wakes up to the work (its scan period has grown
+/// to `max_idle_interval`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_owner_keeps_its_share_under_backlog() {
     let c = memory_client();
@@ -579,7 +581,8 @@ async fn a_busy_owner_keeps_its_share_under_backlog() {
         scanners: 1,
         max_in_flight: 2,
         sweep_every: 1,
-        orphan_age: Duration::from_millis(300),
+        // The shortest the workers accept with these periods: 2 x (200 ms + 2 x 100 ms).
+        orphan_age: Duration::from_millis(800),
         hint_grace: Duration::ZERO,
         ..quick()
     };
@@ -596,7 +599,7 @@ async fn a_busy_owner_keeps_its_share_under_backlog() {
                     let calls = calls.clone();
                     async move {
                         calls.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
                         Ok(())
                     }
                 }),
@@ -613,8 +616,10 @@ async fn a_busy_owner_keeps_its_share_under_backlog() {
         worker.wait_until_settled().await;
         workers.push(worker);
     }
-    // 800 changes: at 2 in flight and 5 ms each, each worker's share takes about 2 s, more
-    // than six times the orphan age.
+    // Idle long enough for the scan period to reach `max_idle_interval`.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // 800 changes: at 2 in flight and 10 ms each, each worker's share takes about 2 s, more
+    // than twice the orphan age.
     for chunk in (0..800u32).collect::<Vec<_>>().chunks(100) {
         let t = c.begin().await.unwrap();
         for i in chunk {

@@ -9,7 +9,9 @@
 //!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
 //!   under one lock, so an owner test never mixes two heartbeats' views).
 //! - An owner counts as stalled (sweeps may take its share) only when its published progress
-//!   (notifications handled) has not moved for `orphan_age`; a busy owner keeps its share.
+//!   (notifications handled) has not moved while its own beats advanced by `orphan_age`; a
+//!   busy owner keeps its share. `orphan_age` is at least `min_orphan_age`, longer than
+//!   an idle owner takes to find new work and publish the progress.
 
 use super::{lock, Inner};
 use crate::error::WorkerError;
@@ -33,8 +35,11 @@ struct Split {
     /// Per index of the hash split: whether that worker has made no progress (handled no
     /// notification) for `orphan_age`, so sweeps may take its share.
     stalled: Vec<bool>,
-    /// Per worker key: the last progress count seen and when it last changed.
-    progress_seen: HashMap<Vec<u8>, (u64, Instant)>,
+    /// Per worker key: the last progress count seen and the worker's own beat (oracle ms)
+    /// of the first record that showed it. A stall is measured in the owner's beats, not in
+    /// this worker's clock: an owner (or a reader) whose tasks were held up by a busy
+    /// machine published no beats meanwhile, so the delay does not count against it.
+    progress_seen: HashMap<Vec<u8>, (u64, u64)>,
     /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
     /// after its first heartbeat, when the others have seen it, so that its share does not
     /// overlap theirs as it joins. `None` before the first heartbeat.
@@ -68,6 +73,15 @@ pub(crate) fn decode_record(v: &[u8]) -> Option<(u64, Option<u64>)> {
         16 => Some((word(0)?, word(8))),
         _ => None,
     }
+}
+
+/// The shortest `orphan_age` a worker uses (a shorter one is raised to it, with a
+/// warning): twice the time an idle owner may take to show progress on new work (a scan
+/// after its longest idle period, then its heartbeat publishing the progress and the
+/// sweeper's heartbeat reading it). Below it, an owner waking up to a backlog would be taken
+/// for a stalled one.
+pub(super) fn min_orphan_age(max_idle_interval: Duration, heartbeat: Duration) -> Duration {
+    2 * (max_idle_interval + 2 * heartbeat)
 }
 
 fn stable_hash(cell: &Cell) -> u64 {
@@ -162,34 +176,33 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     )
     .await?;
     let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
-    // (key, progress) of the live workers; a record without progress (an older worker)
-    // counts as always progressing.
-    let mut live: Vec<(Vec<u8>, Option<u64>)> = pairs
+    // (key, beat, progress) of the live workers; a record without progress (an older
+    // worker) counts as always progressing.
+    let mut live: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
         .into_iter()
         .filter_map(|(k, v)| {
             let (beat, progress) = decode_record(&v)?;
-            (beat.saturating_add(horizon) >= now.physical_ms()).then_some((k, progress))
+            (beat.saturating_add(horizon) >= now.physical_ms()).then_some((k, beat, progress))
         })
         .collect();
     live.sort();
     let me = inner.worker_key();
-    let index = live.iter().position(|(k, _)| *k == me).unwrap_or(0) as u64;
+    let index = live.iter().position(|(k, _, _)| *k == me).unwrap_or(0) as u64;
+    let orphan_ms = inner.config.orphan_age.as_millis() as u64;
     let mut split = lock(&inner.membership.split);
     let seen = &mut split.progress_seen;
-    seen.retain(|k, _| live.iter().any(|(l, _)| l == k));
+    seen.retain(|k, _| live.iter().any(|(l, _, _)| l == k));
     let stalled: Vec<bool> = live
         .iter()
-        .map(|(key, progress)| {
+        .map(|(key, beat, progress)| {
             let Some(progress) = *progress else {
                 return false;
             };
-            let entry = seen
-                .entry(key.clone())
-                .or_insert((progress, Instant::now()));
+            let entry = seen.entry(key.clone()).or_insert((progress, *beat));
             if entry.0 != progress {
-                *entry = (progress, Instant::now());
+                *entry = (progress, *beat);
             }
-            *key != me && entry.1.elapsed() >= inner.config.orphan_age
+            *key != me && beat.saturating_sub(entry.1) >= orphan_ms
         })
         .collect();
     split.share = (index, live.len().max(1) as u64);

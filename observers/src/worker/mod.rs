@@ -60,7 +60,10 @@ pub struct WorkerConfig {
     /// with). An owner that is busy with a backlog keeps its share.
     pub sweep_every: u32,
     /// How old a notification outside this worker's share must be, and how long its owner
-    /// must have made no progress, before a sweep takes it.
+    /// must have made no progress, before a sweep takes it. At least
+    /// `2 x (max_idle_interval + 2 x heartbeat)` (a shorter one is raised to that, with a
+    /// warning): an idle owner needs up to `max_idle_interval + 2 x heartbeat` to show the
+    /// others that it is at work on new notifications.
     pub orphan_age: Duration,
     /// Scanners leave notifications younger than this to the in-process hint path (a commit
     /// of this process hands its notify keys straight to the worker); a notification written
@@ -126,8 +129,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Worker {
     /// Starts a worker on `client` running `registry`'s observers. Declares the observed
     /// columns to `client`.
-    pub fn start(client: Client, registry: Arc<Registry>, config: WorkerConfig) -> Worker {
+    pub fn start(client: Client, registry: Arc<Registry>, mut config: WorkerConfig) -> Worker {
         registry.declare(&client);
+        let min_orphan_age = membership::min_orphan_age(config.max_idle_interval, config.heartbeat);
+        if config.orphan_age < min_orphan_age {
+            tracing::warn!(
+                orphan_age = ?config.orphan_age,
+                raised_to = ?min_orphan_age,
+                "orphan_age is shorter than an idle owner takes to show progress; raised"
+            );
+            config.orphan_age = min_orphan_age;
+        }
         let (stop, shutdown) = watch::channel(false);
         let inner = Arc::new(Inner {
             flights: Flights::new(config.max_in_flight),
