@@ -181,12 +181,12 @@ async fn resolve(
         (Notification::Strong { .. }, Some(commit_ts)) => Notification::Committed { commit_ts },
         (n, _) => n.clone(),
     };
-    // A weak observer given a strong notification still runs (at least once); a strong
-    // observer given a weak one runs without the acknowledgment check.
-    if registered.kind == ObserverKind::Weak {
-        Resolved::Run(None, decided)
-    } else {
-        Resolved::Run(covered, decided)
+    // A weak observer given a strong notification still runs (at least once); a guarded
+    // one runs without the acknowledgment check (its own guard makes a repeat write
+    // nothing); a strong observer given a weak one runs without the check.
+    match registered.kind {
+        ObserverKind::Weak | ObserverKind::Guarded => Resolved::Run(None, decided),
+        ObserverKind::Strong => Resolved::Run(covered, decided),
     }
 }
 

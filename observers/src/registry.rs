@@ -63,6 +63,13 @@ pub enum ObserverKind {
     Strong,
     /// Non-transactional: runs on explicit weak notifications, at least once, possibly more.
     Weak,
+    /// Transactional like [`ObserverKind::Strong`] (every committed write of the column
+    /// notifies, runs see only committed changes), but without the acknowledgment column:
+    /// the observer's own transaction guards against a second run, which finds the first
+    /// one's effect and writes nothing (photon's join: the IdRegistry entry). Saves the
+    /// acknowledgment's read and write (a lock and a commit) per change; see
+    /// [`Registry::guarded`] for the contract.
+    Guarded,
 }
 
 /// A registered observer.
@@ -146,12 +153,43 @@ impl Registry {
         )
     }
 
-    /// Declares every strong observer's column to `client`, so its writes notify. Writers
-    /// (loaders) must call this too; [`crate::Worker::start`] does it for the worker's client.
+    /// Registers a guarded observer named `name` on `table`/`column`: triggered like a
+    /// strong one (every committed write of the column notifies; a run sees the change
+    /// committed), run without the acknowledgment column.
+    ///
+    /// The contract the observer keeps: every run reads a guard cell and, when it finds the
+    /// change already handled there, writes nothing; a run that handles the change writes
+    /// the guard cell in the same transaction as its effects (any other write it may make
+    /// must leave the same state when repeated). Runs of one change can repeat (a notify
+    /// key whose delete failed, two workers meeting one key); two concurrent runs that
+    /// both find the guard empty both write it, so snapshot isolation lets only one
+    /// commit, and a later run sees the guard. So at most one committed run with effects
+    /// per change still holds, for one read and one write (a lock and a commit) fewer per
+    /// change than [`Registry::strong`]. Photon's click join is one: its guard is the
+    /// click's IdRegistry entry.
+    pub fn guarded(
+        &mut self,
+        table: impl AsRef<[u8]>,
+        column: impl AsRef<[u8]>,
+        name: &str,
+        observer: Arc<dyn Observer>,
+    ) -> Result<&mut Self, WorkerError> {
+        self.add(
+            table.as_ref(),
+            column.as_ref(),
+            name,
+            ObserverKind::Guarded,
+            observer,
+        )
+    }
+
+    /// Declares every strong or guarded observer's column to `client`, so its writes
+    /// notify. Writers (loaders) must call this too; [`crate::Worker::start`] does it for
+    /// the worker's client.
     pub fn declare(&self, client: &Client) {
         for (table, columns) in &self.observers {
             for (column, r) in columns {
-                if r.kind == ObserverKind::Strong {
+                if r.kind != ObserverKind::Weak {
                     client.observe_column(table, column);
                 }
             }

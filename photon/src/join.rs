@@ -69,7 +69,7 @@ struct ReadClick {
     delivery_ts: Option<u64>,
 }
 
-/// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
+/// The click join, a guarded observer on `clicks/event` that handles a batch of clicks in one
 /// transaction with batched reads (two rounds: the clicks and the boundary, then the
 /// IdRegistry entries and the queries).
 struct ClickJoin {
@@ -331,7 +331,10 @@ pub fn register(
     config: JoinConfig,
     stats: Arc<JoinStats>,
 ) -> Result<(), WorkerError> {
-    registry.strong(
+    // Guarded, not strong: the IdRegistry entry is the guard (a run that finds it writes
+    // nothing; the entry commits with the output), and the other branches (park, expire)
+    // leave the same state when repeated; see `Registry::guarded`.
+    registry.guarded(
         CLICKS,
         EVENT,
         &format!("join@{}", config.pipeline),
