@@ -93,6 +93,16 @@ pub async fn open_client(
             spec: spec.clone(),
             error,
         })?;
+    client_for_store(kv, namespace, oracle_addrs).await
+}
+
+/// A client on an opened store `kv` (see [`open_client`]; a caller that wraps the store,
+/// e.g. to count its calls, opens it with [`open_store`] and comes here).
+pub async fn client_for_store(
+    kv: Arc<dyn RawKv>,
+    namespace: &str,
+    oracle_addrs: &[String],
+) -> Result<Client, OpenError> {
     if oracle_addrs.is_empty() {
         return open_client_on(kv, namespace).await;
     }

@@ -5,6 +5,7 @@ use crate::load::{LoadError, LoadOptions, LoadStats};
 use crate::pipeline::{drain, spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
 use crate::progress::{Counter, Display, Progress};
 use crate::verify::{Report, VerifyError};
+use percolator::kv::intercept::{Intercepted, OpCounts};
 use percolator::Client;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -59,6 +60,9 @@ pub struct DemoOptions {
     pub batch_size: usize,
     /// The loader's bound on the notification backlog (`--max-backlog`); 0: none.
     pub max_backlog: usize,
+    /// The client's store, counting its calls by method: the summary reports them per
+    /// joined click (`None`: not reported).
+    pub store_calls: Option<Arc<Intercepted<OpCounts>>>,
 }
 
 /// The demo's offered load.
@@ -85,6 +89,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         ..
     } = *options;
     let backend = options.backend.clone();
+    let store_calls = options.store_calls.clone();
     let pipelines = options.pipelines.max(1);
     let logs = dir.join("logs");
     let ctr = 0.5;
@@ -145,6 +150,10 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         crate::maintenance::spawn_gc(client.clone(), spec, Default::default())
     });
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
+    let calls_before = store_calls_by_method(store_calls.as_deref());
+    let batched_cas_keys_before = store_calls
+        .as_ref()
+        .map_or(0, |c| c.hooks().batched_cas_keys());
     let started = Instant::now();
     let started_ms = crate::schema::now_ms();
     let load_stats = Arc::new(LoadStats::default());
@@ -214,6 +223,14 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     })
     .await?;
     let elapsed = started.elapsed();
+    // Store calls of the load and the join (not of the set-up nor of verify), per joined click.
+    let calls: Vec<(&'static str, u64)> =
+        store_calls_by_method(store_calls.as_deref())
+            .into_iter()
+            .zip(calls_before)
+            .map(|((name, after), (_, before))| (name, after - before))
+            .filter(|(_, n)| *n > 0)
+            .collect();
     shown.finish();
     sweeper.abort();
     if let Some(gc) = gc {
@@ -245,6 +262,18 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             sum
         });
     let wasted_ratio = wasted as f64 / report.joined.max(1) as f64;
+    let per_joined = |n: u64| n as f64 / report.joined.max(1) as f64;
+    let calls_per_joined: serde_json::Map<String, serde_json::Value> = calls
+        .iter()
+        .map(|(name, n)| (name.to_string(), serde_json::json!(round2(per_joined(*n)))))
+        .collect();
+    let calls_total = per_joined(calls.iter().map(|(_, n)| n).sum());
+    let batched_cas_keys = per_joined(
+        store_calls
+            .as_ref()
+            .map_or(0, |c| c.hooks().batched_cas_keys())
+            .saturating_sub(batched_cas_keys_before),
+    );
     for p in &running {
         p.worker.shutdown().await;
     }
@@ -287,6 +316,9 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "window_minutes": timeline.window_minutes,
             "minutes": timeline.minutes,
             "rss_mb_by_minute": rss_by_minute,
+            "store_calls_per_joined": round2(calls_total),
+            "store_calls_per_joined_by_method": calls_per_joined,
+            "batched_cas_keys_per_joined": round2(batched_cas_keys),
         });
         println!("{out}");
     } else {
@@ -316,6 +348,16 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             crate::human::whole(per_sec),
             wasted_ratio * 100.0
         );
+        if !calls.is_empty() {
+            let by_method: Vec<String> = calls
+                .iter()
+                .map(|(name, n)| format!("{name} {:.2}", per_joined(*n)))
+                .collect();
+            println!(
+                "store calls per joined click: {calls_total:.2} ({}); keys in batched CASes {batched_cas_keys:.2}",
+                by_method.join(", ")
+            );
+        }
     }
     Ok(report)
 }
@@ -335,4 +377,17 @@ fn proc_status_mb(field: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024)
+}
+
+/// (method, calls so far) of every kind of store call, in a fixed order (all zero without a
+/// counting store).
+fn store_calls_by_method(counted: Option<&Intercepted<OpCounts>>) -> Vec<(&'static str, u64)> {
+    percolator::kv::intercept::Op::ALL
+        .iter()
+        .map(|op| (op.name(), counted.map_or(0, |c| c.hooks().get(*op))))
+        .collect()
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }

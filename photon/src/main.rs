@@ -245,7 +245,20 @@ async fn main() -> anyhow::Result<()> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
-            let client = open_client(&store, "photon", &oracle, durability).await?;
+            // The store's calls are counted by method (printed per joined click).
+            let kv = percolator_cli::store::open_store(&store, durability)
+                .await
+                .with_context(|| format!("opening the store {store}"))?;
+            let counted = Arc::new(percolator::kv::intercept::Intercepted::wrap(
+                kv,
+                percolator::kv::intercept::OpCounts::default(),
+            ));
+            let client = percolator_cli::store::client_for_store(
+                counted.clone(),
+                "photon",
+                &oracle,
+            )
+            .await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",
@@ -264,6 +277,7 @@ async fn main() -> anyhow::Result<()> {
                 },
                 batch_size,
                 max_backlog,
+                store_calls: Some(counted),
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
                 std::process::exit(1);

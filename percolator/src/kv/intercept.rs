@@ -1,11 +1,12 @@
-//! One [`RawKv`] wrapper for tests that watch or disturb a store's calls (feature `testkit`).
+//! One [`RawKv`] wrapper that watches or disturbs a store's calls: tests inject faults with
+//! it, and [`OpCounts`] counts a workload's calls by method (the demo reports them).
 //!
 //! [`Intercepted`] forwards every call of the [`RawKv`] contract to the store it wraps and
 //! runs the [`Hooks`] it is given around each: before every call (with the call's kind and
 //! arguments, able to hold it back or fail it), after every answered call (able to turn the
 //! answer into a lost reply), after a scan (with the pairs it returned) and after a CAS (with
 //! its outcome, able to replace it). Every hook does nothing unless a test overrides it, so a
-//! test writes only what it watches. [`super::FaultyKv`] is built on it too.
+//! test writes only what it watches. `FaultyKv` (feature `testkit`) is built on it too.
 //!
 //! The invariant it keeps: the wrapped store sees exactly the calls the caller made, in the
 //! caller's order per task, with the caller's arguments (`batch_delete` included, which is
@@ -65,6 +66,75 @@ impl Op {
             Op::BatchCompareAndSwap => "batch_compare_and_swap",
             Op::Sync => "sync",
         }
+    }
+}
+
+impl Op {
+    /// Every kind of call, in declaration order.
+    pub const ALL: [Op; 10] = [
+        Op::Get,
+        Op::BatchGet,
+        Op::Put,
+        Op::BatchPut,
+        Op::Delete,
+        Op::BatchDelete,
+        Op::Scan,
+        Op::CompareAndSwap,
+        Op::BatchCompareAndSwap,
+        Op::Sync,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// [`Hooks`] that count the calls of each kind and change nothing: how many store calls
+/// (RPCs, on a remote store) a workload makes, by method, and how many keys the batched
+/// CASes carried.
+#[derive(Debug, Default)]
+pub struct OpCounts {
+    counts: [std::sync::atomic::AtomicU64; 10],
+    batched_cas_keys: std::sync::atomic::AtomicU64,
+}
+
+impl OpCounts {
+    /// Keys swapped (or tried) inside [`Op::BatchCompareAndSwap`] calls so far.
+    pub fn batched_cas_keys(&self) -> u64 {
+        self.batched_cas_keys
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Calls of kind `op` so far.
+    pub fn get(&self, op: Op) -> u64 {
+        self.counts[op.index()].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Calls of every kind so far.
+    pub fn total(&self) -> u64 {
+        Op::ALL.iter().map(|op| self.get(*op)).sum()
+    }
+
+    /// (kind, calls) of every kind called at least once.
+    pub fn snapshot(&self) -> Vec<(Op, u64)> {
+        Op::ALL
+            .iter()
+            .map(|op| (*op, self.get(*op)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Hooks for OpCounts {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        let counter = match call {
+            // A request of a batched CAS (the batch itself was counted).
+            Call::CompareAndSwap { batched: true, .. } => &self.batched_cas_keys,
+            call => &self.counts[call.op().index()],
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -189,6 +259,14 @@ pub trait Hooks: Send + Sync + 'static {
 pub struct Intercepted<H> {
     inner: Arc<dyn RawKv>,
     hooks: H,
+}
+
+impl<H: std::fmt::Debug> std::fmt::Debug for Intercepted<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Intercepted")
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<H: Hooks> Intercepted<H> {

@@ -14,7 +14,6 @@ mod spec;
 pub mod conformance;
 #[cfg(feature = "testkit")]
 mod faulty;
-#[cfg(feature = "testkit")]
 pub mod intercept;
 #[cfg(feature = "testkit")]
 pub use faulty::{FaultHooks, Faults, FaultyKv};
