@@ -224,13 +224,12 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     .await?;
     let elapsed = started.elapsed();
     // Store calls of the load and the join (not of the set-up nor of verify), per joined click.
-    let calls: Vec<(&'static str, u64)> =
-        store_calls_by_method(store_calls.as_deref())
-            .into_iter()
-            .zip(calls_before)
-            .map(|((name, after), (_, before))| (name, after - before))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+    let calls: Vec<(&'static str, u64)> = store_calls_by_method(store_calls.as_deref())
+        .into_iter()
+        .zip(calls_before)
+        .map(|((name, after), (_, before))| (name, after - before))
+        .filter(|(_, n)| *n > 0)
+        .collect();
     shown.finish();
     sweeper.abort();
     if let Some(gc) = gc {

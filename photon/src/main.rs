@@ -253,12 +253,8 @@ async fn main() -> anyhow::Result<()> {
                 kv,
                 percolator::kv::intercept::OpCounts::default(),
             ));
-            let client = percolator_cli::store::client_for_store(
-                counted.clone(),
-                "photon",
-                &oracle,
-            )
-            .await?;
+            let client =
+                percolator_cli::store::client_for_store(counted.clone(), "photon", &oracle).await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",

@@ -65,6 +65,17 @@ impl Shared {
         ttl_ms: u64,
     ) -> TxnResult<TxnStatus> {
         let s = start_ts.0;
+        // A decided fate never changes (a commit is final; a rolled-back transaction can
+        // never lock its primary again): asked before, it is answered without a read.
+        let decided_key = (s, {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            primary.hash(&mut h);
+            h.finish()
+        });
+        if let Some(status) = self.decided.get(&decided_key) {
+            return Ok(status);
+        }
         let update = self
             .update_head(primary, None, |snap: Arc<HeadSnapshot>| async move {
                 let head = &snap.head;
@@ -103,13 +114,17 @@ impl Shared {
                 Ok(HeadStep::Write(fenced))
             })
             .await?;
-        Ok(match update {
+        let status = match update {
             HeadUpdate::Kept(status, _) => status,
             HeadUpdate::Written(_) => {
                 tracing::debug!(%start_ts, %primary, "fenced an expired transaction");
                 TxnStatus::RolledBack
             }
-        })
+        };
+        if status != TxnStatus::Pending {
+            self.decided.insert(decided_key, status);
+        }
+        Ok(status)
     }
 
     /// Resolves `lock`, met on `cell`: rolls it forward if its transaction committed, back if

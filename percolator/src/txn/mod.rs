@@ -76,7 +76,14 @@ pub(crate) struct Shared {
     /// How long this client's slowest recent step of a commit took (see [`RoundTrips`]):
     /// the margin its leases carry.
     pub(crate) round_trips: RoundTrips,
+    /// Decided fates (committed at `c`, rolled back) by (start_ts, hash of the primary): a
+    /// decided fate never changes, so a status read once serves every later question about
+    /// the transaction (the notifications of a loader's batch all name one primary).
+    pub(crate) decided: quick_cache::sync::Cache<(u64, u64), locks::TxnStatus>,
 }
+
+/// Decided transaction fates remembered per client (about 40 bytes each).
+const DECIDED_CAPACITY: usize = 1 << 16;
 
 /// The slowest recent round trip of a client's commits (a store or oracle call, a batched
 /// prewrite round, a heartbeat): the slowest of the current and the previous window of
@@ -216,6 +223,7 @@ impl Client {
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
                 notify_floor_seen: Default::default(),
                 round_trips: Default::default(),
+                decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
                 config,
                 observed: Default::default(),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
