@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use common::*;
 use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
 use percolator::kv::{CasOutcome, KvError, KvResult, MemoryKv, RawKv};
-use percolator::txn::{Client, ClientConfig, CrashPoint, TxnError};
+use percolator::txn::{Client, ClientConfig, CrashPoint, TxnError, TxnStatus};
 use percolator::Cell;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -443,4 +443,56 @@ async fn blind_writes_remember_only_cells_written_before() {
     );
     let t = c.begin().await.unwrap();
     assert_eq!(t.get(&acct(1)).await.unwrap().as_deref(), Some(&b"2"[..]));
+}
+
+/// A decided fate is read once: the notifications of one batch of writes all name its
+/// primary, and asking about it again costs no store call (a committed or rolled-back fate
+/// never changes). An undecided one is read each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_fate_is_read_once() {
+    let counted = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()),
+        percolator::kv::intercept::OpCounts::default(),
+    ));
+    let c = client_on(counted.clone(), test_config());
+    let primary = Cell::new("fate", "p", "v");
+    let t = c.begin().await.unwrap();
+    t.set(primary.clone(), "x");
+    t.set(Cell::new("fate", "s", "v"), "y");
+    let start = t.start_ts();
+    t.commit().await.unwrap();
+    let reads = |c: &Intercepted<percolator::kv::intercept::OpCounts>| {
+        c.hooks().get(Op::Get) + c.hooks().get(Op::BatchGet) + c.hooks().get(Op::Scan)
+    };
+    let before = reads(&counted);
+    let mut fates = Vec::new();
+    for _ in 0..20 {
+        fates.push(c.txn_status_with_ttl(&primary, start, 300).await.unwrap());
+    }
+    assert!(
+        fates.iter().all(|f| matches!(f, TxnStatus::Committed(_))),
+        "{fates:?}"
+    );
+    assert!(
+        fates.windows(2).all(|w| w[0] == w[1]),
+        "one commit_ts: {fates:?}"
+    );
+    assert_eq!(reads(&counted) - before, 1, "20 questions, one read");
+
+    // A transaction still in flight (nothing written yet, its TTL not over): pending, and
+    // read again each time.
+    let live = c.begin().await.unwrap();
+    let other = Cell::new("fate", "q", "v");
+    let before = reads(&counted);
+    for _ in 0..5 {
+        let fate = c
+            .txn_status_with_ttl(&other, live.start_ts(), 60_000)
+            .await
+            .unwrap();
+        assert_eq!(fate, TxnStatus::Pending);
+    }
+    assert!(
+        reads(&counted) - before >= 5,
+        "an undecided fate is read each time"
+    );
 }
