@@ -39,6 +39,7 @@
 //! ```
 
 pub mod admin;
+pub mod design;
 mod deadletter;
 mod error;
 #[doc = include_str!("../../docs/observers.md")]

@@ -71,6 +71,7 @@
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
+pub mod design;
 mod config;
 mod limits;
 mod pd;

@@ -31,7 +31,7 @@
 //! ## The retry hazard
 //!
 //! A CAS whose reply is lost may be sent again by the transport (`tikv-client` does;
-//! [`crate::kv::FaultyKv`] injects it in tests). If the first attempt applied, the repeat finds
+//! `kv::FaultyKv` injects it in tests). If the first attempt applied, the repeat finds
 //! our own new value and answers `swapped = false` with `previous == new`; if another writer
 //! replaced our value in between, it answers with that writer's value. A failed CAS therefore
 //! means "re-read and decide", never "nothing was written". Every value this project CASes never
