@@ -39,7 +39,7 @@
 //! stops at the bound (give or take one batch per file):
 //! `photon/tests/photon.rs::loader_waits_while_the_backlog_is_above_its_bound`.
 //!
-//! ## Click observer ([`crate::join::ClickJoin`], strong, on `clicks/event`)
+//! ## Click observer (`join::ClickJoin`, strong, on `clicks/event`)
 //!
 //! It implements `observe_batch`, so a batch of clicks is one transaction with two rounds of
 //! reads: every click and the IdRegistry boundary, then the IdRegistry entries of the clicks at
@@ -66,7 +66,7 @@
 //! the list in the same transaction. Loading a query notifies nobody by itself (`queries/event`
 //! is not observed): a loader batch that loads queries also writes one wake check,
 //! `wakechecks/<file>@<offset>/queries` holding the batch's query ids, an observed cell. Its weak
-//! observer ([`crate::join::CheckWakes`]) runs after the batch commits, reads the pending lists
+//! observer (`join::CheckWakes`) runs after the batch commits, reads the pending lists
 //! of those queries in one `get_many`, notifies the wake cells of those that clicks wait for and
 //! deletes the check: one run per batch of up to 500 lines, instead of a wake run per query.
 //! Query notifications from older loaders are handled by the same wake observer, registered on
