@@ -40,8 +40,20 @@
 //! primary), and the conformance `cas_counter` check keeps the counter's history in its values
 //! to decide the same way.
 //!
+//! In the weather tests almost every region error and lost reply is absorbed by the client's
+//! own retries (sized to `op_timeout` as above); what reaches the adapter is `ServerIsBusy` and
+//! reverse-scan transport errors.
+//!
 //! Callers ride on these retries: `photon load`, for one, has no retry loop of its own, so an
 //! outage longer than `op_timeout` still ends it (a rerun resumes from its offsets).
+//!
+//! ## Limits and switches
+//!
+//! - Size limits (`max_key_bytes`, `max_entry_bytes`) are checked per pair, counting 1 KiB for
+//!   its raft command ([`crate::ENTRY_OVERHEAD_BYTES`]): the client splits batches into
+//!   requests of about 16 KiB, so only a single pair can reach TiKV's 8 MiB raft entry limit.
+//! - `reverse_scan_fast_path = false` pages every reverse scan's range forward with key-only
+//!   scans (the fallback for a part whose answer fails a check, used for the whole range).
 //!
 //! ## Connection details
 //!
