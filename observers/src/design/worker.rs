@@ -18,6 +18,9 @@
 //!   queued as hints) to the hint path. A key can be skipped by a pass but not forever: once the
 //!   hint queue is empty `hint_floor` is lifted and every key is older than `hint_grace` after
 //!   that long.
+//! - **Latency.** A change committed in the worker's own process reaches it at once (hints);
+//!   one committed by another process is found within `hint_grace` plus the scan period
+//!   (`idle_interval`, backing off to `max_idle_interval` while idle) per hop of a chain.
 //! - **Rationed passes.** After a pass that found nothing, or while hints carry the work, the
 //!   scanner waits `idle_interval`, doubling up to `max_idle_interval`; scanners back off the
 //!   same way when the hints did at least as much work as their last pass. Idle scanners take
