@@ -39,8 +39,8 @@
 //! ```
 
 pub mod admin;
-pub mod design;
 mod deadletter;
+pub mod design;
 mod error;
 #[doc = include_str!("../../docs/observers.md")]
 pub mod guide {}
