@@ -71,8 +71,8 @@
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
-pub mod design;
 mod config;
+pub mod design;
 mod limits;
 mod pd;
 mod retry;
