@@ -32,6 +32,7 @@
 
 pub mod cli;
 mod cluster;
+pub mod design;
 mod service;
 
 use percolator::kv::{Durability, EmbeddedKv, EmbeddedOptions, KvError, MemoryKv, RawKv};

@@ -40,6 +40,7 @@
 
 pub mod admin;
 mod deadletter;
+pub mod design;
 mod error;
 #[doc = include_str!("../../docs/observers.md")]
 pub mod guide {}

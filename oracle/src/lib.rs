@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod clock;
+pub mod design;
 mod lease;
 pub mod local;
 pub mod proto;

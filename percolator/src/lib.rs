@@ -12,6 +12,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the protocol and its invariants.
 
 pub mod codec;
+pub mod design;
 pub mod kv;
 pub mod record;
 pub mod ts;

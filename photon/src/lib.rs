@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod demo;
+pub mod design;
 pub mod drained;
 pub mod event;
 pub mod gen;

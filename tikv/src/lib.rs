@@ -72,6 +72,7 @@
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
 mod config;
+pub mod design;
 mod limits;
 mod pd;
 mod retry;

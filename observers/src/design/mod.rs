@@ -1,0 +1,13 @@
+//! Design notes of the observer runtime: what the worker does and why each promise holds. The
+//! author's view of the same promises is the [`crate::guide`]; the transaction side
+//! (notify keys, hints, the notify space and its floor) is `percolator::design::notify`.
+//!
+//! | page | what it holds |
+//! |---|---|
+//! | [`processing`] | handling one notify key, acknowledgments, batches and why the strong guarantee holds per cell |
+//! | [`worker`] | the worker's tasks: hints, scanners, membership and the hash split, orphan sweeps, backpressure, quiescence, failures and outages |
+//! | [`operators`] | what operators read ([`crate::admin`]) and the drain check seen from another process |
+
+pub mod operators;
+pub mod processing;
+pub mod worker;

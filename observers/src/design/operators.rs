@@ -1,0 +1,24 @@
+//! # What operators read, and the drain check
+//!
+//! [`crate::admin`] (rendered by `percolator-ctl`): typed reads from any process, none of which
+//! resolves, waits on or changes what it inspects: the worker registry (live by heartbeat age,
+//! index in the hash split), the backlog per column (one pass from the notify floor: O(live)),
+//! notifications, dead letters (id: FNV-1a of the notify key), locks (one pass over the heads:
+//! O(cells)), cells with their lock and versions (head, then `V`).
+//!
+//! ## Drained, seen from another process (`is_drained`)
+//!
+//! A run in flight always has its notify key in the store (deleted only after the run
+//! committed; its chained notifications are put in its prewrite, before that commit), so "no
+//! notify key" implies "no run in flight that can still produce work", except that a scan is
+//! not atomic: a run finishing during the scan can put its chained key behind the scan's
+//! position and delete its own ahead of it. Each heartbeat record carries the worker's count of
+//! handled notifications, counted right after a key is deleted; so the check reads the records,
+//! scans (any key: not drained), then waits until every live worker has beaten twice after the
+//! scan ended, and answers drained only if no worker's count moved and none left or joined with
+//! progress.
+//!
+//! Tests: `observers/tests/admin.rs` (hand-written records: idle, busy during the check,
+//! silent, backlog), `ctl/tests/ctl.rs` (`wait` returns only when every row of a two-hop chain
+//! is done, with two workers), `photon/tests/until_drained.rs` (Photon's drain adds its loader:
+//! `photon::design`).

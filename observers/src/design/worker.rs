@@ -1,0 +1,88 @@
+//! # The worker
+//!
+//! [`crate::Worker::start`]; the code is `observers/src/worker/`, one module per concern, each
+//! stating the invariants it keeps: `membership` (heartbeats, hash split, stalled owners),
+//! `hints` (the hint path), `scan` (scanners, notify floor), `dispatch` (runs in flight,
+//! per-cell exclusion, batches, hints queued per busy cell), `retry` (backoff, recently handled
+//! keys, dead letters).
+//!
+//! ## Two paths to work
+//!
+//! - **Hints.** A hint task dispatches each hinted key of a cell the worker observes and owns at
+//!   once, as the hint's `Committed { c }` (no status lookup: the committer knows its fate);
+//!   this is the path of everything written in the worker's own process.
+//! - **Scanners.** `scanners` tasks each pass over the notify space from the notify floor,
+//!   oldest bucket first (and raise the floor: `percolator::design::notify`): the path of other
+//!   processes' writes and of lost hints. Scanners leave keys younger than `hint_grace` and keys
+//!   at or above the timestamp of the hint being dispatched (`hint_floor`: most likely still
+//!   queued as hints) to the hint path. A key can be skipped by a pass but not forever: once the
+//!   hint queue is empty `hint_floor` is lifted and every key is older than `hint_grace` after
+//!   that long.
+//! - **Latency.** A change committed in the worker's own process reaches it at once (hints);
+//!   one committed by another process is found within `hint_grace` plus the scan period
+//!   (`idle_interval`, backing off to `max_idle_interval` while idle) per hop of a chain.
+//! - **Rationed passes.** After a pass that found nothing, or while hints carry the work, the
+//!   scanner waits `idle_interval`, doubling up to `max_idle_interval`; scanners back off the
+//!   same way when the hints did at least as much work as their last pass. Idle scanners take
+//!   turns: one whose wait ran out skips its pass (and waits again) when another scanner of the
+//!   worker made such an idle pass meanwhile, since a pass covers the whole space; a wake-up for
+//!   lost hints always scans, and passes that found work do not count, so a backlog found by
+//!   scanning still gets every scanner (`observers.rs::idle_scanners_take_turns`).
+//! - **Per-cell exclusion.** A hinted key whose cell is already in flight is queued for the run
+//!   on that cell, which takes it next in the same slot; a scanner skips a cell in flight, and
+//!   after a few in a row moves on (anti-clumping). Keys handled in the last seconds are
+//!   remembered so a stale page does not re-run them.
+//! - **Backpressure.** A semaphore bounds observer runs in flight (`max_in_flight`; both paths
+//!   wait: no unbounded queue).
+//!
+//! ## Membership, the hash split and orphan sweeps
+//!
+//! Workers register in `M workers/<id>` with heartbeats and split the notify space by a stable
+//! hash of the cell among live workers. A new worker takes its share only a heartbeat period (at
+//! most 1 s) after its first heartbeat, when the others have seen it, so shares do not overlap
+//! as workers join ([`crate::Worker::wait_until_settled`]).
+//!
+//! Every `sweep_every`-th pass also takes keys of other shares older than `orphan_age` whose
+//! owner has made no progress for `orphan_age`: each heartbeat record carries the worker's count
+//! of handled notifications next to its beat, and every worker notes the owner's own beat at
+//! which each live worker's count last moved (a stall is counted in the owner's beats, so a
+//! machine too busy to run its tasks does not make it look stalled). `orphan_age` is at least
+//! `2 x (max_idle_interval + 2 x heartbeat)`, longer than an idle owner takes to find a new
+//! backlog and publish its progress (shorter values are raised, with a warning). An owner that
+//! is busy with a backlog keeps its share (age alone would let redundant workers run nearly
+//! everything twice under a backlog); a stuck one (a hung observer) loses it; a dead one drops
+//! out of the split after three missed heartbeats. Tests:
+//! `a_busy_owner_keeps_its_share_under_backlog`, `a_stuck_owner_loses_its_share`.
+//!
+//! ## Quiescence and shutdown
+//!
+//! [`crate::Worker::wait_until_quiescent`] returns once a scan finds no notify key of a
+//! registered column, nothing is in flight in this worker and no run started during the scan
+//! (runs in other processes' workers are not seen: for those, [`super::operators`]).
+//! [`crate::Worker::run_until`] shuts down gracefully when its future resolves (stop scanning,
+//! wait for runs in flight, leave the registry); binaries pass the shutdown signal, installed
+//! before they announce readiness.
+//!
+//! ## Failures, outages, dead letters
+//!
+//! An observer error or panic (caught) is retried with exponential backoff; after
+//! `max_failures` the notification moves to `M deadletter/<notify key>`
+//! ([`crate::DeadLetter::list`], `DeadLetter::replay` puts it back through
+//! `Client::put_notification`, `DeadLetter::discard` deletes it). Corrupt notify keys are
+//! dead-lettered at once.
+//!
+//! Only the observer's own failures count: an outage met on the way (store unavailable or slow,
+//! oracle unavailable, a commit whose outcome is unknown: `TxnError::is_transient`, neither a
+//! conflict nor an attempt past its lifetime) is `Outcome::Transient`, retried for as long as it
+//! lasts with the failure count it had and a backoff that doubles with each outage error in a
+//! row (metric `transient`), and a batch that meets one is retried whole, not split (every half
+//! would meet it too). A letter keeps the decided record (`Committed { c }`) for every kind of
+//! observer, so a replay after GC removed the writer's evidence still runs it. The retry ledger
+//! is bounded: an entry 60 s past its retry time is dropped once the ledger holds more than
+//! 10,000. Tests: `tests/tests/observer_outages.rs`.
+//!
+//! ## Metrics
+//!
+//! [`crate::Worker::metrics`]: found, hinted (dispatched from hints), processed, duplicates
+//! (covered by the ack: wasted work), conflicts, failures, dead-lettered, rolled back,
+//! transient, batches, splits, keys scanned, and an HDR histogram of observer run latency.

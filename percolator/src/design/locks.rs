@@ -1,0 +1,39 @@
+//! # Status through the primary, lock resolution
+//!
+//! ## Status through the primary
+//!
+//! Status of transaction `s` with primary `P` (`txn_status`, [`crate::txn::TxnStatus`]),
+//! checked in this order on one read of `P`'s head:
+//!
+//! 1. `P` locked by `s` → pending, or fenced (lock removed, `rollback_ts` raised, one CAS) once
+//!    oracle time passes `physical(s) + ttl` ("now" is a fresh oracle timestamp);
+//! 2. `latest` or a `recent` entry with `start_ts == s`, or a `V` entry of `P` newer than `s`
+//!    with `start_ts == s` → committed at its commit_ts;
+//! 3. `rollback_ts >= s` → rolled back (steps 1–2 found nothing, and the primary can no longer
+//!    be locked: invariant 3);
+//! 4. otherwise the primary may still be in flight (prewrites run in parallel): pending until
+//!    the TTL of the lock we met (or the one in the notify key) has passed on oracle time, then
+//!    fence with a CAS that raises `rollback_ts` to `s`, expecting exactly the bytes steps 1–2
+//!    examined.
+//!
+//! A failed CAS means the head moved: steps 1–3 run again on the new head. After a successful
+//! fence the transaction is rolled back for good. The committing writer itself uses this check
+//! when its lock is gone from the primary (`Aborted` only while no GC can have removed the
+//! evidence: [`super::gc`]).
+//!
+//! ## Lock resolution
+//!
+//! A lock of transaction `s` met on cell `X` (by a read, a prewrite, GC or an observer) is
+//! resolved through `s`'s status: committed at `c` → roll forward (CAS `X`: our lock → `latest`
+//! at `c`; the commit point itself is this step on the primary); rolled back → roll back (CAS
+//! `X`: remove the lock and raise `rollback_ts`, a defence: the primary already decides);
+//! pending → readers back off and retry (a pending lock is never skipped), a prewrite reports
+//! `Conflict` at once (two writers waiting on each other would deadlock until a TTL expires).
+//! A committed secondary is rolled forward whatever its TTL. Every step is one CAS from the head
+//! just read; a failed CAS re-reads and decides again.
+//!
+//! In the code (`percolator::txn::locks`: `txn_status`, `resolve_lock`, `roll_forward`,
+//! `roll_back`, `fence_primary`), that loop is written once, `Shared::update_head`
+//! (`txn/heads.rs`): a decision on the head seen, then one CAS from exactly those bytes, and on
+//! a moved head the decision again on the head found. The prewrite and the heartbeat use it
+//! too.

@@ -1,0 +1,138 @@
+//! # The join
+//!
+//! ## Loader ([`crate::load`])
+//!
+//! Each batch of lines commits with the file's offset cell (read in the same transaction; a
+//! mismatch means another loader moved it: re-read from there), so a SIGKILLed loader neither
+//! skips nor repeats input. The offset cell is keyed by what the log is, not its path
+//! (`load::identity`): `id:<FNV-1a of its first 4 KiB>`, or for a shorter log `young:<FNV-1a of
+//! its first line>:<path>` (moved to its new key in the batch that follows a rename, or that
+//! takes the log past 4 KiB); `load::files` follows a log renamed to a name the loader does not
+//! read (`clicks.jsonl.1`) to its end. The cell holds `offset,line,fingerprint,kind,path`:
+//! FNV-1a of the last 4 KiB loaded before the offset, checked before each batch; a file shorter
+//! than its offset or with other bytes there was rewritten or truncated in place and is refused
+//! (`LoadError::Changed`) instead of being read from the middle of a line (offsets without a
+//! fingerprint, from earlier versions, are only checked against the size). Lines are read as
+//! bytes: malformed lines, invalid UTF-8 included, go to the rejects file (`file:line: error:
+//! text`, the line byte for byte) before the batch commits (reported twice at worst, never
+//! lost); the log echoes the first 200 bytes, escaped. The loader declares the observed columns
+//! it writes (`photon::schema::declare_observed`), since a declaration lives in the client
+//! (`percolator::design::notify`).
+//!
+//! `load_dir` loads all files at once but in step by event time (a frontier): a file whose next
+//! batch starts more than 1 s of event time after another file's pending batch waits (the file
+//! with the earliest batch always proceeds, and finished files drop out, so it cannot stall).
+//! Without it the click files, with fewer lines than the query files, run ahead and nearly
+//! every click parks and has to be woken.
+//!
+//! **Backpressure** (`--max-backlog`, 10,000 by default, 0 for none; `load::Backlog`): before
+//! each batch the loader waits while more notifications than the bound wait for the join, so
+//! latency measures the system rather than a queue growing without bound ahead of it. The
+//! backlog is counted in the store (a scan of the notify space from the notify floor with a
+//! limit), so it works whether the workers run in the loader's process or elsewhere. Counts are
+//! rare, since each walks delete markers: between counts the loader passes on an estimate (last
+//! count plus lines committed since, for up to 1 s); once the estimate is above the bound it
+//! counts, and waits until half the bound is left, counting to half the bound at intervals
+//! doubling from 50 to 800 ms, or, once the interval has reached 800 ms, until a count to the
+//! bound finds it at or below the bound (so notifications that never drain, e.g. of an
+//! unobserved column, stall the loader only above the bound). With no join running, a loader
+//! stops at the bound (give or take one batch per file):
+//! `photon/tests/photon.rs::loader_waits_while_the_backlog_is_above_its_bound`.
+//!
+//! ## Click observer (`join::ClickJoin`, strong, on `clicks/event`)
+//!
+//! It implements `observe_batch`, so a batch of clicks is one transaction with two rounds of
+//! reads: every click and the IdRegistry boundary, then the IdRegistry entries of the clicks at
+//! or above the boundary and every click's query in one `get_many`; then each click in turn, as
+//! follows. Two clicks of a batch that park on one query both stay on its list: `park_click`
+//! reads the list after the earlier click's write (a transaction reads its own writes). Per
+//! click:
+//!
+//! - below the IdRegistry boundary → outcome `too_old` (a click with a terminal outcome keeps
+//!   it: below);
+//! - IdRegistry entry present → nothing (counted `deduplicated` when the click version read is
+//!   newer than the joining transaction, i.e. a duplicate delivery, else `wasted`);
+//! - query present → write the IdRegistry token (`pipeline/worker/pid/start_ts`) and the joined
+//!   event together;
+//! - query absent, past the horizon → outcome `expired:<horizon secs>`;
+//! - else park: add the click to `pending/<query_id>`, file it in the parked index
+//!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
+//!
+//! ## Wake observer and wake checks
+//!
+//! The wake observer (weak, on `queries/wake`, a column that holds nothing and is only ever
+//! notified): if the query is absent (a park's notification before the query arrived),
+//! nothing; else it reads `pending/<query_id>` and, if clicks wait, notifies each and deletes
+//! the list in the same transaction. Loading a query notifies nobody by itself (`queries/event`
+//! is not observed): a loader batch that loads queries also writes one wake check,
+//! `wakechecks/<file>@<offset>/queries` holding the batch's query ids, an observed cell. Its weak
+//! observer (`join::CheckWakes`) runs after the batch commits, reads the pending lists
+//! of those queries in one `get_many`, notifies the wake cells of those that clicks wait for and
+//! deletes the check: one run per batch of up to 500 lines, instead of a wake run per query.
+//! Query notifications from older loaders are handled by the same wake observer, registered on
+//! `queries/event` too.
+//!
+//! **Why no wake-up is lost.** A wake run starts only after the commit that notified it is
+//! decided (the key is handled once its writer's status is `Committed`, or from the committer's
+//! hint), so its snapshot is above that commit. Let a park commit at `c_p` from a snapshot that
+//! did not see the query, and the query's batch commit at `q`. The park's notify key is written
+//! with its prewrite, so the park's wake run `W_p` happens (crash or not) with snapshot `s_p' >
+//! c_p`. The batch's wake check is written with the batch, its notify key with the batch's
+//! prewrite, so the check runs (crash or not) at a snapshot `r > q`. If `q < s_p'`, `W_p` sees
+//! the query and the park: it wakes the click. Otherwise `s_p' < q < r`, so `c_p < r`: the check
+//! sees the park and notifies the wake cell, whose run (snapshot above the check's commit, so
+//! above `q` and `c_p`) wakes the click. A batch retried after a reply lost at its commit finds
+//! its offset moved and stops, but its check was committed with it. The check must ride on a
+//! notify key, not on the loader or a commit hook after the commit returns: those are lost on a
+//! crash or a lost commit reply and invisible to `--until-drained` and
+//! `wait_until_quiescent`.
+//!
+//! Both waking paths (and the sweep) take the click off the list in the transaction that
+//! notifies it and write the list cell, so concurrent wakers conflict instead of waking a click
+//! twice. The durable sweep (`sweep_pending`, every `--sweep-ms`, 5 s by default; it reads the
+//! parked index, [`super::growth`]) remains for clicks past the horizon and for wake-ups the
+//! observers lost (a dead-lettered wake run).
+//! `photon/tests/photon.rs::parked_clicks_are_woken_without_the_sweep` loads clicks racing their
+//! queries over a store with random call delays and no sweep; without the park's notify it
+//! fails (clicks stay parked), and another test there fails when the check notifies nothing.
+//!
+//! ## Redundant pipelines
+//!
+//! Each pipeline is a worker with its own observer names, all in one worker registry, so the
+//! hash split spreads clicks over the pipelines' workers; the IdRegistry and the ack columns make
+//! the output exactly once whichever worker runs a click, and a pipeline that dies leaves its
+//! share to the others (orphan sweep, then the split: `observers::design::worker`).
+//!
+//! ## IdRegistry GC ([`crate::registry`], `photon gc`)
+//!
+//! Raises the boundary day (never lowers it; by more than one day only with `--force`) in a
+//! transaction, counting the retention back from the oracle's day (not the host's clock), waits
+//! until the oracle is past the boundary's commit_ts plus `max_lifetime` so no transaction that
+//! read the old boundary can still commit (lifetimes are bounded in oracle time, which may lead
+//! the wall clock and run at half speed after a takeover), then deletes the days below it; the
+//! click observer checks the boundary first. A click below the boundary keeps its first terminal
+//! outcome (joined, filtered, expired); only one with none (or still waiting) is marked
+//! `too_old`.
+//!
+//! ## Verify and the drain
+//!
+//! Verify ([`crate::verify`]): every input click (from the log files) has exactly one joined
+//! event or a reason (too old, expired with the horizon, query missing, filtered; an expired
+//! click whose query was loaded later is expired, not lost); latency percentiles are from the
+//! later of the click's and query's arrival to the joined commit; exit status non-zero on any
+//! duplicate or loss. `verify_until` (behind `verify --wait`) reads the logs once and the output
+//! on every try; output is read page by page in bounded memory.
+//!
+//! `photon work --until-drained` ([`crate::drained`]) adds the loader to the observers' drain
+//! check (`observers::design::operators`): every log file's committed offset at its last
+//! complete line (`photon::load::status`), then `is_drained`, then a sweep of parked clicks that
+//! wakes none. `photon/tests/until_drained.rs`: a worker started before the load waits for the
+//! files; workers started after it exit only once the backlog is handled; `photon verify` passes
+//! right after they exit; both fail if the drain check is skipped.
+//!
+//! ## Cost per click
+//!
+//! A share of a loader transaction and of its wake check (one batched read), a share of a
+//! click-observer batch transaction (batched reads, batched 2PC, one `batch_delete` of the notify
+//! keys), plus a wake run per parked click. Measured figures: `docs/benchmarks.md`; where the
+//! time goes: `docs/perf/photon.md`.
