@@ -15,6 +15,14 @@
 //!   Two concurrent runs for one change conflict on the acknowledgment, so at most one commits
 //!   per change; after the commit the exact notify key is deleted.
 //! - `Weak` keys run the observer without the acknowledgment check (at least once).
+//! - A *guarded* observer ([`crate::Registry::guarded`]) is triggered like a strong one (its
+//!   column notifies on every committed write; the writer's fate is decided as above) but runs
+//!   without the acknowledgment: its own transaction reads a guard cell and writes nothing
+//!   when the change is already handled there, and writes the guard with its effects. Two
+//!   concurrent runs that both find the guard empty both write it, so only one commits; a
+//!   later run sees it. At most one committed run *with effects* per change holds, for one read
+//!   and one written cell (a lock and a commit) fewer per change. Photon's click join is one:
+//!   its guard is the click's IdRegistry entry (`photon::design::join`).
 //!
 //! ## Batches
 //!

@@ -17,7 +17,13 @@
 //!    examined.
 //!
 //! A failed CAS means the head moved: steps 1–3 run again on the new head. After a successful
-//! fence the transaction is rolled back for good. The committing writer itself uses this check
+//! fence the transaction is rolled back for good.
+//!
+//! A decided fate (committed at `c`, rolled back) is remembered by the client, keyed by
+//! `(s, P)`, and answers later questions without a read: a commit is final (the version at `c`
+//! stays `s`'s, whatever GC later removes), and a rolled-back `s` can never lock `P` again
+//! (invariant 3). Pending is never remembered. The notifications of one loader batch all name
+//! one primary, so a worker reads it once per batch, not once per notification. The committing writer itself uses this check
 //! when its lock is gone from the primary (`Aborted` only while no GC can have removed the
 //! evidence: [`super::gc`]).
 //!
