@@ -46,6 +46,7 @@ pub mod guide {}
 mod metrics;
 mod process;
 mod registry;
+pub mod renotify;
 pub mod testing;
 mod worker;
 
