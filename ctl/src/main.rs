@@ -57,6 +57,7 @@ async fn run(cli: &Cli) -> anyhow::Result<Answer> {
             verbs::dead_letters::dead_letters(&client, command).await?
         }
         Command::Locks { resolve } => verbs::locks::locks(&client, *resolve).await?,
+        Command::Renotify(args) => verbs::renotify::renotify(&client, args).await?,
         Command::Gc => verbs::gc::gc(&client).await?,
         Command::Wait { timeout, poll_ms } => {
             verbs::wait::wait(&client, &cli.store, *timeout, *poll_ms).await?

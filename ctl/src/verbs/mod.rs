@@ -6,6 +6,7 @@ pub mod dead_letters;
 pub mod gc;
 pub mod locks;
 pub mod notifications;
+pub mod renotify;
 pub mod scan;
 pub mod status;
 pub mod wait;

@@ -16,6 +16,7 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
     let backlog = admin::backlog(client).await?;
     let letters = admin::dead_letters(client).await?;
     let locks = admin::locks(client).await?;
+    let renotifies = observers::renotify::renotifies_in_progress(client).await?;
     let safe_point = client.gc_safe_point().await?;
     let oracle_ns = store.oracle_namespace();
     let record = client
@@ -104,6 +105,10 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
         )));
     }
     text.push_str(&format!("dead       {} dead letters\n", letters.len()));
+    text.push_str(&format!("renotify   {} in progress\n", renotifies.len()));
+    if !renotifies.is_empty() {
+        text.push_str(&indent(&super::renotify::progress_table(&renotifies)));
+    }
     text.push_str(&format!(
         "locks      {} held, {} older than their TTL\n",
         locks.len(),
@@ -147,6 +152,7 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
             })).collect::<Vec<_>>(),
         },
         "dead_letters": letters.len(),
+        "renotify": renotifies.iter().map(super::renotify::progress_json).collect::<Vec<_>>(),
         "locks": {
             "total": locks.len(),
             "expired": expired.iter().map(|l| render::lock_json(l)).collect::<Vec<_>>(),
