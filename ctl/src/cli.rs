@@ -11,7 +11,7 @@ use percolator::kv::{Durability, StoreSpec};
 #[command(
     name = "percolator-ctl",
     version,
-    about = "Inspect and operate an observer application's store: workers, backlog, dead letters, locks, cells, GC"
+    about = "Inspect and operate an observer application's store: workers, backlog, dead letters, locks, cells, GC, renotify"
 )]
 pub struct Cli {
     #[command(flatten)]

@@ -36,6 +36,9 @@
 //!
 //! Keys carry the version's commit_ts, so operators see old ages in the backlog (`status`,
 //! `notifications`) for them; scanners take them at once (they are older than `hint_grace`).
+//! A redone page's key that a worker handled (and deleted) less than a few seconds before,
+//! in the same bucket, is left alone by that worker's scanners until its memory of recently
+//! handled keys lets go of it, then handled as a duplicate: later, never lost.
 
 mod progress;
 
