@@ -269,3 +269,32 @@ async fn a_prefix_limits_the_rows() {
     assert_eq!(runs(&c, &b).await, vec![0; 12]);
     worker.shutdown().await;
 }
+
+/// Notify keys go where scanners look: with the notify floor raised ahead of the wall clock
+/// by another client, a renotifying client that has never seen the floor still puts every
+/// key at or above it (the commit path's settling), and the worker runs every row. Fails if
+/// the keys were put at this second's bucket without settling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_keys_land_at_or_above_a_raised_floor() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let c = client_on(kv.clone(), test_config());
+    let all = rows("r", 10);
+    write_rows(&c, &all).await;
+    let ahead = percolator::txn::wall_bucket() + 3600;
+    c.raise_notify_floor(0, ahead).await.unwrap();
+    assert_eq!(c.notify_floor().await.unwrap(), ahead);
+
+    let other = Client::with_config(kv.clone(), c.oracle().clone(), test_config());
+    let report = renotify(&other, b"docs", b"body", &options(4))
+        .await
+        .unwrap();
+    assert_eq!(report.progress.notified, 10);
+    let pending = observers::admin::notifications(&c, 100).await.unwrap();
+    assert_eq!(pending.len(), 10, "every key is found from the floor on");
+    assert!(pending.iter().all(|n| n.bucket >= ahead), "{pending:?}");
+
+    let worker = counting_worker(&c);
+    quiesce(&worker).await;
+    assert_eq!(runs(&c, &all).await, vec![1; 10]);
+    worker.shutdown().await;
+}
