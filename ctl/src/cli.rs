@@ -157,6 +157,10 @@ pub struct RenotifyArgs {
     /// pass in progress resumes only as it began.
     #[arg(long)]
     pub force: bool,
+    /// Forget the pass in progress (of this table, column and prefix) instead: the
+    /// notifications it already queued stay; the next run begins afresh.
+    #[arg(long, conflicts_with_all = ["pages", "force"])]
+    pub abandon: bool,
 }
 
 /// `dead-letters` subcommands.

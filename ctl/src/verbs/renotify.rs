@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 
 /// Runs (or resumes) the pass `args` name, up to `--pages` pages.
 pub async fn renotify(client: &Client, args: &RenotifyArgs) -> Result<Answer, CtlError> {
+    if args.abandon {
+        return abandon(client, args).await;
+    }
     let options = RenotifyOptions {
         prefix: args.prefix.clone().unwrap_or_default().into_bytes(),
         page_size: args.page_size,
@@ -57,6 +60,36 @@ pub async fn renotify(client: &Client, args: &RenotifyArgs) -> Result<Answer, Ct
     json["finished"] = json!(report.finished);
     json["resumed"] = json!(report.resumed);
     json["pages"] = json!(report.pages);
+    Ok(Answer::ok(text, json))
+}
+
+/// `--abandon`: forgets the pass in progress, if any.
+async fn abandon(client: &Client, args: &RenotifyArgs) -> Result<Answer, CtlError> {
+    let prefix = args.prefix.clone().unwrap_or_default().into_bytes();
+    let found = library::abandon(
+        client,
+        args.table.as_bytes(),
+        args.column.as_bytes(),
+        &prefix,
+    )
+    .await?;
+    let text = match &found {
+        Some(p) => format!(
+            "abandoned the renotify of {}/{} after {} rows ({} notified, last row {}): its notifications stay queued\n",
+            render::text(&p.table),
+            render::text(&p.column),
+            p.rows_done,
+            p.notified,
+            p.last_row.as_deref().map_or("-".to_string(), render::text)
+        ),
+        None => format!(
+            "no renotify of {}/{} with prefix {:?} in progress\n",
+            args.table,
+            args.column,
+            args.prefix.clone().unwrap_or_default()
+        ),
+    };
+    let json = json!({"abandoned": found.as_ref().map(progress_json)});
     Ok(Answer::ok(text, json))
 }
 
@@ -160,5 +193,53 @@ mod tests {
             "{}",
             status.text
         );
+    }
+
+    async fn run(client: &Client, args: &[&str]) -> Answer {
+        let cli = parse(args);
+        let Command::Renotify(args) = &cli.command else {
+            panic!("not renotify: {cli:?}");
+        };
+        renotify(client, args).await.expect("renotify")
+    }
+
+    /// `--abandon` forgets a pass in progress; the next run begins afresh.
+    #[tokio::test]
+    async fn an_abandoned_pass_begins_afresh() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        let txn = client.begin().await.expect("begin");
+        for row in ["a", "b", "c"] {
+            txn.set(Cell::new("t", row, "c"), "v");
+        }
+        txn.commit().await.expect("commit");
+        let args = ["renotify", "t", "c", "--page-size", "1", "--pages", "2"];
+        run(&client, &args).await;
+        // It resumes only as it began.
+        let cli = parse(&["renotify", "t", "c", "--force"]);
+        let Command::Renotify(forced) = &cli.command else {
+            panic!("not renotify: {cli:?}");
+        };
+        let refused = renotify(&client, forced).await;
+        assert!(
+            matches!(
+                refused,
+                Err(CtlError::Worker(observers::WorkerError::RenotifyMismatch {
+                    force: false,
+                    ..
+                }))
+            ),
+            "{refused:?}"
+        );
+        let abandoned = run(&client, &["renotify", "t", "c", "--abandon"]).await;
+        assert_eq!(
+            abandoned.json["abandoned"]["rows_done"], 2,
+            "{}",
+            abandoned.json
+        );
+        let none = run(&client, &["renotify", "t", "c", "--abandon"]).await;
+        assert_eq!(none.json["abandoned"], Value::Null, "{}", none.json);
+        let fresh = run(&client, &["renotify", "t", "c"]).await;
+        assert_eq!(fresh.json["resumed"], false, "{}", fresh.json);
+        assert_eq!(fresh.json["rows_done"], 3, "{}", fresh.json);
     }
 }

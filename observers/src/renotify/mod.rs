@@ -173,6 +173,30 @@ pub async fn renotify(
     }
 }
 
+/// Forgets the pass over `table`/`column` (rows starting with `prefix`) that is in
+/// progress: its progress record is deleted (a later call begins afresh); the
+/// notifications it put stay queued. Returns the pass as it stood, if there was one.
+pub async fn abandon(
+    client: &Client,
+    table: &[u8],
+    column: &[u8],
+    prefix: &[u8],
+) -> Result<Option<RenotifyProgress>, WorkerError> {
+    let key = client
+        .codec()
+        .meta(RenotifyProgress::name(table, column, prefix));
+    let found = progress::read(client, &key).await?;
+    if found.is_some() {
+        client.store().delete(key).await?;
+        tracing::info!(
+            table = %table.escape_ascii(),
+            column = %column.escape_ascii(),
+            "renotify pass abandoned"
+        );
+    }
+    Ok(found.map(|(_, progress)| progress))
+}
+
 /// Reads the pass's progress record, or creates it (the force timestamp is drawn and kept
 /// before any notification is put). Returns its bytes, its meaning and whether it existed.
 async fn begin(
