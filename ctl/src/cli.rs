@@ -11,7 +11,7 @@ use percolator::kv::{Durability, StoreSpec};
 #[command(
     name = "percolator-ctl",
     version,
-    about = "Inspect and operate an observer application's store: workers, backlog, dead letters, locks, cells, GC"
+    about = "Inspect and operate an observer application's store: workers, backlog, dead letters, locks, cells, GC, renotify"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -92,6 +92,11 @@ pub enum Command {
         #[arg(long)]
         resolve: bool,
     },
+    /// Queue a notification for every existing cell of TABLE/COLUMN that holds a value, so an
+    /// observer added (or, with --force, changed) since they were written runs on them. Run
+    /// it once every writer of the column declares it. In pages, resumable: a pass cut short
+    /// (a crash, --pages) goes on where it stopped when run again; `status` shows it.
+    Renotify(RenotifyArgs),
     /// Garbage-collect versions below the safe point the policy allows (the GC lag behind
     /// the oracle), and print what was removed.
     Gc,
@@ -130,6 +135,32 @@ pub struct ScanArgs {
     /// Cells shown at most.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
+}
+
+/// Arguments of `renotify`.
+#[derive(Args, Clone, Debug)]
+pub struct RenotifyArgs {
+    /// The table.
+    pub table: String,
+    /// The observed column.
+    pub column: String,
+    /// Only rows starting with this prefix (a pass of its own).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Cells per page (one snapshot read, one put of notify keys, one progress write).
+    #[arg(long, default_value_t = observers::renotify::DEFAULT_PAGE_SIZE)]
+    pub page_size: usize,
+    /// Stop after this many pages (run again to go on); default: to the end.
+    #[arg(long)]
+    pub pages: Option<usize>,
+    /// Run strong observers again on cells they already handled (a changed observer); a
+    /// pass in progress resumes only as it began.
+    #[arg(long)]
+    pub force: bool,
+    /// Forget the pass in progress (of this table, column and prefix) instead: the
+    /// notifications it already queued stay; the next run begins afresh.
+    #[arg(long, conflicts_with_all = ["pages", "force"])]
+    pub abandon: bool,
 }
 
 /// `dead-letters` subcommands.

@@ -1,6 +1,15 @@
 //! `percolator-ctl`: an operator's tool for observer applications. The data comes from
-//! [`observers::admin`]; this crate holds the command line ([`cli`]) and renders the answers
-//! as aligned text or one JSON document ([`render`]).
+//! [`observers::admin`] (and [`observers::renotify`]); this crate holds the command line
+//! ([`cli`]), the verbs ([`verbs`]: each takes a client and its arguments and returns an
+//! [`Answer`], so they are tested without the binary) and renders the answers as aligned
+//! text or one JSON document ([`render`]). The binary only parses, opens the store and
+//! dispatches.
 
+pub mod answer;
 pub mod cli;
+pub mod error;
 pub mod render;
+pub mod verbs;
+
+pub use answer::Answer;
+pub use error::CtlError;

@@ -2,6 +2,7 @@
 //! previews, and their JSON forms.
 
 use observers::admin::{CellVersion, LockInfo, StoredValue};
+use percolator::record::Notification;
 use percolator::Cell;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -125,6 +126,29 @@ pub fn lock_json(l: &LockInfo) -> Value {
         "age_ms": l.age.as_millis() as u64,
         "expired": l.expired,
     })
+}
+
+/// Every line of `block` indented by two spaces.
+pub fn indent(block: &str) -> String {
+    block.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// A notification record in a few words, and as JSON (`None`: it does not decode).
+pub fn notification(n: Option<&percolator::record::Notification>) -> (String, Value) {
+    match n {
+        Some(Notification::Strong {
+            start_ts, primary, ..
+        }) => (
+            format!("strong (writer {start_ts}, primary {})", cell(primary)),
+            json!({"kind": "strong", "start_ts": start_ts, "primary": cell_json(primary)}),
+        ),
+        Some(Notification::Committed { commit_ts }) => (
+            format!("committed at {commit_ts}"),
+            json!({"kind": "committed", "commit_ts": commit_ts}),
+        ),
+        Some(Notification::Weak) => ("weak".to_string(), json!({"kind": "weak"})),
+        None => ("corrupt".to_string(), json!({"kind": "corrupt"})),
+    }
 }
 
 #[cfg(test)]

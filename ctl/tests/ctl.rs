@@ -455,3 +455,64 @@ async fn scan_shows_the_latest_a_past_snapshot_and_the_history() {
         Some(3)
     );
 }
+
+/// `renotify` runs the observers on cells written before they existed: stopped by
+/// `--pages`, shown in progress by `status`, resumed by a second run; afterwards every row
+/// went through the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renotify_processes_cells_written_before_their_observer() {
+    let env = Env::start("rn").await;
+    let rows: Vec<String> = (0..7).map(|i| format!("r{i}")).collect();
+    for row in &rows {
+        env.write(&body(row), &format!("body of {row}")).await;
+    }
+    let worker = Worker::start(
+        env.client.clone(),
+        chain(Arc::new(AtomicBool::new(false))),
+        worker_config(),
+    );
+    worker.wait_until_settled().await;
+
+    let first = env
+        .ok(&[
+            "renotify",
+            "docs",
+            "body",
+            "--page-size",
+            "3",
+            "--pages",
+            "1",
+        ])
+        .await;
+    assert_eq!(first["finished"], false, "{first}");
+    assert_eq!(first["rows_done"], 3, "{first}");
+    let status = env.ok(&["status"]).await;
+    let passes = status["renotify"].as_array().expect("renotify");
+    assert_eq!(passes.len(), 1, "{status}");
+    assert_eq!(passes[0]["table"], "docs", "{status}");
+    assert_eq!(passes[0]["column"], "body", "{status}");
+    assert_eq!(passes[0]["rows_done"], 3, "{status}");
+    assert_eq!(passes[0]["last_row"], "r2", "{status}");
+
+    let done = env
+        .ok(&["renotify", "docs", "body", "--page-size", "3"])
+        .await;
+    assert_eq!(done["finished"], true, "{done}");
+    assert_eq!(done["resumed"], true, "{done}");
+    assert_eq!(done["rows_done"], 7, "{done}");
+    assert_eq!(done["notified"], 7, "{done}");
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["renotify"], serde_json::json!([]), "{status}");
+
+    let waited = env.ok(&["wait", "--timeout", "60"]).await;
+    assert_eq!(waited["drained"], true, "{waited}");
+    for row in &rows {
+        let len = format!("body of {row}").len().to_string();
+        assert_eq!(
+            env.read(&Cell::new("docs", row, "done")).await,
+            Some(len),
+            "{row}"
+        );
+    }
+    worker.shutdown().await;
+}

@@ -92,6 +92,25 @@ pub enum WorkerError {
         /// What was wrong.
         reason: String,
     },
+    /// A renotify progress record could not be decoded.
+    #[error("corrupt renotify progress record at {key}: {reason}")]
+    CorruptRenotify {
+        /// The key, escaped.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A renotify pass of this column is in progress with the other `force` setting: it
+    /// resumes only as it began.
+    #[error("a renotify of {table}/{column} {} is in progress: run it again as it began", if *force { "with force" } else { "without force" })]
+    RenotifyMismatch {
+        /// The table, escaped.
+        table: String,
+        /// The column, escaped.
+        column: String,
+        /// Whether the pass in progress forces.
+        force: bool,
+    },
     /// Work was still left after this long ([`crate::testing::Harness::run_until_quiet`]).
     #[error("observers still busy after {waited:?} (a chain that never ends?)")]
     NotQuiet {

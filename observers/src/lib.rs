@@ -12,6 +12,10 @@
 //! batch ([`Observer::observe_batch`], [`WorkerConfig::batch_size`]); a strong observer's
 //! carry an acknowledgment per cell, so the guarantee holds per cell.
 //!
+//! Operators: [`admin`] reads the state of an application from any process (workers,
+//! backlog, dead letters, locks, cells, drain); [`renotify`] queues notifications for the
+//! existing cells of a column, so an observer added after they were written processes them.
+//!
 //! ```no_run
 //! use observers::{observer_fn, Registry, Worker, WorkerConfig};
 //! use percolator::kv::MemoryKv;
@@ -47,6 +51,7 @@ pub mod guide {}
 mod metrics;
 mod process;
 mod registry;
+pub mod renotify;
 pub mod testing;
 mod worker;
 

@@ -309,6 +309,22 @@ impl Client {
         Ok(self.shared.codec.notify(cell, ts, bucket))
     }
 
+    /// Puts notifications for many cells at once, by the path a commit's notify keys take:
+    /// each `(cell, ts, record)` becomes `Q(bucket, cell, ts) = record`, all in one bucket
+    /// (this second, or the highest floor this client has seen), settled against the notify
+    /// floor after the put (moved above it while it is higher), so scanners reach them.
+    /// Returns the bucket. A key put again (same cell and `ts`) is the same notification:
+    /// at most one run of a strong observer commits for it.
+    pub async fn put_notifications(
+        &self,
+        entries: &[(crate::codec::Cell, u64, Vec<u8>)],
+    ) -> TxnResult<u64> {
+        if entries.is_empty() {
+            return Ok(self.shared.notify_bucket());
+        }
+        self.shared.put_notify_keys(entries).await
+    }
+
     /// Where scans of the notify space start ([`NotifyFloor::scan_from`]): no notification
     /// is left in a bucket below it, so readers scan from
     /// [`crate::codec::KeyCodec::notify_from`] of it.

@@ -1,0 +1,26 @@
+//! The errors of `percolator-ctl`'s verbs.
+
+/// Why a verb failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CtlError {
+    /// Reading or changing the observers' state failed.
+    #[error(transparent)]
+    Worker(#[from] observers::WorkerError),
+    /// A transaction or oracle call failed.
+    #[error(transparent)]
+    Txn(#[from] percolator::TxnError),
+    /// The timestamp oracle failed.
+    #[error(transparent)]
+    Timestamp(#[from] percolator::ts::TimestampError),
+    /// The raw store failed.
+    #[error(transparent)]
+    Storage(#[from] percolator::KvError),
+    /// The oracle's leadership record does not decode.
+    #[error("decoding the oracle record: {0}")]
+    OracleRecord(#[from] oracle::RecordError),
+    /// The command line asks for something that cannot be done (no such dead letter, an
+    /// ambiguous id, a bad timeout).
+    #[error("{0}")]
+    Usage(String),
+}

@@ -1,0 +1,176 @@
+//! **Drained, seen from another process** ([`is_drained`]). A run in flight always has its
+//! notify key in the store: a worker deletes the key only after the run's transaction
+//! committed, and a run's own notifications (chains) are put in its prewrite, before that
+//! commit. So "no notify key left" implies "no run in flight that can still produce work".
+//! A scan of the notify space is not atomic, though: a run that finishes during the scan may
+//! put its chained key behind the scan's position and delete its own ahead of it, and the
+//! scan sees neither. Workers publish, with every heartbeat, how many notifications they
+//! have handled (`workers/<id>`: beat and progress); a run that deleted its key during the
+//! scan has counted itself before the worker's second heartbeat after the scan. So a check
+//! reads the worker records, scans, and then waits until every live worker has beaten twice
+//! since the scan ended: drained only if the scan found nothing and no worker's progress
+//! moved. A worker that left (clean shutdown) or appeared meanwhile makes the check answer
+//! "not drained" (asked again, it settles).
+
+use super::oracle_ms;
+use super::workers::worker_records;
+use crate::error::WorkerError;
+use percolator::codec::Key;
+use percolator::kv::{KeyRange, ScanOrder};
+use percolator::{Cell, Client};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Why [`is_drained`] said the work is not drained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotDrained {
+    /// A notification is waiting (the first one met).
+    Backlog {
+        /// Its cell.
+        cell: Cell,
+    },
+    /// A worker handled a notification while the notify space was scanned (its run may
+    /// have put a notification behind the scan), or joined or left meanwhile.
+    Busy {
+        /// The worker.
+        worker: String,
+    },
+    /// A live worker did not heartbeat again within the liveness horizon, so whether it
+    /// was busy is unknown.
+    Silent {
+        /// The worker.
+        worker: String,
+    },
+}
+
+impl std::fmt::Display for NotDrained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotDrained::Backlog { cell } => write!(
+                f,
+                "a notification is waiting ({}/{}/{})",
+                cell.table.escape_ascii(),
+                cell.row.escape_ascii(),
+                cell.column.escape_ascii()
+            ),
+            NotDrained::Busy { worker } => write!(f, "worker {worker} was busy during the check"),
+            NotDrained::Silent { worker } => {
+                write!(f, "worker {worker} did not heartbeat during the check")
+            }
+        }
+    }
+}
+
+/// Whether the work is drained: no notification left in the notify space and no observer
+/// run in flight in any worker of any process (see `observers/src/admin/drain.rs` for how runs in flight
+/// are seen from another process). Takes about two heartbeats of the workers when nothing
+/// is waiting. Workers whose last heartbeat is older than `liveness` count as dead.
+pub async fn is_drained(
+    client: &Client,
+    liveness: Duration,
+) -> Result<Result<(), NotDrained>, WorkerError> {
+    let before: HashMap<String, (u64, Option<u64>)> = worker_records(client)
+        .await?
+        .into_iter()
+        .map(|(id, beat, handled)| (id, (beat, handled)))
+        .collect();
+    // Any notify key at all, from the floor on.
+    let floor = client.notify_floor().await?;
+    let range: KeyRange = client.codec().notify_from(floor);
+    if let Some((key, _)) = client
+        .store()
+        .scan(range, 1, ScanOrder::Forward)
+        .await?
+        .into_iter()
+        .next()
+    {
+        let cell = match client.codec().decode(&key) {
+            Ok(Key::Notify { cell, .. }) => cell,
+            _ => Cell::new("?", key.escape_ascii().to_string(), "?"),
+        };
+        return Ok(Err(NotDrained::Backlog { cell }));
+    }
+    let scanned = oracle_ms(client).await?;
+    let horizon = liveness.as_millis() as u64;
+    let live: Vec<(&String, &(u64, Option<u64>))> = before
+        .iter()
+        .filter(|(_, (beat, _))| beat.saturating_add(horizon) >= scanned)
+        .collect();
+    // Per live worker: the first beat seen after the scan, then a second one after it.
+    let mut first_beat: HashMap<&String, u64> = HashMap::new();
+    let started = Instant::now();
+    loop {
+        let now: HashMap<String, (u64, Option<u64>)> = worker_records(client)
+            .await?
+            .into_iter()
+            .map(|(id, beat, handled)| (id, (beat, handled)))
+            .collect();
+        for (id, (beat, handled)) in &now {
+            if !before.contains_key(id)
+                && beat.saturating_add(horizon) >= scanned
+                && handled.unwrap_or(0) > 0
+            {
+                return Ok(Err(NotDrained::Busy { worker: id.clone() }));
+            }
+        }
+        let mut waiting = false;
+        for (id, (_, handled_before)) in &live {
+            let Some((beat, handled)) = now.get(*id) else {
+                return Ok(Err(NotDrained::Busy {
+                    worker: (*id).clone(),
+                }));
+            };
+            if handled != handled_before {
+                return Ok(Err(NotDrained::Busy {
+                    worker: (*id).clone(),
+                }));
+            }
+            let done = match first_beat.get(id) {
+                None if *beat > scanned => {
+                    first_beat.insert(id, *beat);
+                    false
+                }
+                None => false,
+                Some(first) => beat > first,
+            };
+            waiting |= !done;
+        }
+        if !waiting {
+            return Ok(Ok(()));
+        }
+        if started.elapsed() > 2 * liveness {
+            let silent = live
+                .iter()
+                .find(|(id, _)| {
+                    now.get(*id)
+                        .zip(first_beat.get(id))
+                        .is_none_or(|((beat, _), first)| beat <= first)
+                })
+                .map(|(id, _)| (*id).clone())
+                .unwrap_or_default();
+            return Ok(Err(NotDrained::Silent { worker: silent }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks [`is_drained`] until it holds (`Ok(true)`) or `timeout` has passed (`Ok(false)`),
+/// pausing `poll` between checks.
+pub async fn wait_until_drained(
+    client: &Client,
+    liveness: Duration,
+    poll: Duration,
+    timeout: Option<Duration>,
+) -> Result<bool, WorkerError> {
+    let started = Instant::now();
+    loop {
+        match is_drained(client, liveness).await? {
+            Ok(()) => return Ok(true),
+            Err(why) => tracing::debug!(%why, "not drained yet"),
+        }
+        if timeout.is_some_and(|t| started.elapsed() >= t) {
+            return Ok(false);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
