@@ -22,3 +22,15 @@
 //! silent, backlog), `ctl/tests/ctl.rs` (`wait` returns only when every row of a two-hop chain
 //! is done, with two workers), `photon/tests/until_drained.rs` (Photon's drain adds its loader:
 //! `photon::design`).
+//!
+//! ## Reprocessing existing cells (`crate::renotify`, `percolator-ctl renotify`)
+//!
+//! For each cell of a column that holds a value, in pages of rows read in one snapshot, it
+//! puts a `Committed { c }` notification (`c` the commit_ts of the version read) through the
+//! commit path's bucket choice and floor settling (`Client::put_notifications`), then records
+//! the last row done in `M renotify/...` by CAS; the record is deleted at the end. A page redone
+//! after a crash puts the same keys, which a strong observer's acknowledgment absorbs (`m = c`
+//! is already covered) and a guarded one's guard; `force` uses `max(F, c)` with `F` fixed when
+//! the pass began, so a forced pass resumed is still one run per cell. It covers every value
+//! only once every writer declares the column (a writer that does not declare it commits
+//! without notifying). Tests: `tests/tests/renotify.rs`, `ctl/tests/ctl.rs`.
