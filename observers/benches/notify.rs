@@ -14,7 +14,6 @@
 
 use hdrhistogram::Histogram;
 use observers::{observer_fn, Registry, Worker, WorkerConfig};
-use percolator::kv::EmbeddedKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
 use std::sync::{Arc, Mutex};
@@ -30,7 +29,8 @@ struct Run {
 /// One phase with `workers` workers; `rate: None` offers changes as fast as writers commit.
 async fn run(workers: usize, secs: f64, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
+    let store =
+        Arc::new(percolator::txn::open_embedded(dir.path(), Default::default()).expect("open"));
     let client = Client::with_config(
         store,
         Arc::new(LocalClock::new()),

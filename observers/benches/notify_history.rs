@@ -59,7 +59,8 @@ async fn timed_scan(kv: &dyn RawKv, range: &KeyRange, expect: usize, n: usize) -
 
 async fn run(handled: u64) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let embedded: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
+    let embedded: Arc<dyn RawKv> =
+        Arc::new(percolator::txn::open_embedded(dir.path(), Default::default()).expect("open"));
     let config = ClientConfig::with_namespace("bench");
     let codec = percolator::KeyCodec::new("bench");
     let kv = Arc::new(Intercepted::wrap(

@@ -6,7 +6,6 @@
 //! harness, in memory): `cargo test -p observers --example word_count`.
 
 use observers::{observer_fn, Registry, Worker, WorkerConfig, WorkerError};
-use percolator::kv::EmbeddedKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
 use std::sync::Arc;
@@ -59,7 +58,10 @@ fn registry() -> Result<Registry, WorkerError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(EmbeddedKv::open(dir.path())?);
+    let store = Arc::new(percolator::txn::open_embedded(
+        dir.path(),
+        Default::default(),
+    )?);
     let client = Client::with_config(
         store,
         Arc::new(LocalClock::new()),

@@ -19,7 +19,7 @@ pub mod intercept;
 #[cfg(feature = "testkit")]
 pub use faulty::{FaultHooks, Faults, FaultyKv};
 
-pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
+pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions, KeySplit};
 pub use memory::MemoryKv;
 pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
 pub use spec::{DurabilityError, StoreSpec, StoreSpecError};
@@ -60,6 +60,23 @@ pub enum KvError {
         /// The lock file that is held.
         lock: PathBuf,
     },
+    /// The embedded store in `path` keeps keys in the split partition `recorded`, and was
+    /// opened without that split (`given`: the split asked for, if any): it would miss those
+    /// keys (see `kv/embedded/split.rs`).
+    #[error(
+        "store {path} keeps keys in partition {recorded:?} of its own but was opened with {}: \
+         open it with the key split that made it (for transaction data: \
+         percolator::codec::notify_split)",
+        match given { Some(name) => format!("the split {name:?}"), None => "no key split".to_string() }
+    )]
+    SplitMismatch {
+        /// The data directory.
+        path: PathBuf,
+        /// The split partition the store records.
+        recorded: String,
+        /// The split partition the caller gave, if any.
+        given: Option<String>,
+    },
     /// The caller passed an argument the store cannot accept.
     #[error("invalid argument to {op}: {message}")]
     InvalidArgument {
@@ -87,7 +104,7 @@ pub fn open_local_store(
     durability: Durability,
 ) -> KvResult<std::sync::Arc<dyn RawKv>> {
     match spec {
-        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open_with(
+        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(crate::txn::open_embedded(
             path,
             EmbeddedOptions {
                 durability,
