@@ -16,7 +16,7 @@
 use observers::{observer_fn, Registry, Worker, WorkerConfig};
 use percolator::codec::Space;
 use percolator::kv::intercept::{Hooks, Intercepted};
-use percolator::kv::{EmbeddedKv, KvPair};
+use percolator::kv::KvPair;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig, KeyRange, RawKv, ScanOrder};
 use std::sync::atomic::{AtomicU64, Ordering};

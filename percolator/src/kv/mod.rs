@@ -8,7 +8,6 @@
 mod embedded;
 mod memory;
 mod pager;
-mod spec;
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
@@ -19,10 +18,12 @@ pub mod intercept;
 #[cfg(feature = "testkit")]
 pub use faulty::{FaultHooks, Faults, FaultyKv};
 
-pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions, KeySplit};
+pub use embedded::{
+    Durability, DurabilityError, EmbeddedKv, EmbeddedOptions, KeySplit, CACHE_MB_ENV,
+    WRITE_BUFFER_MB_ENV,
+};
 pub use memory::MemoryKv;
 pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
-pub use spec::{DurabilityError, StoreSpec, StoreSpecError};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -93,30 +94,6 @@ pub enum KvError {
         /// The transport's description of the failure.
         message: String,
     },
-}
-
-/// Opens an embedded (with `durability` and [`EmbeddedOptions::from_env`]: memory knobs from
-/// the environment) or in-memory store (`durability` does not apply: nothing survives the
-/// process). TiKV specs need the TiKV backend crate and are refused here with
-/// [`KvError::InvalidArgument`].
-pub fn open_local_store(
-    spec: &StoreSpec,
-    durability: Durability,
-) -> KvResult<std::sync::Arc<dyn RawKv>> {
-    match spec {
-        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(crate::txn::open_embedded(
-            path,
-            EmbeddedOptions {
-                durability,
-                ..EmbeddedOptions::from_env()
-            },
-        )?)),
-        StoreSpec::Memory => Ok(std::sync::Arc::new(MemoryKv::new())),
-        StoreSpec::Tikv(_) => Err(KvError::InvalidArgument {
-            op: "open",
-            message: format!("{spec}: the TiKV backend is not available in this build"),
-        }),
-    }
 }
 
 /// Shorthand for results of [`RawKv`] calls.

@@ -42,89 +42,19 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
+mod options;
 mod split;
+
+pub use options::{
+    Durability, DurabilityError, EmbeddedOptions, CACHE_MB_ENV, WRITE_BUFFER_MB_ENV,
+};
 
 pub use split::KeySplit;
 
 /// Number of striped write locks; a power of two.
 const STRIPES: usize = 1024;
-
-/// How far an acknowledged write is guaranteed to survive (the binaries' `--durability
-/// process|fsync`). Whatever the mode, [`RawKv::sync`] makes the writes acknowledged so far
-/// survive power loss (the oracle syncs its record that way before using a window).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// Flushed to the operating system: survives a crash or `kill -9` of the process, not a
-    /// power loss or kernel panic. The default.
-    #[default]
-    Process,
-    /// Also `fdatasync`ed before the write is acknowledged (writers share fsyncs: group
-    /// commit): survives power loss.
-    Fsync,
-}
-
-/// Options for [`EmbeddedKv::open`].
-#[derive(Clone, Debug)]
-pub struct EmbeddedOptions {
-    /// Durability of acknowledged writes.
-    pub durability: Durability,
-    /// Block cache size in bytes.
-    pub cache_bytes: u64,
-    /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
-    /// memtables are flushed to disk segments. Half of it is each partition's memtable size,
-    /// fixed when the store is created (fjall keeps a partition's options).
-    pub write_buffer_bytes: u64,
-    /// Keys kept in a partition of their own (`None`: every key in one). The layer that owns
-    /// the key layout supplies it (the transaction layer: `percolator::codec::notify_split`);
-    /// a store opened once with a split must always be opened with the same one (else
-    /// [`KvError::SplitMismatch`]).
-    pub split: Option<Arc<dyn KeySplit>>,
-}
-
-impl Default for EmbeddedOptions {
-    fn default() -> Self {
-        EmbeddedOptions {
-            durability: Durability::Process,
-            cache_bytes: 64 * 1024 * 1024,
-            write_buffer_bytes: 64 * 1024 * 1024,
-            split: None,
-        }
-    }
-}
-
-/// Environment variable overriding [`EmbeddedOptions::cache_bytes`] (MiB) in
-/// [`EmbeddedOptions::from_env`].
-pub const CACHE_MB_ENV: &str = "PERCOLATOR_EMBEDDED_CACHE_MB";
-/// Environment variable overriding [`EmbeddedOptions::write_buffer_bytes`] (MiB) in
-/// [`EmbeddedOptions::from_env`].
-pub const WRITE_BUFFER_MB_ENV: &str = "PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB";
-
-impl EmbeddedOptions {
-    /// The defaults, with the memory knobs taken from the environment where set
-    /// ([`CACHE_MB_ENV`], [`WRITE_BUFFER_MB_ENV`], in MiB; unparsable values are ignored
-    /// with a warning). Every binary that opens an embedded store from a `--store` spec uses
-    /// it (`open_local_store`).
-    pub fn from_env() -> Self {
-        let mib = |name: &str| -> Option<u64> {
-            let value = std::env::var(name).ok()?;
-            match value.trim().parse::<u64>() {
-                Ok(n) => Some(n * 1024 * 1024),
-                Err(_) => {
-                    tracing::warn!(name, value, "not a whole number of MiB; ignored");
-                    None
-                }
-            }
-        };
-        let defaults = EmbeddedOptions::default();
-        EmbeddedOptions {
-            cache_bytes: mib(CACHE_MB_ENV).unwrap_or(defaults.cache_bytes),
-            write_buffer_bytes: mib(WRITE_BUFFER_MB_ENV).unwrap_or(defaults.write_buffer_bytes),
-            ..defaults
-        }
-    }
-}
 
 /// The group-commit state of an [`EmbeddedKv`] (see `EmbeddedKv::sync`).
 #[derive(Default)]
@@ -517,6 +447,7 @@ impl RawKv for EmbeddedKv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// Writers that reach the sync while another fsync is pending share one: ten puts that
     /// queue behind a held turn are covered by one fsync.
