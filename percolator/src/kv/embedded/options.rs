@@ -5,7 +5,7 @@ use super::KeySplit;
 use std::sync::Arc;
 
 /// How far an acknowledged write is guaranteed to survive (the binaries' `--durability
-/// process|fsync`). Whatever the mode, [`RawKv::sync`] makes the writes acknowledged so far
+/// process|fsync`). Whatever the mode, [`RawKv::sync`](crate::kv::RawKv::sync) makes the writes acknowledged so far
 /// survive power loss (the oracle syncs its record that way before using a window).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
@@ -18,7 +18,7 @@ pub enum Durability {
     Fsync,
 }
 
-/// Options for [`EmbeddedKv::open`].
+/// Options for [`EmbeddedKv::open`](super::EmbeddedKv::open).
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
     /// Durability of acknowledged writes.
@@ -32,7 +32,7 @@ pub struct EmbeddedOptions {
     /// Keys kept in a partition of their own (`None`: every key in one). The layer that owns
     /// the key layout supplies it (the transaction layer: `percolator::codec::notify_split`);
     /// a store opened once with a split must always be opened with the same one (else
-    /// [`KvError::SplitMismatch`]).
+    /// [`KvError::SplitMismatch`](crate::kv::KvError::SplitMismatch)).
     pub split: Option<Arc<dyn KeySplit>>,
 }
 
