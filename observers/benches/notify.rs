@@ -1,7 +1,7 @@
 //! Commit-to-observer latency and sustained notification throughput on the embedded store,
 //! with 1 and 2 workers in one process.
 //!
-//! Run: `cargo bench -p observers --bench notify` (`NOTIFY_BENCH_SECS`, default 3, and
+//! Run: `cargo bench -p percolator-observers --bench notify` (`NOTIFY_BENCH_SECS`, default 3, and
 //! `NOTIFY_BENCH_RATE` offered changes/s, default 5000). For 1 and 2 workers, two phases:
 //! - latency: writers commit single-cell changes of an observed column at the offered rate;
 //!   the observer records the time from just before the writer's commit to the end of its own

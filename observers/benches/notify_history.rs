@@ -9,7 +9,7 @@
 //! store show only in that time (what every pass cost before the floor). How many markers
 //! are left depends on how far compaction got, so the second figure varies between runs.
 //!
-//! Run: `cargo bench -p observers --bench notify_history` (`NOTIFY_HISTORY=100000` for a
+//! Run: `cargo bench -p percolator-observers --bench notify_history` (`NOTIFY_HISTORY=100000` for a
 //! quick look). The last line is JSON: `handled`, `live`, `scan_calls`, `entries_returned`,
 //! `entries_per_call`, `floor_scan_us`, `start_scan_us`, `handle_per_sec`.
 

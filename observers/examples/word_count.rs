@@ -2,8 +2,8 @@
 //! observer keeps `docs/<id>/words` (the word count) and notifies a second observer that keeps
 //! the running total in `stats/all/words`, a chain of two observers.
 //!
-//! Run: `cargo run -p observers --example word_count`; its tests (on `observers::testing`'s
-//! harness, in memory): `cargo test -p observers --example word_count`.
+//! Run: `cargo run -p percolator-observers --example word_count`; its tests (on `observers::testing`'s
+//! harness, in memory): `cargo test -p percolator-observers --example word_count`.
 
 use observers::{observer_fn, Registry, Worker, WorkerConfig, WorkerError};
 use percolator::ts::LocalClock;
