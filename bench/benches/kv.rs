@@ -11,7 +11,7 @@
 //! default 1; every backend gets the same time). The last line printed is one JSON object
 //! `{"backend": {"op@concurrency": ops_per_sec, ...}, ...}`.
 
-use percolator::kv::{EmbeddedKv, MemoryKv, RawKv};
+use percolator::kv::{MemoryKv, RawKv};
 use percolator_tikv::{TikvConfig, TikvKv};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -141,7 +141,10 @@ fn main() {
             ("memory", Arc::new(MemoryKv::new())),
             (
                 "embedded",
-                Arc::new(EmbeddedKv::open(dir.path().join("embedded")).expect("open embedded")),
+                Arc::new(
+                    percolator::txn::open_embedded(dir.path().join("embedded"), Default::default())
+                        .expect("open embedded"),
+                ),
             ),
             ("tikv", Arc::new(tikv)),
         ];

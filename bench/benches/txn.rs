@@ -13,7 +13,7 @@
 
 use async_trait::async_trait;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
-use percolator::kv::{EmbeddedKv, KvResult, RawKv};
+use percolator::kv::{KvResult, RawKv};
 use percolator::ts::LocalClock;
 use percolator::txn::{Client, ClientConfig};
 use percolator::Cell;
@@ -214,7 +214,7 @@ fn main() {
         .expect("tokio runtime");
     let embedded_dir = dir.path().join("embedded");
     let report = runtime.block_on(async move {
-        let raw: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&embedded_dir).expect("open"));
+        let raw: Arc<dyn RawKv> = Arc::new(percolator::txn::open_embedded(&embedded_dir, Default::default()).expect("open"));
         let (counting, client) = setup(raw.clone()).await;
         let mut report: BTreeMap<String, serde_json::Value> = BTreeMap::new();
         for (key, value) in ratios("embedded", raw.clone(), &client, &counting, secs).await {

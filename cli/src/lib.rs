@@ -1,7 +1,8 @@
 //! Start-up shared by the workspace's binaries (`oracle`, `minitikv`, `photon`); not meant
 //! for library crates.
 //!
-//! - [`store`]: opening the store a `--store` spec names, and a transaction client on it.
+//! - [`StoreSpec`]: the `--store` syntax ([`spec`]); [`store`]: opening the store a spec names,
+//!   and a transaction client on it.
 //! - [`shutdown_signal`] installs the SIGTERM and SIGINT handlers *when called* and returns
 //!   a future that resolves on the first of them. Binaries call it before they announce
 //!   readiness, so a supervisor (or test) that signals the instant it sees the readiness
@@ -12,9 +13,12 @@
 use std::future::Future;
 use std::io::IsTerminal;
 
+pub mod spec;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+
+pub use spec::{StoreSpec, StoreSpecError};
 
 /// The shutdown signal that arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,8 @@
 //! Only binaries (and their tests) open stores from a spec; libraries take an open
 //! `Arc<dyn RawKv>` or [`Client`].
 
-use percolator::kv::{open_local_store, Durability, KvError, RawKv, StoreSpec};
+use crate::StoreSpec;
+use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
 use percolator::{Client, ClientConfig, TimestampSource};
 use percolator_tikv::{TikvConfig, TikvKv};
 use std::sync::Arc;
@@ -44,10 +45,12 @@ pub enum OpenError {
     LocalOracle(oracle::OracleError),
 }
 
-/// Opens any store named by a `--store` spec: embedded and memory through
-/// [`percolator::kv::open_local_store`] (an embedded store acknowledging writes with
-/// `durability`, the binaries' `--durability`), `tikv:PD,...` through [`TikvKv`] with default
-/// settings (`durability` does not apply: TiKV syncs its Raft log itself).
+/// Opens any store named by a `--store` spec: an embedded store for transaction data
+/// ([`percolator::txn::open_embedded`]: the layout's key split) acknowledging writes with
+/// `durability` (the binaries' `--durability`) and its memory knobs from the environment
+/// ([`EmbeddedOptions::from_env`]); a memory store (`durability` does not apply: nothing
+/// survives the process); `tikv:PD,...` through [`TikvKv`] with default settings
+/// (`durability` does not apply: TiKV syncs its Raft log itself).
 pub async fn open_store(
     spec: &StoreSpec,
     durability: Durability,
@@ -67,7 +70,14 @@ pub async fn open_store_with(
             let config = configure(TikvConfig::new(endpoints.clone()));
             Ok(Arc::new(TikvKv::connect(config).await?))
         }
-        local => open_local_store(local, durability),
+        StoreSpec::Embedded(path) => Ok(Arc::new(percolator::txn::open_embedded(
+            path,
+            EmbeddedOptions {
+                durability,
+                ..EmbeddedOptions::from_env()
+            },
+        )?)),
+        StoreSpec::Memory => Ok(Arc::new(MemoryKv::new())),
     }
 }
 
@@ -84,7 +94,7 @@ pub async fn open_client(
     oracle_addrs: &[String],
     durability: Durability,
 ) -> Result<Client, OpenError> {
-    if matches!(spec, StoreSpec::Tikv(_)) && oracle_addrs.is_empty() {
+    if spec.is_shared() && oracle_addrs.is_empty() {
         return Err(OpenError::SharedStoreNeedsOracle { spec: spec.clone() });
     }
     let kv = open_store(spec, durability)

@@ -13,8 +13,8 @@
 
 use clap::Parser;
 use observers::{observer_fn, ObserverError, Registry, Worker, WorkerConfig};
-use percolator::kv::StoreSpec;
 use percolator::Cell;
+use percolator_cli::StoreSpec;
 use std::path::PathBuf;
 use std::sync::Arc;
 

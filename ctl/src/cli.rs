@@ -2,7 +2,8 @@
 //! the binary does).
 
 use clap::{Args, Parser, Subcommand};
-use percolator::kv::{Durability, StoreSpec};
+use percolator::kv::Durability;
+use percolator_cli::StoreSpec;
 
 // Doc comments on clap types become `--help` text; the command line itself is exempt from
 // `missing_docs` where a doc comment would change the help.

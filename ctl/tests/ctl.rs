@@ -3,9 +3,10 @@
 //! client of them, and every verb run as `percolator-ctl --store tikv:... --oracle ... --json`.
 
 use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
-use percolator::kv::{Durability, StoreSpec};
+use percolator::kv::Durability;
 use percolator::txn::CrashPoint;
 use percolator::{Cell, Client, ClientConfig};
+use percolator_cli::StoreSpec;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

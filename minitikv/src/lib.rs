@@ -35,7 +35,7 @@ mod cluster;
 pub mod design;
 mod service;
 
-use percolator::kv::{Durability, EmbeddedKv, EmbeddedOptions, KvError, MemoryKv, RawKv};
+use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -307,7 +307,8 @@ impl Drop for RunningServer {
 /// Opens the store named by `config.data` and starts serving on the current tokio runtime.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let store: Arc<dyn RawKv> = match &config.data {
-        Some(dir) => Arc::new(EmbeddedKv::open_with(
+        // Transaction data: the transaction layout's key split, as before it was injected.
+        Some(dir) => Arc::new(percolator::txn::open_embedded(
             dir,
             EmbeddedOptions {
                 durability: config.durability,

@@ -1,7 +1,7 @@
 //! Commit-to-observer latency and sustained notification throughput on the embedded store,
 //! with 1 and 2 workers in one process.
 //!
-//! Run: `cargo bench -p observers --bench notify` (`NOTIFY_BENCH_SECS`, default 3, and
+//! Run: `cargo bench -p percolator-observers --bench notify` (`NOTIFY_BENCH_SECS`, default 3, and
 //! `NOTIFY_BENCH_RATE` offered changes/s, default 5000). For 1 and 2 workers, two phases:
 //! - latency: writers commit single-cell changes of an observed column at the offered rate;
 //!   the observer records the time from just before the writer's commit to the end of its own
@@ -14,7 +14,6 @@
 
 use hdrhistogram::Histogram;
 use observers::{observer_fn, Registry, Worker, WorkerConfig};
-use percolator::kv::EmbeddedKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
 use std::sync::{Arc, Mutex};
@@ -30,7 +29,8 @@ struct Run {
 /// One phase with `workers` workers; `rate: None` offers changes as fast as writers commit.
 async fn run(workers: usize, secs: f64, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
+    let store =
+        Arc::new(percolator::txn::open_embedded(dir.path(), Default::default()).expect("open"));
     let client = Client::with_config(
         store,
         Arc::new(LocalClock::new()),

@@ -9,14 +9,14 @@
 //! store show only in that time (what every pass cost before the floor). How many markers
 //! are left depends on how far compaction got, so the second figure varies between runs.
 //!
-//! Run: `cargo bench -p observers --bench notify_history` (`NOTIFY_HISTORY=100000` for a
+//! Run: `cargo bench -p percolator-observers --bench notify_history` (`NOTIFY_HISTORY=100000` for a
 //! quick look). The last line is JSON: `handled`, `live`, `scan_calls`, `entries_returned`,
 //! `entries_per_call`, `floor_scan_us`, `start_scan_us`, `handle_per_sec`.
 
 use observers::{observer_fn, Registry, Worker, WorkerConfig};
 use percolator::codec::Space;
 use percolator::kv::intercept::{Hooks, Intercepted};
-use percolator::kv::{EmbeddedKv, KvPair};
+use percolator::kv::KvPair;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig, KeyRange, RawKv, ScanOrder};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +59,8 @@ async fn timed_scan(kv: &dyn RawKv, range: &KeyRange, expect: usize, n: usize) -
 
 async fn run(handled: u64) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let embedded: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(dir.path()).expect("open"));
+    let embedded: Arc<dyn RawKv> =
+        Arc::new(percolator::txn::open_embedded(dir.path(), Default::default()).expect("open"));
     let config = ClientConfig::with_namespace("bench");
     let codec = percolator::KeyCodec::new("bench");
     let kv = Arc::new(Intercepted::wrap(

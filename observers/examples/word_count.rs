@@ -2,11 +2,10 @@
 //! observer keeps `docs/<id>/words` (the word count) and notifies a second observer that keeps
 //! the running total in `stats/all/words`, a chain of two observers.
 //!
-//! Run: `cargo run -p observers --example word_count`; its tests (on `observers::testing`'s
-//! harness, in memory): `cargo test -p observers --example word_count`.
+//! Run: `cargo run -p percolator-observers --example word_count`; its tests (on `observers::testing`'s
+//! harness, in memory): `cargo test -p percolator-observers --example word_count`.
 
 use observers::{observer_fn, Registry, Worker, WorkerConfig, WorkerError};
-use percolator::kv::EmbeddedKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
 use std::sync::Arc;
@@ -59,7 +58,10 @@ fn registry() -> Result<Registry, WorkerError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let store = Arc::new(EmbeddedKv::open(dir.path())?);
+    let store = Arc::new(percolator::txn::open_embedded(
+        dir.path(),
+        Default::default(),
+    )?);
     let client = Client::with_config(
         store,
         Arc::new(LocalClock::new()),

@@ -1,7 +1,8 @@
 //! The command line of `oracle`: `oracle serve` and `oracle get`.
 
 use clap::{Parser, Subcommand};
-use percolator::kv::{Durability, StoreSpec};
+use percolator::kv::Durability;
+use percolator_cli::StoreSpec;
 
 /// Timestamp oracle: strictly increasing timestamps (physical ms << 18 | logical), never
 /// reused across restarts or takeovers.

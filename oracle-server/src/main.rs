@@ -4,7 +4,6 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle, SkewedClock, SystemClock};
 use oracle_server::cli::{Cli, Command, GetArgs, ServeArgs};
-use percolator::kv::StoreSpec;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +35,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // Embedded stores belong to this process alone (directory lock): no other oracle can be
     // serving on them, so the server takes over at once (memory stores are refused). On a shared store
     // (TiKV) it waits out the lease of a possibly live leader.
-    let exclusive = !matches!(args.store, StoreSpec::Tikv(_));
+    let exclusive = !args.store.is_shared();
     let kv = percolator_cli::store::open_store(&args.store, args.durability)
         .await
         .with_context(|| format!("opening {}", args.store))?;

@@ -59,7 +59,7 @@ async fn sigterm_releases_leadership() {
     let before = client.get_timestamp().await.unwrap();
     percolator_cli::testkit::sigterm(server.child.id()).unwrap();
     assert!(server.child.wait().unwrap().success());
-    let kv = percolator::kv::EmbeddedKv::open(&path).unwrap();
+    let kv = percolator::txn::open_embedded(&path, Default::default()).unwrap();
     let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))
         .await
         .unwrap()

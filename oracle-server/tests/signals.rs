@@ -32,7 +32,8 @@ fn sigterm_at_readiness_exits_cleanly_and_releases_leadership() {
         "listening on ",
         |round, _| {
             let rec = runtime.block_on(async {
-                let kv = percolator::kv::EmbeddedKv::open(&path).expect("opening the store");
+                let kv = percolator::txn::open_embedded(&path, Default::default())
+                    .expect("opening the store");
                 let bytes = percolator::RawKv::get(&kv, &oracle::record_key("default"))
                     .await
                     .expect("reading the record");

@@ -2,7 +2,7 @@
 //! directory, its own runtime thread) and one `OracleClient` shared by 1, 64 and 256
 //! requester tasks, each calling `get_timestamp` in a loop. The last line is JSON.
 //!
-//! `cargo bench -p oracle --bench tso`; `TSO_BENCH_SECS` sets the seconds per level (default 3),
+//! `cargo bench -p percolator-oracle --bench tso`; `TSO_BENCH_SECS` sets the seconds per level (default 3),
 //! `TSO_BENCH_WORKERS` the client runtime's worker threads (default 1: with the server's thread
 //! that is one thread per core on the 2-core reference machine).
 

@@ -4,7 +4,7 @@
 //! `large_per_sec`, `ratio`, `peak_rss_mb` of the large run, and each run's exactly-once
 //! figures). A ratio near 1 means throughput does not fall as the history grows.
 //!
-//! `cargo bench -p photon --bench scale` (100,000 and 1,000,000 clicks, about 10 minutes on 2
+//! `cargo bench -p percolator-photon --bench scale` (100,000 and 1,000,000 clicks, about 10 minutes on 2
 //! cores); `SCALE_SMALL_CLICKS` and `SCALE_FACTOR` change the sizes.
 
 use std::process::Command;

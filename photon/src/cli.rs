@@ -3,7 +3,8 @@
 
 use crate::pipeline::PipelineSpec;
 use clap::{Args, Parser, Subcommand};
-use percolator::kv::{Durability, StoreSpec};
+use percolator::kv::Durability;
+use percolator_cli::StoreSpec;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! `photon load`: loader jobs writing query and click logs into their tables. Each batch
 //! commits together with the file's offset, so a loader killed at any moment and restarted
 //! neither skips nor repeats input. A log is known by its first bytes, not its path
-//! ([`identity`]): renamed, rotated or moved, it is loaded once, and a renamed log is
-//! followed to its end ([`files`]).
+//! (`load/identity.rs`): renamed, rotated or moved, it is loaded once, and a renamed log is
+//! followed to its end (`load/files.rs`).
 
 mod backlog;
 mod files;
@@ -149,7 +149,7 @@ pub enum LoadError {
 }
 
 /// Log files of `dir` (queries*.jsonl, clicks*.jsonl), in name order (what `photon verify`
-/// reads; the loader also follows renamed logs, see [`files`]).
+/// reads; the loader also follows renamed logs, see `load/files.rs`).
 pub fn log_files(dir: &Path) -> Result<Vec<(PathBuf, Kind)>, LoadError> {
     let io = |source| LoadError::Io {
         path: dir.to_path_buf(),

@@ -3,9 +3,9 @@
 
 use anyhow::Context;
 use clap::Parser;
-use percolator::kv::StoreSpec;
 use percolator::Client;
 use percolator_cli::store::open_client;
+use percolator_cli::StoreSpec;
 use photon::cli::{Cli, Command, StoreArgs};
 use photon::demo::DemoOptions;
 use photon::load::{LoadOptions, LoadStats};

@@ -6,7 +6,7 @@
 //! - [`gc_registry`] raises the boundary (never back, and by more than a day only when forced),
 //!   waits in oracle time until no transaction that read the old boundary can commit, then
 //!   deletes the registry's days below it.
-//! - [`settle_below_boundary`]: what the join does with a click below the boundary (its first
+//! - `settle_below_boundary`: what the join does with a click below the boundary (its first
 //!   terminal outcome stays).
 
 use crate::event::day_of;

@@ -8,7 +8,7 @@
 //!
 //! The `oracle` and `minitikv` binaries are taken from the directory of the `photon` binary
 //! (`cargo nextest run --workspace` and `cargo test --workspace` build them); if they are
-//! missing (e.g. `cargo test -p photon` on a fresh target directory) the test builds them
+//! missing (e.g. `cargo test -p percolator-photon` on a fresh target directory) the test builds them
 //! with cargo first. `PHOTON_CHAOS_SEED=N` replays another chaos schedule.
 
 use rand::rngs::StdRng;
@@ -45,14 +45,13 @@ fn sibling_binary(name: &str) -> PathBuf {
             .unwrap_or("debug");
         let profile = if profile == "debug" { "dev" } else { profile };
         eprintln!("{} is missing: building it with cargo", path.display());
-        // The package of each binary: `oracle` is built by `oracle-server`.
-        let package = if name == "oracle" {
-            "oracle-server"
-        } else {
-            name
+        // The package of each binary (`oracle` is built by `percolator-oracle-server`).
+        let package = match name {
+            "oracle" => "percolator-oracle-server".to_string(),
+            other => format!("percolator-{other}"),
         };
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--bin", name, "-p", package, "--profile", profile])
+            .args(["build", "--bin", name, "-p", &package, "--profile", profile])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("running cargo build");

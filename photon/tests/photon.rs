@@ -5,7 +5,7 @@
 mod common;
 use observers::Worker;
 use percolator::codec::Space;
-use percolator::kv::{scan_all, EmbeddedKv, MemoryKv, RawKv, ScanOrder};
+use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
 use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
@@ -309,7 +309,8 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
             );
         }
     }
-    let kv: Arc<dyn RawKv> = Arc::new(EmbeddedKv::open(&store).unwrap());
+    let kv: Arc<dyn RawKv> =
+        Arc::new(percolator::txn::open_embedded(&store, Default::default()).unwrap());
     // The loaders' own oracle (persisted in the store): its timestamps may run ahead of the
     // wall clock, so a reader on another clock could miss their last commits.
     let client = percolator_cli::store::open_client_on(kv.clone(), "photon")

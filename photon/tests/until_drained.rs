@@ -31,7 +31,7 @@ impl Env {
         let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
             .await
             .expect("minitikv");
-        let spec: percolator::kv::StoreSpec =
+        let spec: percolator_cli::StoreSpec =
             format!("tikv:{}", server.endpoint()).parse().expect("spec");
         let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Process)
             .await

@@ -5,7 +5,7 @@
 //! - every image pulled from a registry is pinned to a version; PD and TiKV run the same one;
 //! - every command (and healthcheck) of our binaries parses with that binary's own clap types
 //!   (`photon::cli::Cli`, `oracle_server::cli::Cli`, `minitikv::cli::Cli`: `try_parse_from`);
-//! - every `--store` parses with `percolator::kv::StoreSpec` as a TiKV store whose endpoints
+//! - every `--store` parses with `percolator_cli::StoreSpec` as a TiKV store whose endpoints
 //!   are PD's advertised client URLs; every `--oracle` list names exactly the oracle replicas,
 //!   each under the address it advertises (clients follow redirects only to listed addresses);
 //! - `docker/tikv.toml` selects the API version the backend speaks, and the backend still
@@ -13,7 +13,7 @@
 //! - the Dockerfile builds workspace packages that provide the binaries the compose file runs.
 
 use clap::Parser;
-use percolator::kv::StoreSpec;
+use percolator_cli::StoreSpec;
 use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

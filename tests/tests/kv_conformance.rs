@@ -14,7 +14,16 @@ fn embedded() -> (tempfile::TempDir, Arc<dyn RawKv>) {
 }
 
 percolator::conformance_suite!(memory_backend, |_check| async { ((), memory()) });
+fn embedded_split() -> (tempfile::TempDir, Arc<dyn RawKv>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kv = percolator::txn::open_embedded(dir.path(), Default::default())
+        .expect("open embedded store");
+    (dir, Arc::new(kv))
+}
+
 percolator::conformance_suite!(embedded_backend, |_check| async { embedded() });
+// With the transaction layout's key split (notify keys in a partition of their own).
+percolator::conformance_suite!(embedded_split_backend, |_check| async { embedded_split() });
 
 /// Store calls are yield points: on a single-threaded runtime a loop of calls lets other tasks
 /// run (a non-yielding loop once starved the timer of a 2-worker runtime and hung a test).

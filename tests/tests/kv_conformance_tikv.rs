@@ -10,7 +10,8 @@
 
 use minitikv::{RunningServer, ServerConfig};
 use percolator::kv::conformance::{self, within};
-use percolator::kv::{scan_all, KeyRange, KvError, RawKv, ScanOrder, StoreSpec};
+use percolator::kv::{scan_all, KeyRange, KvError, RawKv, ScanOrder};
+use percolator_cli::StoreSpec;
 use percolator_tikv::{AtomicKeys, RetryCounts, TikvConfig, TikvKv};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,6 @@
 mod embedded;
 mod memory;
 mod pager;
-mod spec;
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
@@ -18,10 +17,12 @@ pub mod intercept;
 #[cfg(feature = "testkit")]
 pub use faulty::{FaultHooks, Faults, FaultyKv};
 
-pub use embedded::{Durability, EmbeddedKv, EmbeddedOptions};
+pub use embedded::{
+    Durability, DurabilityError, EmbeddedKv, EmbeddedOptions, KeySplit, CACHE_MB_ENV,
+    WRITE_BUFFER_MB_ENV,
+};
 pub use memory::MemoryKv;
 pub use pager::{scan_all, RangePager, MAX_SCAN_LIMIT};
-pub use spec::{DurabilityError, StoreSpec, StoreSpecError};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -59,6 +60,23 @@ pub enum KvError {
         /// The lock file that is held.
         lock: PathBuf,
     },
+    /// The embedded store in `path` keeps keys in the split partition `recorded`, and was
+    /// opened without that split (`given`: the split asked for, if any): it would miss those
+    /// keys (see `kv/embedded/split.rs`).
+    #[error(
+        "store {path} keeps keys in partition {recorded:?} of its own but was opened with {}: \
+         open it with the key split that made it (for transaction data: \
+         percolator::codec::notify_split)",
+        match given { Some(name) => format!("the split {name:?}"), None => "no key split".to_string() }
+    )]
+    SplitMismatch {
+        /// The data directory.
+        path: PathBuf,
+        /// The split partition the store records.
+        recorded: String,
+        /// The split partition the caller gave, if any.
+        given: Option<String>,
+    },
     /// The caller passed an argument the store cannot accept.
     #[error("invalid argument to {op}: {message}")]
     InvalidArgument {
@@ -75,30 +93,6 @@ pub enum KvError {
         /// The transport's description of the failure.
         message: String,
     },
-}
-
-/// Opens an embedded (with `durability` and [`EmbeddedOptions::from_env`]: memory knobs from
-/// the environment) or in-memory store (`durability` does not apply: nothing survives the
-/// process). TiKV specs need the TiKV backend crate and are refused here with
-/// [`KvError::InvalidArgument`].
-pub fn open_local_store(
-    spec: &StoreSpec,
-    durability: Durability,
-) -> KvResult<std::sync::Arc<dyn RawKv>> {
-    match spec {
-        StoreSpec::Embedded(path) => Ok(std::sync::Arc::new(EmbeddedKv::open_with(
-            path,
-            EmbeddedOptions {
-                durability,
-                ..EmbeddedOptions::from_env()
-            },
-        )?)),
-        StoreSpec::Memory => Ok(std::sync::Arc::new(MemoryKv::new())),
-        StoreSpec::Tikv(_) => Err(KvError::InvalidArgument {
-            op: "open",
-            message: format!("{spec}: the TiKV backend is not available in this build"),
-        }),
-    }
 }
 
 /// Shorthand for results of [`RawKv`] calls.

@@ -36,6 +36,7 @@ mod locks;
 mod notify;
 mod prewrite;
 mod read;
+mod store;
 mod transaction;
 
 pub use config::ClientConfig;
@@ -46,6 +47,7 @@ pub use failpoint::CrashPoint;
 pub use gc::GcStats;
 pub use locks::TxnStatus;
 pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
+pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
 
 use crate::codec::KeyCodec;

@@ -9,7 +9,7 @@ pub mod model;
 #[macro_use]
 pub mod protocol;
 
-use percolator::kv::{EmbeddedKv, MemoryKv, RawKv};
+use percolator::kv::{MemoryKv, RawKv};
 use percolator::ts::LocalClock;
 use percolator::txn::{Client, ClientConfig};
 use percolator::Cell;
@@ -37,7 +37,8 @@ pub fn memory_client() -> Client {
 
 pub fn embedded_client() -> (tempfile::TempDir, Client) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let kv = EmbeddedKv::open(dir.path()).expect("open embedded store");
+    let kv = percolator::txn::open_embedded(dir.path(), Default::default())
+        .expect("open embedded store");
     (dir, client_on(Arc::new(kv), test_config()))
 }
 

@@ -14,16 +14,16 @@
 //! every key, writes every key that swaps in one fjall write batch (one journal write) and
 //! releases them.
 //!
-//! **Two partitions.** Notify keys (`codec::is_notify_key`: of any namespace) live in a fjall
-//! partition of their own, `notify`; every other key in `kv`. A notification is put, then
-//! deleted once handled, so the notify space is mostly delete markers of recent keys; apart,
-//! scans of it (workers' passes, quiescence and backlog checks) merge only its own memtable and
-//! segments instead of every segment of the whole store, and compaction of the bulk of the
-//! data no longer rewrites those markers. Each key has one home (a pure function of its
+//! **Key split.** The caller may keep some keys in a fjall partition of their own
+//! ([`EmbeddedOptions::split`], a [`KeySplit`]); every other key is in `kv`. The store knows
+//! nothing of the key layout: the transaction layer supplies its rule
+//! (`percolator::codec::notify_split`: notify keys in `notify`, since a notification is put,
+//! then deleted once handled, so that space is mostly delete markers which scans and
+//! compaction of the rest no longer walk). Each key has one home (a pure function of its
 //! bytes), so a point operation touches one partition; a batch may span both (one fjall batch,
 //! one journal write, atomic as before); a scan reads the one partition its range can hold
-//! keys of (`codec::notify_sides`), or both, merged in key order. A store written before the
-//! split has its notify keys moved into `notify` when it is first opened.
+//! keys of ([`KeySplit::sides`]), or both, merged in key order. See `split.rs` for how stores
+//! written before a split are moved, and why a split store is never opened without its rule.
 //!
 //! **Group commit** (under [`Durability::Fsync`]): writers that finish their journal write
 //! while another writer's `fdatasync` runs share the next one instead of each paying for
@@ -35,129 +35,26 @@ use super::{
     check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
     KvResult, RawKv, ScanOrder,
 };
-use crate::codec::{is_notify_key, notify_sides};
 use async_trait::async_trait;
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
+use split::{open_split, Split, MAIN_PARTITION};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// The partition of notify keys (the rest is in `kv`).
-const NOTIFY_PARTITION: &str = "notify";
-/// The partition of the store's own records about its layout (never seen through `RawKv`).
-const LAYOUT_PARTITION: &str = "layout";
-/// Layout record: every notify key is in [`NOTIFY_PARTITION`].
-const NOTIFY_SPLIT: &[u8] = b"notify-split";
+mod options;
+mod split;
 
-/// Moves the notify keys that a store written before the partition split kept in `data`
-/// into `notify` (one pass over `data`, until the split is recorded).
-fn move_notify_keys(
-    keyspace: &Keyspace,
-    data: &PartitionHandle,
-    notify: &PartitionHandle,
-) -> KvResult<()> {
-    if data.is_empty().map_err(engine("open"))? {
-        return Ok(());
-    }
-    // One pass over every key: minutes on a large store, once.
-    tracing::info!(
-        "moving notify keys to their own partition (once, on the first open since the split)"
-    );
-    let mut moved = 0u64;
-    let mut batch = keyspace.batch();
-    for item in data.iter() {
-        let (k, v) = item.map_err(engine("open"))?;
-        if is_notify_key(&k) {
-            batch.insert(notify, k.clone(), v);
-            batch.remove(data, k);
-            moved += 1;
-            if batch.len() >= 20_000 {
-                std::mem::replace(&mut batch, keyspace.batch())
-                    .commit()
-                    .map_err(engine("open"))?;
-            }
-        }
-    }
-    batch.commit().map_err(engine("open"))?;
-    if moved > 0 {
-        tracing::info!(moved, "notify keys moved to their own partition");
-    }
-    Ok(())
-}
+pub use options::{
+    Durability, DurabilityError, EmbeddedOptions, CACHE_MB_ENV, WRITE_BUFFER_MB_ENV,
+};
+
+pub use split::KeySplit;
 
 /// Number of striped write locks; a power of two.
 const STRIPES: usize = 1024;
-
-/// How far an acknowledged write is guaranteed to survive (the binaries' `--durability
-/// process|fsync`). Whatever the mode, [`RawKv::sync`] makes the writes acknowledged so far
-/// survive power loss (the oracle syncs its record that way before using a window).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// Flushed to the operating system: survives a crash or `kill -9` of the process, not a
-    /// power loss or kernel panic. The default.
-    #[default]
-    Process,
-    /// Also `fdatasync`ed before the write is acknowledged (writers share fsyncs: group
-    /// commit): survives power loss.
-    Fsync,
-}
-
-/// Options for [`EmbeddedKv::open`].
-#[derive(Clone, Debug)]
-pub struct EmbeddedOptions {
-    /// Durability of acknowledged writes.
-    pub durability: Durability,
-    /// Block cache size in bytes.
-    pub cache_bytes: u64,
-    /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
-    /// memtables are flushed to disk segments. Half of it is each partition's memtable size,
-    /// fixed when the store is created (fjall keeps a partition's options).
-    pub write_buffer_bytes: u64,
-}
-
-impl Default for EmbeddedOptions {
-    fn default() -> Self {
-        EmbeddedOptions {
-            durability: Durability::Process,
-            cache_bytes: 64 * 1024 * 1024,
-            write_buffer_bytes: 64 * 1024 * 1024,
-        }
-    }
-}
-
-/// Environment variable overriding [`EmbeddedOptions::cache_bytes`] (MiB) in
-/// [`EmbeddedOptions::from_env`].
-pub const CACHE_MB_ENV: &str = "PERCOLATOR_EMBEDDED_CACHE_MB";
-/// Environment variable overriding [`EmbeddedOptions::write_buffer_bytes`] (MiB) in
-/// [`EmbeddedOptions::from_env`].
-pub const WRITE_BUFFER_MB_ENV: &str = "PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB";
-
-impl EmbeddedOptions {
-    /// The defaults, with the memory knobs taken from the environment where set
-    /// ([`CACHE_MB_ENV`], [`WRITE_BUFFER_MB_ENV`], in MiB; unparsable values are ignored
-    /// with a warning). Every binary that opens an embedded store from a `--store` spec uses
-    /// it (`open_local_store`).
-    pub fn from_env() -> Self {
-        let mib = |name: &str| -> Option<u64> {
-            let value = std::env::var(name).ok()?;
-            match value.trim().parse::<u64>() {
-                Ok(n) => Some(n * 1024 * 1024),
-                Err(_) => {
-                    tracing::warn!(name, value, "not a whole number of MiB; ignored");
-                    None
-                }
-            }
-        };
-        let defaults = EmbeddedOptions::default();
-        EmbeddedOptions {
-            cache_bytes: mib(CACHE_MB_ENV).unwrap_or(defaults.cache_bytes),
-            write_buffer_bytes: mib(WRITE_BUFFER_MB_ENV).unwrap_or(defaults.write_buffer_bytes),
-            ..defaults
-        }
-    }
-}
 
 /// The group-commit state of an [`EmbeddedKv`] (see `EmbeddedKv::sync`).
 #[derive(Default)]
@@ -176,10 +73,10 @@ struct GroupCommit {
 pub struct EmbeddedKv {
     path: PathBuf,
     keyspace: Keyspace,
-    /// Every key but notify keys.
+    /// Every key the split does not hold.
     data: PartitionHandle,
-    /// Notify keys (`codec::is_notify_key`).
-    notify: PartitionHandle,
+    /// The caller's split and its partition, if any.
+    split: Option<Split>,
     durability: Durability,
     stripes: Box<[Mutex<()>]>,
     hasher: RandomState,
@@ -258,32 +155,27 @@ impl EmbeddedKv {
         let memtable = u32::try_from(write_buffer_bytes / 2).unwrap_or(u32::MAX);
         let partition = || PartitionCreateOptions::default().max_memtable_size(memtable);
         let data = keyspace
-            .open_partition("kv", partition())
+            .open_partition(MAIN_PARTITION, partition())
             .map_err(engine("open"))?;
-        let notify = keyspace
-            .open_partition(NOTIFY_PARTITION, partition())
-            .map_err(engine("open"))?;
-        // The split is recorded once every notify key was moved: a crash while moving them
-        // leaves it unrecorded, and the next open moves the rest.
-        let layout = keyspace
-            .open_partition(LAYOUT_PARTITION, PartitionCreateOptions::default())
-            .map_err(engine("open"))?;
-        if layout.get(NOTIFY_SPLIT).map_err(engine("open"))?.is_none() {
-            move_notify_keys(&keyspace, &data, &notify)?;
-            layout.insert(NOTIFY_SPLIT, b"1").map_err(engine("open"))?;
-        }
+        let split = open_split(&path, &keyspace, &data, options.split.as_ref(), partition())?;
         tracing::debug!(path = %path.display(), ?options, "opened embedded store");
         Ok(EmbeddedKv {
             path,
             keyspace,
             data,
-            notify,
+            split,
             durability: options.durability,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             hasher: RandomState::new(),
             group: GroupCommit::default(),
             _lock: lock,
         })
+    }
+
+    /// The partition of every key the split does not hold (tests look inside it).
+    #[cfg(test)]
+    pub(crate) fn main_partition(&self) -> &PartitionHandle {
+        &self.data
     }
 
     /// The data directory.
@@ -353,10 +245,9 @@ impl EmbeddedKv {
 
     /// The partition that holds `key`.
     fn home(&self, key: &[u8]) -> &PartitionHandle {
-        if is_notify_key(key) {
-            &self.notify
-        } else {
-            &self.data
+        match &self.split {
+            Some(split) if split.rule.holds(key) => &split.partition,
+            _ => &self.data,
         }
     }
 
@@ -462,14 +353,22 @@ impl RawKv for EmbeddedKv {
         if range.is_empty() {
             return Ok(Vec::new());
         }
-        match notify_sides(&range) {
-            (true, false) => Self::scan_partition(&self.notify, &range, limit, order),
+        let Some(split) = &self.split else {
+            return Self::scan_partition(&self.data, &range, limit, order);
+        };
+        match split.rule.sides(&range) {
+            (true, false) => Self::scan_partition(&split.partition, &range, limit, order),
             (false, _) => Self::scan_partition(&self.data, &range, limit, order),
             (true, true) => {
                 // Keys of the two partitions are disjoint: the first `limit` of the range
                 // are among the first `limit` of each, merged in order.
                 let mut pairs = Self::scan_partition(&self.data, &range, limit, order)?;
-                pairs.extend(Self::scan_partition(&self.notify, &range, limit, order)?);
+                pairs.extend(Self::scan_partition(
+                    &split.partition,
+                    &range,
+                    limit,
+                    order,
+                )?);
                 match order {
                     ScanOrder::Forward => pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0)),
                     ScanOrder::Reverse => pairs.sort_unstable_by(|a, b| b.0.cmp(&a.0)),
@@ -548,148 +447,7 @@ impl RawKv for EmbeddedKv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{Cell, KeyCodec, Space};
-    use crate::kv::MemoryKv;
-    use rand::{Rng, SeedableRng};
     use std::sync::Arc;
-
-    /// Keys of every space of two namespaces (one a prefix of the other), plus raw keys of no
-    /// layout: the notify keys go to their own partition, the rest to `kv`.
-    fn mixed_keys(rng: &mut impl Rng) -> Vec<Vec<u8>> {
-        let mut keys = Vec::new();
-        for ns in ["app", "appN"] {
-            let codec = KeyCodec::new(ns);
-            for i in 0..40u64 {
-                let cell = Cell::new("t", format!("r{}", rng.gen_range(0..12)), "c");
-                keys.push(codec.notify(&cell, i, rng.gen_range(0..4)));
-                keys.push(codec.head(&cell));
-                keys.push(codec.version(&cell, i));
-                keys.push(codec.data(&cell, i));
-                keys.push(codec.meta(format!("m{i}")));
-            }
-        }
-        for _ in 0..40 {
-            let len = rng.gen_range(1..6);
-            keys.push((0..len).map(|_| rng.gen_range(0..4u8) * 0x40).collect());
-            keys.push(vec![b'a', b'p', b'p', 0x00, 0x01, b'Q', rng.gen()]);
-        }
-        keys
-    }
-
-    /// Randomized: the embedded store (two partitions) answers every scan like the in-memory
-    /// store given the same writes: codec ranges that hit one partition, and arbitrary ranges
-    /// that span both, forward and reverse, at small limits.
-    #[tokio::test]
-    async fn scans_across_the_partitions_match_the_memory_store() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let dir = tempfile::tempdir().unwrap();
-        let kv = EmbeddedKv::open(dir.path()).unwrap();
-        let model = MemoryKv::new();
-        let keys = mixed_keys(&mut rng);
-        for (i, key) in keys.iter().enumerate() {
-            let value = i.to_be_bytes().to_vec();
-            match rng.gen_range(0..4) {
-                0 => {
-                    let mut batch =
-                        vec![(key.clone(), value.clone()), (keys[i / 2].clone(), value)];
-                    batch.dedup_by(|a, b| a.0 == b.0);
-                    kv.batch_put(batch.clone()).await.unwrap();
-                    model.batch_put(batch).await.unwrap();
-                }
-                1 => {
-                    let req = vec![CasRequest {
-                        key: key.clone(),
-                        expected: model.get(key).await.unwrap(),
-                        new: value,
-                    }];
-                    assert!(kv.batch_compare_and_swap(req.clone()).await.unwrap()[0].swapped);
-                    model.batch_compare_and_swap(req).await.unwrap();
-                }
-                _ => {
-                    kv.put(key.clone(), value.clone()).await.unwrap();
-                    model.put(key.clone(), value).await.unwrap();
-                }
-            }
-            if rng.gen_bool(0.2) {
-                let victim = keys[rng.gen_range(0..=i)].clone();
-                kv.delete(victim.clone()).await.unwrap();
-                model.delete(victim).await.unwrap();
-            }
-        }
-        let codec = KeyCodec::new("app");
-        let mut ranges = vec![
-            codec.space_range(Space::Notify),
-            codec.notify_from(2),
-            codec.notify_between(1, 3),
-            codec.space_range(Space::Head),
-            codec.space_range(Space::Version),
-            codec.namespace_range(),
-            KeyCodec::new("appN").namespace_range(),
-            KeyRange {
-                start: Vec::new(),
-                end: None,
-            },
-        ];
-        for _ in 0..300 {
-            let (a, b) = (
-                &keys[rng.gen_range(0..keys.len())],
-                &keys[rng.gen_range(0..keys.len())],
-            );
-            let (start, end) = if a <= b { (a, b) } else { (b, a) };
-            ranges.push(KeyRange::new(start.clone(), end.clone()));
-        }
-        for range in ranges {
-            for order in [ScanOrder::Forward, ScanOrder::Reverse] {
-                for limit in [1, 3, 50, 10_000] {
-                    assert_eq!(
-                        kv.scan(range.clone(), limit, order).await.unwrap(),
-                        model.scan(range.clone(), limit, order).await.unwrap(),
-                        "{range:?} {order:?} limit {limit}"
-                    );
-                }
-            }
-        }
-        for key in &keys {
-            assert_eq!(kv.get(key).await.unwrap(), model.get(key).await.unwrap());
-        }
-    }
-
-    /// A store written before the partition split (notify keys in `kv`) has them moved on
-    /// its first open: found by gets and notify-space scans, and only once.
-    #[tokio::test]
-    async fn notify_keys_of_an_older_store_are_moved_on_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let codec = KeyCodec::new("app");
-        let cell = Cell::new("t", "r", "c");
-        let (notify, head) = (codec.notify(&cell, 5, 9), codec.head(&cell));
-        {
-            let keyspace = Config::new(dir.path().join("fjall")).open().unwrap();
-            let old = keyspace
-                .open_partition("kv", PartitionCreateOptions::default())
-                .unwrap();
-            old.insert(&notify, b"n").unwrap();
-            old.insert(&head, b"h").unwrap();
-            keyspace.persist(PersistMode::SyncAll).unwrap();
-        }
-        for _ in 0..2 {
-            let kv = EmbeddedKv::open(dir.path()).unwrap();
-            assert_eq!(kv.get(&notify).await.unwrap(), Some(b"n".to_vec()));
-            assert_eq!(kv.data.get(&notify).unwrap(), None);
-            assert_eq!(
-                kv.scan(codec.space_range(Space::Notify), 10, ScanOrder::Forward)
-                    .await
-                    .unwrap(),
-                vec![(notify.clone(), b"n".to_vec())]
-            );
-            assert_eq!(
-                kv.scan(codec.namespace_range(), 10, ScanOrder::Forward)
-                    .await
-                    .unwrap()
-                    .len(),
-                2
-            );
-        }
-    }
 
     /// Writers that reach the sync while another fsync is pending share one: ten puts that
     /// queue behind a held turn are covered by one fsync.

@@ -9,6 +9,10 @@
 
 use crate::kv::KeyRange;
 
+mod split;
+
+pub use split::{is_notify_key, notify_sides, notify_split, NotifySplit};
+
 /// Byte that escapes a `0x00` inside an encoded part.
 const ESCAPE: u8 = 0xFF;
 /// Byte that, after a `0x00`, ends an encoded part.
@@ -138,50 +142,6 @@ pub enum CodecError {
     /// Bytes are left after a complete key.
     #[error("{0} trailing bytes after the key")]
     TrailingBytes(usize),
-}
-
-/// Where a raw key's first encoded part (its namespace, if the key is of this layout) ends:
-/// just after the first `0x00 0x01`. Escaped zeros (`0x00 0xFF`) never match, so for a key
-/// of this layout this is the end of its namespace.
-fn namespace_end(key: &[u8]) -> Option<usize> {
-    key.windows(2)
-        .position(|w| w == [0x00, TERMINATOR])
-        .map(|i| i + 2)
-}
-
-/// Whether a raw key is a notify key of this layout (of any namespace): the byte after its
-/// namespace is the notify tag. A pure function of the key's bytes, so a store may keep such
-/// keys apart (the embedded store does: a partition of their own).
-pub fn is_notify_key(key: &[u8]) -> bool {
-    namespace_end(key).is_some_and(|end| key.get(end) == Some(&Space::Notify.tag()))
-}
-
-/// Which keys a range can hold, by [`is_notify_key`]: `(notify keys, other keys)`. Exact for
-/// the ranges the codec builds inside one space of one namespace (one side is `false`); any
-/// other range may hold both (both `true`).
-pub fn notify_sides(range: &KeyRange) -> (bool, bool) {
-    let both = (true, true);
-    let (Some(p), Some(end)) = (namespace_end(&range.start), range.end.as_deref()) else {
-        return both;
-    };
-    // Every key in [start, end) starts with the namespace part `start[..p]` when `end` does.
-    if end.len() <= p || end[..p] != range.start[..p] {
-        return both;
-    }
-    let q = Space::Notify.tag();
-    let low = range.start.get(p).copied();
-    // The highest tag byte a key of the range can have, and whether keys with it fit below
-    // `end` (not when `end` is the bare tag).
-    let (high, high_fits) = (end[p], end.len() > p + 1);
-    let all_notify = low == Some(q) && (high == q || (high == q + 1 && !high_fits));
-    let no_notify = low.is_some_and(|l| l > q) || high < q || (high == q && !high_fits);
-    if all_notify {
-        (true, false)
-    } else if no_notify {
-        (false, true)
-    } else {
-        both
-    }
 }
 
 /// Appends the memcomparable encoding of `part` to `out`.
@@ -564,57 +524,6 @@ mod tests {
         assert!(codec
             .space_range(Space::Notify)
             .contains(&codec.notify(&a, 0, 0)));
-    }
-
-    /// `is_notify_key` picks exactly the notify keys of any namespace (zero bytes in names
-    /// included), and `notify_sides` never rules out a side that a codec range holds.
-    #[test]
-    fn notify_keys_and_the_sides_of_ranges() {
-        let cell = Cell::new("t\0", "r\0\x01", "c");
-        let mut keys = Vec::new();
-        for ns in ["", "a", "a\0", "a\0\x01Q", "ab"] {
-            let c = KeyCodec::new(ns);
-            assert!(is_notify_key(&c.notify(&cell, 3, 4)));
-            for other in [
-                c.head(&cell),
-                c.version(&cell, 3),
-                c.data(&cell, 3),
-                c.meta("m"),
-            ] {
-                assert!(!is_notify_key(&other), "{other:?}");
-                keys.push(other);
-            }
-            keys.push(c.notify(&cell, 3, 4));
-            keys.push(c.notify(&cell, 1, 0));
-        }
-        let mut ranges = Vec::new();
-        for ns in ["", "a", "a\0", "ab"] {
-            let c = KeyCodec::new(ns);
-            assert_eq!(notify_sides(&c.space_range(Space::Notify)), (true, false));
-            assert_eq!(notify_sides(&c.notify_from(3)), (true, false));
-            assert_eq!(notify_sides(&c.notify_between(1, 3)), (true, false));
-            for space in [Space::Head, Space::Version, Space::Data, Space::Meta] {
-                assert_eq!(notify_sides(&c.space_range(space)), (false, true));
-            }
-            assert_eq!(notify_sides(&c.namespace_range()), (true, true));
-            ranges.push(c.namespace_range());
-            ranges.push(c.space_range(Space::Head));
-            ranges.push(c.notify_from(2));
-        }
-        for a in &keys {
-            for b in &keys {
-                ranges.push(KeyRange::new(a.clone(), b.clone()));
-            }
-        }
-        for range in &ranges {
-            let (notify, other) = notify_sides(range);
-            for k in keys.iter().filter(|k| range.contains(k)) {
-                assert!(
-                    if is_notify_key(k) { notify } else { other },
-                    "{k:?} in {range:?}"
-                );
-            }
-        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! Store selection strings, as given to `--store` (and `--durability`) on every command line.
+//! Store selection strings, as given to `--store` on every command line ([`StoreSpec`]).
+//!
+//! They live with the binaries, not in the core crate: a spec names backends (TiKV) that
+//! only the binaries link.
 
-use super::Durability;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -13,6 +15,19 @@ pub enum StoreSpec {
     Memory,
     /// A TiKV cluster in raw mode, reached through its PD endpoints.
     Tikv(Vec<String>),
+}
+
+impl StoreSpec {
+    /// Whether several processes may use the store at once (TiKV), so that nothing can rely
+    /// on being its only user: transaction clients need the shared oracle service, and an
+    /// oracle server waits out a possibly live leader's lease. Embedded stores belong to one
+    /// process (directory lock) and memory stores to none other.
+    pub fn is_shared(&self) -> bool {
+        match self {
+            StoreSpec::Tikv(_) => true,
+            StoreSpec::Embedded(_) | StoreSpec::Memory => false,
+        }
+    }
 }
 
 /// Why a `--store` string was refused.
@@ -72,32 +87,6 @@ impl std::fmt::Display for StoreSpec {
     }
 }
 
-/// A `--durability` value that is neither `process` nor `fsync`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid durability {0:?} (expected process or fsync)")]
-pub struct DurabilityError(pub String);
-
-impl std::str::FromStr for Durability {
-    type Err = DurabilityError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "process" => Ok(Durability::Process),
-            "fsync" => Ok(Durability::Fsync),
-            _ => Err(DurabilityError(text.to_string())),
-        }
-    }
-}
-
-impl std::fmt::Display for Durability {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Durability::Process => "process",
-            Durability::Fsync => "fsync",
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,14 +111,18 @@ mod tests {
     }
 
     #[test]
-    fn durability_round_trips_and_refuses_the_rest() {
-        for d in [Durability::Process, Durability::Fsync] {
-            assert_eq!(d.to_string().parse(), Ok(d));
+    fn only_tikv_is_shared() {
+        for (spec, shared) in [
+            ("embedded:/d", false),
+            ("memory", false),
+            ("tikv:a:1", true),
+        ] {
+            assert_eq!(
+                spec.parse::<StoreSpec>().unwrap().is_shared(),
+                shared,
+                "{spec}"
+            );
         }
-        assert_eq!(
-            "sync".parse::<Durability>(),
-            Err(DurabilityError("sync".to_string()))
-        );
     }
 
     #[test]
