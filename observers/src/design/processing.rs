@@ -55,8 +55,8 @@
 //! acknowledgment at its start_ts and writes it iff it runs the observer for `x`; any other run
 //! for the same change of `x` (another worker, another batch, a retry or half of this one) also
 //! reads and writes `ack(x)`, so snapshot isolation lets at most one of them commit
-//! (write-write conflict on `ack(x)`), and a run that starts after one committed reads `ack(x)
-//! >= m` and does not run. The batch commits atomically, so for every cell of it either the run
+//! (write-write conflict on `ack(x)`), and a run that starts after one committed reads
+//! `ack(x) >= m` and does not run. The batch commits atomically, so for every cell of it either the run
 //! and its `ack` are both visible or neither is. A split reruns the halves in fresh
 //! transactions that read the acks again, so even after an error whose outcome is unknown (the
 //! batch may have committed, or crashed leaving locks) a half finds the committed cells covered
