@@ -180,7 +180,10 @@ mod tests {
         let config = binary_tikv_config(vec!["127.0.0.1:1".into()]).expect("config");
         assert!(matches!(config.atomic_keys, AtomicKeys::PercolatorLayout));
         assert_eq!(cas_concurrency_from(None).expect("unset"), None);
-        assert_eq!(cas_concurrency_from(Some("128".into())).expect("set"), Some(128));
+        assert_eq!(
+            cas_concurrency_from(Some("128".into())).expect("set"),
+            Some(128)
+        );
         for bad in ["0", "-1", "many", ""] {
             assert!(
                 cas_concurrency_from(Some(bad.into())).is_err(),

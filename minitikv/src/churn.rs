@@ -7,7 +7,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Splits, merges and moves leaders at random every `churn.interval` until `stopped`.
-pub(crate) async fn churn_task(state: Arc<service::State>, churn: Churn, mut stopped: watch::Receiver<bool>) {
+pub(crate) async fn churn_task(
+    state: Arc<service::State>,
+    churn: Churn,
+    mut stopped: watch::Receiver<bool>,
+) {
     let dice = cluster::Dice::new(churn.seed);
     let mut tick = tokio::time::interval(churn.interval.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

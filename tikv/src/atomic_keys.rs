@@ -106,7 +106,11 @@ mod tests {
             assert!(!rule.is_atomic(&codec.notify(&cell, 7, 1)), "{ns}");
             for space in [Space::Head, Space::Meta, Space::Version, Space::Data] {
                 let start = codec.space_range(space).start;
-                assert_eq!(rule.is_atomic(&start), space_is_atomic(space), "{ns} {space:?}");
+                assert_eq!(
+                    rule.is_atomic(&start),
+                    space_is_atomic(space),
+                    "{ns} {space:?}"
+                );
             }
         }
         // Not codec keys: atomic (slower, never unsafe).

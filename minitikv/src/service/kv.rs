@@ -4,8 +4,8 @@
 //! check, then the request's own work, whose error the response type maps the way TiKV does
 //! (its `error` string, or a gRPC status for responses without one; see [`super::raw`]).
 
-use super::raw::{check_cf, check_ttl, clamp, scan_range, Keys, RawError, RawRequest, RawResponse};
 use super::latches::Held;
+use super::raw::{check_cf, check_ttl, clamp, scan_range, Keys, RawError, RawRequest, RawResponse};
 use super::writes::WriteKind;
 use super::State;
 use crate::cluster::{

@@ -63,7 +63,10 @@ impl SplitPolicy {
     }
 
     fn check_after(&self) -> (u64, u64) {
-        ((self.split_bytes / 16).max(1), (self.split_keys / 16).max(1))
+        (
+            (self.split_bytes / 16).max(1),
+            (self.split_keys / 16).max(1),
+        )
     }
 }
 
