@@ -31,8 +31,8 @@ async fn in_memory_single_region() -> (RunningServer, Arc<dyn RawKv>) {
     in_memory_with(ServerConfig::in_memory().single_region()).await
 }
 
-async fn in_memory_with(config: ServerConfig) -> (RunningServer, Arc<dyn RawKv>) {
-    let server = minitikv::start(config)
+async fn in_memory_with(server_config: ServerConfig) -> (RunningServer, Arc<dyn RawKv>) {
+    let server = minitikv::start(server_config)
         .await
         .expect("start minitikv");
     let kv = TikvKv::connect(config(&server))
