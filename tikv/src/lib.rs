@@ -76,6 +76,7 @@
 mod atomic_keys;
 mod config;
 mod limits;
+pub mod notify_tombstones;
 mod pd;
 mod retry;
 mod scan;
