@@ -26,8 +26,8 @@ pub struct TikvConfig {
     pub pd_endpoints: Vec<String>,
     /// Timeout of each gRPC call the client makes (default 2 s, the client's default).
     pub rpc_timeout: Duration,
-    /// Deadline of one [`RawKv`] call, client retries included (default 20 s). On expiry the
-    /// call fails with [`KvError::Unavailable`].
+    /// Deadline of one [`RawKv`](percolator::kv::RawKv) call, client retries included (default 20 s). On expiry the
+    /// call fails with [`KvError::Unavailable`](percolator::kv::KvError::Unavailable).
     pub op_timeout: Duration,
     /// Deadline for connecting to PD (default 10 s).
     pub connect_timeout: Duration,
@@ -63,11 +63,11 @@ pub struct TikvConfig {
     /// Largest delay between two retries of one call (default 500 ms).
     pub retry_max_delay: Duration,
     /// Longest key the cluster accepts: TiKV's `max-key-size` (default 8 KiB). Calls naming
-    /// a longer key are refused with [`KvError::InvalidArgument`] before anything is sent.
+    /// a longer key are refused with [`KvError::InvalidArgument`](percolator::kv::KvError::InvalidArgument) before anything is sent.
     pub max_key_bytes: usize,
     /// TiKV's `raftstore.raft-entry-max-size` (default 8 MiB). A pair whose key and value
     /// (with [`crate::ENTRY_OVERHEAD_BYTES`] for the raft command around them) would not fit
-    /// in one raft entry is refused with [`KvError::InvalidArgument`] before anything is
+    /// in one raft entry is refused with [`KvError::InvalidArgument`](percolator::kv::KvError::InvalidArgument) before anything is
     /// sent; the client splits batches into ~16 KiB requests, so only single pairs can
     /// reach the limit.
     pub max_entry_bytes: usize,

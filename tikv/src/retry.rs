@@ -22,7 +22,7 @@ pub enum RetryCause {
     /// The connection failed or the reply was lost (gRPC `Unavailable`, `Unknown`,
     /// `Aborted`, broken channel, PD unreachable): a write may or may not have applied.
     Transport,
-    /// An RPC outlived [`TikvConfig::rpc_timeout`]: a write may or may not have applied.
+    /// An RPC outlived [`TikvConfig::rpc_timeout`](crate::TikvConfig::rpc_timeout): a write may or may not have applied.
     Deadline,
 }
 
