@@ -234,7 +234,7 @@ impl State {
         self.counts
             .applied_region_error
             .fetch_add(1, Ordering::Relaxed);
-        Some(if self.dice.next_u64() % 2 == 0 {
+        Some(if self.dice.next_u64().is_multiple_of(2) {
             not_leader(region)
         } else {
             epoch_not_match(vec![region.meta(self.layout.stores)], region.id)
