@@ -6,7 +6,7 @@
 use crate::StoreSpec;
 use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
 use percolator::{Client, ClientConfig, TimestampSource};
-use percolator_tikv::{TikvConfig, TikvKv};
+use percolator_tikv::{AtomicKeys, TikvConfig, TikvKv};
 use std::sync::Arc;
 
 /// Errors of [`open_client`] and [`open_client_on`]. Each message already includes its cause
@@ -45,12 +45,48 @@ pub enum OpenError {
     LocalOracle(oracle::OracleError),
 }
 
+/// Environment variable giving [`TikvConfig::cas_concurrency`] to every binary that opens a
+/// TiKV store (default [`percolator_tikv::DEFAULT_CAS_CONCURRENCY`]): how many single CASes
+/// of one batch are in flight at once. Raise it on a cluster with slow Raft commits, lower it
+/// to spare a small test server.
+pub const CAS_CONCURRENCY_ENV: &str = "PERCOLATOR_TIKV_CAS_CONCURRENCY";
+
+/// The adapter settings binaries open `tikv:PD,...` with: the atomic keys derived from the key
+/// codec ([`AtomicKeys::PercolatorLayout`]: heads and meta records of every namespace go
+/// through the atomic client, versions, data and notify keys through the plain one) and
+/// `cas_concurrency` from [`CAS_CONCURRENCY_ENV`] if set (a positive integer).
+pub fn binary_tikv_config(endpoints: Vec<String>) -> Result<TikvConfig, KvError> {
+    let mut config = TikvConfig::new(endpoints);
+    config.atomic_keys = AtomicKeys::PercolatorLayout;
+    if let Some(n) = cas_concurrency_from(std::env::var_os(CAS_CONCURRENCY_ENV))? {
+        config.cas_concurrency = n;
+    }
+    tracing::debug!(cas_concurrency = config.cas_concurrency, atomic_keys = ?config.atomic_keys, "TiKV adapter settings");
+    Ok(config)
+}
+
+/// The value of [`CAS_CONCURRENCY_ENV`], if set: a positive integer, else `InvalidArgument`.
+fn cas_concurrency_from(raw: Option<std::ffi::OsString>) -> Result<Option<usize>, KvError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    raw.to_str()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .map(Some)
+        .ok_or_else(|| KvError::InvalidArgument {
+            op: "open",
+            message: format!("{CAS_CONCURRENCY_ENV}={raw:?}: expected a positive integer"),
+        })
+}
+
 /// Opens any store named by a `--store` spec: an embedded store for transaction data
 /// ([`percolator::txn::open_embedded`]: the layout's key split) acknowledging writes with
 /// `durability` (the binaries' `--durability`) and its memory knobs from the environment
 /// ([`EmbeddedOptions::from_env`]); a memory store (`durability` does not apply: nothing
-/// survives the process); `tikv:PD,...` through [`TikvKv`] with default settings
-/// (`durability` does not apply: TiKV syncs its Raft log itself).
+/// survives the process); `tikv:PD,...` through [`TikvKv`] with the binaries'
+/// settings ([`binary_tikv_config`]; `durability` does not apply: TiKV syncs its Raft log
+/// itself).
 pub async fn open_store(
     spec: &StoreSpec,
     durability: Durability,
@@ -67,7 +103,7 @@ pub async fn open_store_with(
 ) -> Result<Arc<dyn RawKv>, KvError> {
     match spec {
         StoreSpec::Tikv(endpoints) => {
-            let config = configure(TikvConfig::new(endpoints.clone()));
+            let config = configure(binary_tikv_config(endpoints.clone())?);
             Ok(Arc::new(TikvKv::connect(config).await?))
         }
         StoreSpec::Embedded(path) => Ok(Arc::new(percolator::txn::open_embedded(
@@ -157,6 +193,23 @@ mod tests {
             .expect("memory store");
         kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
         assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[test]
+    fn the_binaries_derive_atomic_keys_from_the_codec_and_read_the_cas_window() {
+        let config = binary_tikv_config(vec!["127.0.0.1:1".into()]).expect("config");
+        assert!(matches!(config.atomic_keys, AtomicKeys::PercolatorLayout));
+        assert_eq!(cas_concurrency_from(None).expect("unset"), None);
+        assert_eq!(
+            cas_concurrency_from(Some("128".into())).expect("set"),
+            Some(128)
+        );
+        for bad in ["0", "-1", "many", ""] {
+            assert!(
+                cas_concurrency_from(Some(bad.into())).is_err(),
+                "{bad:?} accepted"
+            );
+        }
     }
 
     #[tokio::test]

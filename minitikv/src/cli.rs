@@ -51,7 +51,8 @@ pub enum Command {
 /// `MINITIKV_*` environment variable (e.g. for a test that starts `minitikv serve` itself).
 #[derive(clap::Args, Debug)]
 pub struct ClusterArgs {
-    /// Split the key space at these keys at start (comma-separated, UTF-8; repeatable).
+    /// Split the key space at these keys at start (comma-separated, UTF-8; repeatable;
+    /// default: `f,m,s`, four regions).
     #[arg(
         long,
         env = "MINITIKV_SPLIT_KEYS",
@@ -70,6 +71,20 @@ pub struct ClusterArgs {
         default_value = ""
     )]
     pub split_prefix: String,
+    /// Start with one region over the whole key space (as a fresh TiKV cluster), ignoring
+    /// the default split keys.
+    #[arg(long, env = "MINITIKV_SINGLE_REGION")]
+    pub single_region: bool,
+    /// TiKV's `region-split-size` in bytes: a region over 1.5 times this, or over 1.5 x
+    /// 10,000 keys per MiB of it, splits into pieces of this size (0: regions never split
+    /// as data grows).
+    #[arg(
+        long,
+        env = "MINITIKV_REGION_SPLIT_SIZE",
+        value_name = "BYTES",
+        default_value_t = 8 * 1024 * 1024
+    )]
+    pub region_split_size: u64,
     /// Number of stores, each on its own port (store 1 on `--listen`, beside PD).
     #[arg(long, env = "MINITIKV_STORES", value_name = "N", default_value_t = 1)]
     pub stores: usize,
@@ -100,6 +115,15 @@ pub struct ClusterArgs {
         default_value_t = 0.0
     )]
     pub lost_reply_rate: f64,
+    /// Rate of writes applied and then answered with a region error (a leader change after
+    /// apply).
+    #[arg(
+        long,
+        env = "MINITIKV_APPLIED_REGION_ERROR_RATE",
+        value_name = "RATE",
+        default_value_t = 0.0
+    )]
+    pub applied_region_error_rate: f64,
     /// Rate of delayed requests.
     #[arg(
         long,
@@ -137,11 +161,18 @@ pub struct ClusterArgs {
 impl ClusterArgs {
     /// Applies these settings to `config`.
     pub fn apply(self, mut config: ServerConfig) -> ServerConfig {
-        config.split_keys = self
-            .split_keys
-            .into_iter()
-            .map(String::into_bytes)
-            .collect();
+        if self.single_region {
+            config.split_keys.clear();
+        }
+        if !self.split_keys.is_empty() || self.regions > 1 {
+            config.split_keys = self
+                .split_keys
+                .into_iter()
+                .map(String::into_bytes)
+                .collect();
+        }
+        config.split = (self.region_split_size > 0)
+            .then(|| crate::SplitPolicy::from_split_size(self.region_split_size));
         if self.regions > 1 {
             config.split_keys.extend(ServerConfig::even_splits(
                 self.split_prefix.as_bytes(),
@@ -154,6 +185,7 @@ impl ClusterArgs {
             server_busy: self.busy_rate,
             region_error: self.region_error_rate,
             lost_reply: self.lost_reply_rate,
+            applied_region_error: self.applied_region_error_rate,
             delay: self.delay_rate,
             max_delay: Duration::from_millis(self.max_delay_ms),
         };

@@ -30,6 +30,10 @@ pub struct Faults {
     /// Apply the request, then answer gRPC `UNAVAILABLE` instead of the reply (a reply lost
     /// after the write applied: the client's retry hazard).
     pub lost_reply: f64,
+    /// Apply a write, then answer a region error (`NotLeader` or `EpochNotMatch`) instead of
+    /// its reply, as when a leader steps down after the entry committed: the client retries
+    /// a write that already applied (for a CAS: the retry hazard).
+    pub applied_region_error: f64,
     /// Delay the request (before applying it) by up to [`Faults::max_delay`].
     pub delay: f64,
     /// Longest injected delay.
@@ -50,6 +54,7 @@ impl Faults {
             server_busy: 0.001,
             region_error: 0.01,
             lost_reply: 0.005,
+            applied_region_error: 0.0,
             delay: 0.01,
             max_delay: Duration::from_millis(5),
         }
@@ -60,6 +65,7 @@ impl Faults {
         self.server_busy > 0.0
             || self.region_error > 0.0
             || self.lost_reply > 0.0
+            || self.applied_region_error > 0.0
             || self.delay > 0.0
     }
 }
@@ -92,6 +98,8 @@ pub struct FaultCounts {
     /// Requests refused because they named a stale region, epoch or leader (real routing
     /// errors after splits, merges and leader transfers, not injected).
     pub stale_route: u64,
+    /// Writes applied and then answered with an injected region error.
+    pub applied_region_error: u64,
 }
 
 /// One region of the layout.

@@ -8,14 +8,19 @@
 //! `RawCompareAndSwap`). Data lives in one [`percolator::kv::RawKv`] store: the embedded
 //! (fjall) store for `--data DIR`, memory otherwise.
 //!
-//! By default the cluster has one store and exactly one region covering the whole key space
-//! (empty start and end keys), as a fresh TiKV cluster does, so client behaviour at "the last
-//! region" is exercised rather than hidden. [`ServerConfig`] adds the weather of a real
+//! By default the cluster has one store and four regions
+//! ([`ServerConfig::DEFAULT_SPLIT_KEYS`]), which split further as their data grows the way
+//! TiKV's split checks split them ([`SplitPolicy`]; [`ServerConfig::single_region`] gives a
+//! fresh TiKV cluster's one region instead). Raw CAS and atomic-mode writes take latches,
+//! plain writes do not, so a plain write can slip under a CAS as on TiKV
+//! ([`RunningServer::hold_cas`] makes that window deterministic for tests), and
+//! [`RunningServer::write_kinds`] records which kinds of write each key received. [`ServerConfig`] adds the weather of a real
 //! cluster: several stores on their own ports ([`ServerConfig::stores`]), regions split at
 //! given keys ([`ServerConfig::split_keys`]), splits, merges and leader transfers at runtime
 //! ([`RunningServer::split`], [`RunningServer::merge`], [`RunningServer::transfer_leader`],
 //! or a seeded background task, [`Churn`]), and seeded fault injection ([`Faults`]:
-//! `ServerIsBusy`, region errors, replies lost after the request applied, delays). Requests
+//! `ServerIsBusy`, region errors, replies lost after the request applied, region errors
+//! after a write applied, delays). Requests
 //! naming a stale region, epoch, store or leader, or keys outside their region (for scans:
 //! a seek key outside it, such as a reverse scan's empty upper bound beyond the first
 //! region), get TiKV's region errors; TiKV's size limits ([`Limits`]: keys of 8 KiB, raft
@@ -30,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+mod churn;
 pub mod cli;
 mod cluster;
 pub mod design;
@@ -47,7 +53,9 @@ use tokio::task::JoinHandle;
 pub use cluster::{
     Churn, FaultCounts, Faults, LayoutError, RegionInfo, PEER_ID, REGION_ID, STORE_ID,
 };
-pub use service::{Limits, RpcCounts, CLUSTER_ID};
+pub use service::{
+    CasHold, Limits, RpcCounts, SplitPolicy, WriteKinds, CLUSTER_ID, MAX_SPLITS_PER_CHECK,
+};
 
 /// Generated protobuf messages (prost) of the vendored TiKV protos, and the two gRPC
 /// services minitikv implements (declared in `build.rs`).
@@ -150,7 +158,14 @@ pub struct ServerConfig {
     /// the server, `Fsync` power loss too (as a real TiKV, which syncs its Raft log).
     pub durability: Durability,
     /// Keys at which the key space is split into regions at start (empty: one region).
+    /// Default: [`ServerConfig::DEFAULT_SPLIT_KEYS`], four regions.
     pub split_keys: Vec<Vec<u8>>,
+    /// How regions split as their data grows, as TiKV's split checks do (default:
+    /// [`SplitPolicy::default`], the docker cluster's 8 MiB; `None`: never).
+    pub split: Option<SplitPolicy>,
+    /// Record, per key, the kinds of write it received ([`RunningServer::write_kinds`];
+    /// default off: it keeps every key written in memory).
+    pub record_writes: bool,
     /// Number of stores (default 1). Store 1 listens on `listen` beside PD; the others on
     /// ephemeral ports of the same IP, each serving the TiKV RPCs as its own store. Every
     /// region has a peer on every store; leaders start spread round-robin.
@@ -164,6 +179,22 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
+    /// The split keys of a new server: four regions, so that a client meets a first, a
+    /// last and middle regions from the start (namespaces starting with `a`-`e`, `f`-`l`,
+    /// `m`-`r` and `s`-`z` land in different ones). A real cluster starts with one region
+    /// and splits as data grows ([`ServerConfig::split`] does that too).
+    pub const DEFAULT_SPLIT_KEYS: &'static [&'static [u8]] = &[b"f", b"m", b"s"];
+
+    /// This configuration with one region over the whole key space at start (as a fresh
+    /// TiKV cluster) and no splitting as data grows.
+    pub fn single_region(self) -> Self {
+        ServerConfig {
+            split_keys: Vec::new(),
+            split: None,
+            ..self
+        }
+    }
+
     /// An in-memory server on 127.0.0.1 with an ephemeral port.
     pub fn in_memory() -> Self {
         ServerConfig {
@@ -171,7 +202,12 @@ impl ServerConfig {
             advertise: None,
             data: None,
             durability: Durability::Process,
-            split_keys: Vec::new(),
+            split_keys: Self::DEFAULT_SPLIT_KEYS
+                .iter()
+                .map(|k| k.to_vec())
+                .collect(),
+            split: Some(SplitPolicy::default()),
+            record_writes: false,
             stores: 1,
             faults: Faults::none(),
             churn: None,
@@ -234,6 +270,18 @@ impl RunningServer {
     /// Moves region `id`'s leader to `store` (requests to the old leader get `NotLeader`).
     pub fn transfer_leader(&self, id: u64, store: u64) -> Result<(), LayoutError> {
         self.state.layout.transfer_leader(id, store)
+    }
+
+    /// Per key written since start, the kinds of write it received (empty unless
+    /// [`ServerConfig::record_writes`]).
+    pub fn write_kinds(&self) -> std::collections::BTreeMap<Vec<u8>, WriteKinds> {
+        self.state.writes.snapshot()
+    }
+
+    /// Stops every CAS between its read and its write (its latch held) until the hold is
+    /// dropped: for tests of what plain and atomic writes do meanwhile.
+    pub fn hold_cas(&self) -> CasHold {
+        self.state.latches.hold()
     }
 
     /// The RPCs served so far, by method, and the keys scans read.
@@ -360,8 +408,12 @@ pub async fn start_with_store(
         advertise.clone(),
         stopped.clone(),
         cluster::Layout::new(&config.split_keys, stores),
-        config.faults.clone(),
-        config.limits,
+        service::StateOptions {
+            faults: config.faults.clone(),
+            limits: config.limits,
+            split: config.split,
+            record_writes: config.record_writes,
+        },
     ));
     state.set_store_addrs(addrs);
     let mut store_tasks = Vec::new();
@@ -378,7 +430,7 @@ pub async fn start_with_store(
         )));
     }
     if let Some(churn) = config.churn.clone() {
-        tokio::spawn(churn_task(state.clone(), churn, stopped.clone()));
+        tokio::spawn(churn::churn_task(state.clone(), churn, stopped.clone()));
     }
     let pd = proto::pd::PdServer::new(state.clone())
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -431,59 +483,4 @@ async fn serve(
         .add_service(tikv)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
-}
-
-/// Splits, merges and moves leaders at random every `churn.interval` until `stopped`.
-async fn churn_task(state: Arc<service::State>, churn: Churn, mut stopped: watch::Receiver<bool>) {
-    let dice = cluster::Dice::new(churn.seed);
-    let mut tick = tokio::time::interval(churn.interval.max(Duration::from_millis(1)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
-        let layout = &state.layout;
-        let regions = layout.all();
-        let pick = &regions[(dice.next_u64() % regions.len() as u64) as usize];
-        let roll = dice.next_u64() % 3;
-        let result = if (roll == 0 && regions.len() < churn.max_regions)
-            || regions.len() < churn.min_regions
-        {
-            // Split where the data is, as TiKV splits a region that grew: at one of the
-            // region's first keys, else at a key derived from its start.
-            let range = percolator::kv::KeyRange {
-                start: pick.start.clone(),
-                end: (!pick.end.is_empty()).then(|| pick.end.clone()),
-            };
-            let keys = state
-                .store
-                .scan(range, 64, percolator::kv::ScanOrder::Forward)
-                .await
-                .unwrap_or_default();
-            let key = if keys.len() > 1 {
-                keys[(dice.next_u64() % keys.len() as u64) as usize]
-                    .0
-                    .clone()
-            } else {
-                let mut key = pick.start.clone();
-                key.push((dice.next_u64() % 255) as u8 + 1);
-                key
-            };
-            if !pick.end.is_empty() && key >= pick.end {
-                Err(LayoutError::AlreadyBoundary(key))
-            } else {
-                layout.split(&key).map(|_| ())
-            }
-        } else if roll == 1 && regions.len() > churn.min_regions.max(1) && !pick.start.is_empty() {
-            layout.merge(&pick.start)
-        } else {
-            let store = dice.next_u64() % layout.stores + 1;
-            layout.transfer_leader(pick.id, store)
-        };
-        tracing::debug!(?result, regions = layout.len(), "minitikv churn");
-    }
 }

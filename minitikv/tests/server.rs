@@ -37,7 +37,9 @@ async fn clients(server: &minitikv::RunningServer) -> (PdClient<Channel>, TikvCl
 
 #[tokio::test]
 async fn pd_describes_one_store_and_one_region_covering_every_key() {
-    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let server = minitikv::start(ServerConfig::in_memory().single_region())
+        .await
+        .unwrap();
     let (mut pd, _) = clients(&server).await;
     let members = pd
         .get_members(pdpb::GetMembersRequest::default())
@@ -127,7 +129,9 @@ async fn pd_describes_one_store_and_one_region_covering_every_key() {
 
 #[tokio::test]
 async fn raw_rpcs_answer_like_tikv() {
-    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let server = minitikv::start(ServerConfig::in_memory().single_region())
+        .await
+        .unwrap();
     let (_, mut kv) = clients(&server).await;
     let put = |k: &[u8], v: &[u8]| kvrpcpb::RawPutRequest {
         context: ctx(),
@@ -295,7 +299,9 @@ async fn raw_rpcs_answer_like_tikv() {
 
 #[tokio::test]
 async fn wrong_region_epoch_or_store_get_region_errors() {
-    let server = minitikv::start(ServerConfig::in_memory()).await.unwrap();
+    let server = minitikv::start(ServerConfig::in_memory().single_region())
+        .await
+        .unwrap();
     let (_, mut kv) = clients(&server).await;
     let mut wrong_region = ctx().unwrap();
     wrong_region.region_id = 42;
@@ -374,7 +380,7 @@ async fn wrong_region_epoch_or_store_get_region_errors() {
 #[tokio::test]
 async fn data_survives_a_restart_on_the_embedded_store() {
     let dir = tempfile::tempdir().unwrap();
-    let server = minitikv::start(ServerConfig::embedded(dir.path()))
+    let server = minitikv::start(ServerConfig::embedded(dir.path()).single_region())
         .await
         .unwrap();
     let (_, mut kv) = clients(&server).await;
@@ -388,7 +394,7 @@ async fn data_survives_a_restart_on_the_embedded_store() {
     .unwrap();
     drop(kv);
     server.shutdown().await;
-    let server = minitikv::start(ServerConfig::embedded(dir.path()))
+    let server = minitikv::start(ServerConfig::embedded(dir.path()).single_region())
         .await
         .unwrap();
     let (_, mut kv) = clients(&server).await;
@@ -649,7 +655,7 @@ async fn lost_replies_are_lost_after_the_write_applied() {
                 lost_reply: 1.0,
                 ..minitikv::Faults::none()
             },
-            ..ServerConfig::in_memory()
+            ..ServerConfig::in_memory().single_region()
         },
     )
     .await

@@ -7,8 +7,10 @@
 //! - **Which client writes a key.** Every key that is ever CASed must only be written by the
 //!   atomic client, or TiKV's latches do not cover the plain writes and a CAS can interleave
 //!   with them. [`AtomicKeys`] names those keys: [`AtomicKeys::All`] (the default, always
-//!   safe, slower writes), a list of prefixes (e.g. [`AtomicKeys::percolator_spaces`]: the
-//!   `H` and `M` spaces of a namespace) or a predicate. Writes of other keys use the plain
+//!   safe, slower writes), [`AtomicKeys::PercolatorLayout`] (derived from the key codec:
+//!   the `H` and `M` spaces of every namespace; what the binaries use), a list of prefixes
+//!   (e.g. [`AtomicKeys::percolator_spaces`]: the `H` and `M` spaces of one namespace) or a
+//!   predicate. Writes of other keys use the plain
 //!   client. A CAS of a key outside the atomic set is refused with
 //!   [`KvError::InvalidArgument`]. Reads use the plain client (reads take no latches).
 //! - **Deletes in atomic mode.** The atomic client refuses `batch_delete` and
@@ -71,14 +73,17 @@
 //! Benchmark (next to the embedded store, through an in-process `minitikv` on loopback):
 //! `cargo bench -p percolator-bench --bench kv`, backend `tikv`.
 
+mod atomic_keys;
 mod config;
 pub mod design;
 mod limits;
+pub mod notify_tombstones;
 mod pd;
 mod retry;
 mod scan;
 
-pub use config::{AtomicKeys, KeyPredicate, TikvConfig, TlsFiles};
+pub use atomic_keys::{layout_space, space_is_atomic, AtomicKeys, KeyPredicate};
+pub use config::{TikvConfig, TlsFiles, DEFAULT_CAS_CONCURRENCY};
 pub use limits::ENTRY_OVERHEAD_BYTES;
 pub use retry::{RetryCause, RetryCounts};
 

@@ -4,7 +4,9 @@
 //! check, then the request's own work, whose error the response type maps the way TiKV does
 //! (its `error` string, or a gRPC status for responses without one; see [`super::raw`]).
 
+use super::latches::Held;
 use super::raw::{check_cf, check_ttl, clamp, scan_range, Keys, RawError, RawRequest, RawResponse};
+use super::writes::WriteKind;
 use super::State;
 use crate::cluster::{
     epoch_not_match, key_not_in_region, not_leader, raft_entry_too_large, region_not_found,
@@ -73,10 +75,18 @@ impl StoreService {
                 return Ok(Response::new(R::default().with_region_error(err)));
             }
         }
+        let written = req.entry_bytes().map(|bytes| (bytes, req.keys().count()));
+        let region_id = region.id;
         let done = match check_cf(req.cf()) {
-            Ok(()) => work(req, region).await,
+            Ok(()) => work(req, region.clone()).await,
             Err(refused) => Err(refused),
         };
+        if let (Ok(_), Some((bytes, keys))) = (&done, written) {
+            self.note_write(region_id, bytes, keys).await;
+            if let Some(err) = self.applied_region_error(&region) {
+                return Ok(Response::new(R::default().with_region_error(err)));
+            }
+        }
         let reply = match done {
             Ok(response) => Ok(response),
             Err(error) => R::default().with_error(error),
@@ -153,6 +163,20 @@ impl StoreService {
 }
 
 impl State {
+    /// The latches of `keys` if the write is in atomic mode (`for_cas`); plain writes take
+    /// none, as in TiKV.
+    async fn latch_if<'k>(
+        &self,
+        for_cas: bool,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Option<Held<'_>> {
+        if for_cas {
+            Some(self.latches.acquire(keys).await)
+        } else {
+            None
+        }
+    }
+
     /// Pages through `range` in `order`, returning up to `limit` pairs (0: none).
     async fn scan(
         &self,
@@ -254,10 +278,13 @@ impl Tikv for StoreService {
         type R = kvrpcpb::RawPutResponse;
         self.serve(request.into_inner(), |req, _| async move {
             check_ttl(req.ttl)?;
+            let kind = WriteKind::of(req.for_cas);
+            let _latched = self.latch_if(req.for_cas, [req.key.as_slice()]).await;
             self.store
-                .put(req.key, req.value)
+                .put(req.key.clone(), req.value)
                 .await
                 .map_err(|e| RawError::Store("RawPut", e))?;
+            self.writes.record(kind, [req.key.as_slice()]);
             Ok(R::default())
         })
         .await
@@ -276,11 +303,17 @@ impl Tikv for StoreService {
                 .iter()
                 .chain([&legacy_ttl])
                 .try_for_each(|t| check_ttl(*t))?;
+            let keys: Vec<Vec<u8>> = req.pairs.iter().map(|p| p.key.clone()).collect();
+            let _latched = self
+                .latch_if(req.for_cas, keys.iter().map(Vec::as_slice))
+                .await;
             let pairs = req.pairs.into_iter().map(|p| (p.key, p.value)).collect();
             self.store
                 .batch_put(pairs)
                 .await
                 .map_err(|e| RawError::Store("RawBatchPut", e))?;
+            let kind = WriteKind::of(req.for_cas);
+            self.writes.record(kind, keys.iter().map(Vec::as_slice));
             Ok(R::default())
         })
         .await
@@ -292,10 +325,13 @@ impl Tikv for StoreService {
     ) -> Result<Response<kvrpcpb::RawDeleteResponse>, Status> {
         type R = kvrpcpb::RawDeleteResponse;
         self.serve(request.into_inner(), |req, _| async move {
+            let _latched = self.latch_if(req.for_cas, [req.key.as_slice()]).await;
             self.store
-                .delete(req.key)
+                .delete(req.key.clone())
                 .await
                 .map_err(|e| RawError::Store("RawDelete", e))?;
+            let kind = WriteKind::of(req.for_cas);
+            self.writes.record(kind, [req.key.as_slice()]);
             Ok(R::default())
         })
         .await
@@ -307,10 +343,15 @@ impl Tikv for StoreService {
     ) -> Result<Response<kvrpcpb::RawBatchDeleteResponse>, Status> {
         type R = kvrpcpb::RawBatchDeleteResponse;
         self.serve(request.into_inner(), |req, _| async move {
+            let _latched = self
+                .latch_if(req.for_cas, req.keys.iter().map(Vec::as_slice))
+                .await;
             self.store
-                .batch_delete(req.keys)
+                .batch_delete(req.keys.clone())
                 .await
                 .map_err(|e| RawError::Store("RawBatchDelete", e))?;
+            let kind = WriteKind::of(req.for_cas);
+            self.writes.record(kind, req.keys.iter().map(Vec::as_slice));
             Ok(R::default())
         })
         .await
@@ -404,13 +445,24 @@ impl Tikv for StoreService {
         self.serve(request.into_inner(), |req, _| async move {
             check_ttl(req.ttl)?;
             let expected = (!req.previous_not_exist).then_some(req.previous_value);
-            // The store's CAS is atomic against every write of its key (for_cas or not), so
-            // minitikv is stricter than TiKV, where only for_cas writes take the latches.
-            let out = self
+            // As TiKV: read, compare and write under the key's latch, which only atomic
+            // writes take; a plain write of the key may land in between (see `latches`).
+            let _latched = self.latches.acquire([req.key.as_slice()]).await;
+            let previous = self
                 .store
-                .compare_and_swap(req.key, expected, req.value)
+                .get(&req.key)
                 .await
                 .map_err(|e| RawError::Store("RawCompareAndSwap", e))?;
+            self.latches.cas_checkpoint().await;
+            let swapped = previous == expected;
+            if swapped {
+                self.store
+                    .put(req.key.clone(), req.value)
+                    .await
+                    .map_err(|e| RawError::Store("RawCompareAndSwap", e))?;
+                self.writes.record(WriteKind::Cas, [req.key.as_slice()]);
+            }
+            let out = percolator::kv::CasOutcome { previous, swapped };
             Ok(R {
                 region_error: None,
                 error: String::new(),

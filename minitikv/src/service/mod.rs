@@ -4,10 +4,16 @@
 //! for every request), with the shapes of raw requests and responses in [`raw`].
 
 mod kv;
+mod latches;
 mod pd;
 mod raw;
+mod split;
+mod writes;
 
 pub(crate) use kv::StoreService;
+pub use latches::CasHold;
+pub use split::{SplitPolicy, MAX_SPLITS_PER_CHECK};
+pub use writes::WriteKinds;
 
 use crate::cluster::{
     epoch_not_match, not_leader, region_not_found, server_is_busy, Dice, FaultCounts, Faults,
@@ -85,6 +91,7 @@ struct FaultCounters {
     lost_reply: AtomicU64,
     delay: AtomicU64,
     stale_route: AtomicU64,
+    applied_region_error: AtomicU64,
 }
 
 /// Shared state of both services and every store.
@@ -103,6 +110,18 @@ pub(crate) struct State {
     pub(crate) limits: Limits,
     calls: Mutex<BTreeMap<&'static str, u64>>,
     scanned_keys: AtomicU64,
+    pub(crate) latches: latches::Latches,
+    pub(crate) writes: writes::WriteLog,
+    split: Option<SplitPolicy>,
+    tally: split::SplitTally,
+}
+
+/// The options of [`State::new`] beyond the store and the layout.
+pub(crate) struct StateOptions {
+    pub(crate) faults: Faults,
+    pub(crate) limits: Limits,
+    pub(crate) split: Option<SplitPolicy>,
+    pub(crate) record_writes: bool,
 }
 
 impl State {
@@ -111,9 +130,14 @@ impl State {
         advertise: String,
         stopped: watch::Receiver<bool>,
         layout: Layout,
-        faults: Faults,
-        limits: Limits,
+        options: StateOptions,
     ) -> Self {
+        let StateOptions {
+            faults,
+            limits,
+            split,
+            record_writes,
+        } = options;
         State {
             store,
             advertise: advertise.clone(),
@@ -128,6 +152,10 @@ impl State {
             limits,
             calls: Mutex::new(BTreeMap::new()),
             scanned_keys: AtomicU64::new(0),
+            latches: latches::Latches::new(),
+            writes: writes::WriteLog::new(record_writes),
+            split,
+            tally: split::SplitTally::default(),
         }
     }
 
@@ -156,6 +184,7 @@ impl State {
             lost_reply: c.lost_reply.load(Ordering::Relaxed),
             delay: c.delay.load(Ordering::Relaxed),
             stale_route: c.stale_route.load(Ordering::Relaxed),
+            applied_region_error: c.applied_region_error.load(Ordering::Relaxed),
         }
     }
 
@@ -194,6 +223,22 @@ impl State {
             });
         }
         None
+    }
+
+    /// A region error to answer a write that was applied, if the dice say so (a leader
+    /// that lost its leadership after the entry committed: `NotLeader` or `EpochNotMatch`).
+    fn applied_region_error(&self, region: &crate::cluster::RegionInfo) -> Option<errorpb::Error> {
+        if !self.dice.hit(self.faults.applied_region_error) {
+            return None;
+        }
+        self.counts
+            .applied_region_error
+            .fetch_add(1, Ordering::Relaxed);
+        Some(if self.dice.next_u64().is_multiple_of(2) {
+            not_leader(region)
+        } else {
+            epoch_not_match(vec![region.meta(self.layout.stores)], region.id)
+        })
     }
 
     /// Whether to drop the reply of a request that was applied.

@@ -35,6 +35,14 @@ impl Keys<'_> {
         }
     }
 
+    /// How many keys (for a write's tally of keys written).
+    pub(crate) fn count(&self) -> u64 {
+        match self {
+            Keys::One(_) => 1,
+            Keys::Many(ks) | Keys::Seek(ks) => ks.len() as u64,
+        }
+    }
+
     /// The first key longer than `limit` bytes, and its length (seek keys are not checked).
     pub(crate) fn too_long(&self, limit: usize) -> Option<(&[u8], usize)> {
         let long = |k: &&[u8]| k.len() > limit;
