@@ -42,15 +42,28 @@
 //! splitmix64 stream of the seed (the sequence is fixed; which request gets which decision
 //! depends on arrival order). `RunningServer::fault_counts()` counts them, and the stale routes
 //! refused. `Faults::weather(seed)` is the tests' weather: 0.1% busy, 1% region errors, 0.5%
-//! lost replies, 1% delays up to 5 ms.
+//! lost replies, 1% delays up to 5 ms. `Faults::applied_region_error`
+//! (`--applied-region-error-rate`, not part of the weather) applies a write and then answers
+//! `NotLeader`/`EpochNotMatch`, so the client resends an applied write
+//! (`tests/tests/tikv_applied_errors.rs`).
 //!
-//! ## Stricter or absent
+//! ## Regions and latches, as TiKV
 //!
-//! - CAS is atomic against every write of its key (the embedded store's stripes), `for_cas` or
-//!   not: stricter than TiKV, where only `for_cas` writes take latches. The adapter's rule is
-//!   what keeps real TiKV safe; minitikv cannot catch a plain write racing a CAS.
+//! - Four regions by default (split at `f`, `m`, `s`; `ServerConfig::single_region()` /
+//!   `--single-region` for one). Regions split as data grows, as TiKV's split checks do
+//!   (`SplitPolicy`: checked after about a sixteenth of the split size is written, split past
+//!   1.5 x the split size or the split keys; default 8 MiB like the docker configuration,
+//!   `--region-split-size`, 0 turns it off).
+//! - A CAS reads, compares and writes under its key's latch, and so do writes sent in atomic
+//!   mode (`for_cas`); plain writes take no latch, as in TiKV's raw put. So a plain write can be
+//!   lost under a concurrent CAS here too (`RunningServer::hold_cas()` makes the race
+//!   deterministic in tests), and `RunningServer::write_kinds()` records which kinds of write
+//!   each key got: `photon/tests/write_kinds.rs` checks that no key of a photon run gets both.
+//!
+//! ## Absent
+//!
 //! - Not emulated: replication and raft (a region's data is the one store's, whichever store
-//!   leads), elections without a leader, region size/load-based splitting, TTL (refused),
+//!   leads), elections without a leader, load-based splitting, TTL (refused),
 //!   column families other than `default` (refused), the API v2 keyspace codec, coprocessor,
 //!   checksum, transactional KV, PD followers. The TSO answers from the wall clock with a logical
 //!   counter and is not persisted: it is there because the client opens the stream on connect,

@@ -1,4 +1,4 @@
-//! Handling notify keys (ARCHITECTURE.md, "Observers"): decide each writer's fate, run the
+//! Handling notify keys (`observers::design`): decide each writer's fate, run the
 //! observer in a transaction guarded by the acknowledgment column, delete the keys.
 //!
 //! A strong observer's notifications are handled in batches: one transaction checks and sets

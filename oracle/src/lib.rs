@@ -3,7 +3,7 @@
 //!
 //! - [`server`]: the `oracle serve` service: a leader (elected through a compare-and-swap
 //!   record in the store) serving from a persisted window, standbys that take over when it
-//!   dies, and an epoch check before every reply batch (see `ARCHITECTURE.md`).
+//!   dies, and an epoch check before every reply batch (see [`crate::design`]).
 //! - [`OracleClient`]: one connection per process, batching the requests of many tasks into
 //!   rounds (one request each, a few in flight at once), failing over across oracle addresses.
 //! - [`LocalOracle`]: the same persisted window in-process, for the embedded single-process mode.

@@ -1,5 +1,5 @@
 //! The oracle service: leader election through the store, the serving loop, and the
-//! per-batch epoch check (safety argument in `ARCHITECTURE.md`, "Timestamp oracle").
+//! per-batch epoch check (safety argument in `oracle::design`).
 
 use crate::lease::Lease;
 use crate::proto::{self, GetRequest, ProtocolError, Reply};

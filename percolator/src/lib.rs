@@ -9,7 +9,8 @@
 //! - [`txn`]: snapshot-isolation transactions ([`txn::Client`], [`txn::Transaction`]) with
 //!   lazy lock resolution and version GC.
 //!
-//! See `ARCHITECTURE.md` at the repository root for the protocol and its invariants.
+//! See `ARCHITECTURE.md` at the repository root for the map and the invariants, and
+//! [`design`] for the protocol's arguments.
 
 pub mod codec;
 pub mod design;

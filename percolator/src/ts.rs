@@ -61,7 +61,7 @@ pub enum TimestampError {
     Timeout(Duration),
 }
 
-/// A source of strictly increasing timestamps (invariant 1 of `ARCHITECTURE.md`: every
+/// A source of strictly increasing timestamps (invariant T1 of `ARCHITECTURE.md`: every
 /// timestamp returned is larger than every timestamp returned, to anyone, before the request
 /// began).
 #[async_trait]

@@ -260,7 +260,7 @@ async fn park_click(
     // A query committed while this transaction ran may have been loaded before we parked
     // (its batch's wake check then found no click waiting). Notifying the query's wake cell makes its
     // wake observer run after this park commits (durably: the notify key is written with
-    // our prewrite); see ARCHITECTURE.md.
+    // our prewrite); see `photon::design::join`.
     txn.notify(wake_cell(&click.query_id));
     Ok(())
 }
@@ -373,7 +373,7 @@ pub fn register(
 /// the batch's queries that clicks wait for, then deletes the check (a weak observer: a
 /// second run notifies again, which is harmless).
 ///
-/// Why no wake-up is lost (ARCHITECTURE.md, "Photon"): a park on query `q` commits at `p`
+/// Why no wake-up is lost (`photon::design::join`): a park on query `q` commits at `p`
 /// and notifies `q`'s wake cell, whose run has a snapshot `w > p`. The batch loading `q`
 /// commits at `c`, with its check cell and the check's notify key (written in its prewrite,
 /// so the check runs even if the loader dies), and the check runs at a snapshot `r > c`. If

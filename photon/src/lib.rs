@@ -1,5 +1,5 @@
 //! Photon: joins ad clicks with the search queries that produced them, exactly once, over
-//! Percolator transactions (ARCHITECTURE.md, "Photon"). Loaders write query and click logs
+//! Percolator transactions (`photon::design::join`). Loaders write query and click logs
 //! into tables; join observers register each click in the IdRegistry and write the joined
 //! event in one transaction; redundant pipelines may run at once.
 

@@ -1,5 +1,4 @@
-//! The index of parked clicks by due time, and the sweep that reads it (ARCHITECTURE.md,
-//! "Spaces that grow with the history").
+//! The index of parked clicks by due time, and the sweep that reads it (`photon::design::growth`).
 //!
 //! A click parked on its query's pending list also gets an index cell
 //! `parked/<bucket:012>/<query_id>/<click_id>`, whose `bucket` (a second, ms / 1000) is at or

@@ -1,5 +1,5 @@
 //! The IdRegistry boundary: the event day below which the registry may be gone, so clicks of
-//! those days are never joined (ARCHITECTURE.md, "Photon").
+//! those days are never joined (`photon::design::join`).
 //!
 //! - [`today`]: the day the boundary is counted from is the oracle's, not the local clock's:
 //!   a host whose clock runs a day ahead must not close days still in use.

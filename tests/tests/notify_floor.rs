@@ -1,4 +1,4 @@
-//! The notify floor (ARCHITECTURE.md "The notify space"): scanners raise it past drained
+//! The notify floor (`percolator::design::notify`): scanners raise it past drained
 //! buckets; writers that put notify keys below a floor raised meanwhile move them above it,
 //! and the raiser moves the ones it finds below after its raise. No notification is lost.
 

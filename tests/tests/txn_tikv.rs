@@ -11,7 +11,7 @@
 //!   transport faults);
 //! - the model-based test again with a gRPC timeout so short that tikv-client's own retries
 //!   are frequent, so that retried CASes really report `swapped = false` for swaps that
-//!   applied (ARCHITECTURE.md, "The retry hazard", here from the client itself, not emulated);
+//!   applied (`percolator::design::kv`, here from the client itself, not emulated);
 //! - the bank and the checks that write or delete versions and data keys again with only
 //!   heads and meta records on the atomic client (`AtomicKeys::percolator_spaces`), so that
 //!   `V`/`D` keys go through the plain client (puts, `batch_delete` in GC).

@@ -38,7 +38,7 @@ pub struct TikvConfig {
     /// Largest gRPC message the client accepts (default 256 MiB; the client's default of 4 MiB
     /// would refuse a scan page of large values).
     pub max_message_bytes: usize,
-    /// Every CASed value is unique (ARCHITECTURE.md, "The retry hazard"): read a failed CAS
+    /// Every CASed value is unique (`percolator::design::kv`): read a failed CAS
     /// that found exactly the new value as a success (the client's retry hazard). Default
     /// `false`: outcomes are reported as the server gave them.
     pub unique_cas_values: bool,

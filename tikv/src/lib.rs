@@ -2,7 +2,7 @@
 //!
 //! [`TikvKv`] holds two handles on one connection: a plain raw client and an atomic one
 //! (`with_atomic_for_cas()`). The adapter's rules, each answering a known pitfall of the
-//! client (see `ARCHITECTURE.md`, "TiKV backend"):
+//! client (see `percolator_tikv::design`):
 //!
 //! - **Which client writes a key.** Every key that is ever CASed must only be written by the
 //!   atomic client, or TiKV's latches do not cover the plain writes and a CAS can interleave
@@ -40,7 +40,7 @@
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
 //!   report `swapped == false` for a swap that did happen (it finds its own value). Callers
 //!   must make every CASed value unique and read "not swapped, but `previous == new`" as
-//!   success (percolator's heads do: ARCHITECTURE.md, "The retry hazard"). With
+//!   success (percolator's heads do: `percolator::design::kv`). With
 //!   [`TikvConfig::unique_cas_values`] set, the adapter does that translation itself. A CAS that fails with [`KvError::Unavailable`] (including the
 //!   adapter's own deadline) has an unknown outcome: re-read.
 //! - **Batched CAS**: tikv-client has no batched CAS, so `batch_compare_and_swap` runs the

@@ -44,7 +44,7 @@ impl Backlog {
 
 /// The notification backlog per column: one pass over the notify space from the notify
 /// floor, so its cost is the live notifications plus the delete markers of the buckets since
-/// the oldest one (ARCHITECTURE.md, "The notify space").
+/// the oldest one (`percolator::design::notify`).
 pub async fn backlog(client: &Client) -> Result<Backlog, WorkerError> {
     let floor = client.notify_floor().await?;
     let now = oracle_ms(client).await?;

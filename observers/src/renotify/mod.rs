@@ -8,7 +8,7 @@
 //! holds a value puts the notify key `Q(bucket, cell, c) = Committed { c }`, where `c` is
 //! the commit_ts of the version read, through [`Client::put_notifications`]: the path a
 //! commit's notify keys take, so the bucket is at or above the notify floor and settled
-//! against it after the put (ARCHITECTURE.md, "The notify space"). Then it records the last
+//! against it after the put (`percolator::design::notify`). Then it records the last
 //! row done in a progress record in the meta space ([`RenotifyProgress`], by CAS). Cells
 //! deleted or never committed are skipped.
 //!

@@ -10,7 +10,7 @@
 //!   grows (one leader allocates ranges under one mutex after the requests arrived), so a
 //!   frame written after another request's reply arrived is answered above that reply;
 //! - across a leader change, the server's epoch check before each reply batch covers every
-//!   request in it, pipelined or not (`ARCHITECTURE.md`, "Timestamp oracle");
+//!   request in it, pipelined or not (`oracle::design`);
 //! - replies are matched to rounds strictly in order by `req_id`; anything else drops the
 //!   connection, and every unanswered round is sent again, as a new request, elsewhere.
 

@@ -1,4 +1,4 @@
-//! The order-preserving key layout (see `ARCHITECTURE.md`, "Key layout").
+//! The order-preserving key layout (see `percolator::design::layout`).
 //!
 //! Every key is `namespace ‖ space ‖ …`, where the namespace and every part of a cell
 //! (table, row, column) are *memcomparable*-encoded: each `0x00` byte becomes `0x00 0xFF` and
@@ -29,7 +29,7 @@ pub enum Space {
     Meta,
     /// `Q`: a notification marking a cell dirty, ordered by the second it was put in (its
     /// bucket) so that scans start at the notify floor instead of walking every
-    /// notification ever handled (ARCHITECTURE.md "The notify space"). (Before the buckets,
+    /// notification ever handled (`percolator::design::notify`). (Before the buckets,
     /// notify keys had the tag `N`; they are not read.)
     Notify,
     /// `V`: a committed version that is no longer the latest, keyed by commit_ts.

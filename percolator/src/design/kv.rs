@@ -81,7 +81,11 @@
 //!   its notify keys moved when first opened (recorded in a third partition, `layout`, once all
 //!   are moved, so a crash midway resumes). There is no way back: a binary that knows only one
 //!   partition does not see the `notify` partition (its notifications would look handled) and
-//!   must not open a store the split was made in. Tests: a randomized comparison with
+//!   must not open a store the split was made in. The store itself knows no key layout: it
+//!   takes the split as a `KeySplit` through `EmbeddedOptions::split`, and the transaction
+//!   layer supplies the codec's (`codec::notify_split`, `txn::open_embedded`); a store that
+//!   recorded a split and is opened without it, or with another, fails with
+//!   `KvError::SplitMismatch`. Tests: a randomized comparison with
 //!   [`crate::kv::MemoryKv`] (keys of every space of two namespaces, one a prefix of the other,
 //!   and raw keys; scans forward and reverse over codec and arbitrary ranges at several limits),
 //!   the move of an older store's keys, and the codec's classification of every key against

@@ -3,7 +3,7 @@
 //! Everything the transaction protocol needs from a store is here: single-key reads and
 //! writes, batched reads and writes (not atomic across keys), bounded scans in either
 //! direction, and an atomic single-key compare-and-swap. The contract follows what TiKV's raw
-//! mode offers through `tikv-client` 0.4.0 (see `ARCHITECTURE.md`), so a CAS never deletes.
+//! mode offers through `tikv-client` 0.4.0 (see [`crate::design::kv`]), so a CAS never deletes.
 
 mod embedded;
 mod memory;

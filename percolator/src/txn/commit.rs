@@ -184,7 +184,7 @@ impl Transaction {
                 // client's last commit of the cell left, else a guess that the cell is new
                 // (no head). A wrong expectation costs nothing extra: the CAS fails and
                 // returns the current head, which is what a read would have fetched (see
-                // ARCHITECTURE "Remembered heads").
+                // `percolator::design::commit`).
                 let expected = cached
                     .get(&shared.codec.head(cell))
                     .cloned()

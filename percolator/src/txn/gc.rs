@@ -1,5 +1,4 @@
-//! Lock resolution passes and version garbage collection (ARCHITECTURE.md, "Garbage
-//! collection").
+//! Lock resolution passes and version garbage collection (`percolator::design::gc`).
 
 use super::heads::HeadSnapshot;
 use super::locks::TxnStatus;

@@ -1,6 +1,5 @@
 //! Locks met on cells and the fate of their transactions: status through the primary, roll
-//! forward (on the primary: the commit point), roll back, fencing (ARCHITECTURE.md, "Status
-//! through the primary" and "Lock resolution").
+//! forward (on the primary: the commit point), roll back, fencing (`percolator::design::locks`).
 //!
 //! Every change here is one CAS of a head from the exact bytes just read, through
 //! [`Shared::update_head`]: when the head moved meanwhile the CAS fails, and the decision is

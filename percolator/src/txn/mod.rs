@@ -378,8 +378,7 @@ impl Client {
         ))
     }
 
-    /// The fate of transaction `start_ts` whose primary is `primary` (ARCHITECTURE.md,
-    /// "Status through the primary"). An expired undecided transaction is rolled back for
+    /// The fate of transaction `start_ts` whose primary is `primary` (`percolator::design::locks`). An expired undecided transaction is rolled back for
     /// good by this call.
     pub async fn txn_status(
         &self,
@@ -461,7 +460,7 @@ impl Client {
         gc::read_safe_point(&self.shared).await
     }
 
-    /// Garbage-collects below `safe_point` (ARCHITECTURE.md, "Garbage collection"):
+    /// Garbage-collects below `safe_point` (`percolator::design::gc`):
     /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
     /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.
     pub async fn gc(&self, safe_point: crate::ts::Timestamp) -> TxnResult<GcStats> {

@@ -2,7 +2,7 @@
 //! bucket), and a published floor says below which bucket no notification is left, so a
 //! scan starts there instead of walking every notification ever handled (their delete
 //! markers stay in an LSM store until compaction). The protocol and its argument that no
-//! notification is ever missed are in ARCHITECTURE.md, "The notify space".
+//! notification is ever missed are in `percolator::design::notify`.
 //!
 //! The floor record holds two buckets: the `floor` writers settle their keys against, and
 //! `scan_from`, where every reader starts. A raise moves `floor` and leaves `scan_from`

@@ -1,5 +1,4 @@
-//! Phase 1 of a commit: the prewrite of every written cell, batched (ARCHITECTURE.md,
-//! "Batched prewrite and commit").
+//! Phase 1 of a commit: the prewrite of every written cell, batched (`percolator::design::commit`).
 //!
 //! One round for the whole write set when nothing stands in the way:
 //! 1. decide on each cell's *expected* head (read by the transaction, remembered from this

@@ -16,7 +16,7 @@ impl Transaction {
     /// only after publishing a safe point above every snapshot that could see them, so a
     /// safe point read *after* the read that is still at or below start_ts proves the read
     /// saw everything the snapshot needs. Otherwise refuse rather than answer wrongly
-    /// (ARCHITECTURE.md "Snapshots and GC"). Timestamps only: no local clock is involved.
+    /// (`percolator::design::gc`). Timestamps only: no local clock is involved.
     pub(super) async fn ensure_not_collected(&self) -> TxnResult<()> {
         let safe_point = super::gc::read_safe_point(self.shared()).await?;
         if safe_point > self.inner.start_ts {
