@@ -66,7 +66,7 @@ pub enum ObserverKind {
     /// Transactional like [`ObserverKind::Strong`] (every committed write of the column
     /// notifies, runs see only committed changes), but without the acknowledgment column:
     /// the observer's own transaction guards against a second run, which finds the first
-    /// one's effect and writes nothing (photon's join: the IdRegistry entry). Saves the
+    /// one's effect and writes nothing (e.g. an IdRegistry entry written with the output). Saves the
     /// acknowledgment's read and write (a lock and a commit) per change; see
     /// [`Registry::guarded`] for the contract.
     Guarded,
@@ -165,8 +165,9 @@ impl Registry {
     /// both find the guard empty both write it, so snapshot isolation lets only one
     /// commit, and a later run sees the guard. So at most one committed run with effects
     /// per change still holds, for one read and one write (a lock and a commit) fewer per
-    /// change than [`Registry::strong`]. Photon's click join is one: its guard is the
-    /// click's IdRegistry entry.
+    /// change than [`Registry::strong`]. Every run that has an effect must write the
+    /// guard (photon's click join is not guarded: its expiry branch writes no IdRegistry
+    /// entry, so a repeat after the query arrived would join an expired click).
     pub fn guarded(
         &mut self,
         table: impl AsRef<[u8]>,

@@ -69,7 +69,7 @@ struct ReadClick {
     delivery_ts: Option<u64>,
 }
 
-/// The click join, a guarded observer on `clicks/event` that handles a batch of clicks in one
+/// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
 /// transaction with batched reads (two rounds: the clicks and the boundary, then the
 /// IdRegistry entries and the queries).
 struct ClickJoin {
@@ -331,10 +331,10 @@ pub fn register(
     config: JoinConfig,
     stats: Arc<JoinStats>,
 ) -> Result<(), WorkerError> {
-    // Guarded, not strong: the IdRegistry entry is the guard (a run that finds it writes
-    // nothing; the entry commits with the output), and the other branches (park, expire)
-    // leave the same state when repeated; see `Registry::guarded`.
-    registry.guarded(
+    // Strong, not guarded (`Registry::guarded`): the IdRegistry entry guards the join and
+    // filter branches, but not expiry: a repeat of a run that expired the click, after its
+    // query arrived, would join it. The acknowledgment stops repeats of one change.
+    registry.strong(
         CLICKS,
         EVENT,
         &format!("join@{}", config.pipeline),

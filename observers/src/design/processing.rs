@@ -21,8 +21,9 @@
 //!   when the change is already handled there, and writes the guard with its effects. Two
 //!   concurrent runs that both find the guard empty both write it, so only one commits; a
 //!   later run sees it. At most one committed run *with effects* per change holds, for one read
-//!   and one written cell (a lock and a commit) fewer per change. Photon's click join is one:
-//!   its guard is the click's IdRegistry entry (`photon::design::join`).
+//!   and one written cell (a lock and a commit) fewer per change. Every branch that has an
+//!   effect must write the guard: photon's click join is not guarded yet because its expiry
+//!   branch writes no IdRegistry entry (`photon::design::join`).
 //!
 //! ## Batches
 //!

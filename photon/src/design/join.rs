@@ -39,7 +39,7 @@
 //! stops at the bound (give or take one batch per file):
 //! `photon/tests/photon.rs::loader_waits_while_the_backlog_is_above_its_bound`.
 //!
-//! ## Click observer (`join::ClickJoin`, guarded, on `clicks/event`)
+//! ## Click observer (`join::ClickJoin`, strong, on `clicks/event`)
 //!
 //! It implements `observe_batch`, so a batch of clicks is one transaction with two rounds of
 //! reads: every click and the IdRegistry boundary, then the IdRegistry entries of the clicks at
@@ -58,13 +58,12 @@
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
 //!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
 //!
-//! It is a *guarded* observer (`observers::Registry::guarded`: no acknowledgment column). The
-//! IdRegistry entry is the guard: a run that finds it writes nothing, and the entry commits
-//! with the output, so two runs of one click that both find it empty conflict on it and one
-//! commits. The other branches leave the same state when repeated: a park adds a click already
-//! on the list nothing and rewrites `waiting`; a repeated park racing the wake observer's
-//! delete of the list conflicts with it on the list and retries (then finds the query); an
-//! expiry rewrites the same outcome; `too_old` keeps the first terminal outcome.
+//! It is a strong observer (with the acknowledgment), not a guarded one
+//! (`observers::Registry::guarded`): the IdRegistry entry guards the join and filter branches
+//! (a run that finds it writes nothing), but not expiry, which writes only the outcome: a
+//! repeat of a run that expired the click, once its query arrived, would join it. Guarding
+//! expiry too (the outcome read in the same round as the entry) would let the join drop its
+//! acknowledgment.
 //!
 //! ## Wake observer and wake checks
 //!
@@ -107,7 +106,7 @@
 //! ## Redundant pipelines
 //!
 //! Each pipeline is a worker with its own observer names, all in one worker registry, so the
-//! hash split spreads clicks over the pipelines' workers; the IdRegistry entries make
+//! hash split spreads clicks over the pipelines' workers; the IdRegistry and the ack columns make
 //! the output exactly once whichever worker runs a click, and a pipeline that dies leaves its
 //! share to the others (orphan sweep, then the split: `observers::design::worker`).
 //!
