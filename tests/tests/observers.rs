@@ -14,16 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn quick() -> WorkerConfig {
-    WorkerConfig {
-        idle_interval: Duration::from_millis(20),
-        max_idle_interval: Duration::from_millis(200),
-        retry_backoff: Duration::from_millis(5),
-        heartbeat: Duration::from_millis(100),
-        ..WorkerConfig::default()
-    }
-}
-
 async fn quiesce(workers: &[Worker]) {
     tokio::time::timeout(Duration::from_secs(60), async {
         for w in workers {

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use observers::renotify::{renotifies_in_progress, renotify, RenotifyOptions, RenotifyReport};
-use observers::{observer_fn, Registry, Worker, WorkerConfig};
+use observers::{observer_fn, Registry, Worker};
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
 use percolator::kv::{KvError, KvResult, MemoryKv, RawKv};
 use percolator::txn::Client;
@@ -15,16 +15,6 @@ use percolator::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn quick() -> WorkerConfig {
-    WorkerConfig {
-        idle_interval: Duration::from_millis(20),
-        max_idle_interval: Duration::from_millis(200),
-        retry_backoff: Duration::from_millis(5),
-        heartbeat: Duration::from_millis(100),
-        ..WorkerConfig::default()
-    }
-}
 
 /// Writes `docs/<row>/body` for every row (and `docs/<row>/title`, another column), with no
 /// observer declared: no notify key is put.

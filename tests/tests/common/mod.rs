@@ -27,6 +27,17 @@ pub fn test_config() -> ClientConfig {
     }
 }
 
+/// Worker periods short enough for tests: idle scans every 20-200 ms, 100 ms heartbeats.
+pub fn quick() -> observers::WorkerConfig {
+    observers::WorkerConfig {
+        idle_interval: Duration::from_millis(20),
+        max_idle_interval: Duration::from_millis(200),
+        retry_backoff: Duration::from_millis(5),
+        heartbeat: Duration::from_millis(100),
+        ..observers::WorkerConfig::default()
+    }
+}
+
 pub fn client_on(kv: Arc<dyn RawKv>, config: ClientConfig) -> Client {
     Client::with_config(kv, Arc::new(LocalClock::new()), config)
 }
