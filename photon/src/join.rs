@@ -457,6 +457,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_parks_clicks_of_one_query_together_and_joins_the_rest() {
         let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
         let at = now_ms();
         let setup = client.begin().await.unwrap();
         for (id, query) in [

@@ -21,7 +21,7 @@ pub use rejects::ECHO_PREFIX;
 
 use crate::event::{Click, Kind, Query};
 use crate::schema::{
-    click_cell, declare_observed, now_ms, offset_cell, query_cell, wake_check_cell, Stored,
+    click_cell, declare_columns, now_ms, offset_cell, query_cell, wake_check_cell, Stored,
 };
 use percolator::{Client, TxnError};
 use progress::{fingerprint, loaded_tail, Record};
@@ -254,7 +254,7 @@ async fn load_file_aligned(
     backlog: Option<&Backlog>,
 ) -> Result<u64, LoadError> {
     // The events written here must notify the join observers, whoever built the client.
-    declare_observed(client);
+    declare_columns(client);
     let io = |source| LoadError::Io {
         path: path.to_path_buf(),
         source,

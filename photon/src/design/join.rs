@@ -16,7 +16,7 @@
 //! bytes: malformed lines, invalid UTF-8 included, go to the rejects file (`file:line: error:
 //! text`, the line byte for byte) before the batch commits (reported twice at worst, never
 //! lost); the log echoes the first 200 bytes, escaped. The loader declares the observed columns
-//! it writes (`photon::schema::declare_observed`), since a declaration lives in the client
+//! it writes (`photon::schema::declare_columns`), since a declaration lives in the client
 //! (`percolator::design::notify`).
 //!
 //! `load_dir` loads all files at once but in step by event time (a frontier): a file whose next
