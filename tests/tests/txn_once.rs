@@ -47,9 +47,7 @@ fn clients() -> (Arc<dyn RawKv>, Client) {
 
 /// Keys of the `W` space (records), as raw (key, value).
 async fn records(client: &Client, kv: &Arc<dyn RawKv>) -> Vec<(Vec<u8>, OnceRecord)> {
-    let range = client
-        .codec()
-        .space_range(percolator::codec::Space::Once);
+    let range = client.codec().space_range(percolator::codec::Space::Once);
     kv.scan(range, 10_000, percolator::ScanOrder::Forward)
         .await
         .unwrap()
@@ -75,9 +73,16 @@ async fn a_committed_record_is_visible_from_its_commit_on_and_costs_no_head() {
     let before = client.begin().await.unwrap();
     let commit_ts = load(&client, &[1, 2], 2).await.unwrap();
     let after = client.begin().await.unwrap();
-    assert_eq!(before.get(&event(1)).await.unwrap(), None, "a snapshot before the commit");
     assert_eq!(
-        after.get_many_versioned(&[event(1), event(2), event(3)]).await.unwrap(),
+        before.get(&event(1)).await.unwrap(),
+        None,
+        "a snapshot before the commit"
+    );
+    assert_eq!(
+        after
+            .get_many_versioned(&[event(1), event(2), event(3)])
+            .await
+            .unwrap(),
         vec![
             (Some(b"event 1".to_vec()), Some(commit_ts.0)),
             (Some(b"event 2".to_vec()), Some(commit_ts.0)),
@@ -205,7 +210,10 @@ async fn readers_decide_records_left_by_a_crash_at_every_step() {
         if !visible {
             load(&client, &[7], 1).await.unwrap();
             let read = client.begin().await.unwrap();
-            assert_eq!(read.get(&event(7)).await.unwrap(), Some(b"event 7".to_vec()));
+            assert_eq!(
+                read.get(&event(7)).await.unwrap(),
+                Some(b"event 7".to_vec())
+            );
         }
     }
 }
@@ -226,15 +234,21 @@ async fn gc_resolves_records_left_by_crashes_before_deleting_evidence() {
         txn.set(event(1), "kept");
         txn.set(offset(), "1");
         txn.set_crash_hook(Arc::new(|p| p == CrashPoint::Committed));
-        assert!(matches!(txn.commit().await, Err(TxnError::InjectedCrash(_))));
+        assert!(matches!(
+            txn.commit().await,
+            Err(TxnError::InjectedCrash(_))
+        ));
         txn.start_ts()
     };
-    let _rolled_back = {
+    {
         let txn = client.begin().await.unwrap();
         txn.set(event(2), "lost");
         txn.set(Cell::new("loader", "other", "offset"), "1");
         txn.set_crash_hook(Arc::new(|p| p == CrashPoint::RecordsWritten));
-        assert!(matches!(txn.commit().await, Err(TxnError::InjectedCrash(_))));
+        assert!(matches!(
+            txn.commit().await,
+            Err(TxnError::InjectedCrash(_))
+        ));
     };
     // The offset moves on several times, so GC may drop the version that proves the commit.
     for to in 2..8 {
@@ -348,19 +362,33 @@ async fn scan_pages_merge_heads_and_records_in_order() {
 /// each at most once, whatever crashed where.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn randomized_loaders_with_crashes_load_each_event_exactly_once() {
+    randomized_loaders(Arc::new(MemoryKv::new()), 40).await;
+}
+
+/// The same on TiKV (minitikv through `TikvKv`) in the weather: regions split, merge and
+/// move under the scans of records, servers are busy, replies are lost after apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn randomized_loaders_with_crashes_on_tikv_in_the_weather() {
+    let store = common::tikv_weather_store(rand::thread_rng().gen()).await;
+    randomized_loaders(store.kv.clone(), 12).await;
+    store.report("write-once loaders");
+}
+
+async fn randomized_loaders(kv: Arc<dyn RawKv>, batches: usize) {
     let seed: u64 = rand::thread_rng().gen();
     eprintln!("seed {seed}");
-    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
     let config = ClientConfig {
         lock_ttl: Duration::from_millis(50),
         ..test_config()
     };
-    let loaders: Vec<Client> = (0..3).map(|_| declared(kv.clone(), config.clone())).collect();
+    let loaders: Vec<Client> = (0..3)
+        .map(|_| declared(kv.clone(), config.clone()))
+        .collect();
     let tasks = loaders.into_iter().enumerate().map(|(n, client)| {
         tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ n as u64);
             let mut crashes = 0;
-            for _ in 0..40 {
+            for _ in 0..batches {
                 let txn = client.begin().await.unwrap();
                 let at: u64 = match txn.get(&offset()).await {
                     Ok(v) => v.map_or(0, |v| String::from_utf8(v).unwrap().parse().unwrap()),
@@ -407,11 +435,18 @@ async fn randomized_loaders_with_crashes_load_each_event_exactly_once() {
     let ids: Vec<u64> = events
         .iter()
         .map(|(cell, value)| {
-            let id: u64 = String::from_utf8(cell.row[1..].to_vec()).unwrap().parse().unwrap();
+            let id: u64 = String::from_utf8(cell.row[1..].to_vec())
+                .unwrap()
+                .parse()
+                .unwrap();
             assert_eq!(value, &format!("event {id}").into_bytes());
             id
         })
         .collect();
-    assert_eq!(ids, (0..loaded).collect::<Vec<_>>(), "seed {seed}, {crashes} crashes");
+    assert_eq!(
+        ids,
+        (0..loaded).collect::<Vec<_>>(),
+        "seed {seed}, {crashes} crashes"
+    );
     assert!(loaded > 0, "seed {seed}");
 }

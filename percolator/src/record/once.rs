@@ -1,7 +1,7 @@
 //! The value of a write-once record (`W` key): a write whose fate is its primary's
 //! (`percolator::design::once`).
 
-use super::{Op, RecordError, Reader, Writer, FORMAT};
+use super::{Op, Reader, RecordError, Writer, FORMAT};
 use crate::codec::Cell;
 
 const ONCE_MAGIC: u8 = b'w';
@@ -117,7 +117,8 @@ mod tests {
                 ttl_ms,
                 op
             }),
-            (any::<u64>(), op()).prop_map(|(commit_ts, op)| OnceRecord::Committed { commit_ts, op }),
+            (any::<u64>(), op())
+                .prop_map(|(commit_ts, op)| OnceRecord::Committed { commit_ts, op }),
         ]
     }
 

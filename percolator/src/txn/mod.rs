@@ -71,9 +71,7 @@ pub(crate) struct Shared {
         std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
     /// Write-once columns by table, `None` for every column of the table
     /// (`percolator::design::once`).
-    write_once: std::sync::RwLock<
-        std::collections::HashMap<Vec<u8>, Option<std::collections::HashSet<Vec<u8>>>>,
-    >,
+    write_once: std::sync::RwLock<WriteOnceColumns>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
@@ -89,6 +87,10 @@ pub(crate) struct Shared {
     /// the transaction (the notifications of a loader's batch all name one primary).
     pub(crate) decided: quick_cache::sync::Cache<(u64, u64), locks::TxnStatus>,
 }
+
+/// Write-once columns by table; `None`: every column of the table.
+type WriteOnceColumns =
+    std::collections::HashMap<Vec<u8>, Option<std::collections::HashSet<Vec<u8>>>>;
 
 /// Decided transaction fates remembered per client (about 40 bytes each).
 const DECIDED_CAPACITY: usize = 1 << 16;

@@ -7,7 +7,7 @@ use super::transaction::Transaction;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
 use crate::kv::{KvPair, RangePager, ScanOrder};
-use crate::record::{Notification, Op, OnceRecord};
+use crate::record::{Notification, OnceRecord, Op};
 use crate::ts::Timestamp;
 
 /// Records read per scan call of one cell (a cell normally has one record; more only after
@@ -89,9 +89,7 @@ impl Transaction {
     /// waits on a lock).
     pub(super) async fn read_once(&self, cell: &Cell) -> TxnResult<Option<OnceVersion>> {
         let shared = self.shared();
-        let range = shared
-            .codec
-            .once_at_or_below(cell, self.inner.start_ts.0);
+        let range = shared.codec.once_at_or_below(cell, self.inner.start_ts.0);
         let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, CELL_PAGE);
         let mut records = Vec::new();
         while let Some(page) = pager.next_page().await? {
@@ -163,15 +161,15 @@ impl Transaction {
                     }
                     match shared.kv.get(key).await? {
                         None => return Ok(None),
-                        Some(raw) => match OnceRecord::decode(&raw)
-                            .map_err(|e| TxnError::corrupt(key, e))?
-                        {
-                            committed @ OnceRecord::Committed { .. } => record = committed,
-                            OnceRecord::Pending { .. } => {
-                                tracing::warn!(%cell, start_ts = s, "a pending write-once record below the GC safe point");
-                                return Err(TxnError::CommitUnknown { start_ts: s });
+                        Some(raw) => {
+                            match OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(key, e))? {
+                                committed @ OnceRecord::Committed { .. } => record = committed,
+                                OnceRecord::Pending { .. } => {
+                                    tracing::warn!(%cell, start_ts = s, "a pending write-once record below the GC safe point");
+                                    return Err(TxnError::CommitUnknown { start_ts: s });
+                                }
                             }
-                        },
+                        }
                     }
                 }
                 TxnStatus::Pending => {
@@ -213,7 +211,11 @@ impl Transaction {
         'pages: loop {
             let page = pager.next_page().await?;
             let done = page.is_none();
-            for (key, raw) in page.into_iter().flatten().chain(done.then(|| (Vec::new(), Vec::new()))) {
+            for (key, raw) in page
+                .into_iter()
+                .flatten()
+                .chain(done.then(|| (Vec::new(), Vec::new())))
+            {
                 let cell = if done {
                     None
                 } else {
@@ -315,7 +317,7 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     let mut deleted = 0;
-    let mut group: Option<(Cell, Vec<(Vec<u8>, u64, bool)>)> = None;
+    let mut group: Option<(Cell, Vec<CommittedRecord>)> = None;
     let mut doomed: Vec<Vec<u8>> = Vec::new();
     loop {
         let page = pager.next_page().await?;
@@ -357,9 +359,12 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     }
 }
 
-/// Of one cell's committed records at or below the safe point (key, commit_ts, is a
-/// delete), those no snapshot at or above it sees.
-fn hidden_records(mut records: Vec<(Vec<u8>, u64, bool)>) -> Vec<Vec<u8>> {
+/// A committed record at or below the safe point: (key, commit_ts, whether it is a delete).
+type CommittedRecord = (Vec<u8>, u64, bool);
+
+/// Of one cell's committed records at or below the safe point, those no snapshot at or above
+/// it sees.
+fn hidden_records(mut records: Vec<CommittedRecord>) -> Vec<Vec<u8>> {
     records.sort_by_key(|(_, c, _)| std::cmp::Reverse(*c));
     let mut out = Vec::new();
     for (i, (key, _, delete)) in records.into_iter().enumerate() {
