@@ -52,16 +52,21 @@ impl Transaction {
         if !self.shared().is_write_once(cell) {
             return Ok(read);
         }
-        let read = match self.read_once(cell).await? {
+        let once = self.read_once(cell).await?;
+        let beyond_head = read.beyond_head || once.newer_commit;
+        let read = match once.visible {
             Some((c, op)) if read.commit_ts.is_none_or(|h| c > h) => VersionedRead {
                 value: match op {
                     crate::record::Op::Put(v) => Some(v),
                     _ => None,
                 },
                 commit_ts: Some(c),
-                beyond_head: read.beyond_head,
+                beyond_head,
             },
-            _ => read,
+            _ => VersionedRead {
+                beyond_head,
+                ..read
+            },
         };
         if read.value.is_some() {
             self.state().once_read.insert(cell.clone());
@@ -275,9 +280,10 @@ impl Transaction {
         }
         // Records are merged whether or not this client declared a column of the table
         // write-once: one more range scan, and scans see every cell however they were written.
-        let once = self
+        let (once, newer_commit) = self
             .once_rows(table, row_start, row_end, None, usize::MAX)
             .await?;
+        beyond_head |= newer_commit;
         merge_once(&mut result, &head_ts, once);
         for (cell, write) in self.state().writes.iter() {
             let in_range = cell.table == table
@@ -361,9 +367,10 @@ impl Transaction {
         }
         // Each side's first `limit` cells with a value, merged: the merged first `limit`
         // cells are exact (a cell beyond either side's page has `limit` cells before it).
-        let once = self
+        let (once, newer_commit) = self
             .once_rows(table, row_start, row_end, after, limit)
             .await?;
+        beyond_head |= newer_commit;
         if !once.is_empty() {
             let mut merged: BTreeMap<Cell, Vec<u8>> = out.into_iter().collect();
             merge_once(&mut merged, &head_ts, once);
