@@ -100,16 +100,37 @@ impl Transaction {
     /// records of writers that started at or below it (waiting on undecided ones, as a read
     /// waits on a lock).
     pub(super) async fn read_once(&self, cell: &Cell) -> TxnResult<OnceRead> {
-        let shared = self.shared();
-        // Every record of the cell, newer writers included: their presence is what tells a
-        // read that GC may have changed its answer (`OnceRead::newer_commit`).
-        let range = shared.codec.cell_range(Space::Once, cell);
-        let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, CELL_PAGE);
-        let mut records = Vec::new();
-        while let Some(page) = pager.next_page().await? {
-            records.extend(page);
-        }
+        let records = self.once_records(std::slice::from_ref(cell)).await?;
+        let records = records.into_iter().next().unwrap_or_default();
         self.visible_record(cell, records).await
+    }
+
+    /// Every record of each of `cells` (writers after start_ts included: their presence is
+    /// what tells a read that GC may have changed its answer, `OnceRead::newer_commit`), in
+    /// one `scan_many` call; a cell with more records than one page holds is paged on.
+    pub(super) async fn once_records(&self, cells: &[Cell]) -> TxnResult<Vec<Vec<KvPair>>> {
+        let shared = self.shared();
+        let ranges: Vec<_> = cells
+            .iter()
+            .map(|cell| shared.codec.cell_range(Space::Once, cell))
+            .collect();
+        let mut pages = shared.kv.scan_many(ranges.clone(), CELL_PAGE).await?;
+        for (range, records) in ranges.into_iter().zip(pages.iter_mut()) {
+            if records.len() < CELL_PAGE {
+                continue;
+            }
+            let mut rest = range;
+            if let Some((last, _)) = records.last() {
+                let mut after = last.clone();
+                after.push(0);
+                rest.start = after;
+            }
+            let mut pager = RangePager::new(shared.kv.as_ref(), rest, ScanOrder::Forward, 1024);
+            while let Some(page) = pager.next_page().await? {
+                records.extend(page);
+            }
+        }
+        Ok(pages)
     }
 
     /// Of `records` (keys and values of one cell's `W` records), the newest committed write
