@@ -15,7 +15,7 @@ use photon::verify::verify;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn client() -> Client {
@@ -271,19 +271,9 @@ async fn files_that_cannot_be_opened_are_reported_and_the_rest_loads() {
     assert!(status.iter().all(|f| f.done()), "{status:?}");
     // A log deleted between the listing and its opening.
     let gone = logs.join("clicks-deleted.jsonl");
-    let loaded = load_file(
-        &client,
-        &gone,
-        Kind::Click,
-        &opts,
-        &LoadStats::default(),
-        &Mutex::new(None),
-        None,
-        None,
-        None,
-    )
-    .await
-    .expect("a log gone before it is opened is skipped");
+    let loaded = load_file(&client, &gone, Kind::Click, &opts, &LoadStats::default())
+        .await
+        .expect("a log gone before it is opened is skipped");
     assert_eq!(loaded, 0);
     let rejects = std::fs::read_to_string(&opts.rejects).unwrap();
     assert!(rejects.contains("clicks-deleted.jsonl"), "{rejects}");
