@@ -1,14 +1,47 @@
-//! A complete small observer application: documents are written into `docs/<id>/body`; an
-//! observer keeps `docs/<id>/words` (the word count) and notifies a second observer that keeps
-//! the running total in `stats/all/words`, a chain of two observers.
+//! A complete small observer application: an observer registry plus a mapping of its input
+//! to cells, nothing copied from Photon. Documents arrive as JSON lines (`docs*.jsonl`,
+//! `{"id": "a", "body": "..."}`) and are loaded into `docs/<id>/body` by the application
+//! layer's loader ([`app::load::json::JsonLines`]: each batch committed with its file's
+//! offset, so a restarted loader loads each line once; malformed lines reported with
+//! `file:line`). An observer keeps `docs/<id>/words` (the word count) and notifies a second
+//! observer that keeps the running total in `stats/all/words`, a chain of two observers.
 //!
-//! Run: `cargo run -p percolator-observers --example word_count`; its tests (on `observers::testing`'s
-//! harness, in memory): `cargo test -p percolator-observers --example word_count`.
+//! Run: `cargo run -p percolator-app --example word_count [DIR]` (a directory of
+//! `docs*.jsonl`; without it, a small sample); its tests (on `observers::testing`'s harness,
+//! in memory): `cargo test -p percolator-app --example word_count`.
 
+use app::load::json::JsonLines;
+use app::load::lines::{LineMapping, Lines};
+use app::load::{LoadOptions, LoadStats};
 use observers::{observer_fn, Registry, Worker, WorkerConfig, WorkerError};
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig};
 use std::sync::Arc;
+
+/// A line of the input.
+#[derive(serde::Deserialize)]
+struct Doc {
+    id: String,
+    body: String,
+}
+
+/// The application's mapping: every `docs*.jsonl` of the directory; a line writes its
+/// document's body (an observed column).
+fn mapping() -> impl LineMapping {
+    JsonLines::new(
+        |path| {
+            let name = path.file_name()?.to_str()?;
+            (name.starts_with("docs") && name.ends_with(".jsonl")).then(|| "doc".to_string())
+        },
+        |_tag, doc: &Doc| {
+            vec![(
+                Cell::new("docs", &doc.id, "body"),
+                doc.body.clone().into_bytes(),
+            )]
+        },
+    )
+    .observing("docs", "body")
+}
 
 fn parse(v: Option<Vec<u8>>) -> i64 {
     v.and_then(|b| String::from_utf8(b).ok()?.parse().ok())
@@ -58,8 +91,23 @@ fn registry() -> Result<Registry, WorkerError> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
+    let input = match std::env::args_os().nth(1) {
+        Some(input) => input.into(),
+        None => {
+            let input = dir.path().join("input");
+            std::fs::create_dir(&input)?;
+            let lines = [
+                r#"{"id": "a", "body": "the quick brown fox"}"#,
+                r#"{"id": "b", "body": "jumps over"}"#,
+                r#"not a document"#,
+                r#"{"id": "a", "body": "the lazy dog"}"#,
+            ];
+            std::fs::write(input.join("docs-000.jsonl"), lines.join("\n") + "\n")?;
+            input
+        }
+    };
     let store = Arc::new(percolator::txn::open_embedded(
-        dir.path(),
+        dir.path().join("store"),
         Default::default(),
     )?);
     let client = Client::with_config(
@@ -72,21 +120,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(registry()?),
         WorkerConfig::default(),
     );
-
-    for (id, text) in [
-        ("a", "the quick brown fox"),
-        ("b", "jumps over"),
-        ("a", "the lazy dog"),
-    ] {
-        let txn = client.begin().await?;
-        txn.set(Cell::new("docs", id, "body"), text);
-        txn.commit().await?;
-    }
+    let options = LoadOptions {
+        batch: 500,
+        rejects: dir.path().join("rejects.txt"),
+        max_backlog: app::load::DEFAULT_MAX_BACKLOG,
+    };
+    let stats = LoadStats::default();
+    let started = std::time::Instant::now();
+    Lines::new(mapping())
+        .load_dir(&client, &input, &options, &stats)
+        .await?;
+    println!(
+        "{}",
+        stats.summary("documents", started.elapsed(), &options.rejects)
+    );
     worker.wait_until_quiescent().await?;
     let txn = client.begin().await?;
     let total = parse(txn.get(&Cell::new("stats", "all", "words")).await?);
     println!("total words: {total}");
-    assert_eq!(total, 5, "3 words in a, 2 in b");
     let m = worker.metrics().snapshot();
     println!(
         "observer runs: {}, duplicates: {}, p50 {:?}",
@@ -126,6 +177,51 @@ mod tests {
         h.write(Cell::new("docs", "b", "body"), "").await.unwrap();
         h.run_until_quiet().await.unwrap();
         assert_eq!(total(h.read(&words).await.unwrap()), 3);
+        h.shutdown().await;
+    }
+
+    /// The input loaded through the loader (a malformed line rejected, the rest loaded),
+    /// then loaded again after a line is appended: only the new line loads, and the total
+    /// follows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loaded_documents_are_counted_and_a_second_load_takes_only_new_lines() {
+        let h = Harness::new(registry().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("docs-000.jsonl");
+        std::fs::write(
+            &file,
+            "{\"id\": \"a\", \"body\": \"one two three\"}\nnot json\n",
+        )
+        .unwrap();
+        let options = LoadOptions {
+            batch: 1,
+            rejects: dir.path().join("rejects.txt"),
+            max_backlog: 0,
+        };
+        let loader = Lines::new(mapping());
+        let stats = LoadStats::default();
+        loader
+            .load_dir(h.client(), dir.path(), &options, &stats)
+            .await
+            .unwrap();
+        let rejects = std::fs::read_to_string(&options.rejects).unwrap();
+        assert!(rejects.contains("docs-000.jsonl:2:"), "{rejects}");
+        h.run_until_quiet().await.unwrap();
+        let words = Cell::new("stats", "all", "words");
+        assert_eq!(total(h.read(&words).await.unwrap()), 3);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"{\"id\": \"b\", \"body\": \"four\"}\n").unwrap();
+        let again = LoadStats::default();
+        loader
+            .load_dir(h.client(), dir.path(), &options, &again)
+            .await
+            .unwrap();
+        assert_eq!(again.loaded.load(std::sync::atomic::Ordering::Relaxed), 1);
+        h.run_until_quiet().await.unwrap();
+        assert_eq!(total(h.read(&words).await.unwrap()), 4);
         h.shutdown().await;
     }
 }
