@@ -214,6 +214,12 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                     inv.worker = work.worker;
                     Some(store)
                 }
+                Command::Run(args) => {
+                    inv.log_dir = Some(args.input);
+                    inv.pipeline = Some(args.work.pipeline);
+                    inv.worker = args.work.worker;
+                    Some(args.store)
+                }
                 Command::Export { store, .. } | Command::Gc { store, .. } => Some(store),
                 Command::Demo { store, .. } => {
                     inv.store = store;

@@ -1,10 +1,10 @@
 //! The line-file source: the files of a directory that a [`LineMapping`] tags, loaded line
 //! by line, each batch committed with the file's offset in the loader table.
 //!
-//! - A file is known by its first bytes, not its path ([`identity`]): renamed, rotated or
+//! - A file is known by its first bytes, not its path (module `identity`): renamed, rotated or
 //!   moved, it is loaded once, and a file renamed to a name the mapping does not tag
-//!   (`clicks.jsonl.1`, logrotate's default) is followed to its end ([`files`]).
-//! - Each batch stores the fingerprint of the bytes just before its offset ([`record`]): a
+//!   (`clicks.jsonl.1`, logrotate's default) is followed to its end (module `files`).
+//! - Each batch stores the fingerprint of the bytes just before its offset (module `record`): a
 //!   file rewritten or truncated in place is refused ([`LoadError::Changed`]), not read from
 //!   the middle of a line.
 //! - A line that is not UTF-8 or that the mapping cannot parse is reported with `file:line`
