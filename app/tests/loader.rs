@@ -66,6 +66,19 @@ impl Store {
         Store(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()))
     }
 
+    /// Loads `dir` with a new loader process (a new client), crashing as `crash` says.
+    async fn load(
+        &self,
+        dir: &Path,
+        crash: Option<(usize, CrashPoint)>,
+        stats: &LoadStats,
+    ) -> Result<u64, LoadError> {
+        let opts = options(dir);
+        loader(crash)
+            .load_dir(&self.client(), dir, &opts, stats)
+            .await
+    }
+
     /// A new client of the store (a restarted process).
     fn client(&self) -> Client {
         let config = ClientConfig {
@@ -140,47 +153,25 @@ async fn a_loader_crashing_inside_a_batch_and_restarted_loads_each_line_once() {
     let kv = Store::new();
     // Crash right after the commit point of the 5th batch: it committed, the loader saw
     // an error and stopped.
-    let first = loader(Some((5, CrashPoint::Committed)));
-    let err = first
-        .load_dir(
-            &kv.client(),
-            dir.path(),
-            &options(dir.path()),
-            &LoadStats::default(),
-        )
+    let crash = Some((5, CrashPoint::Committed));
+    let err = kv
+        .load(dir.path(), crash, &LoadStats::default())
         .await
         .expect_err("the injected crash stops the loader");
     assert!(err.to_string().contains("crash"), "{err}");
     // A restarted loader (a new process: a new client) finishes the job.
     let stats = LoadStats::default();
-    loader(None)
-        .load_dir(&kv.client(), dir.path(), &options(dir.path()), &stats)
-        .await
-        .unwrap();
-    assert!(
-        stats.loaded.load(Ordering::Relaxed) < 350,
-        "the first run's batches stay"
-    );
+    kv.load(dir.path(), None, &stats).await.unwrap();
+    let again = stats.loaded.load(Ordering::Relaxed);
+    assert!(again < 350, "the first run's batches stay");
     assert_each_once(&kv.client(), 350).await;
     // More lines, and a crash before the commit point (the batch's locks are left behind).
     append(&a, 350, 420);
-    let second = loader(Some((2, CrashPoint::AllPrewritten)));
-    second
-        .load_dir(
-            &kv.client(),
-            dir.path(),
-            &options(dir.path()),
-            &LoadStats::default(),
-        )
+    let crash = Some((2, CrashPoint::AllPrewritten));
+    kv.load(dir.path(), crash, &LoadStats::default())
         .await
         .expect_err("the injected crash stops the loader");
-    loader(None)
-        .load_dir(
-            &kv.client(),
-            dir.path(),
-            &options(dir.path()),
-            &LoadStats::default(),
-        )
+    kv.load(dir.path(), None, &LoadStats::default())
         .await
         .unwrap();
     assert_each_once(&kv.client(), 420).await;

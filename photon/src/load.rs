@@ -17,7 +17,6 @@ use crate::schema::{
 use app::load::lines::{LineMapping, Lines};
 use percolator::{Client, Transaction};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// A parsed line ready to be written.
 pub enum Parsed {
@@ -180,34 +179,6 @@ pub async fn load_dir(
     stats: &LoadStats,
 ) -> Result<u64, LoadError> {
     loader().load_dir(client, dir, options, stats).await
-}
-
-/// [`load_dir`], each batch committed no earlier than `pace` says its events are due.
-pub async fn load_dir_paced(
-    client: &Client,
-    dir: &Path,
-    options: &LoadOptions,
-    stats: &LoadStats,
-    pace: Option<&Pace>,
-) -> Result<u64, LoadError> {
-    loader()
-        .load_dir_paced(client, dir, options, stats, pace)
-        .await
-}
-
-/// Loads `input` again and again, every `poll`, picking up what was appended to its files and
-/// new files, until `stop` resolves (`photon load --follow`).
-pub async fn follow_dir(
-    client: &Client,
-    input: &Path,
-    options: &LoadOptions,
-    stats: &LoadStats,
-    poll: Duration,
-    stop: impl std::future::Future<Output = ()>,
-) -> Result<(), LoadError> {
-    loader()
-        .follow_dir(client, input, options, stats, poll, stop)
-        .await
 }
 
 /// Lines of the log files of `dir` not loaded yet (the total of a load's progress).

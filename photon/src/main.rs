@@ -147,7 +147,9 @@ async fn main() -> anyhow::Result<()> {
                 let stop = async move {
                     stop.await;
                 };
-                photon::load::follow_dir(&client, &input, &options, &stats, poll, stop).await?;
+                photon::load::loader()
+                    .follow_dir(&client, &input, &options, &stats, poll, stop)
+                    .await?;
             } else {
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
             }

@@ -18,6 +18,19 @@ fn photon(args: &[&str]) -> Output {
         .expect("photon runs")
 }
 
+/// `photon run --store STORE --input LOGS --rejects DIR/rejects.txt` and `more` arguments.
+fn run(store: &str, logs: &Path, dir: &Path, more: &[&str]) -> Output {
+    let rejects = dir.join("rejects.txt");
+    let mut args = vec!["run", "--store", store, "--input"];
+    args.extend([
+        logs.to_str().unwrap(),
+        "--rejects",
+        rejects.to_str().unwrap(),
+    ]);
+    args.extend(more);
+    photon(&args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -60,22 +73,8 @@ fn run_until_drained_joins_hostile_logs_once_and_reports_the_rejects() {
     append(&logs.join("queries-000.jsonl"), b"[1, 2, 3]");
     let store = format!("embedded:{}", dir.path().join("store").display());
     let rejects = dir.path().join("rejects.txt");
-    let rejects_arg = rejects.to_str().unwrap();
-    let run = || {
-        photon(&[
-            "run",
-            "--store",
-            &store,
-            "--input",
-            logs_arg,
-            "--rejects",
-            rejects_arg,
-            "--until-drained",
-            "--sweep-ms",
-            "500",
-        ])
-    };
-    let out = run();
+    let until_drained = ["--until-drained", "--sweep-ms", "500"];
+    let out = run(&store, &logs, dir.path(), &until_drained);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("loaded and drained"), "{stderr}");
@@ -109,7 +108,7 @@ fn run_until_drained_joins_hostile_logs_once_and_reports_the_rejects() {
     assert_eq!(report["lost"], 0, "{report}");
     assert!(report["joined"].as_u64().unwrap() > 200, "{report}");
     // Again on the same directory: nothing is loaded twice, and it drains at once.
-    let again = run();
+    let again = run(&store, &logs, dir.path(), &until_drained);
     let stdout = text(&again.stdout);
     assert!(again.status.success(), "{again:?}");
     assert!(stdout.contains("loaded 0 events"), "{stdout}");
@@ -125,17 +124,7 @@ fn run_follow_until_drained_exits_0_once_drained() {
     let gen = photon(&["gen", "--out", logs_arg, "--queries", "200", "--files", "1"]);
     assert!(gen.status.success(), "{gen:?}");
     let store = format!("embedded:{}", dir.path().join("store").display());
-    let out = photon(&[
-        "run",
-        "--store",
-        &store,
-        "--input",
-        logs_arg,
-        "--rejects",
-        dir.path().join("rejects.txt").to_str().unwrap(),
-        "--follow",
-        "--until-drained",
-    ]);
+    let out = run(&store, &logs, dir.path(), &["--follow", "--until-drained"]);
     assert!(out.status.success(), "{out:?}");
     let verify = photon(&["verify", "--store", &store, logs_arg]);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
