@@ -7,7 +7,9 @@
 //! Run: `cargo bench -p percolator-bench --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
 //! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
 //! 64 tasks; `tikv_`-prefixed for TiKV) with the raw store calls per transaction of each
-//! (`read_calls@N`, `write_calls@N`; a batched CAS counts as one call), `txn10_per_sec`,
+//! (`read_calls@N`, `write_calls@N`; a batched CAS counts as one call), loader-shaped
+//! transactions with their events through heads and as write-once records
+//! (`load32_heads_per_sec`, `load32_once_per_sec`, `..._calls`), `txn10_per_sec`,
 //! `abort_rate_hot` and the raw store calls per transaction kind (the last three on the
 //! embedded store).
 
@@ -136,6 +138,64 @@ async fn setup(raw: Arc<dyn RawKv>) -> (Arc<Counting>, Client) {
     (counting, client)
 }
 
+/// Events per loader-shaped transaction of [`loads`].
+const LOAD_EVENTS: u64 = 32;
+
+/// Loader-shaped transactions (32 new event cells and one offset cell each, 16 tasks) with the
+/// events written through heads and as write-once records (`percolator::design::once`), run
+/// alternately twice on two clients of one store: `load32_heads_per_sec`,
+/// `load32_once_per_sec`, and the raw store calls per transaction of each
+/// (`load32_heads_calls`, `load32_once_calls`; a batched CAS counts as one call).
+async fn loads(label: &str, counting: Arc<Counting>, secs: f64) -> BTreeMap<String, f64> {
+    let calls = || counting.hooks().0.load(Ordering::Relaxed);
+    let clock = Arc::new(LocalClock::new());
+    let heads = Client::with_config(
+        counting.clone(),
+        clock.clone(),
+        ClientConfig::with_namespace("load"),
+    );
+    let once = Client::with_config(
+        counting.clone(),
+        clock,
+        ClientConfig::with_namespace("load"),
+    );
+    once.write_once_column("events", "body");
+    let next = Arc::new(AtomicU64::new(0));
+    let mut report = BTreeMap::new();
+    for round in 0..2 {
+        for (kind, client) in [("heads", &heads), ("once", &once)] {
+            let (c, next) = (client.clone(), next.clone());
+            let before = calls();
+            let (rate, _, txns) = run_counted(16, secs, move |r| {
+                let (c, next) = (c.clone(), next.clone());
+                async move {
+                    let batch = next.fetch_add(1, Ordering::Relaxed);
+                    let t = c.begin().await.expect("begin");
+                    for j in 0..LOAD_EVENTS {
+                        t.set(
+                            Cell::new("events", format!("{batch:012}/{j:02}"), "body"),
+                            vec![j as u8; 100],
+                        );
+                    }
+                    t.set(
+                        Cell::new("offsets", format!("{}", r % 4096), "offset"),
+                        batch.to_be_bytes().to_vec(),
+                    );
+                    t.commit().await.is_ok()
+                }
+            })
+            .await;
+            let per_txn = (calls() - before) as f64 / txns.max(1) as f64;
+            println!("{label:>8} round {round}: loader transactions ({LOAD_EVENTS} events + offset), events through {kind:>5}: {rate:>7.0}/s ({per_txn:.2} raw calls/txn)");
+            if round == 1 {
+                report.insert(format!("load32_{kind}_per_sec"), rate.round());
+                report.insert(format!("load32_{kind}_calls"), per_txn);
+            }
+        }
+    }
+    report
+}
+
 /// Single-cell transactional reads and writes against raw gets and puts on the same store,
 /// side by side at 16 and 64 tasks, with the raw calls each transaction made (a raw get or
 /// put is one); keys `read_ratio@N`, `write_ratio@N`, `read_calls@N`, `write_calls@N`.
@@ -222,6 +282,9 @@ fn main() {
         }
         report.insert("read_ratio".into(), report["read_ratio@16"].clone());
         report.insert("write_ratio".into(), report["write_ratio@16"].clone());
+        for (key, value) in loads("embedded", counting.clone(), secs).await {
+            report.insert(key, value.into());
+        }
         // The same pairs through TiKV (TikvKv -> minitikv on loopback, on an embedded store):
         // every store call is a network round trip, as in the Percolator paper's setting.
         let tikv: Arc<dyn RawKv> = Arc::new(
@@ -231,6 +294,9 @@ fn main() {
         );
         let (tikv_counting, tikv_client) = setup(tikv.clone()).await;
         for (key, value) in ratios("tikv", tikv, &tikv_client, &tikv_counting, secs).await {
+            report.insert(format!("tikv_{key}"), value.into());
+        }
+        for (key, value) in loads("tikv", tikv_counting.clone(), secs).await {
             report.insert(format!("tikv_{key}"), value.into());
         }
         let c = client.clone();

@@ -166,8 +166,8 @@ impl Registry {
     /// commit, and a later run sees the guard. So at most one committed run with effects
     /// per change still holds, for one read and one write (a lock and a commit) fewer per
     /// change than [`Registry::strong`]. Every run that has an effect must write the
-    /// guard (photon's click join is not guarded: its expiry branch writes no IdRegistry
-    /// entry, so a repeat after the query arrived would join an expired click).
+    /// guard, and two runs that could both have an effect must write a common cell (photon's
+    /// click join: `photon::design::join`).
     pub fn guarded(
         &mut self,
         table: impl AsRef<[u8]>,

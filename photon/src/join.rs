@@ -130,29 +130,41 @@ async fn join_clicks(
     if current.is_empty() {
         return Ok(());
     }
-    let mut wanted = Vec::with_capacity(2 * current.len());
+    let mut wanted = Vec::with_capacity(3 * current.len());
     for click in &current {
         let event = &click.stored.event;
         wanted.push(idregistry_cell(day_of(event.event_time), &event.click_id));
         wanted.push(query_cell(&event.query_id));
+        wanted.push(outcome_cell(&event.click_id));
     }
     let values = txn.get_many(&wanted).await?;
     let mut values = values.into_iter();
     for click in current {
-        let (token, query) = (
+        let (token, query, outcome) = (
+            values.next().unwrap_or_default(),
             values.next().unwrap_or_default(),
             values.next().unwrap_or_default(),
         );
-        join_click(txn, click, token, query, config, stats).await?;
+        join_click(txn, click, Guard { token, outcome }, query, config, stats).await?;
     }
     Ok(())
 }
 
-/// Joins one click given what was read for it: its IdRegistry entry (`token`) and its query.
+/// What a click's earlier runs left: its IdRegistry entry and its outcome. The click join is
+/// a guarded observer (`observers::Registry::guarded`): every run that has an effect writes
+/// one of them (a join or a filter the entry, a park the outcome `Waiting`, an expiry both),
+/// and a run that finds the entry or a final outcome writes nothing.
+struct Guard {
+    token: Option<Vec<u8>>,
+    outcome: Option<Vec<u8>>,
+}
+
+/// Joins one click given what was read for it: its guard (IdRegistry entry and outcome)
+/// and its query.
 async fn join_click(
     txn: &Transaction,
     click: ReadClick,
-    token: Option<Vec<u8>>,
+    guard: Guard,
     query: Option<Vec<u8>>,
     config: &JoinConfig,
     stats: &JoinStats,
@@ -163,7 +175,18 @@ async fn join_click(
     } = click;
     let click = stored.event;
     let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
-    if let Some(token) = token {
+    let outcome = guard
+        .outcome
+        .and_then(|b| Outcome::decode(&String::from_utf8_lossy(&b)));
+    if matches!(
+        outcome,
+        Some(Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. })
+    ) {
+        // A final outcome: an earlier run (or the boundary's settling) decided this click.
+        bump(&stats.wasted);
+        return Ok(());
+    }
+    if let Some(token) = guard.token {
         // The token ends with the joining transaction's start_ts: a delivery committed after
         // it was a duplicate line the join never saw; otherwise this run repeats its work.
         let joined_at_ts = String::from_utf8_lossy(&token)
@@ -198,6 +221,11 @@ async fn join_click(
             };
             let click_id = joined.click.click_id.clone();
             txn.set(registry_cell, token.clone());
+            if outcome == Some(Outcome::Waiting) {
+                // Parked before: the join clears it, and so conflicts with a run that
+                // expires the click from an older snapshot (both write the outcome).
+                txn.delete(outcome_cell(&click_id));
+            }
             match config
                 .adapter
                 .as_ref()
@@ -218,6 +246,12 @@ async fn join_click(
         None => {
             let age = now_ms().saturating_sub(click.event_time);
             if age > config.horizon.as_millis() as u64 {
+                // The IdRegistry entry too: a run joining the click from a newer snapshot
+                // (its query arrived meanwhile) writes it as well, so only one commits.
+                txn.set(
+                    registry_cell,
+                    format!("expired/{}/{}", config.pipeline, txn.start_ts()),
+                );
                 // With the horizon, for verify to name it.
                 txn.set(
                     outcome_cell(&click.click_id),
@@ -331,10 +365,8 @@ pub fn register(
     config: JoinConfig,
     stats: Arc<JoinStats>,
 ) -> Result<(), WorkerError> {
-    // Strong, not guarded (`Registry::guarded`): the IdRegistry entry guards the join and
-    // filter branches, but not expiry: a repeat of a run that expired the click, after its
-    // query arrived, would join it. The acknowledgment stops repeats of one change.
-    registry.strong(
+    // Guarded (`Registry::guarded`, no acknowledgment): see `Guard`.
+    registry.guarded(
         CLICKS,
         EVENT,
         &format!("join@{}", config.pipeline),
@@ -457,6 +489,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_parks_clicks_of_one_query_together_and_joins_the_rest() {
         let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
         let at = now_ms();
         let setup = client.begin().await.unwrap();
         for (id, query) in [

@@ -12,7 +12,7 @@ pub use app::load::{
 
 use crate::event::{Click, Kind, Query};
 use crate::schema::{
-    click_cell, declare_observed, now_ms, query_cell, wake_check_cell, Stored, LOADER,
+    click_cell, declare_columns, now_ms, query_cell, wake_check_cell, Stored, LOADER,
 };
 use app::load::lines::{LineMapping, Lines};
 use percolator::{Client, Transaction};
@@ -78,7 +78,7 @@ impl LineMapping for PhotonLogs {
 
     fn declare(&self, client: &Client) {
         // The events written here must notify the join observers, whoever built the client.
-        declare_observed(client);
+        declare_columns(client);
     }
 
     fn write(&self, txn: &Transaction, batch: &[Parsed], id: &str) -> Result<(), LoadError> {

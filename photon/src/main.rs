@@ -27,13 +27,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Opens the store and a client on it (a shared TiKV store needs `--oracle`).
 async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
-    Ok(open_client(
+    let client = open_client(
         &store.store,
         &store.namespace,
         &store.oracle,
         store.durability,
     )
-    .await?)
+    .await?;
+    photon::schema::declare_columns(&client);
+    Ok(client)
 }
 
 /// `photon run`: the pipelines in this process while the directory loads.

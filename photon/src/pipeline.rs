@@ -87,6 +87,7 @@ impl Pipeline {
         join: JoinConfig,
         config: WorkerConfig,
     ) -> Result<Pipeline, PipelineError> {
+        crate::schema::declare_columns(client);
         let stats = Arc::new(JoinStats::default());
         let name = join.pipeline.clone();
         let mut registry = Registry::new();

@@ -33,14 +33,25 @@ pub const WAKE_CHECKS: &str = "wakechecks";
 /// The observed column of a wake check: the batch's query ids (a JSON list).
 pub const QUERY_IDS: &str = "queries";
 
-/// Declares the observed columns (`clicks/event`, `wakechecks/queries`) to `client`, so its
-/// writes of clicks and wake checks put notify keys. The declaration lives in the client, not
-/// in the store: every client that writes them needs it, not only the workers' (a loader in
-/// its own process would otherwise load clicks no observer ever hears of). Queries' wake
-/// cells are notified explicitly.
-pub fn declare_observed(client: &Client) {
+/// Declares photon's columns to `client`: the observed ones (`clicks/event`,
+/// `wakechecks/queries`), so its writes of clicks and wake checks put notify keys, and the
+/// write-once ones (events, wake checks, joined outputs: `percolator::design::once`), so they
+/// are written and read as records without heads. The declaration lives in the client, not
+/// in the store: every client that reads or writes them needs it, not only the workers' (a
+/// loader in its own process would otherwise load clicks no observer ever hears of, and a
+/// verifier would not find the records). Queries' wake cells are notified explicitly.
+///
+/// Every cell declared write-once is written by one committed transaction: events and wake
+/// checks by the loader batch that moves its file's offset past them (the offset cell is
+/// where duplicated loaders conflict), a joined output by the run that writes the click's
+/// IdRegistry entry (where two pipelines conflict).
+pub fn declare_columns(client: &Client) {
     client.observe_column(CLICKS, EVENT);
     client.observe_column(WAKE_CHECKS, QUERY_IDS);
+    client.write_once_column(CLICKS, EVENT);
+    client.write_once_column(QUERIES, EVENT);
+    client.write_once_column(WAKE_CHECKS, QUERY_IDS);
+    client.write_once_table(JOINED);
 }
 
 /// The cell holding query `query_id`.

@@ -131,7 +131,10 @@ async fn no_key_gets_both_plain_and_atomic_writes_and_repeated_cases_stay_exact(
         } else {
             plain += 1;
             assert!(
-                matches!(space, Some(Space::Version | Space::Data | Space::Notify)),
+                matches!(
+                    space,
+                    Some(Space::Version | Space::Data | Space::Notify | Space::Once)
+                ),
                 "plain writes of {key:?} ({space:?}): {k:?}"
             );
         }

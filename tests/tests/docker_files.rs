@@ -4,13 +4,22 @@
 //! "Run on a TiKV cluster" are checked against each other and against the code:
 //! - every image pulled from a registry is pinned to a version; PD and TiKV run the same one;
 //! - every command (and healthcheck) of our binaries parses with that binary's own clap types
-//!   (`photon::cli::Cli`, `oracle_server::cli::Cli`, `minitikv::cli::Cli`: `try_parse_from`);
+//!   (`photon::cli::Cli`, `oracle_server::cli::Cli`, `percolator_ctl::cli::Cli`,
+//!   `minitikv::cli::Cli`: `try_parse_from`);
+//! - every service shares one network namespace, whose holder publishes every port a server
+//!   listens on for clients on the host's loopback under the same number, and every address a
+//!   server advertises is `127.0.0.1` on such a port: the same server inside the containers
+//!   and on the host (no two servers on one port);
 //! - every `--store` parses with `percolator_cli::StoreSpec` as a TiKV store whose endpoints
 //!   are PD's advertised client URLs; every `--oracle` list names exactly the oracle replicas,
 //!   each under the address it advertises (clients follow redirects only to listed addresses);
+//! - healthchecks (and the commands of pulled images) call only tools the images contain;
+//! - the `pipeline` profile holds the README walk-through's processes, in its order;
 //! - `docker/tikv.toml` selects the API version the backend speaks, and the backend still
 //!   connects without a keyspace (API v1);
-//! - the Dockerfile builds workspace packages that provide the binaries the compose file runs.
+//! - the Dockerfile builds workspace packages that provide the binaries the compose file runs;
+//! - the README's "Run on a TiKV cluster" names real profiles and services, its host commands
+//!   parse and reach the published addresses.
 
 use clap::Parser;
 use percolator_cli::StoreSpec;
@@ -150,8 +159,8 @@ fn is_bind_mount(source: &str) -> bool {
 // ---- our CLIs --------------------------------------------------------------------------------
 
 /// The binaries of the project's image; their command lines are parsed with their own clap
-/// types (`photon::cli`, `oracle_server::cli`, `minitikv::cli`).
-const OUR_BINARIES: [&str; 3] = ["oracle", "photon", "minitikv"];
+/// types (`photon::cli`, `oracle_server::cli`, `percolator_ctl::cli`, `minitikv::cli`).
+const OUR_BINARIES: [&str; 4] = ["oracle", "photon", "percolator-ctl", "minitikv"];
 
 /// A command line of one of our binaries, parsed by that binary's own clap types, with the
 /// values the checks below look at.
@@ -161,6 +170,7 @@ struct Invocation {
     origin: String,
     service: String,
     bin: String,
+    /// The subcommand clap chose (global flags may come before it).
     sub: String,
     /// The store it opens (its `--store`, or that flag's default).
     store: Option<StoreSpec>,
@@ -172,6 +182,8 @@ struct Invocation {
     /// `photon work --pipeline`, `--worker`.
     pipeline: Option<String>,
     worker: Option<String>,
+    /// `photon work --metrics-addr`.
+    metrics: Option<SocketAddr>,
     /// The directory of logs it writes or reads (`photon gen --out`, `load`/`verify INPUT`).
     log_dir: Option<PathBuf>,
 }
@@ -179,21 +191,21 @@ struct Invocation {
 /// Parses `argv` with the clap types of the binary it names (`argv[0]`), exactly as the
 /// binary would; `Err` is clap's message.
 fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invocation, String> {
-    let (bin, sub) = match argv {
-        [bin, sub, ..] => (bin.clone(), sub.clone()),
-        _ => return Err(format!("{argv:?}: expected BINARY SUBCOMMAND ...")),
+    let Some(bin) = argv.first().cloned() else {
+        return Err("empty command line".into());
     };
     let mut inv = Invocation {
         origin: format!("{service} ({origin})"),
         service: service.to_string(),
         bin: bin.clone(),
-        sub,
+        sub: String::new(),
         store: None,
         oracle: Vec::new(),
         listen: None,
         advertise: None,
         pipeline: None,
         worker: None,
+        metrics: None,
         log_dir: None,
     };
     match bin.as_str() {
@@ -209,15 +221,22 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                     inv.log_dir = Some(input);
                     Some(store)
                 }
-                Command::Work { store, work, .. } => {
+                Command::Work {
+                    store,
+                    work,
+                    metrics_addr,
+                    ..
+                } => {
                     inv.pipeline = Some(work.pipeline);
                     inv.worker = work.worker;
+                    inv.metrics = metrics_addr;
                     Some(store)
                 }
                 Command::Run(args) => {
                     inv.log_dir = Some(args.input);
                     inv.pipeline = Some(args.work.pipeline);
                     inv.worker = args.work.worker;
+                    inv.metrics = args.metrics_addr;
                     Some(args.store)
                 }
                 Command::Export { store, .. } | Command::Gc { store, .. } => Some(store),
@@ -245,6 +264,12 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                 Command::Get(args) => inv.oracle = args.oracle,
             }
         }
+        "percolator-ctl" => {
+            // --store and --oracle are global: they may come before the verb.
+            let cli = percolator_ctl::cli::Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+            inv.store = Some(cli.store.store);
+            inv.oracle = cli.store.oracle;
+        }
         "minitikv" => {
             use minitikv::cli::{Cli, Command};
             match Cli::try_parse_from(argv)
@@ -265,7 +290,23 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
             ))
         }
     }
+    inv.sub = subcommand_name(&bin, argv).unwrap_or_default();
     Ok(inv)
+}
+
+/// The subcommand clap picks from `argv` (global flags may precede it), for a command line
+/// that parsed.
+fn subcommand_name(bin: &str, argv: &[String]) -> Option<String> {
+    use clap::CommandFactory;
+    let command = match bin {
+        "photon" => photon::cli::Cli::command(),
+        "oracle" => oracle_server::cli::Cli::command(),
+        "percolator-ctl" => percolator_ctl::cli::Cli::command(),
+        "minitikv" => minitikv::cli::Cli::command(),
+        _ => return None,
+    };
+    let matches = command.try_get_matches_from(argv).ok()?;
+    matches.subcommand_name().map(String::from)
 }
 
 /// Every command and exec-form healthcheck in the compose file that runs one of our
@@ -318,9 +359,12 @@ fn release_version(tag: &str) -> Option<(u32, u32, u32)> {
 #[test]
 fn every_registry_image_is_pinned_and_pd_matches_tikv() {
     let doc = compose();
+    let runtime = dockerfile_runtime_image();
     let mut versions = BTreeMap::new();
     for (name, svc) in services(&doc) {
         match registry_image(&svc) {
+            // The Dockerfile's runtime base: a Debian release (codename), checked there.
+            Some(image) if image == runtime => {}
             None => assert!(
                 svc["build"]["dockerfile"].as_str().is_some(),
                 "{name}: a service without a pulled image must be built from a Dockerfile"
@@ -387,13 +431,7 @@ fn pd_client_addresses(doc: &Value) -> BTreeSet<String> {
         let urls = flag_value(&args, "--advertise-client-urls")
             .unwrap_or_else(|| panic!("{name}: --advertise-client-urls is needed in Docker"));
         for url in urls.split(',') {
-            let addr = url.trim().trim_start_matches("http://");
-            let host = addr.split(':').next().unwrap();
-            assert_eq!(
-                host, name,
-                "{name}: must advertise its own service name, got {url}"
-            );
-            out.insert(addr.to_string());
+            out.insert(url.trim().trim_start_matches("http://").to_string());
         }
     }
     assert!(!out.is_empty(), "no PD service found");
@@ -466,11 +504,6 @@ fn pd_and_tikv_are_wired_to_each_other_their_configs_and_volumes() {
                 is_image(&all[dep], "pingcap/pd") && condition == "service_healthy"
             });
             assert!(waits_for_pd, "{name}: must wait for a healthy PD");
-            let advertise = flag_value(&args, "--advertise-addr").expect("--advertise-addr");
-            assert!(
-                advertise.starts_with(&format!("{name}:")),
-                "{name}: --advertise-addr must be its service name (PD hands it to clients)"
-            );
         }
     }
     assert!(tikv_services > 0, "no TiKV service");
@@ -481,6 +514,289 @@ fn pd_and_tikv_are_wired_to_each_other_their_configs_and_volumes() {
     assert!(
         (1..=tikv_services).contains(&replicas),
         "pd.toml: max-replicas = {replicas} but the compose file runs {tikv_services} TiKV store(s)"
+    );
+}
+
+// ---- compose: one network namespace, advertised as 127.0.0.1 -----------------------------------
+
+/// A server socket of the shared network namespace, from a service's command line.
+#[derive(Debug)]
+struct Listener {
+    service: String,
+    /// The flag it comes from, for messages.
+    flag: &'static str,
+    addr: SocketAddr,
+}
+
+/// An address a server hands to its clients (through PD, or an oracle's redirect).
+#[derive(Debug)]
+struct Advertised {
+    service: String,
+    flag: &'static str,
+    host: String,
+    port: u16,
+    /// Only servers of the namespace use it (PD's peer URL): it need not be published.
+    internal: bool,
+}
+
+/// `http://host:port` or `host:port` as (host, port).
+fn host_port(text: &str) -> (String, u16) {
+    let addr = text.trim().trim_start_matches("http://");
+    let (host, port) = addr
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("{text}: expected HOST:PORT"));
+    let port = port.parse().unwrap_or_else(|e| panic!("{text}: port: {e}"));
+    (host.to_string(), port)
+}
+
+fn socket(text: &str, what: &str) -> SocketAddr {
+    let (host, port) = host_port(text);
+    format!("{host}:{port}")
+        .parse()
+        .unwrap_or_else(|e| panic!("{what}: {text} is not IP:PORT: {e}"))
+}
+
+/// The service whose network namespace every other service joins (`network_mode:
+/// service:NAME`); panics unless there is exactly one and every other service joins it.
+fn namespace_holder(doc: &Value) -> String {
+    let all = services(doc);
+    let holders: BTreeSet<&String> = all
+        .iter()
+        .filter(|(_, svc)| svc.get("network_mode").is_none())
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        holders.len(),
+        1,
+        "exactly one service holds the network namespace (no network_mode), got {holders:?}"
+    );
+    let holder = holders.into_iter().next().unwrap().clone();
+    for (name, svc) in &all {
+        if *name == holder {
+            continue;
+        }
+        assert_eq!(
+            svc["network_mode"].as_str(),
+            Some(format!("service:{holder}").as_str()),
+            "{name}: must join the namespace of {holder}, where every advertised 127.0.0.1 \
+             address is the same server"
+        );
+        assert!(
+            svc.get("ports").is_none(),
+            "{name}: a service in another's namespace cannot publish ports; {holder} does"
+        );
+    }
+    holder
+}
+
+/// The ports the namespace holder publishes, each on the host's loopback under the same
+/// number (so `127.0.0.1:PORT` is one server inside and outside).
+fn published_ports(doc: &Value) -> BTreeSet<u16> {
+    let holder = namespace_holder(doc);
+    let all = services(doc);
+    let mut out = BTreeSet::new();
+    for spec in strings(&all[&holder]["ports"], &format!("{holder}: ports")) {
+        let parts: Vec<&str> = spec.split(':').collect();
+        let [ip, host, container] = parts[..] else {
+            panic!("{holder}: port {spec:?}: expected 127.0.0.1:HOST_PORT:CONTAINER_PORT")
+        };
+        assert_eq!(
+            ip, "127.0.0.1",
+            "{holder}: {spec}: publish on the host's loopback only"
+        );
+        assert_eq!(
+            host, container,
+            "{holder}: {spec}: the host port must be the container port, or the advertised \
+             127.0.0.1:{container} is another port on the host"
+        );
+        let port: u16 = host
+            .parse()
+            .unwrap_or_else(|e| panic!("{holder}: {spec}: {e}"));
+        assert!(out.insert(port), "{holder}: {port} published twice");
+    }
+    out
+}
+
+/// Every server socket of the namespace (PD's, TiKV's and our binaries').
+fn listeners(doc: &Value) -> Vec<Listener> {
+    let mut out = Vec::new();
+    for (name, svc) in services(doc) {
+        let pd = is_image(&svc, "pingcap/pd");
+        let tikv = is_image(&svc, "pingcap/tikv");
+        if !pd && !tikv {
+            continue;
+        }
+        let args = strings(&svc["command"], &format!("{name}: command"));
+        let flags: &[&'static str] = if pd {
+            &["--client-urls", "--peer-urls"]
+        } else {
+            &["--addr", "--status-addr"]
+        };
+        for flag in flags {
+            let value =
+                flag_value(&args, flag).unwrap_or_else(|| panic!("{name}: {flag} is needed"));
+            for url in value.split(',') {
+                out.push(Listener {
+                    service: name.clone(),
+                    flag,
+                    addr: socket(url, &format!("{name}: {flag}")),
+                });
+            }
+        }
+    }
+    for inv in invocations(doc) {
+        if inv.origin.ends_with("(healthcheck)") {
+            continue;
+        }
+        if let Some(listen) = &inv.listen {
+            out.push(Listener {
+                service: inv.service.clone(),
+                flag: "--listen",
+                addr: socket(listen, &inv.origin),
+            });
+        }
+        if let Some(metrics) = inv.metrics {
+            out.push(Listener {
+                service: inv.service.clone(),
+                flag: "--metrics-addr",
+                addr: metrics,
+            });
+        }
+    }
+    out
+}
+
+/// Every address a server of the namespace advertises.
+fn advertised(doc: &Value) -> Vec<Advertised> {
+    let mut out = Vec::new();
+    for (name, svc) in services(doc) {
+        let pd = is_image(&svc, "pingcap/pd");
+        let tikv = is_image(&svc, "pingcap/tikv");
+        if !pd && !tikv {
+            continue;
+        }
+        let args = strings(&svc["command"], &format!("{name}: command"));
+        let flags: &[(&'static str, bool)] = if pd {
+            &[
+                ("--advertise-client-urls", false),
+                ("--advertise-peer-urls", true),
+            ]
+        } else {
+            // Without them TiKV advertises its listening address, 0.0.0.0, which it refuses.
+            &[
+                ("--advertise-addr", false),
+                ("--advertise-status-addr", false),
+            ]
+        };
+        for (flag, internal) in flags {
+            let value =
+                flag_value(&args, flag).unwrap_or_else(|| panic!("{name}: {flag} is needed"));
+            for url in value.split(',') {
+                let (host, port) = host_port(url);
+                out.push(Advertised {
+                    service: name.clone(),
+                    flag,
+                    host,
+                    port,
+                    internal: *internal,
+                });
+            }
+        }
+    }
+    for inv in invocations(doc) {
+        if inv.bin == "oracle" && inv.sub == "serve" {
+            let advertise = inv.advertise.as_deref().unwrap_or_else(|| {
+                panic!("{}: --advertise (else it advertises --listen)", inv.origin)
+            });
+            let (host, port) = host_port(advertise);
+            out.push(Advertised {
+                service: inv.service.clone(),
+                flag: "--advertise",
+                host,
+                port,
+                internal: false,
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn every_service_shares_one_namespace_that_publishes_on_loopback() {
+    let doc = compose();
+    let holder = namespace_holder(&doc);
+    let published = published_ports(&doc);
+    assert!(!published.is_empty(), "{holder}: publishes no port");
+}
+
+#[test]
+fn no_two_servers_of_the_namespace_listen_on_one_port() {
+    let doc = compose();
+    let mut by_port: BTreeMap<u16, String> = BTreeMap::new();
+    for l in listeners(&doc) {
+        let this = format!("{} {} {}", l.service, l.flag, l.addr);
+        if let Some(other) = by_port.insert(l.addr.port(), this.clone()) {
+            panic!("{this} and {other}: one port, one network namespace");
+        }
+    }
+}
+
+#[test]
+fn advertised_addresses_are_published_loopback_ports_with_a_listener() {
+    let doc = compose();
+    let published = published_ports(&doc);
+    let listeners = listeners(&doc);
+    for a in advertised(&doc) {
+        let what = format!("{} {} {}:{}", a.service, a.flag, a.host, a.port);
+        assert_eq!(
+            a.host, "127.0.0.1",
+            "{what}: advertise 127.0.0.1, the same server in every container of the \
+             namespace and (published) on the host"
+        );
+        let listener = listeners
+            .iter()
+            .find(|l| l.service == a.service && l.addr.port() == a.port)
+            .unwrap_or_else(|| panic!("{what}: the service listens on no such port"));
+        if a.internal {
+            continue;
+        }
+        assert!(
+            published.contains(&a.port),
+            "{what}: port {} is not published, so a client on the host cannot follow it",
+            a.port
+        );
+        assert!(
+            listener.addr.ip().is_unspecified(),
+            "{what}: {} {} must listen on 0.0.0.0: published ports arrive on the namespace's \
+             network interface, not on its loopback",
+            listener.flag,
+            listener.addr
+        );
+    }
+    // Every server that listens for clients beyond the loopback is reachable from the host.
+    for l in &listeners {
+        assert!(
+            !l.addr.ip().is_unspecified() || published.contains(&l.addr.port()),
+            "{} {} {}: not published",
+            l.service,
+            l.flag,
+            l.addr
+        );
+    }
+    // Nothing is published into a port where nobody listens for the host.
+    for port in &published {
+        assert!(
+            listeners
+                .iter()
+                .any(|l| l.addr.port() == *port && l.addr.ip().is_unspecified()),
+            "port {port} is published but no server listens on 0.0.0.0:{port}"
+        );
+    }
+    // Servers of the namespace reach PD on its advertised address.
+    let pd = pd_client_addresses(&doc);
+    assert!(
+        pd.iter().all(|a| a.starts_with("127.0.0.1:")),
+        "PD advertises {pd:?}"
     );
 }
 
@@ -578,11 +894,12 @@ fn every_store_is_the_tikv_cluster_and_services_wait_for_it() {
         );
         // Several processes share this store: an in-process oracle (the default without
         // --oracle) would compete with the oracle service for the same record.
-        if inv.bin == "photon" {
+        if inv.bin != "oracle" {
             assert!(
                 !inv.oracle.is_empty(),
-                "{}: photon on a shared TiKV store needs --oracle",
-                inv.origin
+                "{}: {} on a shared TiKV store needs --oracle",
+                inv.origin,
+                inv.bin
             );
         }
     }
@@ -614,8 +931,8 @@ fn oracles_listen_on_the_network_and_every_client_lists_every_replica() {
             .unwrap_or_else(|| panic!("{}: --advertise (else it advertises {listen})", inv.origin));
         assert_eq!(
             advertise,
-            format!("{}:{}", inv.service, listen.port()),
-            "{}: must advertise its service name and port",
+            format!("127.0.0.1:{}", listen.port()),
+            "{}: must advertise 127.0.0.1 and its port (one namespace, published)",
             inv.origin
         );
         replicas.insert(advertise.to_string());
@@ -640,15 +957,68 @@ fn oracles_listen_on_the_network_and_every_client_lists_every_replica() {
     assert!(clients > 0, "no service uses the oracle");
 }
 
+/// The profile that runs the README's multi-process walk-through inside the namespace.
+const PIPELINE_PROFILE: &str = "pipeline";
+
+fn profiles(svc: &Value) -> Vec<String> {
+    svc.get("profiles")
+        .map(|p| strings(p, "profiles"))
+        .unwrap_or_default()
+}
+
+/// Whether `service` waits for `dep` (directly) under `condition`.
+fn waits_for(all: &BTreeMap<String, Value>, service: &str, dep: &str, condition: &str) -> bool {
+    depends_on(&all[service]).get(dep).map(String::as_str) == Some(condition)
+}
+
 #[test]
-fn photon_pipelines_and_one_shot_jobs_are_laid_out_as_documented() {
+fn the_pipeline_profile_runs_the_walk_through_in_order() {
     let doc = compose();
     let all = services(&doc);
+    // A plain `up` starts the cluster only: PD, TiKV and the namespace holder.
+    for (name, svc) in &all {
+        let ours = svc.get("build").is_some();
+        let profiles = profiles(svc);
+        if ours {
+            assert_eq!(
+                profiles,
+                [PIPELINE_PROFILE],
+                "{name}: the project's services belong to the {PIPELINE_PROFILE} profile"
+            );
+        } else {
+            assert!(
+                profiles.is_empty(),
+                "{name}: the cluster starts with a plain `up`"
+            );
+        }
+    }
     let invocations = invocations(&doc);
-    let workers: Vec<&Invocation> = invocations
+    let commands: Vec<&Invocation> = invocations
         .iter()
-        .filter(|i| i.bin == "photon" && i.sub == "work")
+        .filter(|i| i.origin.ends_with("(command)"))
         .collect();
+    let find = |bin: &str, sub: &str| -> Vec<&Invocation> {
+        commands
+            .iter()
+            .copied()
+            .filter(|i| i.bin == bin && i.sub == sub)
+            .collect()
+    };
+    let one = |bin: &str, sub: &str| -> String {
+        let found = find(bin, sub);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one `{bin} {sub}` service, got {}",
+            found.len()
+        );
+        found[0].service.clone()
+    };
+    assert!(
+        find("oracle", "serve").len() >= 2,
+        "expected two oracle replicas"
+    );
+    let workers = find("photon", "work");
     let names: BTreeSet<_> = workers.iter().filter_map(|w| w.worker.as_deref()).collect();
     assert_eq!(
         names.len(),
@@ -663,28 +1033,45 @@ fn photon_pipelines_and_one_shot_jobs_are_laid_out_as_documented() {
         pipelines.len() >= 2,
         "expected two redundant pipelines, got {pipelines:?}"
     );
-    for inv in invocations
-        .iter()
-        .filter(|i| i.origin.ends_with("(command)"))
-    {
+    let gen = one("photon", "gen");
+    let load = one("photon", "load");
+    let drained = one("percolator-ctl", "wait");
+    let verify = one("photon", "verify");
+    // The walk-through's order: gen, load (workers running), wait for the drain, verify.
+    let done = "service_completed_successfully";
+    assert!(
+        waits_for(&all, &load, &gen, done),
+        "{load} must wait for {gen} to complete"
+    );
+    assert!(
+        waits_for(&all, &drained, &load, done),
+        "{drained} must wait for {load} to complete"
+    );
+    for w in &workers {
+        assert!(
+            depends_on(&all[&drained]).contains_key(&w.service),
+            "{drained}: the drain needs the worker {} running",
+            w.service
+        );
+    }
+    assert!(
+        waits_for(&all, &verify, &drained, done),
+        "{verify} must wait for {drained} to complete"
+    );
+    for inv in &commands {
         let svc = &all[&inv.service];
-        let one_shot = inv.bin == "photon" && ["gen", "load", "verify"].contains(&inv.sub.as_str());
+        let one_shot = [&gen, &load, &drained, &verify].contains(&&inv.service);
+        let restart = svc.get("restart").and_then(Value::as_str).unwrap_or("no");
         if one_shot {
-            assert!(
-                svc.get("profiles").is_some(),
-                "{}: one-shot jobs need a profile so that `up` does not start them",
-                inv.origin
-            );
-            let restart = svc.get("restart").and_then(Value::as_str).unwrap_or("no");
             assert_eq!(
                 restart, "no",
                 "{}: a one-shot job must not be restarted",
                 inv.origin
             );
         } else {
-            assert!(
-                svc.get("profiles").is_none(),
-                "{}: long-running, no profile",
+            assert_ne!(
+                restart, "no",
+                "{}: a long-running server is restarted",
                 inv.origin
             );
         }
@@ -703,6 +1090,117 @@ fn photon_pipelines_and_one_shot_jobs_are_laid_out_as_documented() {
     }
 }
 
+// ---- compose: tools in the images ---------------------------------------------------------------
+
+/// The commands a `CMD-SHELL` line runs: the first word of each pipeline stage.
+fn shell_commands(line: &str) -> Vec<String> {
+    line.split(['|', '&', ';', '(', ')', '\n'])
+        .filter_map(|stage| {
+            stage
+                .split_whitespace()
+                .find(|w| *w != "!" && !w.contains('='))
+                .map(String::from)
+        })
+        .collect()
+}
+
+/// Tools of Debian's slim images (essential packages: dash, bash, coreutils, grep), the
+/// base of the project's image and the namespace holder's image.
+const DEBIAN_TOOLS: &[&str] = &["sh", "bash", "grep", "sleep", "cat", "test", "true"];
+
+/// The tools of a service's image. PingCAP's release images of v7 (PingCAP-QE/artifacts,
+/// dockerfiles/products/{pd,tikv}/Dockerfile) are built on pd-base and tikv-base over
+/// pingcap-base (Rocky Linux 9: sh, grep, coreutils); both bases `dnf install wget`, and the
+/// products copy their binaries into `/`. Their busybox and curl are not counted: busybox
+/// did not run on that base until late 2025 (it needed a newer glibc), and curl comes only
+/// with some Rocky image variants. The project's image: Debian plus the binaries the
+/// Dockerfile copies into /usr/local/bin (nothing the apt line installs is a tool).
+fn image_tools(svc: &Value) -> BTreeSet<String> {
+    let mut tools: BTreeSet<String> = BTreeSet::new();
+    if svc.get("build").is_some() {
+        tools.extend(DEBIAN_TOOLS.iter().map(|t| t.to_string()));
+        let dockerfile = read(&docker_dir().join("Dockerfile"));
+        let copy = dockerfile
+            .lines()
+            .find(|l| l.starts_with("COPY --from=build") && l.contains("/usr/local/bin"))
+            .expect("Dockerfile: COPY --from=build ... /usr/local/bin/");
+        tools.extend(
+            copy.split_whitespace()
+                .filter_map(|w| w.strip_prefix("/out/"))
+                .map(String::from),
+        );
+        return tools;
+    }
+    let image = registry_image(svc).unwrap_or_default();
+    let repository = image.split(':').next().unwrap_or_default();
+    match repository {
+        "pingcap/pd" | "pingcap/tikv" => {
+            tools.extend(["sh", "grep", "wget"].map(String::from));
+            let bins: &[&str] = if repository == "pingcap/pd" {
+                &["/pd-server", "/pd-ctl", "/pd-recover"]
+            } else {
+                &["/tikv-server", "/tikv-ctl"]
+            };
+            tools.extend(bins.iter().map(|b| b.to_string()));
+        }
+        "debian" => tools.extend(DEBIAN_TOOLS.iter().map(|t| t.to_string())),
+        other => panic!("{other}: no known tool list; add one to image_tools"),
+    }
+    tools
+}
+
+/// `IMAGE:TAG` of the Dockerfile's runtime stage (its last `FROM`).
+fn dockerfile_runtime_image() -> String {
+    let dockerfile = read(&docker_dir().join("Dockerfile"));
+    from_images(&dockerfile)
+        .last()
+        .map(|(image, tag)| format!("{image}:{tag}"))
+        .expect("Dockerfile: a runtime stage")
+}
+
+#[test]
+fn healthchecks_and_commands_call_tools_the_images_contain() {
+    let doc = compose();
+    let runtime = dockerfile_runtime_image();
+    for (name, svc) in services(&doc) {
+        let tools = image_tools(&svc);
+        let mut called = Vec::new();
+        if let Some(test) = svc.get("healthcheck").and_then(|h| h.get("test")) {
+            let argv = match test {
+                Value::String(line) => vec!["CMD-SHELL".to_string(), line.clone()],
+                _ => strings(test, &format!("{name}: healthcheck test")),
+            };
+            match argv[0].as_str() {
+                "CMD" => called.push(argv[1].clone()),
+                "CMD-SHELL" => {
+                    called.push("sh".into());
+                    called.extend(shell_commands(&argv[1..].join(" ")));
+                }
+                "NONE" => {}
+                other => panic!("{name}: healthcheck {other}: expected CMD or CMD-SHELL"),
+            }
+        }
+        // PingCAP's images have an entrypoint (their server); the others run their command.
+        if !is_image(&svc, "pingcap/pd") && !is_image(&svc, "pingcap/tikv") {
+            let argv = strings(&svc["command"], &format!("{name}: command"));
+            called.push(argv[0].clone());
+        }
+        if is_image(&svc, "debian") {
+            assert_eq!(
+                registry_image(&svc),
+                Some(runtime.as_str()),
+                "{name}: use the Dockerfile's runtime image (pulled by the build anyway)"
+            );
+        }
+        for tool in called {
+            assert!(
+                tools.contains(&tool),
+                "{name}: calls {tool}, which its image does not contain ({tools:?})"
+            );
+        }
+    }
+}
+
 // ---- the command-line parser ----------------------------------------------------------------
 
 #[test]
@@ -716,6 +1214,14 @@ fn command_parser_refuses_what_clap_refuses() {
     assert_eq!(ok.unwrap().pipeline.as_deref(), Some("A"));
     let ok = parse_invocation("s", "t", &argv("oracle get -n 3 --oracle=a:1,b:2")).unwrap();
     assert_eq!(ok.oracle, ["a:1", "b:2"]);
+    // Global flags before the verb: the subcommand is clap's, not the second word.
+    let ok = parse_invocation(
+        "s",
+        "t",
+        &argv("percolator-ctl --store tikv:h:1 --oracle a:1 wait --timeout 9"),
+    )
+    .unwrap();
+    assert_eq!((ok.sub.as_str(), ok.oracle.len()), ("wait", 1));
     for bad in [
         "photon work --stroe tikv:pd:2379", // misspelt flag
         "photon wrok --store tikv:pd:2379", // unknown subcommand
@@ -729,6 +1235,8 @@ fn command_parser_refuses_what_clap_refuses() {
         "oracle serve --listen 0.0.0.0:7707", // --store is required
         "oracle",
         "minitikv serve --listen nowhere", // not a socket address
+        "percolator-ctl wait --timeout soon",
+        "percolator-ctl --store tikv:h:1 wiat",
     ] {
         assert!(
             parse_invocation("s", "t", &argv(bad)).is_err(),
@@ -964,8 +1472,8 @@ fn dockerfile_is_pinned_and_builds_the_binaries_compose_runs() {
 
 // ---- README -------------------------------------------------------------------------------------
 
-#[test]
-fn readme_section_names_real_services() {
+/// The lines of the README's "Run on a TiKV cluster" section.
+fn readme_section() -> Vec<String> {
     let readme = read(&repo_root().join("README.md"));
     let mut lines = readme.lines();
     let heading = lines
@@ -976,7 +1484,7 @@ fn readme_section_names_real_services() {
     // The section ends at the next heading of the same or a higher level; `#` lines inside
     // code blocks are shell comments, not headings.
     let mut in_code = false;
-    let section: Vec<&str> = lines
+    lines
         .take_while(|l| {
             if l.starts_with("```") {
                 in_code = !in_code;
@@ -984,30 +1492,157 @@ fn readme_section_names_real_services() {
             let hashes = l.chars().take_while(|c| *c == '#').count();
             in_code || hashes == 0 || hashes > level
         })
+        .map(String::from)
+        .collect()
+}
+
+/// `docker compose` options that take a value.
+const COMPOSE_VALUE_OPTIONS: [&str; 2] = ["-f", "--profile"];
+
+/// A `docker compose` line of the README: its profiles, subcommand and the services it names.
+fn compose_line(line: &str) -> (Vec<String>, String, Vec<String>) {
+    let words: Vec<&str> = line
+        .split('#')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(2)
         .collect();
-    let all = services(&compose());
-    let mut named = 0;
-    // Commands are the lines of the section's code blocks that start with `docker compose`.
+    let mut profiles = Vec::new();
+    let mut i = 0;
+    while i < words.len() && words[i].starts_with('-') {
+        if words[i] == "--profile" {
+            profiles.push(words.get(i + 1).expect("--profile NAME").to_string());
+        }
+        i += if COMPOSE_VALUE_OPTIONS.contains(&words[i]) {
+            2
+        } else {
+            1
+        };
+    }
+    let sub = words.get(i).map(|w| w.to_string()).unwrap_or_default();
+    let mut services: Vec<String> = words
+        .iter()
+        .skip(i + 1)
+        .filter(|w| !w.starts_with('-'))
+        .map(|w| w.to_string())
+        .collect();
+    if ["run", "exec"].contains(&sub.as_str()) {
+        services.truncate(1); // the rest is the command
+    }
+    (profiles, sub, services)
+}
+
+#[test]
+fn readme_section_matches_the_compose_file() {
+    let section = readme_section();
+    let doc = compose();
+    let all = services(&doc);
+    let known_profiles: BTreeSet<String> = all.values().flat_map(profiles).collect();
+    let published = published_ports(&doc);
+    let pd = pd_client_addresses(&doc);
+    let replicas: BTreeSet<String> = advertised(&doc)
+        .into_iter()
+        .filter(|a| a.flag == "--advertise")
+        .map(|a| format!("{}:{}", a.host, a.port))
+        .collect();
+    let (mut plain_up, mut pipeline_up, mut host_commands) = (false, false, 0);
+    let mut in_code = false;
     for line in &section {
-        if !line.trim_start().starts_with("docker compose") {
+        if line.starts_with("```") {
+            in_code = !in_code;
             continue;
         }
-        assert!(
-            line.contains("-f docker/docker-compose.yml"),
-            "README: compose commands name the file (run from the repository root): {line}"
-        );
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if let Some(i) = words.iter().position(|w| *w == "--rm") {
-            let service = words.get(i + 1).expect("a service after --rm");
+        // Every loopback address the section names is one the cluster publishes.
+        for rest in line.split("127.0.0.1:").skip(1) {
+            let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let Ok(port) = port.parse::<u16>() else {
+                continue; // 127.0.0.1:PORT, in prose
+            };
             assert!(
-                all.contains_key(*service),
-                "README runs unknown service {service}"
+                published.contains(&port),
+                "README names 127.0.0.1:{port}, which the compose file does not publish: {line}"
             );
-            named += 1;
+        }
+        if !in_code {
+            continue;
+        }
+        let text = line.trim_start();
+        if text.starts_with("docker compose") {
+            assert!(
+                text.contains("-f docker/docker-compose.yml"),
+                "README: compose commands name the file (run from the repository root): {line}"
+            );
+            let (profiles, sub, named) = compose_line(text);
+            for profile in &profiles {
+                assert!(
+                    known_profiles.contains(profile),
+                    "README: unknown profile {profile}: {line}"
+                );
+            }
+            for service in &named {
+                assert!(
+                    all.contains_key(service),
+                    "README: unknown service {service}: {line}"
+                );
+            }
+            if sub == "up" {
+                plain_up |= profiles.is_empty();
+                pipeline_up |= profiles.iter().any(|p| p == PIPELINE_PROFILE);
+            }
+            if sub == "down" {
+                assert!(
+                    profiles.iter().any(|p| p == PIPELINE_PROFILE),
+                    "README: `down` without --profile {PIPELINE_PROFILE} leaves its containers \
+                     in the namespace: {line}"
+                );
+            }
+            continue;
+        }
+        // Host commands of our binaries parse, and reach the cluster's published addresses.
+        let argv: Vec<String> = text
+            .split('#')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        if !argv
+            .first()
+            .is_some_and(|b| OUR_BINARIES.contains(&b.as_str()))
+        {
+            continue;
+        }
+        let inv = parse_invocation("README", "host", &argv)
+            .unwrap_or_else(|e| panic!("README: {line}: {e}"));
+        host_commands += 1;
+        if let Some(StoreSpec::Tikv(endpoints)) = &inv.store {
+            for endpoint in endpoints {
+                assert!(
+                    pd.contains(endpoint),
+                    "README: {line}: {endpoint} is not PD's advertised address {pd:?}"
+                );
+            }
+        }
+        if !inv.oracle.is_empty() {
+            let listed: BTreeSet<String> = inv.oracle.iter().cloned().collect();
+            assert_eq!(
+                listed, replicas,
+                "README: {line}: --oracle must list every replica as it advertises itself"
+            );
         }
     }
+    assert!(plain_up, "README: the `up` of the cluster alone");
     assert!(
-        named >= 3,
-        "README: expected the gen, load and verify commands"
+        pipeline_up,
+        "README: the `up` of the {PIPELINE_PROFILE} profile"
+    );
+    assert!(
+        host_commands > 0,
+        "README: a command run on the host against the cluster"
+    );
+    assert!(
+        section.iter().any(|l| l.contains("offline")),
+        "README: say that the cluster was validated offline only"
     );
 }

@@ -45,7 +45,7 @@ pub type KeyPredicate = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 pub fn space_is_atomic(space: Space) -> bool {
     match space {
         Space::Head | Space::Meta => true,
-        Space::Version | Space::Data | Space::Notify => false,
+        Space::Version | Space::Data | Space::Notify | Space::Once => false,
     }
 }
 

@@ -34,6 +34,9 @@ pub enum Space {
     Notify,
     /// `V`: a committed version that is no longer the latest, keyed by commit_ts.
     Version,
+    /// `W`: a record of a write-once cell, keyed by its writer's start_ts (newest first); its
+    /// fate is its writer's primary's (`percolator::design::once`).
+    Once,
 }
 
 impl Space {
@@ -45,6 +48,7 @@ impl Space {
             Space::Meta => b'M',
             Space::Notify => b'Q',
             Space::Version => b'V',
+            Space::Once => b'W',
         }
     }
 
@@ -56,6 +60,7 @@ impl Space {
             b'M' => Space::Meta,
             b'Q' => Space::Notify,
             b'V' => Space::Version,
+            b'W' => Space::Once,
             _ => return None,
         })
     }
@@ -116,6 +121,8 @@ pub enum Key {
     },
     /// A metadata record.
     Meta(Vec<u8>),
+    /// A record of a write-once cell written by the transaction with this `start_ts`.
+    Once(Cell, u64),
 }
 
 /// Why a key could not be decoded.
@@ -250,6 +257,11 @@ impl KeyCodec {
                 encode_desc_ts(&mut k, *ts);
                 k
             }
+            Key::Once(cell, ts) => {
+                let mut k = self.cell_key(Space::Once, cell);
+                encode_desc_ts(&mut k, *ts);
+                k
+            }
             Key::Notify { bucket, cell, ts } => {
                 let mut k = self.start(Space::Notify);
                 k.extend_from_slice(&bucket.to_be_bytes());
@@ -280,6 +292,21 @@ impl KeyCodec {
     /// The key of the out-of-line value of `cell` written by transaction `start_ts`.
     pub fn data(&self, cell: &Cell, start_ts: u64) -> Vec<u8> {
         self.encode(&Key::Data(cell.clone(), start_ts))
+    }
+
+    /// The key of the record of write-once `cell` written by transaction `start_ts`.
+    pub fn once(&self, cell: &Cell, start_ts: u64) -> Vec<u8> {
+        self.encode(&Key::Once(cell.clone(), start_ts))
+    }
+
+    /// The records of write-once `cell` written by transactions that started at or below
+    /// `ts`, newest writer first.
+    pub fn once_at_or_below(&self, cell: &Cell, ts: u64) -> KeyRange {
+        let all = self.cell_range(Space::Once, cell);
+        KeyRange {
+            start: self.once(cell, ts),
+            end: all.end,
+        }
     }
 
     /// The notify key of `cell` at `ts` in bucket `bucket`.
@@ -403,6 +430,10 @@ impl KeyCodec {
                 let (ts, rest) = take_u64(rest)?;
                 finish(rest, Key::Data(cell, !ts))
             }
+            Space::Once => {
+                let (ts, rest) = take_u64(rest)?;
+                finish(rest, Key::Once(cell, !ts))
+            }
             Space::Notify => {
                 let (ts, rest) = take_u64(rest)?;
                 let bucket = bucket.unwrap_or_default();
@@ -443,6 +474,7 @@ mod tests {
             cell().prop_map(Key::Head),
             (cell(), any::<u64>()).prop_map(|(c, t)| Key::Version(c, t)),
             (cell(), any::<u64>()).prop_map(|(c, t)| Key::Data(c, t)),
+            (cell(), any::<u64>()).prop_map(|(c, t)| Key::Once(c, t)),
             (cell(), any::<u64>(), any::<u64>()).prop_map(|(cell, ts, bucket)| Key::Notify {
                 bucket,
                 cell,

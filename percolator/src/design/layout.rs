@@ -12,6 +12,7 @@
 //! | head | `H` | `enc(table) enc(row) enc(column)` | head record (CAS only) |
 //! | versions | `V` | cell, `!commit_ts` (big-endian NOT: newest first) | an older committed version |
 //! | data | `D` | cell, `!start_ts` | a large value written out of line |
+//! | write-once records | `W` | cell, `!start_ts` (newest writer first) | a write of a write-once cell, decided by its writer's primary ([`super::once`]) |
 //! | notify | `Q` | `bucket` (big-endian second), cell, `ts` (big-endian) | who made the cell dirty |
 //! | meta | `M` | `enc(name)` | oracle record, GC safe point, notify floor, worker registry, dead letters |
 //!

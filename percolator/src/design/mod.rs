@@ -8,6 +8,7 @@
 //! | [`commit`] | the protocol invariants, the head record, the commit path, batched prewrite and commit, leases and heartbeats, versions kept in the head, remembered heads, reads |
 //! | [`locks`] | status through the primary and lock resolution |
 //! | [`gc`] | garbage collection and why snapshots stay exact under it |
+//! | [`once`] | write-once records: cells without heads, their contract, reads, GC |
 //! | [`notify`] | notify keys and hints, the notify space, its buckets and the floor record |
 //! | [`testing`] | crash injection, the fault-injecting store and the protocol tests |
 //!
@@ -20,4 +21,5 @@ pub mod kv;
 pub mod layout;
 pub mod locks;
 pub mod notify;
+pub mod once;
 pub mod testing;

@@ -106,7 +106,24 @@ impl Transaction {
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
-        let cells: Vec<(Cell, Option<Vec<u8>>)> = writes.into_iter().collect();
+        // Write-once cells become records decided by the primary (`percolator::design::once`);
+        // the primary is an ordinary cell: the first one, or the first write-once cell
+        // written through its head when there is no other.
+        let (mut cells, mut once_cells): (Vec<_>, Vec<_>) = writes
+            .into_iter()
+            .partition(|(cell, _)| !shared.is_write_once(cell));
+        if cells.is_empty() {
+            cells.push(once_cells.remove(0));
+        }
+        {
+            let state = self.state();
+            if let Some((cell, _)) = once_cells
+                .iter()
+                .find(|(cell, value)| value.is_some() && state.once_read.contains(cell))
+            {
+                return Err(TxnError::WrittenOnce { cell: cell.clone() });
+            }
+        }
         let primary = cells[0].0.clone();
         // Invariant 5: a transaction already past its lifetime must not lock anything, and no
         // lock may outlive the lifetime.
@@ -139,6 +156,7 @@ impl Transaction {
         // set before any long stretch; a smaller write set has no stretch worth a beat.)
         self.prewrite_and_commit(
             &cells,
+            &once_cells,
             &primary,
             cached,
             notifies,
@@ -149,9 +167,11 @@ impl Transaction {
     }
 
     /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.
+    #[allow(clippy::too_many_arguments)]
     async fn prewrite_and_commit(
         &self,
         cells: &[(Cell, Option<Vec<u8>>)],
+        once_cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
         cached: HashMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
@@ -165,9 +185,11 @@ impl Transaction {
         // Explicit notifications of cells not written ride with the primary's prewrite.
         let extra_notifies: Vec<Cell> = notifies
             .iter()
-            .filter(|cell| !cells.iter().any(|(c, _)| c == *cell))
+            .filter(|cell| !cells.iter().chain(once_cells).any(|(c, _)| c == *cell))
             .cloned()
             .collect();
+        // The records ride in the primary's round, before its lock.
+        let once = self.once_writes(once_cells, primary, &notifies, notify_bucket);
         let plans: Vec<Prewrite<'_>> = cells
             .iter()
             .enumerate()
@@ -206,7 +228,7 @@ impl Transaction {
             .collect();
         let wrote = AtomicBool::new(false);
         let mut locked_heads = match self
-            .prewrite_all(plans, &locked, &wrote, primary_head)
+            .prewrite_all(plans, once, &locked, &wrote, primary_head)
             .await
         {
             Ok(snaps) => snaps,
@@ -217,6 +239,7 @@ impl Transaction {
                 // to undo. Otherwise some locks may exist: fence and remove them.
                 if wrote.load(Ordering::SeqCst) {
                     self.abort(primary, cells).await?;
+                    self.delete_once_records(once_cells).await;
                 }
                 return Err(e);
             }
@@ -228,6 +251,7 @@ impl Transaction {
         let lifetime_ms = shared.config.max_lifetime.as_millis() as u64;
         if commit_ts.physical_ms() > start_ts.physical_ms() + lifetime_ms {
             self.abort(primary, cells).await?;
+            self.delete_once_records(once_cells).await;
             return Err(self.too_old());
         }
         let secondary_heads = locked_heads.split_off(1);

@@ -15,6 +15,14 @@ pub enum TxnError {
         /// The contended cell.
         cell: Cell,
     },
+    /// The transaction writes a cell of a write-once column that already holds a value in its
+    /// snapshot (`percolator::design::once`): a write-once cell is written by one committed
+    /// transaction only.
+    #[error("{cell} is write-once and already holds a value")]
+    WrittenOnce {
+        /// The cell.
+        cell: Cell,
+    },
     /// The transaction was rolled back by someone else (it stalled and its locks were fenced)
     /// before it reached its commit point. Nothing it wrote is visible.
     #[error("transaction {start_ts} was aborted by another client before it committed")]

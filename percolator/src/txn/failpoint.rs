@@ -16,6 +16,9 @@ pub enum CrashPoint {
         /// Locks confirmed so far, this one included.
         locked: usize,
     },
+    /// The write-once records (and the primary round's notify keys) were put; the primary's
+    /// round has not locked anything yet.
+    RecordsWritten,
     /// Every lock is confirmed; commit_ts not drawn yet.
     AllPrewritten,
     /// Right after the commit point (the primary's commit CAS).

@@ -25,6 +25,11 @@ pub struct GcStats {
     pub heads_tombstoned: usize,
     /// Strong notify keys older than the safe point rewritten as committed or deleted.
     pub notifications_resolved: usize,
+    /// Write-once records of writers older than the safe point rewritten as committed or
+    /// deleted (rolled back).
+    pub records_resolved: usize,
+    /// Write-once records no snapshot at or above the safe point sees, deleted.
+    pub records_deleted: usize,
 }
 
 /// Rewrites every strong notify key with start_ts below `below` as "committed at c", or
@@ -177,6 +182,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     publish_safe_point(shared, safe_point).await?;
     stats.locks_resolved = resolve_locks_below(shared, safe_point).await?;
     stats.notifications_resolved = resolve_notifications_below(shared, safe_point).await?;
+    stats.records_resolved = super::once::resolve_below(shared, safe_point).await?;
     // Below, sp is compared with the timestamps inside records.
     let sp = safe_point.0;
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
@@ -191,6 +197,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
             collect_cell(shared, &cell, snap, sp, &mut stats).await?;
         }
     }
+    stats.records_deleted = super::once::collect(shared, sp).await?;
     // Orphan out-of-line values (no lock, no version refers to them) below sp.
     collect_orphan_data(shared, sp, &mut stats).await?;
     tracing::info!(safe_point = sp, ?stats, "gc pass complete");

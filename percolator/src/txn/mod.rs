@@ -34,6 +34,7 @@ mod gc;
 mod heads;
 mod locks;
 mod notify;
+mod once;
 mod prewrite;
 mod read;
 mod store;
@@ -68,6 +69,9 @@ pub(crate) struct Shared {
     /// Observed columns by table (nested so lookups borrow the cell instead of cloning it).
     observed:
         std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
+    /// Write-once columns by table, `None` for every column of the table
+    /// (`percolator::design::once`).
+    write_once: std::sync::RwLock<WriteOnceColumns>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
@@ -83,6 +87,10 @@ pub(crate) struct Shared {
     /// the transaction (the notifications of a loader's batch all name one primary).
     pub(crate) decided: quick_cache::sync::Cache<(u64, u64), locks::TxnStatus>,
 }
+
+/// Write-once columns by table; `None`: every column of the table.
+type WriteOnceColumns =
+    std::collections::HashMap<Vec<u8>, Option<std::collections::HashSet<Vec<u8>>>>;
 
 /// Decided transaction fates remembered per client (about 40 bytes each).
 const DECIDED_CAPACITY: usize = 1 << 16;
@@ -167,6 +175,14 @@ impl Shared {
             .is_some_and(|columns| columns.contains(&cell.column))
     }
 
+    pub(crate) fn is_write_once(&self, cell: &crate::codec::Cell) -> bool {
+        let tables = self.write_once.read().unwrap_or_else(|p| p.into_inner());
+        !tables.is_empty()
+            && tables
+                .get(&cell.table)
+                .is_some_and(|c| c.as_ref().is_none_or(|c| c.contains(&cell.column)))
+    }
+
     /// The lease a lock or heartbeat written now carries beyond the time it is written:
     /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
     /// (a crashed writer's locks never block readers much longer than a TTL would).
@@ -228,6 +244,7 @@ impl Client {
                 decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
                 config,
                 observed: Default::default(),
+                write_once: Default::default(),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
             }),
         }
@@ -265,6 +282,41 @@ impl Client {
             .entry(table.as_ref().to_vec())
             .or_default()
             .insert(column.as_ref().to_vec());
+    }
+
+    /// Declares `column` of `table` write-once (`percolator::design::once`): each write of
+    /// one of its cells is an immutable record decided by the transaction's primary, with no
+    /// head and no CAS of its own. A cell of it must be written by at most one committed
+    /// transaction (concurrent writers must also write a common ordinary cell, where all but
+    /// one conflict). Every client that reads or writes the column must declare it.
+    pub fn write_once_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
+        let mut tables = self
+            .shared
+            .write_once
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(columns) = tables
+            .entry(table.as_ref().to_vec())
+            .or_insert_with(|| Some(Default::default()))
+        {
+            columns.insert(column.as_ref().to_vec());
+        }
+    }
+
+    /// Declares every column of `table` write-once, as [`Client::write_once_column`] does
+    /// for one (for tables whose column names are data, such as one column per output).
+    pub fn write_once_table(&self, table: impl AsRef<[u8]>) {
+        let mut tables = self
+            .shared
+            .write_once
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        tables.insert(table.as_ref().to_vec(), None);
+    }
+
+    /// Whether `cell` belongs to a column declared write-once.
+    pub fn is_write_once(&self, cell: &crate::codec::Cell) -> bool {
+        self.shared.is_write_once(cell)
     }
 
     /// Whether writes of `cell` put notify keys.

@@ -27,6 +27,7 @@ use super::failpoint::{crash_point, CrashPoint};
 use super::heads::{HeadSnapshot, HeadStep, HeadUpdate};
 use super::locks::TxnStatus;
 use super::notify::NotifyEntry;
+use super::once::OnceWrites;
 use super::transaction::Transaction;
 use super::{TxnError, TxnResult};
 use crate::codec::Cell;
@@ -99,16 +100,19 @@ impl Transaction {
     pub(super) async fn prewrite_all(
         &self,
         plans: Vec<Prewrite<'_>>,
+        once: OnceWrites,
         locked: &AtomicUsize,
         wrote: &AtomicBool,
         primary_head: &PrimaryHead,
     ) -> TxnResult<Vec<HeadSnapshot>> {
         let mut snaps: Vec<Option<HeadSnapshot>> = vec![None; plans.len()];
         let mut fallbacks: Vec<Fallback> = Vec::new();
+        let mut once = Some(once);
         for (first, last) in rounds(plans.len()) {
             self.prewrite_chunk(
                 &plans,
                 first..last,
+                once.take(),
                 &mut snaps,
                 &mut fallbacks,
                 locked,
@@ -171,11 +175,15 @@ impl Transaction {
     }
 
     /// Steps 1-3 of the batched prewrite for the cells `range` of `plans`: their locks
-    /// land in `snaps`, the cells left to the per-cell loop in `fallbacks`.
+    /// land in `snaps`, the cells left to the per-cell loop in `fallbacks`. `once` (the
+    /// primary's round only) are the write-once records and their notify keys, put with the
+    /// round's extra writes, before any lock of the round.
+    #[allow(clippy::too_many_arguments)]
     async fn prewrite_chunk(
         &self,
         plans: &[Prewrite<'_>],
         range: std::ops::Range<usize>,
+        once: Option<OnceWrites>,
         snaps: &mut [Option<HeadSnapshot>],
         fallbacks: &mut Vec<Fallback>,
         locked: &AtomicUsize,
@@ -210,7 +218,12 @@ impl Transaction {
             self.extra_writes(plan, &spilled, true, &mut puts, &mut notify_entries);
             batched.push((index, next));
         }
-        if batched.is_empty() {
+        let records = once.as_ref().is_some_and(|o| !o.puts.is_empty());
+        if let Some(once) = once {
+            puts.extend(once.puts);
+            notify_entries.extend(once.notify_entries);
+        }
+        if batched.is_empty() && !records {
             return Ok(());
         }
         // 2. Extra writes, durable (and notify keys settled above the floor) before any lock
@@ -227,6 +240,12 @@ impl Transaction {
         }
         if !notify_entries.is_empty() {
             shared.round_trips.note(step.elapsed());
+        }
+        if records {
+            crash_point!(self, CrashPoint::RecordsWritten);
+        }
+        if batched.is_empty() {
+            return Ok(());
         }
         // 3. Every lock of the chunk in one round, its TTL drawn now (a lock is written
         //    moments after its TTL is drawn, with the margin the last round trips measured).

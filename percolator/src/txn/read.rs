@@ -37,11 +37,41 @@ impl Transaction {
             }
         };
         let read = self.read_versioned(cell, key, snap).await?;
+        let read = self.with_once(cell, read).await?;
         if read.beyond_head {
             self.ensure_not_collected().await?;
         }
         self.check_lifetime()?;
         Ok((read.value, read.commit_ts))
+    }
+
+    /// `read` (what `cell`'s head holds at start_ts), or the cell's write-once record if the
+    /// cell is write-once and the record is newer (`percolator::design::once`). A value found
+    /// is remembered: the transaction may not write the cell again.
+    async fn with_once(&self, cell: &Cell, read: VersionedRead) -> TxnResult<VersionedRead> {
+        if !self.shared().is_write_once(cell) {
+            return Ok(read);
+        }
+        let once = self.read_once(cell).await?;
+        let beyond_head = read.beyond_head || once.newer_commit;
+        let read = match once.visible {
+            Some((c, op)) if read.commit_ts.is_none_or(|h| c > h) => VersionedRead {
+                value: match op {
+                    crate::record::Op::Put(v) => Some(v),
+                    _ => None,
+                },
+                commit_ts: Some(c),
+                beyond_head,
+            },
+            _ => VersionedRead {
+                beyond_head,
+                ..read
+            },
+        };
+        if read.value.is_some() {
+            self.state().once_read.insert(cell.clone());
+        }
+        Ok(read)
     }
 
     /// The values of `cells` in this transaction's snapshot (its own writes included), in
@@ -88,7 +118,11 @@ impl Transaction {
             }
         }
         let reads = known.into_iter().map(|(i, key, snap)| async move {
-            (i, self.read_versioned(&cells[i], key, snap).await)
+            let read = match self.read_versioned(&cells[i], key, snap).await {
+                Ok(read) => self.with_once(&cells[i], read).await,
+                Err(e) => Err(e),
+            };
+            (i, read)
         });
         let mut beyond_head = false;
         for (i, read) in futures::future::join_all(reads).await {
@@ -214,6 +248,8 @@ impl Transaction {
             .codec
             .rows_range(Space::Head, table, row_start, row_end);
         let mut result: BTreeMap<Cell, Vec<u8>> = BTreeMap::new();
+        // The commit_ts of what each head showed (deletes too), to merge write-once records.
+        let mut head_ts: BTreeMap<Cell, u64> = BTreeMap::new();
         let kv = self.shared().kv.clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
         let mut beyond_head = false;
@@ -234,11 +270,21 @@ impl Transaction {
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
                 let read = self.read_versioned(&cell, key, snap).await?;
                 beyond_head |= read.beyond_head;
+                if let Some(c) = read.commit_ts {
+                    head_ts.insert(cell.clone(), c);
+                }
                 if let Some(value) = read.value {
                     result.insert(cell, value);
                 }
             }
         }
+        // Records are merged whether or not this client declared a column of the table
+        // write-once: one more range scan, and scans see every cell however they were written.
+        let (once, newer_commit) = self
+            .once_rows(table, row_start, row_end, None, usize::MAX)
+            .await?;
+        beyond_head |= newer_commit;
+        merge_once(&mut result, &head_ts, once);
         for (cell, write) in self.state().writes.iter() {
             let in_range = cell.table == table
                 && cell.row.as_slice() >= row_start
@@ -290,6 +336,7 @@ impl Transaction {
         }
         let limit = limit.max(1);
         let mut out = Vec::with_capacity(limit.min(4096));
+        let mut head_ts: BTreeMap<Cell, u64> = BTreeMap::new();
         let mut beyond_head = false;
         let kv = self.shared().kv.clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, limit.min(1024));
@@ -307,6 +354,9 @@ impl Transaction {
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
                 let read = self.read_versioned(&cell, key, snap).await?;
                 beyond_head |= read.beyond_head;
+                if let Some(c) = read.commit_ts {
+                    head_ts.insert(cell.clone(), c);
+                }
                 if let Some(value) = read.value {
                     out.push((cell, value));
                     if out.len() >= limit {
@@ -315,10 +365,43 @@ impl Transaction {
                 }
             }
         }
+        // Each side's first `limit` cells with a value, merged: the merged first `limit`
+        // cells are exact (a cell beyond either side's page has `limit` cells before it).
+        let (once, newer_commit) = self
+            .once_rows(table, row_start, row_end, after, limit)
+            .await?;
+        beyond_head |= newer_commit;
+        if !once.is_empty() {
+            let mut merged: BTreeMap<Cell, Vec<u8>> = out.into_iter().collect();
+            merge_once(&mut merged, &head_ts, once);
+            out = merged.into_iter().take(limit).collect();
+        }
         if beyond_head {
             self.ensure_not_collected().await?;
         }
         Ok(out)
+    }
+}
+
+/// Merges write-once cells' visible writes into `result` (what the heads showed, with the
+/// commit_ts of each head's answer in `head_ts`): the newer write of a cell wins.
+fn merge_once(
+    result: &mut BTreeMap<Cell, Vec<u8>>,
+    head_ts: &BTreeMap<Cell, u64>,
+    once: Vec<(Cell, super::once::OnceVersion)>,
+) {
+    for (cell, (c, op)) in once {
+        if head_ts.get(&cell).is_some_and(|h| *h >= c) {
+            continue;
+        }
+        match op {
+            crate::record::Op::Put(value) => {
+                result.insert(cell, value);
+            }
+            _ => {
+                result.remove(&cell);
+            }
+        }
     }
 }
 

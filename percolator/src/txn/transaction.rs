@@ -36,6 +36,8 @@ pub(super) struct State {
     /// Heads read by this transaction by head key, reused as the expectation of its
     /// prewrite CAS.
     pub(super) heads: HashMap<Vec<u8>, HeadSnapshot>,
+    /// Write-once cells this transaction read a value in (it may not write them).
+    pub(super) once_read: std::collections::HashSet<Cell>,
     /// Cells explicitly notified (strong notifications) by this transaction.
     pub(super) notifies: std::collections::BTreeSet<Cell>,
     pub(super) finished: bool,

@@ -20,7 +20,7 @@
 //! bytes: malformed lines, invalid UTF-8 included, go to the rejects file (`file:line: error:
 //! text`, the line byte for byte) before the batch commits (reported twice at worst, never
 //! lost); the log echoes the first 200 bytes, escaped. The loader declares the observed columns
-//! it writes (`photon::schema::declare_observed`), since a declaration lives in the client
+//! it writes (`photon::schema::declare_columns`), since a declaration lives in the client
 //! (`percolator::design::notify`).
 //!
 //! `load_dir` loads all files at once but in step by event time (a frontier): a file whose next
@@ -43,31 +43,35 @@
 //! stops at the bound (give or take one batch per file):
 //! `photon/tests/photon.rs::loader_waits_while_the_backlog_is_above_its_bound`.
 //!
-//! ## Click observer (`join::ClickJoin`, strong, on `clicks/event`)
+//! ## Click observer (`join::ClickJoin`, guarded, on `clicks/event`)
 //!
 //! It implements `observe_batch`, so a batch of clicks is one transaction with two rounds of
-//! reads: every click and the IdRegistry boundary, then the IdRegistry entries of the clicks at
-//! or above the boundary and every click's query in one `get_many`; then each click in turn, as
-//! follows. Two clicks of a batch that park on one query both stay on its list: `park_click`
+//! reads: every click and the IdRegistry boundary, then the IdRegistry entries and outcomes of
+//! the clicks at or above the boundary and every click's query in one `get_many`; then each
+//! click in turn, as follows. Two clicks of a batch that park on one query both stay on its list: `park_click`
 //! reads the list after the earlier click's write (a transaction reads its own writes). Per
 //! click:
 //!
 //! - below the IdRegistry boundary → outcome `too_old` (a click with a terminal outcome keeps
 //!   it: below);
-//! - IdRegistry entry present → nothing (counted `deduplicated` when the click version read is
-//!   newer than the joining transaction, i.e. a duplicate delivery, else `wasted`);
+//! - a final outcome (`too_old`, `filtered`, `expired`) or an IdRegistry entry present →
+//!   nothing (counted `deduplicated` when the click version read is newer than the joining
+//!   transaction, i.e. a duplicate delivery, else `wasted`);
 //! - query present → write the IdRegistry token (`pipeline/worker/pid/start_ts`) and the joined
-//!   event together;
-//! - query absent, past the horizon → outcome `expired:<horizon secs>`;
+//!   event together (and delete the outcome `waiting` of a parked click);
+//! - query absent, past the horizon → outcome `expired:<horizon secs>` and an IdRegistry entry
+//!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
 //!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
 //!
-//! It is a strong observer (with the acknowledgment), not a guarded one
-//! (`observers::Registry::guarded`): the IdRegistry entry guards the join and filter branches
-//! (a run that finds it writes nothing), but not expiry, which writes only the outcome: a
-//! repeat of a run that expired the click, once its query arrived, would join it. Guarding
-//! expiry too (the outcome read in the same round as the entry) would let the join drop its
-//! acknowledgment.
+//! It is a guarded observer (`observers::Registry::guarded`: no acknowledgment cell). The
+//! guard is the pair (IdRegistry entry, outcome): every run with an effect writes one of them
+//! in the transaction of its effects, and a run that finds the entry or a final outcome writes
+//! nothing, so a repeat of a run (a notify key whose delete failed, two workers meeting one
+//! key) has no effect. A park repeated leaves the same state (the list already holds the
+//! click). Two concurrent runs that could both have an effect write a common cell and conflict:
+//! two joins or two expiries the entry; a join and an expiry the entry (expiry writes it too); a
+//! join of a parked click and an expiry the outcome.
 //!
 //! ## Wake observer and wake checks
 //!

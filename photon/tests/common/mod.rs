@@ -18,7 +18,9 @@ pub fn client_living(kv: Arc<dyn RawKv>, max_lifetime: Duration, gc_lag: Duratio
         gc_lag,
         ..ClientConfig::with_namespace("photon")
     };
-    Client::with_config(kv, Arc::new(LocalClock::new()), config)
+    let client = Client::with_config(kv, Arc::new(LocalClock::new()), config);
+    photon::schema::declare_columns(&client);
+    client
 }
 
 /// A worker `id` that scans every 20-200 ms, heartbeats every 100 ms and retries after 5 ms.

@@ -147,6 +147,7 @@ pub fn weather_split_keys() -> Vec<Vec<u8>> {
         Space::Head,
         Space::Meta,
         Space::Notify,
+        Space::Once,
         Space::Version,
     ] {
         keys.push(codec.space_range(space).start);

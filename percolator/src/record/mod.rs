@@ -6,6 +6,9 @@
 
 use crate::codec::Cell;
 
+mod once;
+pub use once::OnceRecord;
+
 const HEAD_MAGIC: u8 = b'h';
 const VERSION_MAGIC: u8 = b'v';
 const FORMAT: u8 = 1;

@@ -1,0 +1,78 @@
+//! # Write-once records: cells without heads
+//!
+//! Most cells of an event pipeline are written once under a unique key (an event, a joined
+//! output) and never contended. A head costs such a cell two CASes (the lock, then its
+//! commit) and, on TiKV, two RPCs each. A column declared write-once
+//! ([`crate::Client::write_once_column`]) skips the head: each write is an immutable
+//! **record** put in the prewrite's `batch_put`, beside the notify keys, and its fate is that
+//! of the transaction's primary.
+//!
+//! ## Layout
+//!
+//! `W ‖ cell ‖ !start_ts` ([`crate::codec::Space::Once`]; newest writer first) holds
+//! [`crate::record::OnceRecord`]: `Pending { primary, ttl_ms, op }` as the prewrite puts it,
+//! or `Committed { commit_ts, op }` once resolved (GC rewrites records below its safe point).
+//! Values are inline (a record is written once, not rewritten on every CAS as a head is).
+//!
+//! ## The contract
+//!
+//! A write-once column's cell is written by at most one *committed* transaction, and
+//! concurrent writers of one cell must also write a common ordinary cell (a head), so that
+//! all but one conflict there: a loader's offset cell, a join's registry entry. Records carry
+//! no write-write conflict check of their own. The API refuses what it can see: a
+//! transaction that read a value in a write-once cell cannot write it
+//! ([`crate::TxnError::WrittenOnce`]). A column must be declared by every client that reads or
+//! writes it (as observed columns are), and a transaction needs at least one ordinary cell
+//! (its primary); when it writes only write-once cells, the first one is written through its
+//! head instead. Reads of a write-once cell therefore look at both its head and its records.
+//!
+//! ## Why snapshot isolation still holds
+//!
+//! - **A record exists before its commit_ts is drawn.** Records are put in the primary's
+//!   round, acknowledged before that round's CAS, so before commit_ts (as locks: invariant
+//!   2). A reader at `R` that scans the cell's records and finds none from a writer `s <= R`
+//!   misses no commit below `R`: a writer whose record appears later draws its commit_ts
+//!   after that, above `R` (invariant 1). A record with `s > R` has `commit_ts > s > R` and
+//!   is skipped unread.
+//! - **A record's fate is its primary's** (invariant 3: one CAS decides). A reader resolves a
+//!   `Pending` record as it resolves a lock ([`super::locks`]): committed at `c` (visible if
+//!   `c <= R`), rolled back (skipped), pending (it waits; past the record's TTL or the
+//!   primary lock's, it fences the primary). A record put before the primary was locked is
+//!   case 4 there, exactly as a strong notify key. Decided fates are cached per client, so
+//!   the records of one loader batch cost one status read.
+//! - **The answer** is the record of the newest committed writer at or below `R` (by
+//!   commit_ts), compared with what the cell's head holds at `R`: the newer wins.
+//! - **Aborts** delete the transaction's records after fencing its primary; a record left
+//!   behind (a crash, a failed delete) is rolled back through its primary by anyone who
+//!   meets it, and deleted by GC.
+//!
+//! ## GC and the evidence of a commit
+//!
+//! A `Pending` record is decided by the primary's version with its start_ts, which GC may
+//! delete once a newer version of the primary is below the safe point. So GC, in the pass
+//! that resolves locks (before it deletes anything), rewrites every `Pending` record below
+//! its safe point as `Committed { c }` or deletes it (rolled back). Then it deletes, per
+//! cell, the committed records older than the newest one at or below the safe point; that
+//! one stays, a delete too (a tombstone, as a head's), so a cell with no record was never
+//! written. A reader that decided "rolled back" for a record below the published safe point
+//! (read after the status) re-reads the record: GC rewrote it meanwhile, or it is a late
+//! repeat of the writer's own put (a write repeated after a transient error; it lands within
+//! the store's request deadline, far inside `gc_lag`), which the reader reports as
+//! `CommitUnknown` rather than guess.
+//!
+//! **Snapshots under GC.** GC deletes a record only below a newer committed one that it keeps.
+//! So a snapshot at `R` whose answer GC changed sees that newer record, committed above `R`:
+//! a read scans all of a cell's records (writers after `R` included, skipped for the answer).
+//! Only when it finds one committed above `R`, or one of a writer after `R`, does it check the
+//! published safe point, read after it, against `R`, and refuse with `SnapshotTooOld` if GC
+//! passed it (the rule of [`super::gc`] for answers from beyond a head). A cell written once
+//! is never checked. (`tests/tests/txn_once.rs::a_snapshot_gc_passed_is_refused_...`.)
+//!
+//! ## Cost
+//!
+//! A write-once cell costs no store call of its own at commit (its record rides in the
+//! `batch_put` the prewrite makes for notify keys anyway) and no secondary commit. A read
+//! costs one scan of the cell's records besides its head (in the same `batch_get` as the
+//! other heads). Tests: `tests/tests/txn_once.rs` (readers meeting records of running,
+//! committed and rolled-back writers; crashes between the records and the primary; GC meeting
+//! unresolved records; the bank and model histories with write-once cells).

@@ -1,0 +1,395 @@
+//! Write-once records (`percolator::design::once`): the prewrite's records, reads of a cell's
+//! records at start_ts, deletion on abort, and GC's resolution and collection of records.
+
+use super::locks::TxnStatus;
+use super::notify::NotifyEntry;
+use super::transaction::Transaction;
+use super::{lock_wait, Shared, TxnError, TxnResult};
+use crate::codec::{Cell, Key, Space};
+use crate::kv::{KvPair, RangePager, ScanOrder};
+use crate::record::{Notification, OnceRecord, Op};
+use crate::ts::Timestamp;
+
+/// Records read per scan call of one cell (a cell normally has one record; more only after
+/// aborted attempts).
+const CELL_PAGE: usize = 16;
+
+/// The visible write of a write-once cell: (commit_ts, what was written).
+pub(super) type OnceVersion = (u64, Op);
+
+/// What a read of one write-once cell's records found.
+pub(super) struct OnceRead {
+    /// The newest committed write visible at start_ts.
+    pub(super) visible: Option<OnceVersion>,
+    /// Whether a record of a writer that started after start_ts exists, or one that started
+    /// at or below it committed above it. Only then can GC have deleted a record this
+    /// snapshot would see (it deletes a record only below a newer committed one, which it
+    /// keeps), so only then is the answer checked against the safe point, as an answer from
+    /// beyond a head is (`percolator::design::gc`).
+    pub(super) newer_commit: bool,
+}
+
+/// The records and notify keys a commit puts for its write-once cells.
+#[derive(Default)]
+pub(super) struct OnceWrites {
+    /// `W` records (and their notify keys), for the primary's round's `batch_put`.
+    pub(super) puts: Vec<KvPair>,
+    /// The notify keys among `puts`, for the notify-floor settling.
+    pub(super) notify_entries: Vec<NotifyEntry>,
+}
+
+impl Transaction {
+    /// The records of `cells` (write-once, with their new values; `None`: delete) and their
+    /// notify keys (for cells in `notified` or observed), decided by `primary`.
+    pub(super) fn once_writes(
+        &self,
+        cells: &[(Cell, Option<Vec<u8>>)],
+        primary: &Cell,
+        notified: &std::collections::BTreeSet<Cell>,
+        bucket: u64,
+    ) -> OnceWrites {
+        let shared = self.shared();
+        let s = self.inner.start_ts.0;
+        let ttl_ms = self.lock_ttl_ms();
+        let mut out = OnceWrites::default();
+        let notification = Notification::Strong {
+            start_ts: s,
+            primary: primary.clone(),
+            ttl_ms,
+        }
+        .encode();
+        for (cell, value) in cells {
+            let op = match value {
+                Some(v) => Op::Put(v.clone()),
+                None => Op::Delete,
+            };
+            let record = OnceRecord::Pending {
+                primary: primary.clone(),
+                ttl_ms,
+                op,
+            };
+            out.puts.push((shared.codec.once(cell, s), record.encode()));
+            if notified.contains(cell) || shared.is_observed(cell) {
+                let key = shared.codec.notify(cell, s, bucket);
+                out.puts.push((key, notification.clone()));
+                out.notify_entries
+                    .push((cell.clone(), s, notification.clone()));
+            }
+        }
+        out
+    }
+
+    /// Deletes this transaction's records of `cells` after its primary was fenced (best
+    /// effort: a record left behind is rolled back through its primary by whoever meets it,
+    /// and deleted by GC).
+    pub(super) async fn delete_once_records(&self, cells: &[(Cell, Option<Vec<u8>>)]) {
+        if cells.is_empty() {
+            return;
+        }
+        let s = self.inner.start_ts.0;
+        let keys = cells
+            .iter()
+            .map(|(cell, _)| self.shared().codec.once(cell, s))
+            .collect();
+        if let Err(e) = self.shared().kv.batch_delete(keys).await {
+            tracing::debug!(start_ts = s, error = %e, "deleting write-once records failed; GC removes them");
+        }
+    }
+
+    /// The newest committed write of write-once `cell` visible at start_ts, resolving the
+    /// records of writers that started at or below it (waiting on undecided ones, as a read
+    /// waits on a lock).
+    pub(super) async fn read_once(&self, cell: &Cell) -> TxnResult<OnceRead> {
+        let shared = self.shared();
+        // Every record of the cell, newer writers included: their presence is what tells a
+        // read that GC may have changed its answer (`OnceRead::newer_commit`).
+        let range = shared.codec.cell_range(Space::Once, cell);
+        let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, CELL_PAGE);
+        let mut records = Vec::new();
+        while let Some(page) = pager.next_page().await? {
+            records.extend(page);
+        }
+        self.visible_record(cell, records).await
+    }
+
+    /// Of `records` (keys and values of one cell's `W` records), the newest committed write
+    /// visible at start_ts.
+    pub(super) async fn visible_record(
+        &self,
+        cell: &Cell,
+        records: Vec<KvPair>,
+    ) -> TxnResult<OnceRead> {
+        let start_ts = self.inner.start_ts.0;
+        let mut best: Option<OnceVersion> = None;
+        let mut newer_commit = false;
+        for (key, raw) in records {
+            let Ok(Key::Once(_, s)) = self.shared().codec.decode(&key) else {
+                return Err(TxnError::corrupt(
+                    &key,
+                    crate::record::RecordError::Truncated {
+                        field: "write-once record key",
+                    },
+                ));
+            };
+            if s > start_ts {
+                // A later writer: invisible here (its commit_ts is above s).
+                newer_commit = true;
+                continue;
+            }
+            let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
+            let Some(commit_ts) = self.record_fate(cell, &key, s, record.clone()).await? else {
+                continue;
+            };
+            newer_commit |= commit_ts > start_ts;
+            if commit_ts <= start_ts && best.as_ref().is_none_or(|(c, _)| commit_ts > *c) {
+                best = Some((commit_ts, record.op().clone()));
+            }
+        }
+        Ok(OnceRead {
+            visible: best,
+            newer_commit,
+        })
+    }
+
+    /// The commit_ts of the writer `s` of the record at `key` (`None`: rolled back), waiting
+    /// while it is undecided.
+    async fn record_fate(
+        &self,
+        cell: &Cell,
+        key: &[u8],
+        s: u64,
+        mut record: OnceRecord,
+    ) -> TxnResult<Option<u64>> {
+        let shared = self.shared();
+        let mut attempt = 0;
+        loop {
+            let (primary, ttl_ms) = match &record {
+                OnceRecord::Committed { commit_ts, .. } => return Ok(Some(*commit_ts)),
+                OnceRecord::Pending {
+                    primary, ttl_ms, ..
+                } => (primary.clone(), *ttl_ms),
+            };
+            match shared.txn_status(&primary, Timestamp(s), ttl_ms).await? {
+                TxnStatus::Committed(c) => return Ok(Some(c.0)),
+                TxnStatus::RolledBack => {
+                    // GC rewrites records below its safe point before it deletes the
+                    // evidence of their commits: "rolled back" for such a record is exact
+                    // only if the record still reads as pending-and-rolled-back after a safe
+                    // point read above s (`percolator::design::once`).
+                    let safe_point = super::gc::read_safe_point(shared).await?;
+                    if safe_point.0 <= s {
+                        return Ok(None);
+                    }
+                    match shared.kv.get(key).await? {
+                        None => return Ok(None),
+                        Some(raw) => {
+                            match OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(key, e))? {
+                                committed @ OnceRecord::Committed { .. } => record = committed,
+                                OnceRecord::Pending { .. } => {
+                                    tracing::warn!(%cell, start_ts = s, "a pending write-once record below the GC safe point");
+                                    return Err(TxnError::CommitUnknown { start_ts: s });
+                                }
+                            }
+                        }
+                    }
+                }
+                TxnStatus::Pending => {
+                    self.check_lifetime()?;
+                    tokio::time::sleep(lock_wait(attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// The write-once cells of `table` with rows in `[row_start, row_end)`, after `after`
+    /// if given, with their visible write (deletes included, so a caller merging heads can
+    /// drop them), in cell order; stops once `limit` cells hold a value. The flag says
+    /// whether the answer needs the safe point check ([`OnceRead::newer_commit`]).
+    pub(super) async fn once_rows(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+        after: Option<&Cell>,
+        limit: usize,
+    ) -> TxnResult<(Vec<(Cell, OnceVersion)>, bool)> {
+        let shared = self.shared();
+        let mut range = shared
+            .codec
+            .rows_range(Space::Once, table, row_start, row_end);
+        if let Some(after) = after {
+            // The first key after every record of `after`: its prefix's successor (a cell's
+            // prefix is never all 0xFF, it ends with the part terminator).
+            if let Some(end) = shared.codec.cell_range(Space::Once, after).end {
+                range.start = range.start.max(end);
+            }
+        }
+        let kv = shared.kv.clone();
+        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
+        let mut out: Vec<(Cell, OnceVersion)> = Vec::new();
+        let mut newer_commit = false;
+        let mut values = 0;
+        let mut group: Option<(Cell, Vec<KvPair>)> = None;
+        'pages: loop {
+            let page = pager.next_page().await?;
+            let done = page.is_none();
+            for (key, raw) in page
+                .into_iter()
+                .flatten()
+                .chain(done.then(|| (Vec::new(), Vec::new())))
+            {
+                let cell = if done {
+                    None
+                } else {
+                    match shared.codec.decode(&key) {
+                        Ok(Key::Once(cell, _)) => Some(cell),
+                        _ => {
+                            return Err(TxnError::corrupt(
+                                &key,
+                                crate::record::RecordError::Truncated {
+                                    field: "write-once record key",
+                                },
+                            ))
+                        }
+                    }
+                };
+                let same = matches!((&group, &cell), (Some((g, _)), Some(c)) if g == c);
+                if same {
+                    if let Some((_, records)) = group.as_mut() {
+                        records.push((key, raw));
+                    }
+                    continue;
+                }
+                if let Some((g, records)) = group.take() {
+                    let read = self.visible_record(&g, records).await?;
+                    newer_commit |= read.newer_commit;
+                    if let Some(version) = read.visible {
+                        values += usize::from(matches!(version.1, Op::Put(_)));
+                        out.push((g, version));
+                        if values >= limit {
+                            break 'pages;
+                        }
+                    }
+                }
+                if let Some(cell) = cell {
+                    group = Some((cell, vec![(key, raw)]));
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        Ok((out, newer_commit))
+    }
+}
+
+/// Rewrites every pending record of a writer that started below `below` as committed, or
+/// deletes it if its writer rolled back, so that no status check needs versions GC is about
+/// to delete. Returns how many it resolved.
+pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResult<usize> {
+    let mut resolved = 0;
+    let range = shared.codec.space_range(Space::Once);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    while let Some(page) = pager.next_page().await? {
+        for (key, raw) in page {
+            let Ok(Key::Once(_, s)) = shared.codec.decode(&key) else {
+                continue;
+            };
+            if s >= below.0 {
+                continue;
+            }
+            let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
+            let OnceRecord::Pending {
+                primary,
+                ttl_ms,
+                op,
+            } = record
+            else {
+                continue;
+            };
+            let mut attempt = 0;
+            loop {
+                match shared.txn_status(&primary, Timestamp(s), ttl_ms).await? {
+                    TxnStatus::Committed(c) => {
+                        let record = OnceRecord::Committed {
+                            commit_ts: c.0,
+                            op: op.clone(),
+                        };
+                        shared.kv.put(key.clone(), record.encode()).await?;
+                        break;
+                    }
+                    TxnStatus::RolledBack => {
+                        shared.kv.delete(key.clone()).await?;
+                        break;
+                    }
+                    TxnStatus::Pending => {
+                        tokio::time::sleep(lock_wait(attempt)).await;
+                        attempt += 1;
+                    }
+                }
+            }
+            resolved += 1;
+        }
+    }
+    Ok(resolved)
+}
+
+/// Deletes, per write-once cell, the records no snapshot at or above `sp` can see: those
+/// older than the newest committed one at or below `sp` (which stays, a delete too). Runs
+/// after [`resolve_below`]. Returns how many it deleted.
+pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
+    let range = shared.codec.space_range(Space::Once);
+    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
+    let mut deleted = 0;
+    let mut group: Option<(Cell, Vec<CommittedRecord>)> = None;
+    let mut doomed: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let page = pager.next_page().await?;
+        let done = page.is_none();
+        for (key, raw) in page.into_iter().flatten() {
+            let Ok(Key::Once(cell, _)) = shared.codec.decode(&key) else {
+                continue;
+            };
+            // Only committed records at or below sp matter here (resolve_below decided the
+            // rest below sp; records of later writers are left alone).
+            let committed = match OnceRecord::decode(&raw) {
+                Ok(OnceRecord::Committed { commit_ts, .. }) if commit_ts <= sp => Some(commit_ts),
+                _ => None,
+            };
+            if !matches!(&group, Some((g, _)) if *g == cell) {
+                if let Some((_, records)) = group.take() {
+                    doomed.extend(hidden_records(records));
+                }
+                group = Some((cell, Vec::new()));
+            }
+            if let (Some((_, records)), Some(c)) = (group.as_mut(), committed) {
+                records.push((key, c));
+            }
+        }
+        if done {
+            if let Some((_, records)) = group.take() {
+                doomed.extend(hidden_records(records));
+            }
+        }
+        if doomed.len() >= 1024 || (done && !doomed.is_empty()) {
+            deleted += doomed.len();
+            shared.kv.batch_delete(std::mem::take(&mut doomed)).await?;
+        }
+        if done {
+            return Ok(deleted);
+        }
+    }
+}
+
+/// A committed record at or below the safe point: (key, commit_ts).
+type CommittedRecord = (Vec<u8>, u64);
+
+/// Of one cell's committed records at or below the safe point, those no snapshot at or above
+/// it sees: all but the newest. The newest stays even when it is a delete (a tombstone, as a
+/// head's): a cell with no record at all was never written, and a reader that GC could have
+/// misled always sees the record that made GC delete the older ones.
+fn hidden_records(mut records: Vec<CommittedRecord>) -> Vec<Vec<u8>> {
+    records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    records.into_iter().skip(1).map(|(key, _)| key).collect()
+}
