@@ -117,19 +117,19 @@ pub fn spawn_gc(
 /// The GC counters in the Prometheus text format.
 pub fn render(metrics: &GcMetrics, out: &mut String) {
     app::gc::render(&metrics.versions, "photon", out);
-    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    crate::metrics::counter(
-        out,
-        "photon_gc_registry_keys_deleted_total",
-        "IdRegistry keys deleted behind the boundary",
-        "",
-        get(&metrics.registry_keys_deleted),
-    );
-    crate::metrics::counter(
-        out,
-        "photon_gc_parked_keys_deleted_total",
-        "Keys of handled parked-click index cells deleted",
-        "",
-        get(&metrics.parked_keys_deleted),
-    );
+    let counters = [
+        (
+            "photon_gc_registry_keys_deleted_total",
+            "IdRegistry keys deleted behind the boundary",
+            &metrics.registry_keys_deleted,
+        ),
+        (
+            "photon_gc_parked_keys_deleted_total",
+            "Keys of handled parked-click index cells deleted",
+            &metrics.parked_keys_deleted,
+        ),
+    ];
+    for (name, help, value) in counters {
+        crate::metrics::counter(out, name, help, "", value.load(Ordering::Relaxed));
+    }
 }
