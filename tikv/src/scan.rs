@@ -109,7 +109,9 @@ impl TikvKv {
     ) -> KvResult<Vec<Vec<KvPair>>> {
         let mut out: Vec<Vec<KvPair>> = vec![Vec::new(); ranges.len()];
         // Non-empty ranges by start, to find the one holding each answer.
-        let mut by_start: Vec<usize> = (0..ranges.len()).filter(|i| !ranges[*i].is_empty()).collect();
+        let mut by_start: Vec<usize> = (0..ranges.len())
+            .filter(|i| !ranges[*i].is_empty())
+            .collect();
         if by_start.is_empty() {
             return Ok(out);
         }

@@ -210,7 +210,12 @@ pub async fn scan_many(kv: &dyn RawKv, prefix: &[u8]) {
         .collect();
     assert_eq!(
         values,
-        vec![vec![20, 21, 22, 23], vec![], vec![0, 1, 2, 3], vec![10, 11, 12, 13]],
+        vec![
+            vec![20, 21, 22, 23],
+            vec![],
+            vec![0, 1, 2, 3],
+            vec![10, 11, 12, 13]
+        ],
         "scan_many answers each range in the order given"
     );
     assert!(kv.scan_many(Vec::new(), 4).await.unwrap().is_empty());
