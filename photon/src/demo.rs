@@ -281,6 +281,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
             "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
             "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),
+            "settled_again": running.iter().map(|p| p.stats.settled.load(Ordering::Relaxed)).sum::<u64>(),
             "peak_rss_mb": peak_rss_mb(),
             "peak_rss_before_verify_mb": peak_rss_join_mb,
             "verify_seconds": verify_seconds,

@@ -40,6 +40,11 @@ pub fn render_parts(workers: &[(String, Arc<Metrics>)], joins: &[Arc<JoinStats>]
                 "Runs on a duplicate delivery of an already joined click (rejected by the IdRegistry)",
                 &s.deduplicated,
             ),
+            (
+                "photon_settled_again_total",
+                "Runs on a click already settled without a join (expired, filtered, too old)",
+                &s.settled,
+            ),
             ("photon_parked_total", "Clicks parked waiting for their query", &s.parked),
             ("photon_expired_total", "Clicks past the horizon", &s.expired),
             ("photon_too_old_total", "Clicks older than the IdRegistry boundary", &s.too_old),
