@@ -28,7 +28,7 @@ pub fn render_parts(workers: &[(String, Arc<Metrics>)], joins: &[Arc<JoinStats>]
     for ((name, metrics), s) in workers.iter().zip(joins) {
         let l = format!("pipeline=\"{name}\"");
         app::metrics::worker(&mut out, "photon", &l, &metrics.snapshot());
-        let join: [(&str, &str, &std::sync::atomic::AtomicU64); 6] = [
+        let join: [(&str, &str, &std::sync::atomic::AtomicU64); 7] = [
             ("photon_joined_total", "Clicks joined (attempts)", &s.joined),
             (
                 "photon_wasted_joins_total",
