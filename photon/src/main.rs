@@ -2,7 +2,6 @@
 //! `photon` library; this dispatches the command line ([`photon::cli`]) and opens the store.
 
 use anyhow::Context;
-use clap::Parser;
 use percolator::Client;
 use percolator_cli::store::open_client;
 use percolator_cli::StoreSpec;
@@ -39,7 +38,8 @@ async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("warn");
-    let cli = Cli::parse();
+    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    let cli: Cli = percolator_cli::config::parse("photon");
     match cli.command {
         Command::Gen(args) => {
             let summary = photon::gen::generate(&args.out, &args.options())
