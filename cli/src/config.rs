@@ -58,9 +58,6 @@ pub const SHARED_KEYS: &[&str] = &[
     "oracle_namespace",
 ];
 
-/// Top-level tables of the file that are not binaries' flags.
-const KNOB_TABLES: &[&str] = &["embedded", "tikv"];
-
 const CONFIG_ID: &str = "config";
 const PRINT_ID: &str = "print_config";
 

@@ -80,7 +80,7 @@ impl Env {
     async fn dashboard(&self) -> (tokio::process::Child, String) {
         let mut child = self
             .ctl()
-            .args(["serve", "--listen", "127.0.0.1:0", "--sample-ms", "300"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--sample-ms", "1000"])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -378,7 +378,7 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
     let oracle_addr = env.oracle_addr.clone();
     let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let mut browser = cdp::Browser::launch(&chromium, 1280, 1150);
+        let mut browser = cdp::Browser::launch(&chromium, 1280, 1000);
         browser.open(&format!("http://{addr}/")).expect("open the page");
         for chart in ["chart-throughput", "chart-backlog", "chart-age"] {
             browser.wait_for(

@@ -70,11 +70,20 @@ impl Browser {
         {
             use std::os::fd::AsRawFd;
             let (r, w) = (cmd_read.as_raw_fd(), msg_write.as_raw_fd());
-            // SAFETY: dup2 is async-signal-safe; between fork and exec the child only moves
-            // the two pipe ends to the descriptors the protocol uses (dup2 clears CLOEXEC).
+            // SAFETY: fcntl and dup2 are async-signal-safe; between fork and exec the child
+            // only moves the two pipe ends to the descriptors the protocol uses. They are
+            // copied above 10 first, since either may already be 3 or 4 (where a dup2 onto
+            // itself would keep close-on-exec, or the first dup2 would close the other end);
+            // dup2 clears close-on-exec on its target.
             unsafe {
                 command.pre_exec(move || {
-                    if libc::dup2(r, 3) < 0 || libc::dup2(w, 4) < 0 {
+                    let high_r = libc::fcntl(r, libc::F_DUPFD, 10);
+                    let high_w = libc::fcntl(w, libc::F_DUPFD, 10);
+                    if high_r < 0
+                        || high_w < 0
+                        || libc::dup2(high_r, 3) < 0
+                        || libc::dup2(high_w, 4) < 0
+                    {
                         return Err(std::io::Error::last_os_error());
                     }
                     Ok(())
