@@ -261,7 +261,10 @@ fn check(arg: &Arg, values: &[String]) -> Result<(), String> {
             _ => Err(format!("--{long} takes true or false, not {values:?}")),
         };
     }
-    if values.len() > 1 && arg.get_value_delimiter().is_none() && !matches!(arg.get_action(), ArgAction::Append) {
+    if values.len() > 1
+        && arg.get_value_delimiter().is_none()
+        && !matches!(arg.get_action(), ArgAction::Append)
+    {
         return Err(format!("--{long} takes one value, not a list"));
     }
     let mut probe = Arg::new("value")
@@ -334,10 +337,16 @@ impl Layering<'_> {
                     tables.push((String::new(), Some(file)));
                 }
                 for (name, table) in tables {
-                    let Some(value) = table.and_then(|t| t.get(&key).or_else(|| t.get(&key.replace('_', "-")))) else {
+                    let Some(value) =
+                        table.and_then(|t| t.get(&key).or_else(|| t.get(&key.replace('_', "-"))))
+                    else {
                         continue;
                     };
-                    let full = if name.is_empty() { key.clone() } else { format!("{name}.{key}") };
+                    let full = if name.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{name}.{key}")
+                    };
                     let bad = |message: String| ConfigError::BadValue {
                         path: file_path.to_path_buf(),
                         key: full.clone(),
@@ -356,7 +365,7 @@ impl Layering<'_> {
                     break;
                 }
             }
-            cmd = cmd.mut_arg(arg.get_id().as_str().to_string(), |a| {
+            cmd = cmd.mut_arg(arg.get_id().as_str(), |a| {
                 let a = a.env(env);
                 match found {
                     Some(values) => a.default_values(values),
@@ -367,7 +376,10 @@ impl Layering<'_> {
         // Keys of this command's own table that no argument reads.
         if let Some((file_path, file)) = self.file {
             if let Some(table) = table_at(file, &section) {
-                let subs: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+                let subs: Vec<String> = cmd
+                    .get_subcommands()
+                    .map(|s| s.get_name().to_string())
+                    .collect();
                 for (k, v) in table {
                     let normal = k.replace('-', "_");
                     if known.contains(&normal) || (v.is_table() && subs.contains(k)) {
@@ -420,7 +432,11 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
         }
     }
     let number = |table: &str, key: &str| -> Result<Option<u64>, ConfigError> {
-        let Some(value) = file.get(table).and_then(|t| t.as_table()).and_then(|t| t.get(key)) else {
+        let Some(value) = file
+            .get(table)
+            .and_then(|t| t.as_table())
+            .and_then(|t| t.get(key))
+        else {
             return Ok(None);
         };
         match value.as_integer() {
@@ -432,7 +448,10 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
             }),
         }
     };
-    for (table, keys) in [("embedded", &["cache_mb", "write_buffer_mb"][..]), ("tikv", &["cas_concurrency"][..])] {
+    for (table, keys) in [
+        ("embedded", &["cache_mb", "write_buffer_mb"][..]),
+        ("tikv", &["cas_concurrency"][..]),
+    ] {
         let Some(t) = file.get(table).and_then(|t| t.as_table()) else {
             continue;
         };
@@ -512,7 +531,11 @@ fn deepest(matches: &ArgMatches) -> &ArgMatches {
 
 /// A value as TOML: numbers and booleans bare, the rest quoted.
 fn toml_value(raw: &str) -> String {
-    if raw.parse::<i64>().is_ok() || raw.parse::<f64>().is_ok_and(f64::is_finite) || raw == "true" || raw == "false" {
+    if raw.parse::<i64>().is_ok()
+        || raw.parse::<f64>().is_ok_and(f64::is_finite)
+        || raw == "true"
+        || raw == "false"
+    {
         raw.to_string()
     } else {
         toml::Value::String(raw.to_string()).to_string()
@@ -521,25 +544,37 @@ fn toml_value(raw: &str) -> String {
 
 /// The effective configuration of the invoked command as TOML, each value commented with
 /// its source.
-fn effective(cmd: &Command, matches: &ArgMatches, layering: &Layering, file: Option<&Path>, knobs: &StoreKnobs) -> String {
+fn effective(
+    cmd: &Command,
+    matches: &ArgMatches,
+    layering: &Layering,
+    file: Option<&Path>,
+    knobs: &StoreKnobs,
+) -> String {
     use clap::parser::ValueSource;
     let from_file = layering.from_file.borrow();
     let mut shared = String::new();
-    let mut own = String::new();
+    // One table per command of the path that has flags of its own: (section, lines).
+    let mut tables: Vec<(String, String)> = Vec::new();
     let mut section = vec![layering.binary.clone()];
     let mut cmd = cmd;
     let mut matches = matches;
     loop {
+        let mut own = String::new();
         for arg in cmd.get_arguments().filter(|a| !skipped(a)) {
             let id = arg.get_id().as_str();
-            let Some(raw) = matches.get_raw(id) else { continue };
+            let Some(raw) = matches.get_raw(id) else {
+                continue;
+            };
             let values: Vec<String> = raw.map(|v| toml_value(&v.to_string_lossy())).collect();
             let key = key_of(arg);
             let source = match matches.value_source(id) {
                 Some(ValueSource::CommandLine) => "flag".to_string(),
                 Some(ValueSource::EnvVariable) => format!(
                     "env {}",
-                    arg.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default()
+                    arg.get_env()
+                        .map(|e| e.to_string_lossy().into_owned())
+                        .unwrap_or_default()
                 ),
                 _ if from_file.iter().any(|(_, k)| *k == key) => "file".to_string(),
                 _ => "default".to_string(),
@@ -558,8 +593,15 @@ fn effective(cmd: &Command, matches: &ArgMatches, layering: &Layering, file: Opt
                 own.push_str(&line);
             }
         }
-        let Some((name, sub)) = matches.subcommand() else { break };
-        let Some(next) = cmd.find_subcommand(name) else { break };
+        if !own.is_empty() {
+            tables.push((section.join("."), own));
+        }
+        let Some((name, sub)) = matches.subcommand() else {
+            break;
+        };
+        let Some(next) = cmd.find_subcommand(name) else {
+            break;
+        };
         section.push(name.to_string());
         cmd = next;
         matches = sub;
@@ -578,18 +620,33 @@ fn effective(cmd: &Command, matches: &ArgMatches, layering: &Layering, file: Opt
         }
     };
     let mut embedded = String::new();
-    knob_line(&mut embedded, "PERCOLATOR_EMBEDDED_CACHE_MB", "cache_mb", knobs.cache_mb);
-    knob_line(&mut embedded, "PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB", "write_buffer_mb", knobs.write_buffer_mb);
+    knob_line(
+        &mut embedded,
+        "PERCOLATOR_EMBEDDED_CACHE_MB",
+        "cache_mb",
+        knobs.cache_mb,
+    );
+    knob_line(
+        &mut embedded,
+        "PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB",
+        "write_buffer_mb",
+        knobs.write_buffer_mb,
+    );
     if !embedded.is_empty() {
         out.push_str(&format!("\n[embedded]\n{embedded}"));
     }
     let mut tikv = String::new();
-    knob_line(&mut tikv, crate::store::CAS_CONCURRENCY_ENV, "cas_concurrency", knobs.cas_concurrency.map(|n| n as u64));
+    knob_line(
+        &mut tikv,
+        crate::store::CAS_CONCURRENCY_ENV,
+        "cas_concurrency",
+        knobs.cas_concurrency.map(|n| n as u64),
+    );
     if !tikv.is_empty() {
         out.push_str(&format!("\n[tikv]\n{tikv}"));
     }
-    if !own.is_empty() {
-        out.push_str(&format!("\n[{}]\n{own}", section.join(".")));
+    for (name, lines) in tables {
+        out.push_str(&format!("\n[{name}]\n{lines}"));
     }
     out
 }

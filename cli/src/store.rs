@@ -130,7 +130,10 @@ fn embedded_options(durability: Durability) -> EmbeddedOptions {
     if let (Some(mb), true) = (knobs.cache_mb, unset(percolator::kv::CACHE_MB_ENV)) {
         options.cache_bytes = mb * 1024 * 1024;
     }
-    if let (Some(mb), true) = (knobs.write_buffer_mb, unset(percolator::kv::WRITE_BUFFER_MB_ENV)) {
+    if let (Some(mb), true) = (
+        knobs.write_buffer_mb,
+        unset(percolator::kv::WRITE_BUFFER_MB_ENV),
+    ) {
         options.write_buffer_bytes = mb * 1024 * 1024;
     }
     options

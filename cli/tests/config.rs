@@ -45,13 +45,19 @@ struct WorkArgs {
 }
 
 fn file(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().expect("temp file");
+    let mut f = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp file");
     f.write_all(text.as_bytes()).expect("write");
     f
 }
 
 fn parse(binary: &str, args: &[&str]) -> Result<Layered<Cli>, ConfigError> {
-    let args: Vec<OsString> = std::iter::once("bin").chain(args.iter().copied()).map(OsString::from).collect();
+    let args: Vec<OsString> = std::iter::once("bin")
+        .chain(args.iter().copied())
+        .map(OsString::from)
+        .collect();
     try_parse_from::<Cli>(binary, args)
 }
 
@@ -101,17 +107,35 @@ fn flags_win_over_the_environment_which_wins_over_the_file() {
     assert_eq!((w.pipeline.as_str(), w.batch_size), ("from-env", 20));
 
     // Flags over both.
-    let layered = parse("cfga", &["--config", path, "work", "--batch-size", "30", "--store", "memory"]).expect("parse");
+    let layered = parse(
+        "cfga",
+        &[
+            "--config",
+            path,
+            "work",
+            "--batch-size",
+            "30",
+            "--store",
+            "memory",
+        ],
+    )
+    .expect("parse");
     assert_eq!(layered.knobs.cache_mb, Some(128));
     assert_eq!(layered.knobs.cas_concurrency, Some(16));
     let w = work(layered);
-    assert_eq!((w.pipeline.as_str(), w.batch_size, w.store.store.as_str()), ("from-env", 30, "memory"));
+    assert_eq!(
+        (w.pipeline.as_str(), w.batch_size, w.store.store.as_str()),
+        ("from-env", 30, "memory")
+    );
 
     // Without a file, the defaults.
     std::env::remove_var("PERCOLATOR_CFGA_WORK_PIPELINE");
     std::env::remove_var("PERCOLATOR_CFGA_WORK_BATCH_SIZE");
     let w = work(parse("cfga", &["work"]).expect("parse"));
-    assert_eq!((w.pipeline.as_str(), w.batch_size, w.until_drained), ("main", 64, false));
+    assert_eq!(
+        (w.pipeline.as_str(), w.batch_size, w.until_drained),
+        ("main", 64, false)
+    );
 }
 
 #[test]
@@ -120,24 +144,43 @@ fn a_bad_value_names_its_key_and_the_file() {
     let path = f.path().to_str().unwrap();
     let e = parse("cfgb", &["work", "--config", path]).expect_err("a bad value");
     let message = e.to_string();
-    assert!(matches!(e, ConfigError::BadValue { ref key, .. } if key == "cfgb.work.batch_size"), "{e:?}");
-    assert!(message.contains(path) && message.contains("cfgb.work.batch_size") && message.contains("many"), "{message}");
+    assert!(
+        matches!(e, ConfigError::BadValue { ref key, .. } if key == "cfgb.work.batch_size"),
+        "{e:?}"
+    );
+    assert!(
+        message.contains(path)
+            && message.contains("cfgb.work.batch_size")
+            && message.contains("many"),
+        "{message}"
+    );
 
     let f = file("[cfgb.work]\nbatch_sise = 3\n");
     let e = parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("a typo");
-    assert!(e.to_string().contains("unknown key `cfgb.work.batch_sise`"), "{e}");
+    assert!(
+        e.to_string().contains("unknown key `cfgb.work.batch_sise`"),
+        "{e}"
+    );
     assert!(e.to_string().contains("batch_size"), "lists the keys: {e}");
 
     let f = file("[embedded]\ncache_mb = -1\n");
-    let e = parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("a bad knob");
+    let e =
+        parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("a bad knob");
     assert!(e.to_string().contains("embedded.cache_mb"), "{e}");
 
     let f = file("store = \n");
     let e = parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("bad TOML");
     assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
 
-    let e = parse("cfgb", &["work", "--config", "/nonexistent/percolator.toml"]).expect_err("no file");
-    assert!(e.to_string().contains("/nonexistent/percolator.toml"), "{e}");
+    let e = parse(
+        "cfgb",
+        &["work", "--config", "/nonexistent/percolator.toml"],
+    )
+    .expect_err("no file");
+    assert!(
+        e.to_string().contains("/nonexistent/percolator.toml"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -145,7 +188,18 @@ fn print_config_shows_each_value_with_its_source() {
     let f = file(&FILE.replace("BIN", "cfgc"));
     let path = f.path().to_str().unwrap();
     std::env::set_var("PERCOLATOR_CFGC_WORK_PIPELINE", "from-env");
-    let layered = parse("cfgc", &["work", "--config", path, "--batch-size", "7", "--print-config"]).expect("parse");
+    let layered = parse(
+        "cfgc",
+        &[
+            "work",
+            "--config",
+            path,
+            "--batch-size",
+            "7",
+            "--print-config",
+        ],
+    )
+    .expect("parse");
     let text = layered.print_config.expect("--print-config");
     for line in [
         "store = \"tikv:127.0.0.1:2379\"  # file",
@@ -156,10 +210,14 @@ fn print_config_shows_each_value_with_its_source() {
         "until_drained = true  # file",
         "cache_mb = 128  # file",
     ] {
-        assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line:?} missing in\n{text}"
+        );
     }
     // The effective configuration is itself a valid file (comments aside).
-    text.parse::<toml::Table>().unwrap_or_else(|e| panic!("{e}\n{text}"));
+    text.parse::<toml::Table>()
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
     // And the positional input of another subcommand is not configuration.
     let layered = parse("cfgc", &["load", "./logs", "--print-config"]).expect("parse");
     assert!(!layered.print_config.unwrap().contains("input"));

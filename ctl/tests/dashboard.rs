@@ -180,7 +180,8 @@ async fn with_a_dead_letter(env: &Env, workers: usize) -> (Vec<Worker>, String) 
     for w in &workers {
         w.wait_until_settled().await;
     }
-    env.write(&Cell::new("docs", "a", "body"), "body of a").await;
+    env.write(&Cell::new("docs", "a", "body"), "body of a")
+        .await;
     poll("a dead letter", || async {
         DeadLetter::list(&env.client).await.expect("list").len() == 1
     })
@@ -193,7 +194,12 @@ async fn with_a_dead_letter(env: &Env, workers: usize) -> (Vec<Worker>, String) 
 }
 
 /// One HTTP/1.1 request over a fresh connection: (status, content type, body).
-async fn http(addr: &str, method: &str, path: &str, json_body: Option<&str>) -> (u16, String, String) {
+async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    json_body: Option<&str>,
+) -> (u16, String, String) {
     let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
     if let Some(body) = json_body {
@@ -252,7 +258,10 @@ async fn stop(mut dashboard: tokio::process::Child) {
         .await
         .expect("the dashboard stops after SIGTERM")
         .expect("wait");
-    assert!(status.success(), "percolator-ctl serve exited with {status}");
+    assert!(
+        status.success(),
+        "percolator-ctl serve exited with {status}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,17 +271,29 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     let (dashboard, addr) = env.dashboard().await;
 
     // /api/status is `status --json`.
-    let cli = env.ctl().args(["--json", "status"]).output().await.expect("status");
+    let cli = env
+        .ctl()
+        .args(["--json", "status"])
+        .output()
+        .await
+        .expect("status");
     assert!(cli.status.success(), "{cli:?}");
     let cli: Value = serde_json::from_slice(&cli.stdout).expect("status json");
     let api = get_json(&addr, "/api/status").await;
-    assert_eq!(steady(api.clone()), steady(cli), "/api/status vs status --json");
+    assert_eq!(
+        steady(api.clone()),
+        steady(cli),
+        "/api/status vs status --json"
+    );
     assert_eq!(api["dead_letters"], 1, "{api}");
     assert_eq!(api["workers"][0]["id"], workers[0].id(), "{api}");
 
     // The page and its assets are served from the binary.
     let (status, content_type, page) = http(&addr, "GET", "/", None).await;
-    assert_eq!((status, content_type.as_str()), (200, "text/html; charset=utf-8"));
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/html; charset=utf-8")
+    );
     assert!(page.contains("<canvas id=\"chart-throughput\""), "{page}");
     let (status, _, script) = http(&addr, "GET", "/app.js", None).await;
     assert_eq!(status, 200);
@@ -280,7 +301,10 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
 
     // /metrics: Prometheus text of the same gauges.
     let (status, content_type, metrics) = http(&addr, "GET", "/metrics", None).await;
-    assert_eq!((status, content_type.as_str()), (200, "text/plain; version=0.0.4"));
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/plain; version=0.0.4")
+    );
     for line in [
         "percolator_dead_letters{namespace=\"dash-api\"} 1",
         "percolator_workers{namespace=\"dash-api\",state=\"live\"} 1",
@@ -299,7 +323,13 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     // Writes need JSON and a token from `prepare`; `prepare` alone changes nothing.
     let (status, _, _) = http(&addr, "POST", "/api/dead-letters/confirm", None).await;
     assert_eq!(status, 415);
-    let (status, _, body) = http(&addr, "POST", "/api/dead-letters/confirm", Some(r#"{"token":"guess"}"#)).await;
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/dead-letters/confirm",
+        Some(r#"{"token":"guess"}"#),
+    )
+    .await;
     assert_eq!(status, 400, "{body}");
     let (status, _, body) = http(
         &addr,
@@ -312,9 +342,16 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     let prepared: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(prepared["letters"][0]["id"], id.as_str(), "{prepared}");
     let listed = get_json(&addr, "/api/dead-letters").await;
-    assert_eq!(listed["dead_letters"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(
+        listed["dead_letters"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
 
-    let confirm = format!(r#"{{"token":"{}"}}"#, prepared["token"].as_str().expect("token"));
+    let confirm = format!(
+        r#"{{"token":"{}"}}"#,
+        prepared["token"].as_str().expect("token")
+    );
     let (status, _, body) = http(&addr, "POST", "/api/dead-letters/confirm", Some(&confirm)).await;
     assert_eq!(status, 200, "{body}");
     let done: Value = serde_json::from_str(&body).expect("json");
@@ -327,15 +364,23 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
         env.read(&Cell::new("docs", "a", "len")).await.as_deref() == Some("9")
     })
     .await;
-    assert!(DeadLetter::list(&env.client).await.expect("list").is_empty());
+    assert!(DeadLetter::list(&env.client)
+        .await
+        .expect("list")
+        .is_empty());
     stop(dashboard).await;
 }
 
 #[test]
 fn serve_stops_cleanly_when_signalled_at_readiness() {
     let done = percolator_cli::testkit::sigterm_at_readiness(
-        std::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl"))
-            .args(["--store", "memory", "serve", "--listen", "127.0.0.1:0"]),
+        std::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl")).args([
+            "--store",
+            "memory",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
         percolator_cli::testkit::Stream::Stdout,
         "dashboard listening on http://",
     );
@@ -363,7 +408,8 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
             while writing.load(Ordering::SeqCst) {
                 for _ in 0..5 {
                     n += 1;
-                    env.write(&Cell::new("docs", &format!("t{n}"), "title"), "a title").await;
+                    env.write(&Cell::new("docs", format!("t{n}"), "title"), "a title")
+                        .await;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -380,10 +426,13 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
     tokio::task::spawn_blocking(move || {
         let mut browser = cdp::Browser::launch(&chromium, 1280, 1000);
         browser.open(&format!("http://{addr}/")).expect("open the page");
-        for chart in ["chart-throughput", "chart-backlog", "chart-age"] {
+        // Lines of a few samples each (the throughput needs two samples for its first point).
+        for (chart, points) in [("chart-backlog", 5), ("chart-age", 5), ("chart-throughput", 3)] {
             browser.wait_for(
-                &format!("{chart} to draw"),
-                &format!("Number(document.getElementById('{chart}').dataset.points || 0) >= 2"),
+                &format!("{chart} to draw {points} points"),
+                &format!(
+                    "Number(document.getElementById('{chart}').dataset.points || 0) >= {points}"
+                ),
                 PATIENCE,
             );
         }

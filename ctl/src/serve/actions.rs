@@ -154,7 +154,11 @@ impl Confirmations {
             };
             answers.push(dead_letters(client, &command).await?);
         }
-        tracing::info!(action = p.action.name(), letters = answers.len(), "dead-letter action confirmed");
+        tracing::info!(
+            action = p.action.name(),
+            letters = answers.len(),
+            "dead-letter action confirmed"
+        );
         Ok(answers)
     }
 }

@@ -169,7 +169,10 @@ mod tests {
     #[test]
     fn throughput_is_the_growth_of_published_progress_per_second() {
         let mut h = History::new(10);
-        assert_eq!(h.record(1_000, &status(&[("a", 10)], 5)).handled_per_s, None);
+        assert_eq!(
+            h.record(1_000, &status(&[("a", 10)], 5)).handled_per_s,
+            None
+        );
         let s = h.record(3_000, &status(&[("a", 30), ("b", 7)], 2)).clone();
         // `b` is new: it counts from its next sample on.
         assert_eq!(s.handled_per_s, Some(10.0));

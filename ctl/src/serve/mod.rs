@@ -85,7 +85,10 @@ pub async fn serve(
     });
     let sampler = tokio::spawn(sample(app.clone()));
     let router = Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
         .route(
             "/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
@@ -216,30 +219,30 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-/// The JSON body of a POST, which must say it is JSON.
-fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, Response> {
+/// The JSON body of a POST, which must say it is JSON; else the response refusing it.
+fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, Box<Response>> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
     if !is_json {
-        return Err(json_response(
+        return Err(Box::new(json_response(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             &json!({"error": "content-type must be application/json"}),
-        ));
+        )));
     }
     serde_json::from_slice(body).map_err(|e| {
-        json_response(
+        Box::new(json_response(
             StatusCode::BAD_REQUEST,
             &json!({"error": format!("body: {e}")}),
-        )
+        ))
     })
 }
 
 async fn api_prepare(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match json_body(&headers, &body) {
         Ok(v) => v,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let Some(action) = request["action"].as_str().and_then(Action::parse) else {
         return json_response(
@@ -255,7 +258,11 @@ async fn api_prepare(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
             &json!({"error": "give either \"id\" or \"all\": true"}),
         );
     }
-    match app.confirmations.prepare(&app.client, action, id, all).await {
+    match app
+        .confirmations
+        .prepare(&app.client, action, id, all)
+        .await
+    {
         Ok(prepared) => json_response(StatusCode::OK, &prepared),
         Err(e) => error_response(&e),
     }
@@ -264,7 +271,7 @@ async fn api_prepare(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
 async fn api_confirm(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
     let request = match json_body(&headers, &body) {
         Ok(v) => v,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let Some(token) = request["token"].as_str() else {
         return json_response(

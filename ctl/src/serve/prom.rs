@@ -84,7 +84,11 @@ pub fn render(status: &Value) -> String {
     for w in &workers {
         if let Some(n) = w["handled"].as_u64() {
             let id = w["id"].as_str().unwrap_or("?");
-            m.sample("percolator_worker_handled_total", &[("worker", id)], n as f64);
+            m.sample(
+                "percolator_worker_handled_total",
+                &[("worker", id)],
+                n as f64,
+            );
         }
     }
     let columns = status["backlog"]["columns"]

@@ -160,7 +160,10 @@ impl Browser {
     /// Opens `url` in a new page and attaches to it: later calls go to that page.
     pub fn open(&mut self, url: &str) -> Result<(), String> {
         let target = self.call("Target.createTarget", json!({"url": "about:blank"}))?;
-        let target_id = target["targetId"].as_str().ok_or("no targetId")?.to_string();
+        let target_id = target["targetId"]
+            .as_str()
+            .ok_or("no targetId")?
+            .to_string();
         let attached = self.call(
             "Target.attachToTarget",
             json!({"targetId": target_id, "flatten": true}),
@@ -202,7 +205,9 @@ impl Browser {
                     let page = self.eval("document.body && document.body.innerText");
                     panic!(
                         "gave up waiting for {what} after {patience:?}: {other:?}\npage:\n{}",
-                        page.ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()
+                        page.ok()
+                            .and_then(|v| v.as_str().map(String::from))
+                            .unwrap_or_default()
                     );
                 }
             }
