@@ -14,7 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<()> {
     // Flags over environment over the configuration file (`--config`, `--print-config`).
-    let cli: Cli = percolator_cli::config::parse("oracle");
+    let cli: Cli = percolator_cli::config::parse("oracle-server");
     percolator_cli::init_tracing("info");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -15,12 +15,11 @@ pub(super) fn key_of(arg: &Arg) -> String {
 }
 
 /// Arguments the layering leaves alone: help, version, its own, positionals (the input a
-/// command works on, not configuration) and required flags (clap allows no default there).
+/// command works on, not configuration).
 pub(super) fn skipped(arg: &Arg) -> bool {
     let id = arg.get_id().as_str();
     matches!(id, "help" | "version" | CONFIG_ID | PRINT_ID)
         || arg.is_positional()
-        || arg.is_required_set()
         || matches!(
             arg.get_action(),
             ArgAction::Help | ArgAction::Version | ArgAction::HelpShort | ArgAction::HelpLong
@@ -218,7 +217,8 @@ impl Layering<'_> {
             cmd = cmd.mut_arg(arg.get_id().as_str(), |a| {
                 let a = a.env(env);
                 match found {
-                    Some(values) => a.default_values(values),
+                    // A required flag the file gives is no longer missing without the flag.
+                    Some(values) => a.required(false).default_values(values),
                     None => a,
                 }
             });

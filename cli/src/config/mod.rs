@@ -27,7 +27,7 @@
 //! [photon.work]         # one table per binary and subcommand
 //! pipeline = "A"
 //!
-//! [oracle.serve]
+//! [oracle-server.serve]  # the `oracle` binary (`oracle` is the shared key above)
 //! listen = "127.0.0.1:7707"
 //!
 //! [ctl.serve]
@@ -227,7 +227,7 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
 }
 
 /// Parses `args` (with the program name first) for `binary` (the file's table and the
-/// variables' prefix: `photon`, `oracle`, `ctl`), with the file `--config` (or
+/// variables' prefix: `photon`, `oracle-server`, `ctl`, `minitikv`), with the file `--config` (or
 /// [`CONFIG_ENV`]) names and the environment underneath.
 pub fn try_parse_from<C: CommandFactory + FromArgMatches>(
     binary: &str,
