@@ -98,6 +98,12 @@ impl Confirmations {
             }
             found
         };
+        if letters.is_empty() {
+            return Err(CtlError::Usage(format!(
+                "no dead letters to {}",
+                action.name()
+            )));
+        }
         let ids: Vec<String> = letters.iter().map(|d| d.id.clone()).collect();
         let listed = dead_letters(client, &DeadLetterCommand::List).await?.json;
         let shown: Vec<_> = listed["dead_letters"]

@@ -124,7 +124,9 @@ function renderStatus(st) {
   const o = st.oracle;
   $("leader").textContent = !o ? "no record" : o.leader
     ? o.leader.addr + " (epoch " + o.epoch + ")" : "none (released, epoch " + o.epoch + ")";
-  $("gc").textContent = st.gc_safe_point === 0 ? "never collected" : String(st.gc_safe_point);
+  // A hybrid timestamp: Unix milliseconds above 18 logical bits.
+  $("gc").textContent = st.gc_safe_point === 0 ? "never collected"
+    : new Date(Math.floor(st.gc_safe_point / 262144)).toLocaleString();
   $("updated").textContent = new Date().toLocaleTimeString();
   $("backlog-total").textContent = st.backlog.total + " waiting";
   fillTable("backlog", st.backlog.columns, (c) => [c.table, c.column, String(c.count), duration(c.oldest_age_ms)]);
