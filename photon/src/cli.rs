@@ -95,33 +95,21 @@ pub enum Command {
         store: StoreArgs,
         /// Directory holding queries-*.jsonl and clicks-*.jsonl.
         input: PathBuf,
-        /// Lines per transaction.
-        #[arg(long, default_value_t = 500)]
-        batch: usize,
-        /// Where malformed lines are reported (file:line: error: text).
-        #[arg(long, default_value = "./photon-rejects.txt")]
-        rejects: PathBuf,
-        /// Keep tailing growing files and pick up new ones until SIGINT/SIGTERM.
-        #[arg(long)]
-        follow: bool,
-        /// Poll period of --follow, ms.
-        #[arg(long, default_value_t = 200)]
-        poll_ms: u64,
-        /// Period of the progress lines printed when stderr is not a terminal, ms.
-        #[arg(long, default_value_t = 5000, hide = true)]
-        progress_ms: u64,
-        /// Backpressure: before each batch, wait while more notifications than this wait
-        /// for the join (counted in the store, so it works with workers in other
-        /// processes); 0: no bound.
-        #[arg(long, default_value_t = crate::load::DEFAULT_MAX_BACKLOG)]
-        max_backlog: usize,
+        #[command(flatten)]
+        load: LoadArgs,
     },
+    /// Load a directory of logs while the join runs in this process (one process on the
+    /// default embedded store; beside other processes with --store tikv:...), until
+    /// SIGINT/SIGTERM or, with --until-drained, until loaded and drained.
+    Run(RunArgs),
     /// Run a join worker (click and query observers) until SIGINT/SIGTERM.
     Work {
         #[command(flatten)]
         store: StoreArgs,
         #[command(flatten)]
         work: WorkArgs,
+        #[command(flatten)]
+        until: UntilArgs,
         /// Serve counters in Prometheus text format on this address (e.g. 127.0.0.1:9100).
         #[arg(long)]
         metrics_addr: Option<std::net::SocketAddr>,
@@ -262,16 +250,6 @@ pub struct WorkArgs {
     /// a crash, and for clicks whose query passed the horizon).
     #[arg(long, default_value_t = 5000)]
     pub sweep_ms: u64,
-    /// Exit (status 0) once the logs are loaded and the join is drained: every log file of
-    /// --input (or, without it, every file the loader has started on that this host can
-    /// read) loaded to its last complete line, no notification left and no observer run in
-    /// flight in any worker.
-    #[arg(long)]
-    pub until_drained: bool,
-    /// With --until-drained: the directory of the logs being loaded (queries*.jsonl,
-    /// clicks*.jsonl); waits until every one of them is loaded.
-    #[arg(long, requires = "until_drained")]
-    pub input: Option<PathBuf>,
     /// Period of version GC (and of IdRegistry GC with --registry-retention-days), seconds;
     /// 0: off. One worker of the namespace runs a pass at a time (a lease).
     #[arg(long, default_value_t = 600)]
@@ -284,6 +262,88 @@ pub struct WorkArgs {
     /// `photon gc --retention-days`); clicks of those days are then reported too old.
     #[arg(long)]
     pub registry_retention_days: Option<u64>,
+}
+
+/// How the loader reads a directory (`photon load`, `photon run`).
+#[derive(Args, Clone, Debug)]
+pub struct LoadArgs {
+    /// Lines per transaction.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Where malformed lines are reported (file:line: error: text).
+    #[arg(long, default_value = "./photon-rejects.txt")]
+    pub rejects: PathBuf,
+    /// Keep tailing growing files and pick up new ones until SIGINT/SIGTERM.
+    #[arg(long)]
+    pub follow: bool,
+    /// Poll period of --follow, ms.
+    #[arg(long, default_value_t = 200)]
+    pub poll_ms: u64,
+    /// Period of the progress lines printed when stderr is not a terminal, ms.
+    #[arg(long, default_value_t = 5000, hide = true)]
+    pub progress_ms: u64,
+    /// Backpressure: before each batch, wait while more notifications than this wait
+    /// for the join (counted in the store, so it works with workers in other
+    /// processes); 0: no bound.
+    #[arg(long, default_value_t = crate::load::DEFAULT_MAX_BACKLOG)]
+    pub max_backlog: usize,
+}
+
+impl LoadArgs {
+    /// The loader's options.
+    pub fn options(&self) -> crate::load::LoadOptions {
+        crate::load::LoadOptions {
+            batch: self.batch,
+            rejects: self.rejects.clone(),
+            max_backlog: self.max_backlog,
+        }
+    }
+
+    /// `--poll-ms` if following.
+    pub fn follow(&self) -> Option<Duration> {
+        self.follow.then(|| Duration::from_millis(self.poll_ms))
+    }
+}
+
+/// When `photon work` exits by itself.
+#[derive(Args, Clone, Debug)]
+pub struct UntilArgs {
+    /// Exit (status 0) once the logs are loaded and the join is drained: every log file of
+    /// --input (or, without it, every file the loader has started on that this host can
+    /// read) loaded to its last complete line, no notification left and no observer run in
+    /// flight in any worker.
+    #[arg(long)]
+    pub until_drained: bool,
+    /// With --until-drained: the directory of the logs being loaded (queries*.jsonl,
+    /// clicks*.jsonl); waits until every one of them is loaded.
+    #[arg(long, requires = "until_drained")]
+    pub input: Option<PathBuf>,
+}
+
+/// Arguments of `photon run`.
+#[allow(missing_docs)] // flattened argument groups carry no doc comment
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Directory holding the logs (queries*.jsonl, clicks*.jsonl).
+    #[arg(long)]
+    pub input: PathBuf,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub work: WorkArgs,
+    /// Redundant pipelines in this process (named after --pipeline, numbered from the
+    /// second).
+    #[arg(long, default_value_t = 1)]
+    pub pipelines: usize,
+    /// Exit (status 0) once the directory is loaded and the join is drained (with
+    /// --follow: once every file is loaded to its last complete line and drained).
+    #[arg(long)]
+    pub until_drained: bool,
+    /// Serve counters in Prometheus text format on this address (e.g. 127.0.0.1:9100).
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl GenArgs {
@@ -308,8 +368,13 @@ impl GenArgs {
 impl WorkArgs {
     /// The pipeline these arguments describe.
     pub fn spec(&self) -> PipelineSpec {
+        self.spec_named(self.pipeline.clone())
+    }
+
+    /// The pipeline these arguments describe, named `name`.
+    pub fn spec_named(&self, name: String) -> PipelineSpec {
         PipelineSpec {
-            name: self.pipeline.clone(),
+            name,
             worker: self.worker.clone(),
             horizon: self.horizon(),
             max_in_flight: self.max_in_flight,

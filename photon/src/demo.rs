@@ -1,10 +1,12 @@
 //! `photon demo`: generates a workload, loads it while redundant pipelines join it, drains
 //! the join, verifies the output, and prints a summary (or one JSON object).
 
-use crate::load::{LoadError, LoadOptions, LoadStats};
-use crate::pipeline::{drain, spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
-use crate::progress::{Counter, Display, Progress};
+use crate::load::{LoadOptions, LoadStats};
+use crate::pipeline::{PipelineError, PipelineSpec};
+use crate::progress::Display;
+use crate::run::{Loaded, RunSpec};
 use crate::verify::{Report, VerifyError};
+use app::run::{RunError, RunOptions};
 use percolator::kv::intercept::{Intercepted, OpCounts};
 use percolator::Client;
 use std::path::Path;
@@ -25,12 +27,9 @@ pub enum DemoError {
     /// Starting or draining a pipeline failed.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
-    /// Loading the logs failed.
+    /// Loading or draining failed.
     #[error(transparent)]
-    Load(#[from] LoadError),
-    /// The loader task failed.
-    #[error(transparent)]
-    Task(#[from] tokio::task::JoinError),
+    Run(#[from] RunError),
     /// Verifying the output failed.
     #[error(transparent)]
     Verify(#[from] VerifyError),
@@ -132,52 +131,11 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         scanners: 2,
         batch_size,
     };
-    let running: Vec<Pipeline> = (0..pipelines)
-        .map(|i| Pipeline::start(client, &spec(format!("dc{}", i + 1))))
-        .collect::<Result<_, _>>()?;
-    for p in &running {
-        p.settle().await;
-    }
-    let sweeper = spawn_sweeper(client.clone(), HORIZON, Duration::from_millis(5000));
-    // Long runs collect old versions as `photon work` does (its default period and lag).
-    let gc = offered.and_then(|o| o.duration).map(|_| {
-        let spec = crate::maintenance::GcSpec {
-            every: Duration::from_secs(600),
-            lag: Duration::from_secs(600),
-            retention_days: None,
-            holder: format!("demo-{}", std::process::id()),
-        };
-        crate::maintenance::spawn_gc(client.clone(), spec, Default::default())
-    });
+    let specs: Vec<_> = (0..pipelines)
+        .map(|i| spec(format!("dc{}", i + 1)))
+        .collect();
+    let running = crate::run::start_pipelines(client, &specs).await?;
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
-    let calls_before = store_calls_by_method(store_calls.as_deref());
-    let batched_cas_keys_before = store_calls
-        .as_ref()
-        .map_or(0, |c| c.hooks().batched_cas_keys());
-    let started = Instant::now();
-    let started_ms = crate::schema::now_ms();
-    let load_stats = Arc::new(LoadStats::default());
-    let joined_stats: Vec<_> = running.iter().map(|p| p.stats.clone()).collect();
-    let shown = Progress::start(
-        progress,
-        vec![
-            Counter::new("loaded", "events", Some(total_events), {
-                let stats = load_stats.clone();
-                move || stats.loaded.load(Ordering::Relaxed)
-            }),
-            Counter::new(
-                "joined",
-                "clicks",
-                Some(summary.clicks - summary.orphans),
-                move || {
-                    joined_stats
-                        .iter()
-                        .map(|s| s.joined.load(Ordering::Relaxed))
-                        .sum()
-                },
-            ),
-        ],
-    );
     // At an offered rate, batches span about 40 ms of event time (about 4 files share the
     // rate), so the pace is smooth; at saturation, 500 lines.
     let (batch, pace) = match offered {
@@ -187,18 +145,43 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         ),
         None => (500, None),
     };
-    let loader = {
-        let (client, logs, stats) = (client.clone(), logs.clone(), load_stats.clone());
-        let rejects = dir.join("rejects.txt");
-        tokio::spawn(async move {
-            let options = LoadOptions {
+    let run_spec = RunSpec {
+        run: RunOptions {
+            load: LoadOptions {
                 batch,
-                rejects,
+                rejects: dir.join("rejects.txt"),
                 max_backlog,
-            };
-            crate::load::load_dir_paced(&client, &logs, &options, &stats, pace.as_ref()).await
-        })
+            },
+            follow: None,
+            until_drained: true,
+            // Only this process's pipelines work on the demo's logs.
+            confirm_in_store: false,
+            drain_rounds: 3,
+            pace,
+        },
+        horizon: HORIZON,
+        sweep_period: Duration::from_millis(5000),
+        // Long runs collect old versions as `photon work` does (its default period and lag).
+        gc: offered
+            .and_then(|o| o.duration)
+            .map(|_| crate::maintenance::GcSpec {
+                every: Duration::from_secs(600),
+                lag: Duration::from_secs(600),
+                retention_days: None,
+                holder: format!("demo-{}", std::process::id()),
+            }),
+        metrics_addr: None,
+        progress,
+        loaded: Loaded::Events(Some(total_events)),
+        joinable: Some(summary.clicks - summary.orphans),
     };
+    let calls_before = store_calls_by_method(store_calls.as_deref());
+    let batched_cas_keys_before = store_calls
+        .as_ref()
+        .map_or(0, |c| c.hooks().batched_cas_keys());
+    let started = Instant::now();
+    let started_ms = crate::schema::now_ms();
+    let load_stats = Arc::new(LoadStats::default());
     // Peak RSS per minute of the run (drift in memory shows here).
     let mut rss_by_minute: Vec<u64> = Vec::new();
     let sample_rss = |rss_by_minute: &mut Vec<u64>| {
@@ -210,17 +193,15 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             rss_by_minute[minute] = rss_by_minute[minute].max(rss);
         }
     };
-    while !loader.is_finished() {
-        sample_rss(&mut rss_by_minute);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    loader.await??;
-    // Drain: every notification handled, then one sweep for clicks parked while their query
-    // was being loaded, and drain again.
-    let workers: Vec<&observers::Worker> = running.iter().map(|p| &p.worker).collect();
-    drain(client, &workers, HORIZON, 3, || {
-        sample_rss(&mut rss_by_minute)
-    })
+    crate::run::run(
+        client,
+        &logs,
+        &running,
+        &run_spec,
+        &load_stats,
+        || sample_rss(&mut rss_by_minute),
+        std::future::pending(),
+    )
     .await?;
     let elapsed = started.elapsed();
     // Store calls of the load and the join (not of the set-up nor of verify), per joined click.
@@ -230,11 +211,6 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         .map(|((name, after), (_, before))| (name, after - before))
         .filter(|(_, n)| *n > 0)
         .collect();
-    shown.finish();
-    sweeper.abort();
-    if let Some(gc) = gc {
-        gc.abort();
-    }
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
     let mut minutes = crate::timeline::Minutes::new(started_ms);
@@ -305,6 +281,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "parked": running.iter().map(|p| p.stats.parked.load(Ordering::Relaxed)).sum::<u64>(),
             "woken": running.iter().map(|p| p.stats.woken.load(Ordering::Relaxed)).sum::<u64>(),
             "deduplicated": running.iter().map(|p| p.stats.deduplicated.load(Ordering::Relaxed)).sum::<u64>(),
+            "settled_again": running.iter().map(|p| p.stats.settled.load(Ordering::Relaxed)).sum::<u64>(),
             "peak_rss_mb": peak_rss_mb(),
             "peak_rss_before_verify_mb": peak_rss_join_mb,
             "verify_seconds": verify_seconds,

@@ -43,6 +43,9 @@ pub struct JoinStats {
     /// Runs on a later delivery of an already joined click (a duplicate click line): the
     /// IdRegistry rejected it, as it is there to do.
     pub deduplicated: AtomicU64,
+    /// Runs on a click already settled without a join (expired, filtered, too old): nothing
+    /// written (a sweep or wake-up that reached the click after it was settled).
+    pub settled: AtomicU64,
     /// Clicks parked to wait for their query.
     pub parked: AtomicU64,
     /// Waiting clicks woken by their query.
@@ -183,7 +186,7 @@ async fn join_click(
         Some(Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. })
     ) {
         // A final outcome: an earlier run (or the boundary's settling) decided this click.
-        bump(&stats.wasted);
+        bump(&stats.settled);
         return Ok(());
     }
     if let Some(token) = guard.token {

@@ -9,7 +9,6 @@ pub mod design;
 pub mod drained;
 pub mod event;
 pub mod gen;
-pub mod human;
 pub mod join;
 pub mod load;
 pub mod maintenance;
@@ -17,8 +16,13 @@ pub mod metrics;
 pub mod outcome;
 pub mod parked;
 pub mod pipeline;
-pub mod progress;
 pub mod registry;
+pub mod run;
 pub mod schema;
 pub mod timeline;
 pub mod verify;
+
+/// Numbers for people (from the application layer, `app::human`).
+pub use app::human;
+/// Progress bars and lines (from the application layer, `app::progress`).
+pub use app::progress;

@@ -2,17 +2,19 @@
 //! `photon` library; this dispatches the command line ([`photon::cli`]) and opens the store.
 
 use anyhow::Context;
+use app::run::{Outcome, RunOptions};
 use percolator::Client;
 use percolator_cli::store::open_client;
 use percolator_cli::StoreSpec;
-use photon::cli::{Cli, Command, StoreArgs};
+use photon::cli::{Cli, Command, RunArgs, StoreArgs};
 use photon::demo::DemoOptions;
-use photon::load::{LoadOptions, LoadStats};
+use photon::load::LoadStats;
 use photon::maintenance::{spawn_gc, GcMetrics};
 use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
 use photon::progress::{Counter, Display, Progress};
 use photon::registry;
+use photon::run::{Loaded, RunSpec};
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +37,76 @@ async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
     Ok(client)
 }
 
+/// `photon run`: the pipelines in this process while the directory loads.
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // The handlers first, as for `photon work`.
+    let shutdown = percolator_cli::shutdown_signal()?;
+    let client = client(&args.store).await?;
+    let follow = args.load.follow();
+    let total = match follow {
+        Some(_) => None,
+        None => Some(photon::load::lines_to_load(&client, &args.input).await?),
+    };
+    let specs: Vec<_> = (0..args.pipelines.max(1))
+        .map(|i| match i {
+            0 => args.work.spec(),
+            _ => args
+                .work
+                .spec_named(format!("{}{}", args.work.pipeline, i + 1)),
+        })
+        .collect();
+    let pipelines = photon::run::start_pipelines(&client, &specs).await?;
+    let holder = pipelines[0].worker.id().to_string();
+    let spec = RunSpec {
+        run: RunOptions {
+            load: args.load.options(),
+            follow,
+            until_drained: args.until_drained,
+            // Other processes may load or join on a shared store.
+            confirm_in_store: true,
+            drain_rounds: 3,
+            pace: None,
+        },
+        horizon: args.work.horizon(),
+        sweep_period: args.work.sweep_period(),
+        gc: args.work.gc(holder),
+        metrics_addr: args.metrics_addr,
+        progress: Display::for_stderr(Duration::from_millis(args.load.progress_ms)),
+        loaded: Loaded::Lines(total),
+        joinable: None,
+    };
+    eprintln!(
+        "photon run: loading {} while {} pipeline(s) join it; SIGINT/SIGTERM to stop",
+        args.input.display(),
+        pipelines.len()
+    );
+    let stats = Arc::new(LoadStats::default());
+    let started = Instant::now();
+    let stop = async move {
+        let signal = shutdown.await;
+        tracing::info!(%signal, "shutting down");
+    };
+    let outcome =
+        photon::run::run(&client, &args.input, &pipelines, &spec, &stats, || {}, stop).await;
+    for p in &pipelines {
+        p.worker.shutdown().await;
+    }
+    let joined: u64 = pipelines
+        .iter()
+        .map(|p| p.stats.joined.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    println!(
+        "{}",
+        stats.summary("events", started.elapsed(), &args.load.rejects)
+    );
+    println!("joined {} clicks", photon::human::count(joined));
+    match outcome.context("running the pipelines")? {
+        Outcome::Drained => eprintln!("photon run: loaded and drained; exiting"),
+        Outcome::Stopped => eprintln!("photon run: stopped"),
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("warn");
@@ -54,26 +126,13 @@ async fn main() -> anyhow::Result<()> {
                 args.out.display()
             );
         }
-        Command::Load {
-            store,
-            input,
-            batch,
-            rejects,
-            follow,
-            poll_ms,
-            progress_ms,
-            max_backlog,
-        } => {
+        Command::Load { store, input, load } => {
             let client = client(&store).await?;
-            let options = LoadOptions {
-                batch,
-                rejects: rejects.clone(),
-                max_backlog,
-            };
+            let options = load.options();
             let stats = Arc::new(LoadStats::default());
             let started = Instant::now();
             // The lines left to load are the total (unknown while following growing files).
-            let total = match follow {
+            let total = match load.follow {
                 true => None,
                 false => Some(photon::load::lines_to_load(&client, &input).await?),
             };
@@ -82,25 +141,31 @@ async fn main() -> anyhow::Result<()> {
                 move || stats.lines.load(std::sync::atomic::Ordering::Relaxed)
             };
             let progress = Progress::start(
-                Display::for_stderr(Duration::from_millis(progress_ms)),
+                Display::for_stderr(Duration::from_millis(load.progress_ms)),
                 vec![Counter::new("loaded", "lines", total, lines)],
             );
-            if follow {
+            if let Some(poll) = load.follow() {
                 let stop = percolator_cli::shutdown_signal()?;
-                let poll = Duration::from_millis(poll_ms);
                 let stop = async move {
                     stop.await;
                 };
-                photon::load::follow_dir(&client, &input, &options, &stats, poll, stop).await?;
+                photon::load::loader()
+                    .follow_dir(&client, &input, &options, &stats, poll, stop)
+                    .await?;
             } else {
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
             }
             progress.finish();
-            println!("{}", stats.summary(started.elapsed(), &rejects));
+            println!(
+                "{}",
+                stats.summary("events", started.elapsed(), &load.rejects)
+            );
         }
+        Command::Run(args) => run(args).await?,
         Command::Work {
             store,
             work,
+            until,
             metrics_addr,
         } => {
             // The handlers first: a SIGTERM the instant readiness is printed must shut the
@@ -123,11 +188,7 @@ async fn main() -> anyhow::Result<()> {
                     photon::maintenance::render(&g, &mut out);
                     out
                 });
-                tokio::spawn(async move {
-                    if let Err(e) = metrics::serve(addr, render).await {
-                        tracing::error!(%addr, error = %e, "metrics endpoint failed");
-                    }
-                });
+                app::metrics::spawn_serve(addr, render);
             }
             eprintln!(
                 "photon worker running (pipeline {}); SIGINT/SIGTERM to stop",
@@ -136,22 +197,18 @@ async fn main() -> anyhow::Result<()> {
             // With --until-drained the worker also stops once the logs are loaded and the
             // join is drained; a failing check stops it with an error.
             let drained = async {
-                if !work.until_drained {
+                if !until.until_drained {
                     return std::future::pending().await;
                 }
                 // Why not yet: the first answer, then at most every 10 s.
-                let mut said: Option<Instant> = None;
                 photon::drained::until_drained(
                     &client,
-                    work.input.as_deref(),
+                    until.input.as_deref(),
                     work.horizon(),
                     Duration::from_millis(500),
-                    |why| {
-                        if said.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                            eprintln!("photon worker: waiting for the drain: {why}");
-                            said = Some(Instant::now());
-                        }
-                    },
+                    app::drain::say_every(Duration::from_secs(10), |why| {
+                        eprintln!("photon worker: waiting for the drain: {why}")
+                    }),
                 )
                 .await
             };

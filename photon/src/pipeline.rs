@@ -3,6 +3,8 @@
 //! ([`spawn_sweeper`]). Used by `photon work`, [`crate::demo`] and the tests.
 
 use crate::join::{self, JoinConfig, JoinStats};
+use app::drain::DrainError;
+use app::pipeline::WorkerSpec;
 use observers::{Registry, Worker, WorkerConfig, WorkerError};
 use percolator::{Client, TxnError};
 use std::sync::Arc;
@@ -18,6 +20,9 @@ pub enum PipelineError {
     /// The sweep of parked clicks failed.
     #[error(transparent)]
     Txn(#[from] TxnError),
+    /// Draining failed otherwise.
+    #[error(transparent)]
+    Drain(DrainError),
 }
 
 /// What `photon work` (and the demo) run a pipeline with.
@@ -49,28 +54,31 @@ pub struct Pipeline {
     pub name: String,
 }
 
+impl PipelineSpec {
+    /// The worker part of the spec.
+    pub fn worker_spec(&self) -> WorkerSpec {
+        WorkerSpec {
+            pipeline: self.name.clone(),
+            worker: self.worker.clone(),
+            max_in_flight: self.max_in_flight,
+            scanners: self.scanners,
+            batch_size: self.batch_size,
+        }
+    }
+}
+
 impl Pipeline {
     /// Starts a pipeline as `photon work` does: the worker is named after `spec` (or the
     /// pipeline and this process), its id made unique with a random suffix.
     pub fn start(client: &Client, spec: &PipelineSpec) -> Result<Pipeline, PipelineError> {
-        let worker_name = spec
-            .worker
-            .clone()
-            .unwrap_or_else(|| format!("{}-{}", spec.name, std::process::id()));
+        let worker = spec.worker_spec();
         let join = JoinConfig {
             pipeline: spec.name.clone(),
-            worker: worker_name.clone(),
+            worker: worker.worker_name(),
             horizon: spec.horizon,
             adapter: None,
         };
-        let config = WorkerConfig {
-            id: format!("{}-{:08x}", worker_name, rand::random::<u32>()),
-            scanners: spec.scanners,
-            max_in_flight: spec.max_in_flight,
-            batch_size: spec.batch_size,
-            ..WorkerConfig::default()
-        };
-        Pipeline::start_with(client, join, config)
+        Pipeline::start_with(client, join, worker.config())
     }
 
     /// Starts a pipeline with the given join and worker settings.
@@ -108,27 +116,16 @@ pub async fn drain(
     workers: &[&Worker],
     horizon: Duration,
     max_rounds: usize,
-    mut tick: impl FnMut(),
+    tick: impl FnMut(),
 ) -> Result<(), PipelineError> {
-    for _ in 0..max_rounds {
-        let quiescent = async {
-            for w in workers {
-                w.wait_until_quiescent().await?;
-            }
-            Ok::<(), WorkerError>(())
-        };
-        tokio::pin!(quiescent);
-        loop {
-            tokio::select! {
-                r = &mut quiescent => { r?; break; }
-                _ = tokio::time::sleep(Duration::from_millis(100)) => tick(),
-            }
-        }
-        if join::sweep_pending(client, horizon).await? == 0 {
-            break;
-        }
-    }
-    Ok(())
+    let sweep = || join::sweep_pending(client, horizon);
+    app::drain::drain_workers(workers, max_rounds, sweep, tick)
+        .await
+        .map_err(|e| match e {
+            DrainError::Worker(e) => PipelineError::Worker(e),
+            DrainError::Txn(e) => PipelineError::Txn(e),
+            other => PipelineError::Drain(other),
+        })
 }
 
 /// Sweeps parked clicks every `period` ([`join::sweep_pending`]: the fallback for wake-ups
@@ -138,14 +135,8 @@ pub fn spawn_sweeper(
     horizon: Duration,
     period: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(period).await;
-            match join::sweep_pending(&client, horizon).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(n, "sweep woke waiting clicks"),
-                Err(e) => tracing::warn!(error = %e, "pending sweep failed; will retry"),
-            }
-        }
+    app::pipeline::spawn_every(period, "sweep of parked clicks", move || {
+        let client = client.clone();
+        async move { join::sweep_pending(&client, horizon).await }
     })
 }

@@ -64,11 +64,11 @@ pub fn wake_cell(query_id: &str) -> Cell {
     Cell::new(QUERIES, query_id, WAKE)
 }
 
-/// The wake check of the loader's batch that starts at byte `offset` of the file whose
-/// offset cell is keyed `file_key`: written with the batch (its value the batch's query ids),
-/// so its observer runs after the batch commits, and deleted by it.
-pub fn wake_check_cell(file_key: &str, offset: u64) -> Cell {
-    Cell::new(WAKE_CHECKS, format!("{file_key}@{offset:020}"), QUERY_IDS)
+/// The wake check of the loader's batch `batch` (`<file key>@<start offset>`, see
+/// `app::load::Batch::id`): written with the batch (its value the batch's query ids), so
+/// its observer runs after the batch commits, and deleted by it.
+pub fn wake_check_cell(batch: &str) -> Cell {
+    Cell::new(WAKE_CHECKS, batch, QUERY_IDS)
 }
 
 /// The cell holding click `click_id`.
@@ -96,9 +96,9 @@ pub fn outcome_cell(click_id: &str) -> Cell {
     Cell::new(OUTCOMES, click_id, "outcome")
 }
 
-/// The loader's progress through `file`.
+/// The loader's progress through the file whose record is keyed `file`.
 pub fn offset_cell(file: &str) -> Cell {
-    Cell::new(LOADER, file, "offset")
+    app::load::lines::offset_cell(LOADER, file)
 }
 
 /// The IdRegistry GC boundary: event days below it are closed.

@@ -15,7 +15,7 @@ use photon::verify::verify;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn client() -> Client {
@@ -134,17 +134,24 @@ async fn assert_loaded_once(client: &Client, stats: &LoadStats, queries: u64, cl
     );
 }
 
+/// Half-loaded logs (seed `seed`) loaded once by a client of a fresh store: the state each
+/// rotation starts from, with the options and counters to go on with.
+async fn loaded_once(root: &Path, seed: u64) -> (Logs, Client, LoadOptions, LoadStats) {
+    let logs = half_loaded_logs(root, seed);
+    let client = client();
+    let opts = options(root);
+    let stats = LoadStats::default();
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    (logs, client, opts, stats)
+}
+
 /// Logs renamed to names the loader matches (`clicks-20261124.jsonl`), with a new file
 /// started at each old path, and lines appended to the renamed files afterwards (the small
 /// one past the fingerprint window): each line is loaded once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_renamed_to_a_matching_name_is_not_loaded_again() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = half_loaded_logs(dir.path(), 1);
-    let client = client();
-    let opts = options(dir.path());
-    let stats = LoadStats::default();
-    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    let (logs, client, opts, stats) = loaded_once(dir.path(), 1).await;
     let successor = queries("successor", 3);
     for (name, rest) in &logs.rest {
         let renamed = logs.live.join(name.replace(".jsonl", "-20261124.jsonl"));
@@ -170,11 +177,7 @@ async fn log_renamed_to_a_matching_name_is_not_loaded_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_renamed_to_another_name_is_finished_and_its_successor_loaded() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = half_loaded_logs(dir.path(), 2);
-    let client = client();
-    let opts = options(dir.path());
-    let stats = LoadStats::default();
-    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    let (logs, client, opts, stats) = loaded_once(dir.path(), 2).await;
     for (name, rest) in &logs.rest {
         append(&logs.live.join(name), rest);
         let rotated = logs.live.join(format!("{name}.1"));
@@ -220,11 +223,7 @@ async fn log_renamed_to_another_name_is_finished_and_its_successor_loaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moved_directory_is_not_loaded_again() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = half_loaded_logs(dir.path(), 3);
-    let client = client();
-    let opts = options(dir.path());
-    let stats = LoadStats::default();
-    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    let (logs, client, opts, stats) = loaded_once(dir.path(), 3).await;
     for (name, rest) in &logs.rest {
         append(&logs.live.join(name), rest);
     }
@@ -271,19 +270,9 @@ async fn files_that_cannot_be_opened_are_reported_and_the_rest_loads() {
     assert!(status.iter().all(|f| f.done()), "{status:?}");
     // A log deleted between the listing and its opening.
     let gone = logs.join("clicks-deleted.jsonl");
-    let loaded = load_file(
-        &client,
-        &gone,
-        Kind::Click,
-        &opts,
-        &LoadStats::default(),
-        &Mutex::new(None),
-        None,
-        None,
-        None,
-    )
-    .await
-    .expect("a log gone before it is opened is skipped");
+    let loaded = load_file(&client, &gone, Kind::Click, &opts, &LoadStats::default())
+        .await
+        .expect("a log gone before it is opened is skipped");
     assert_eq!(loaded, 0);
     let rejects = std::fs::read_to_string(&opts.rejects).unwrap();
     assert!(rejects.contains("clicks-deleted.jsonl"), "{rejects}");

@@ -8,6 +8,7 @@
 //! Each time `photon verify`, run right after the exit, finds every joinable click
 //! joined exactly once (nothing still in flight).
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -31,22 +32,7 @@ impl Env {
         let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
             .await
             .expect("minitikv");
-        let spec: percolator_cli::StoreSpec =
-            format!("tikv:{}", server.endpoint()).parse().expect("spec");
-        let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Process)
-            .await
-            .expect("store");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let oracle = oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener)
-            .expect("oracle");
-        let store = vec![
-            "--store".to_string(),
-            spec.to_string(),
-            "--oracle".to_string(),
-            oracle.local_addr().to_string(),
-        ];
+        let (oracle, store) = common::oracle_on(&server).await;
         Env {
             dir,
             _server: server,

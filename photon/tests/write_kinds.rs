@@ -11,6 +11,7 @@
 //!   plain keys are versions, data and notify keys.
 //! - The join stays exact (`photon verify`) although CASes were repeated after they applied.
 
+mod common;
 use percolator::codec::{decode_part, Space};
 use std::path::Path;
 use std::process::Stdio;
@@ -55,22 +56,7 @@ async fn no_key_gets_both_plain_and_atomic_writes_and_repeated_cases_stay_exact(
     })
     .await
     .expect("minitikv");
-    let spec: percolator_cli::StoreSpec =
-        format!("tikv:{}", server.endpoint()).parse().expect("spec");
-    let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Process)
-        .await
-        .expect("store");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let oracle =
-        oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener).expect("oracle");
-    let store = vec![
-        "--store".to_string(),
-        spec.to_string(),
-        "--oracle".to_string(),
-        oracle.local_addr().to_string(),
-    ];
+    let (oracle, store) = common::oracle_on(&server).await;
     let logs = dir.path().join("logs");
     run(
         &["gen", "--queries", "300", "--seed", "26", "--out"],

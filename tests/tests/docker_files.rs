@@ -225,11 +225,19 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                     store,
                     work,
                     metrics_addr,
+                    ..
                 } => {
                     inv.pipeline = Some(work.pipeline);
                     inv.worker = work.worker;
                     inv.metrics = metrics_addr;
                     Some(store)
+                }
+                Command::Run(args) => {
+                    inv.log_dir = Some(args.input);
+                    inv.pipeline = Some(args.work.pipeline);
+                    inv.worker = args.work.worker;
+                    inv.metrics = args.metrics_addr;
+                    Some(args.store)
                 }
                 Command::Export { store, .. } | Command::Gc { store, .. } => Some(store),
                 Command::Demo { store, .. } => {

@@ -338,6 +338,20 @@ impl RawKv for TikvKv {
         }
     }
 
+    async fn scan_many(
+        &self,
+        ranges: Vec<KeyRange>,
+        each_limit: usize,
+    ) -> KvResult<Vec<Vec<KvPair>>> {
+        if each_limit == 0 || each_limit > MAX_SCAN_LIMIT {
+            return Err(KvError::InvalidArgument {
+                op: "scan_many",
+                message: format!("limit {each_limit} is outside 1..={MAX_SCAN_LIMIT}"),
+            });
+        }
+        self.scan_ranges(&ranges, each_limit, self.deadline()).await
+    }
+
     async fn compare_and_swap(
         &self,
         key: Vec<u8>,

@@ -95,6 +95,51 @@ impl TikvKv {
         Ok(out)
     }
 
+    /// Up to `each_limit` pairs of each of `ranges` (disjoint, small: a cell's records),
+    /// ascending, in the order of `ranges`, through one `batch_scan` of all of them: the
+    /// client sends one `RawBatchScan` per region holding some of them, each range part with
+    /// the whole limit, so each range's answers are sorted, clipped and truncated here (a
+    /// range across a region boundary gets up to twice the limit, never fewer than its first
+    /// `each_limit` keys).
+    pub(crate) async fn scan_ranges(
+        &self,
+        ranges: &[KeyRange],
+        each_limit: usize,
+        deadline: Deadline,
+    ) -> KvResult<Vec<Vec<KvPair>>> {
+        let mut out: Vec<Vec<KvPair>> = vec![Vec::new(); ranges.len()];
+        // Non-empty ranges by start, to find the one holding each answer.
+        let mut by_start: Vec<usize> = (0..ranges.len())
+            .filter(|i| !ranges[*i].is_empty())
+            .collect();
+        if by_start.is_empty() {
+            return Ok(out);
+        }
+        by_start.sort_by(|a, b| ranges[*a].start.cmp(&ranges[*b].start));
+        let bounds: Vec<BoundRange> = by_start.iter().map(|i| bound(&ranges[*i])).collect();
+        let pairs = self
+            .call("scan_many", deadline, || {
+                self.plain.batch_scan(bounds.clone(), each_limit as u32)
+            })
+            .await?;
+        for pair in pairs {
+            let (key, value): (Key, Vec<u8>) = pair.into();
+            let key = Vec::from(key);
+            let at = by_start.partition_point(|i| ranges[*i].start <= key);
+            if let Some(&i) = at.checked_sub(1).and_then(|at| by_start.get(at)) {
+                if ranges[i].contains(&key) {
+                    out[i].push((key, value));
+                }
+            }
+        }
+        for pairs in &mut out {
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
+            pairs.dedup_by(|a, b| a.0 == b.0);
+            pairs.truncate(each_limit);
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` pairs (values empty when `key_only`) of a non-empty `range`, ascending,
     /// through one `batch_scan`: the client sends one `RawBatchScan` per region of the range
     /// in its cache (one when `range` lies in one region), each with the whole limit, so the

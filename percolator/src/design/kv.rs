@@ -10,6 +10,7 @@
 //! | `put`, `batch_put`, `delete`, `batch_delete` | durable on return; batches are not atomic across keys |
 //! | `scan(range, limit, order)` | `[start, end)`, `end: None` = unbounded; `1 <= limit <= 10240`; reverse starts just below `end` |
 //! | `compare_and_swap(key, expected, new)` | atomic for its key; returns the value found and whether it swapped; never deletes |
+//! | `scan_many(ranges, each_limit)` | each range's first `each_limit` pairs ascending, answers in the order of `ranges` (disjoint, any order); the default scans them one by one, TiKV sends them in one `batch_scan` (one RPC per region holding some) |
 //! | `batch_compare_and_swap(Vec<CasRequest>)` | each request atomic for its own key, as a single CAS; not atomic across keys; outcomes in request order; one key twice → `InvalidArgument` before anything applies; on `Err`, any subset of the requests may have applied (each wholly or not at all) |
 //! | `sync` | everything acknowledged before is on disk (an `fdatasync` of an embedded store whatever its durability; nothing for TiKV, which syncs its Raft log before acknowledging) |
 //!

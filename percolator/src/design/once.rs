@@ -52,12 +52,21 @@
 //! delete once a newer version of the primary is below the safe point. So GC, in the pass
 //! that resolves locks (before it deletes anything), rewrites every `Pending` record below
 //! its safe point as `Committed { c }` or deletes it (rolled back). Then it deletes, per
-//! cell, records older than the newest committed one at or below the safe point (all of them
-//! if that one is a delete). A reader that decided "rolled back" for a record below the
-//! published safe point (read after the status) re-reads the record: GC rewrote it
-//! meanwhile, or it is a late repeat of the writer's own put (a write repeated after a
-//! transient error; it lands within the store's request deadline, far inside `gc_lag`),
-//! which the reader reports as `CommitUnknown` rather than guess.
+//! cell, the committed records older than the newest one at or below the safe point; that
+//! one stays, a delete too (a tombstone, as a head's), so a cell with no record was never
+//! written. A reader that decided "rolled back" for a record below the published safe point
+//! (read after the status) re-reads the record: GC rewrote it meanwhile, or it is a late
+//! repeat of the writer's own put (a write repeated after a transient error; it lands within
+//! the store's request deadline, far inside `gc_lag`), which the reader reports as
+//! `CommitUnknown` rather than guess.
+//!
+//! **Snapshots under GC.** GC deletes a record only below a newer committed one that it keeps.
+//! So a snapshot at `R` whose answer GC changed sees that newer record, committed above `R`:
+//! a read scans all of a cell's records (writers after `R` included, skipped for the answer).
+//! Only when it finds one committed above `R`, or one of a writer after `R`, does it check the
+//! published safe point, read after it, against `R`, and refuse with `SnapshotTooOld` if GC
+//! passed it (the rule of [`super::gc`] for answers from beyond a head). A cell written once
+//! is never checked. (`tests/tests/txn_once.rs::a_snapshot_gc_passed_is_refused_...`.)
 //!
 //! ## Cost
 //!

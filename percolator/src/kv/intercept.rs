@@ -43,6 +43,8 @@ pub enum Op {
     BatchDelete,
     /// [`RawKv::scan`].
     Scan,
+    /// [`RawKv::scan_many`].
+    ScanMany,
     /// [`RawKv::compare_and_swap`].
     CompareAndSwap,
     /// [`RawKv::batch_compare_and_swap`].
@@ -62,6 +64,7 @@ impl Op {
             Op::Delete => "delete",
             Op::BatchDelete => "batch_delete",
             Op::Scan => "scan",
+            Op::ScanMany => "scan_many",
             Op::CompareAndSwap => "compare_and_swap",
             Op::BatchCompareAndSwap => "batch_compare_and_swap",
             Op::Sync => "sync",
@@ -71,7 +74,7 @@ impl Op {
 
 impl Op {
     /// Every kind of call, in declaration order.
-    pub const ALL: [Op; 10] = [
+    pub const ALL: [Op; 11] = [
         Op::Get,
         Op::BatchGet,
         Op::Put,
@@ -79,6 +82,7 @@ impl Op {
         Op::Delete,
         Op::BatchDelete,
         Op::Scan,
+        Op::ScanMany,
         Op::CompareAndSwap,
         Op::BatchCompareAndSwap,
         Op::Sync,
@@ -94,7 +98,7 @@ impl Op {
 /// CASes carried.
 #[derive(Debug, Default)]
 pub struct OpCounts {
-    counts: [std::sync::atomic::AtomicU64; 10],
+    counts: [std::sync::atomic::AtomicU64; 11],
     batched_cas_keys: std::sync::atomic::AtomicU64,
 }
 
@@ -182,6 +186,13 @@ pub enum Call<'a> {
         /// The direction.
         order: ScanOrder,
     },
+    /// [`RawKv::scan_many`].
+    ScanMany {
+        /// The ranges scanned.
+        ranges: &'a [KeyRange],
+        /// The most pairs asked for per range.
+        each_limit: usize,
+    },
     /// [`RawKv::compare_and_swap`].
     CompareAndSwap {
         /// The key swapped.
@@ -214,6 +225,7 @@ impl Call<'_> {
             Call::Delete { .. } => Op::Delete,
             Call::BatchDelete { .. } => Op::BatchDelete,
             Call::Scan { .. } => Op::Scan,
+            Call::ScanMany { .. } => Op::ScanMany,
             Call::CompareAndSwap { .. } => Op::CompareAndSwap,
             Call::BatchCompareAndSwap { .. } => Op::BatchCompareAndSwap,
             Call::Sync => Op::Sync,
@@ -342,6 +354,26 @@ impl<H: Hooks> RawKv for Intercepted<H> {
         let out = self.inner.scan(range.clone(), limit, order).await?;
         self.hooks.after(Op::Scan).await?;
         self.hooks.scanned(&range, limit, order, &out);
+        Ok(out)
+    }
+
+    async fn scan_many(
+        &self,
+        ranges: Vec<KeyRange>,
+        each_limit: usize,
+    ) -> KvResult<Vec<Vec<KvPair>>> {
+        self.hooks
+            .before(Call::ScanMany {
+                ranges: &ranges,
+                each_limit,
+            })
+            .await?;
+        let out = self.inner.scan_many(ranges.clone(), each_limit).await?;
+        self.hooks.after(Op::ScanMany).await?;
+        for (range, pairs) in ranges.iter().zip(&out) {
+            self.hooks
+                .scanned(range, each_limit, ScanOrder::Forward, pairs);
+        }
         Ok(out)
     }
 

@@ -269,6 +269,22 @@ pub trait RawKv: Send + Sync + 'static {
     /// for larger ranges.
     async fn scan(&self, range: KeyRange, limit: usize, order: ScanOrder) -> KvResult<Vec<KvPair>>;
 
+    /// Up to `each_limit` pairs of each of `ranges`, ascending, in the order of `ranges`: one
+    /// call for many small ranges (a transaction reading several write-once cells' records).
+    /// Ranges may be in any order and must not overlap. The default scans them one by one;
+    /// a backend where each call is a round trip (TiKV) sends them together.
+    async fn scan_many(
+        &self,
+        ranges: Vec<KeyRange>,
+        each_limit: usize,
+    ) -> KvResult<Vec<Vec<KvPair>>> {
+        let mut out = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            out.push(self.scan(range, each_limit, ScanOrder::Forward).await?);
+        }
+        Ok(out)
+    }
+
     /// Atomically: if the value of `key` equals `expected` (`None`: absent), write `new`.
     /// Returns the value found and whether the swap happened. Never deletes.
     async fn compare_and_swap(

@@ -272,14 +272,9 @@ impl Transaction {
         let committed = shared
             .roll_forward_many(secondaries, start_ts, commit_ts)
             .await;
-        for (_done, cell) in committed.into_iter().enumerate() {
+        for (_done, cell) in (1..).zip(committed) {
             tracing::trace!(%cell, %start_ts, "secondary committed");
-            crash_point!(
-                self,
-                CrashPoint::SecondaryCommitted {
-                    committed: _done + 1
-                }
-            );
+            crash_point!(self, CrashPoint::SecondaryCommitted { committed: _done });
         }
         Ok(commit_ts)
     }

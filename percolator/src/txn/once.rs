@@ -17,6 +17,18 @@ const CELL_PAGE: usize = 16;
 /// The visible write of a write-once cell: (commit_ts, what was written).
 pub(super) type OnceVersion = (u64, Op);
 
+/// What a read of one write-once cell's records found.
+pub(super) struct OnceRead {
+    /// The newest committed write visible at start_ts.
+    pub(super) visible: Option<OnceVersion>,
+    /// Whether a record of a writer that started after start_ts exists, or one that started
+    /// at or below it committed above it. Only then can GC have deleted a record this
+    /// snapshot would see (it deletes a record only below a newer committed one, which it
+    /// keeps), so only then is the answer checked against the safe point, as an answer from
+    /// beyond a head is (`percolator::design::gc`).
+    pub(super) newer_commit: bool,
+}
+
 /// The records and notify keys a commit puts for its write-once cells.
 #[derive(Default)]
 pub(super) struct OnceWrites {
@@ -87,15 +99,38 @@ impl Transaction {
     /// The newest committed write of write-once `cell` visible at start_ts, resolving the
     /// records of writers that started at or below it (waiting on undecided ones, as a read
     /// waits on a lock).
-    pub(super) async fn read_once(&self, cell: &Cell) -> TxnResult<Option<OnceVersion>> {
-        let shared = self.shared();
-        let range = shared.codec.once_at_or_below(cell, self.inner.start_ts.0);
-        let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, CELL_PAGE);
-        let mut records = Vec::new();
-        while let Some(page) = pager.next_page().await? {
-            records.extend(page);
-        }
+    pub(super) async fn read_once(&self, cell: &Cell) -> TxnResult<OnceRead> {
+        let records = self.once_records(std::slice::from_ref(cell)).await?;
+        let records = records.into_iter().next().unwrap_or_default();
         self.visible_record(cell, records).await
+    }
+
+    /// Every record of each of `cells` (writers after start_ts included: their presence is
+    /// what tells a read that GC may have changed its answer, `OnceRead::newer_commit`), in
+    /// one `scan_many` call; a cell with more records than one page holds is paged on.
+    pub(super) async fn once_records(&self, cells: &[Cell]) -> TxnResult<Vec<Vec<KvPair>>> {
+        let shared = self.shared();
+        let ranges: Vec<_> = cells
+            .iter()
+            .map(|cell| shared.codec.cell_range(Space::Once, cell))
+            .collect();
+        let mut pages = shared.kv.scan_many(ranges.clone(), CELL_PAGE).await?;
+        for (range, records) in ranges.into_iter().zip(pages.iter_mut()) {
+            if records.len() < CELL_PAGE {
+                continue;
+            }
+            let mut rest = range;
+            if let Some((last, _)) = records.last() {
+                let mut after = last.clone();
+                after.push(0);
+                rest.start = after;
+            }
+            let mut pager = RangePager::new(shared.kv.as_ref(), rest, ScanOrder::Forward, 1024);
+            while let Some(page) = pager.next_page().await? {
+                records.extend(page);
+            }
+        }
+        Ok(pages)
     }
 
     /// Of `records` (keys and values of one cell's `W` records), the newest committed write
@@ -104,9 +139,10 @@ impl Transaction {
         &self,
         cell: &Cell,
         records: Vec<KvPair>,
-    ) -> TxnResult<Option<OnceVersion>> {
+    ) -> TxnResult<OnceRead> {
         let start_ts = self.inner.start_ts.0;
         let mut best: Option<OnceVersion> = None;
+        let mut newer_commit = false;
         for (key, raw) in records {
             let Ok(Key::Once(_, s)) = self.shared().codec.decode(&key) else {
                 return Err(TxnError::corrupt(
@@ -117,17 +153,23 @@ impl Transaction {
                 ));
             };
             if s > start_ts {
+                // A later writer: invisible here (its commit_ts is above s).
+                newer_commit = true;
                 continue;
             }
             let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
             let Some(commit_ts) = self.record_fate(cell, &key, s, record.clone()).await? else {
                 continue;
             };
+            newer_commit |= commit_ts > start_ts;
             if commit_ts <= start_ts && best.as_ref().is_none_or(|(c, _)| commit_ts > *c) {
                 best = Some((commit_ts, record.op().clone()));
             }
         }
-        Ok(best)
+        Ok(OnceRead {
+            visible: best,
+            newer_commit,
+        })
     }
 
     /// The commit_ts of the writer `s` of the record at `key` (`None`: rolled back), waiting
@@ -183,7 +225,8 @@ impl Transaction {
 
     /// The write-once cells of `table` with rows in `[row_start, row_end)`, after `after`
     /// if given, with their visible write (deletes included, so a caller merging heads can
-    /// drop them), in cell order; stops once `limit` cells hold a value.
+    /// drop them), in cell order; stops once `limit` cells hold a value. The flag says
+    /// whether the answer needs the safe point check ([`OnceRead::newer_commit`]).
     pub(super) async fn once_rows(
         &self,
         table: &[u8],
@@ -191,7 +234,7 @@ impl Transaction {
         row_end: Option<&[u8]>,
         after: Option<&Cell>,
         limit: usize,
-    ) -> TxnResult<Vec<(Cell, OnceVersion)>> {
+    ) -> TxnResult<(Vec<(Cell, OnceVersion)>, bool)> {
         let shared = self.shared();
         let mut range = shared
             .codec
@@ -206,6 +249,7 @@ impl Transaction {
         let kv = shared.kv.clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
         let mut out: Vec<(Cell, OnceVersion)> = Vec::new();
+        let mut newer_commit = false;
         let mut values = 0;
         let mut group: Option<(Cell, Vec<KvPair>)> = None;
         'pages: loop {
@@ -239,7 +283,9 @@ impl Transaction {
                     continue;
                 }
                 if let Some((g, records)) = group.take() {
-                    if let Some(version) = self.visible_record(&g, records).await? {
+                    let read = self.visible_record(&g, records).await?;
+                    newer_commit |= read.newer_commit;
+                    if let Some(version) = read.visible {
                         values += usize::from(matches!(version.1, Op::Put(_)));
                         out.push((g, version));
                         if values >= limit {
@@ -255,7 +301,7 @@ impl Transaction {
                 break;
             }
         }
-        Ok(out)
+        Ok((out, newer_commit))
     }
 }
 
@@ -311,8 +357,8 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
 }
 
 /// Deletes, per write-once cell, the records no snapshot at or above `sp` can see: those
-/// older than the newest committed one at or below `sp`, and that one too if it is a
-/// delete. Runs after [`resolve_below`]. Returns how many it deleted.
+/// older than the newest committed one at or below `sp` (which stays, a delete too). Runs
+/// after [`resolve_below`]. Returns how many it deleted.
 pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
@@ -329,9 +375,7 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
             // Only committed records at or below sp matter here (resolve_below decided the
             // rest below sp; records of later writers are left alone).
             let committed = match OnceRecord::decode(&raw) {
-                Ok(OnceRecord::Committed { commit_ts, op }) if commit_ts <= sp => {
-                    Some((commit_ts, matches!(op, Op::Delete)))
-                }
+                Ok(OnceRecord::Committed { commit_ts, .. }) if commit_ts <= sp => Some(commit_ts),
                 _ => None,
             };
             if !matches!(&group, Some((g, _)) if *g == cell) {
@@ -340,8 +384,8 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
                 }
                 group = Some((cell, Vec::new()));
             }
-            if let (Some((_, records)), Some((c, delete))) = (group.as_mut(), committed) {
-                records.push((key, c, delete));
+            if let (Some((_, records)), Some(c)) = (group.as_mut(), committed) {
+                records.push((key, c));
             }
         }
         if done {
@@ -359,18 +403,14 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     }
 }
 
-/// A committed record at or below the safe point: (key, commit_ts, whether it is a delete).
-type CommittedRecord = (Vec<u8>, u64, bool);
+/// A committed record at or below the safe point: (key, commit_ts).
+type CommittedRecord = (Vec<u8>, u64);
 
 /// Of one cell's committed records at or below the safe point, those no snapshot at or above
-/// it sees.
+/// it sees: all but the newest. The newest stays even when it is a delete (a tombstone, as a
+/// head's): a cell with no record at all was never written, and a reader that GC could have
+/// misled always sees the record that made GC delete the older ones.
 fn hidden_records(mut records: Vec<CommittedRecord>) -> Vec<Vec<u8>> {
-    records.sort_by_key(|(_, c, _)| std::cmp::Reverse(*c));
-    let mut out = Vec::new();
-    for (i, (key, _, delete)) in records.into_iter().enumerate() {
-        if i > 0 || delete {
-            out.push(key);
-        }
-    }
-    out
+    records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    records.into_iter().skip(1).map(|(key, _)| key).collect()
 }

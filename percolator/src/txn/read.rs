@@ -46,27 +46,42 @@ impl Transaction {
     }
 
     /// `read` (what `cell`'s head holds at start_ts), or the cell's write-once record if the
-    /// cell is write-once and the record is newer (`percolator::design::once`). A value found
-    /// is remembered: the transaction may not write the cell again.
+    /// cell is write-once and the record is newer (`percolator::design::once`).
     async fn with_once(&self, cell: &Cell, read: VersionedRead) -> TxnResult<VersionedRead> {
         if !self.shared().is_write_once(cell) {
             return Ok(read);
         }
-        let read = match self.read_once(cell).await? {
+        let once = self.read_once(cell).await?;
+        Ok(self.merge_once_read(cell, read, once))
+    }
+
+    /// The newer of what `cell`'s head and its records hold at start_ts. A value found is
+    /// remembered: the transaction may not write the cell again.
+    fn merge_once_read(
+        &self,
+        cell: &Cell,
+        read: VersionedRead,
+        once: super::once::OnceRead,
+    ) -> VersionedRead {
+        let beyond_head = read.beyond_head || once.newer_commit;
+        let read = match once.visible {
             Some((c, op)) if read.commit_ts.is_none_or(|h| c > h) => VersionedRead {
                 value: match op {
                     crate::record::Op::Put(v) => Some(v),
                     _ => None,
                 },
                 commit_ts: Some(c),
-                beyond_head: read.beyond_head,
+                beyond_head,
             },
-            _ => read,
+            _ => VersionedRead {
+                beyond_head,
+                ..read
+            },
         };
         if read.value.is_some() {
             self.state().once_read.insert(cell.clone());
         }
-        Ok(read)
+        read
     }
 
     /// The values of `cells` in this transaction's snapshot (its own writes included), in
@@ -113,15 +128,40 @@ impl Transaction {
             }
         }
         let reads = known.into_iter().map(|(i, key, snap)| async move {
-            let read = match self.read_versioned(&cells[i], key, snap).await {
-                Ok(read) => self.with_once(&cells[i], read).await,
-                Err(e) => Err(e),
-            };
-            (i, read)
+            (i, self.read_versioned(&cells[i], key, snap).await)
         });
-        let mut beyond_head = false;
+        let mut heads = Vec::new();
         for (i, read) in futures::future::join_all(reads).await {
-            let read = read?;
+            heads.push((i, read?));
+        }
+        // The records of the write-once cells among them, in one call.
+        let once_cells: Vec<Cell> = heads
+            .iter()
+            .filter(|(i, _)| self.shared().is_write_once(&cells[*i]))
+            .map(|(i, _)| cells[*i].clone())
+            .collect();
+        let mut onces = Vec::new();
+        if !once_cells.is_empty() {
+            let records = self.once_records(&once_cells).await?;
+            let visible = once_cells
+                .iter()
+                .zip(records)
+                .map(|(cell, records)| self.visible_record(cell, records));
+            for once in futures::future::join_all(visible).await {
+                onces.push(once?);
+            }
+        }
+        let mut onces = onces.into_iter();
+        let mut beyond_head = false;
+        for (i, read) in heads {
+            let read = if self.shared().is_write_once(&cells[i]) {
+                match onces.next() {
+                    Some(once) => self.merge_once_read(&cells[i], read, once),
+                    None => read,
+                }
+            } else {
+                read
+            };
             beyond_head |= read.beyond_head;
             out[i] = (read.value, read.commit_ts);
         }
@@ -275,9 +315,10 @@ impl Transaction {
         }
         // Records are merged whether or not this client declared a column of the table
         // write-once: one more range scan, and scans see every cell however they were written.
-        let once = self
+        let (once, newer_commit) = self
             .once_rows(table, row_start, row_end, None, usize::MAX)
             .await?;
+        beyond_head |= newer_commit;
         merge_once(&mut result, &head_ts, once);
         for (cell, write) in self.state().writes.iter() {
             let in_range = cell.table == table
@@ -361,9 +402,10 @@ impl Transaction {
         }
         // Each side's first `limit` cells with a value, merged: the merged first `limit`
         // cells are exact (a cell beyond either side's page has `limit` cells before it).
-        let once = self
+        let (once, newer_commit) = self
             .once_rows(table, row_start, row_end, after, limit)
             .await?;
+        beyond_head |= newer_commit;
         if !once.is_empty() {
             let mut merged: BTreeMap<Cell, Vec<u8>> = out.into_iter().collect();
             merge_once(&mut merged, &head_ts, once);

@@ -2,12 +2,16 @@
 //!
 //! ## Loader ([`crate::load`])
 //!
+//! Photon's loader is the application layer's line-file loader (`app::load::lines`) with
+//! Photon's mapping (`photon::load::PhotonLogs`): the rules below are the library's, the
+//! wake check is Photon's.
+//!
 //! Each batch of lines commits with the file's offset cell (read in the same transaction; a
 //! mismatch means another loader moved it: re-read from there), so a SIGKILLed loader neither
 //! skips nor repeats input. The offset cell is keyed by what the log is, not its path
-//! (`load::identity`): `id:<FNV-1a of its first 4 KiB>`, or for a shorter log `young:<FNV-1a of
+//! (`app::load::lines`, module `identity`): `id:<FNV-1a of its first 4 KiB>`, or for a shorter log `young:<FNV-1a of
 //! its first line>:<path>` (moved to its new key in the batch that follows a rename, or that
-//! takes the log past 4 KiB); `load::files` follows a log renamed to a name the loader does not
+//! takes the log past 4 KiB); its `files` follows a log renamed to a name the loader does not
 //! read (`clicks.jsonl.1`) to its end. The cell holds `offset,line,fingerprint,kind,path`:
 //! FNV-1a of the last 4 KiB loaded before the offset, checked before each batch; a file shorter
 //! than its offset or with other bytes there was rewritten or truncated in place and is refused
@@ -136,7 +140,7 @@
 //!
 //! `photon work --until-drained` ([`crate::drained`]) adds the loader to the observers' drain
 //! check (`observers::design::operators`): every log file's committed offset at its last
-//! complete line (`photon::load::status`), then `is_drained`, then a sweep of parked clicks that
+//! complete line (`photon::load::status`, on `app::load::lines::Lines::dir_status`), then `is_drained`, then a sweep of parked clicks that
 //! wakes none. `photon/tests/until_drained.rs`: a worker started before the load waits for the
 //! files; workers started after it exit only once the backlog is handled; `photon verify` passes
 //! right after they exit; both fail if the drain check is skipped.

@@ -1,5 +1,6 @@
 //! Set-up shared by photon's test binaries: a client on a raw store with short
-//! transaction lifetimes, and a worker configuration that finds work quickly.
+//! transaction lifetimes, a worker configuration that finds work quickly, and an oracle
+//! service on a minitikv for the tests of processes.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use observers::WorkerConfig;
@@ -33,4 +34,26 @@ pub fn fast_worker(id: impl Into<String>) -> WorkerConfig {
         retry_backoff: Duration::from_millis(5),
         ..WorkerConfig::default()
     }
+}
+
+/// An oracle service on the store of `server` (a running minitikv), and the `--store` and
+/// `--oracle` arguments of a photon process using both.
+pub async fn oracle_on(server: &minitikv::RunningServer) -> (oracle::ServerHandle, Vec<String>) {
+    let spec: percolator_cli::StoreSpec =
+        format!("tikv:{}", server.endpoint()).parse().expect("spec");
+    let kv = percolator_cli::store::open_store(&spec, percolator::kv::Durability::Process)
+        .await
+        .expect("store");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let oracle =
+        oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener).expect("oracle");
+    let store = vec![
+        "--store".to_string(),
+        spec.to_string(),
+        "--oracle".to_string(),
+        oracle.local_addr().to_string(),
+    ];
+    (oracle, store)
 }

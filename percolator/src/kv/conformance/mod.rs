@@ -24,7 +24,7 @@ mod scans;
 mod values;
 
 pub use cas::{batch_cas_counters, batch_cas_semantics, cas_counter, cas_semantics};
-pub use scans::{calls_yield_to_other_tasks, paging, scan_limits_are_checked, scans};
+pub use scans::{calls_yield_to_other_tasks, paging, scan_limits_are_checked, scan_many, scans};
 pub use values::{absent_vs_empty, batch_calls, binary_keys, large_values};
 
 use super::RawKv;
@@ -81,6 +81,7 @@ macro_rules! conformance_suite {
             scans => |kv, p| $crate::kv::conformance::scans(kv.as_ref(), p);
             scan_limits_are_checked =>
                 |kv, p| $crate::kv::conformance::scan_limits_are_checked(kv.as_ref(), p);
+            scan_many => |kv, p| $crate::kv::conformance::scan_many(kv.as_ref(), p);
             paging_past_10240 => |kv, p| $crate::kv::conformance::paging(kv.as_ref(), p, 25_000);
             all_checks_share_one_store => |kv, p| $crate::kv::conformance::run_all(kv.clone(), p);
         );
@@ -116,5 +117,6 @@ pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
     batch_cas_counters(kv.clone(), &p("bcounters/"), 6, 40).await;
     scans(kv.as_ref(), &p("scan/")).await;
     scan_limits_are_checked(kv.as_ref(), &p("limits/")).await;
+    scan_many(kv.as_ref(), &p("many/")).await;
     paging(kv.as_ref(), &p("paging/"), 25_000).await;
 }

@@ -1,7 +1,9 @@
 //! Scans: both directions, limits, paging through large ranges, and the yield point every call is.
 
 use super::key;
-use crate::kv::{scan_all, KeyRange, KvError, RangePager, RawKv, ScanOrder, MAX_SCAN_LIMIT};
+use crate::kv::{
+    scan_all, KeyRange, KvError, KvPair, RangePager, RawKv, ScanOrder, MAX_SCAN_LIMIT,
+};
 use std::sync::Arc;
 
 /// Bounded, empty, reverse and limited scans.
@@ -187,4 +189,40 @@ pub async fn calls_yield_to_other_tasks(kv: Arc<dyn RawKv>, prefix: &[u8]) {
         calls < LIMIT,
         "calls_yield_to_other_tasks: {calls} store calls in a row never yielded to other tasks"
     );
+}
+
+/// `scan_many`: each range's first `each_limit` pairs in ascending order, answers in the order
+/// the ranges were given (not key order), an empty range answered empty, limits checked.
+pub async fn scan_many(kv: &dyn RawKv, prefix: &[u8]) {
+    let pairs: Vec<KvPair> = (0u8..30)
+        .map(|i| (key(prefix, &[i / 10, i % 10]), vec![i]))
+        .collect();
+    kv.batch_put(pairs).await.unwrap();
+    let group = |g: u8| KeyRange::prefix(&key(prefix, &[g]));
+    let empty = KeyRange::prefix(&key(prefix, &[9]));
+    let answers = kv
+        .scan_many(vec![group(2), empty, group(0), group(1)], 4)
+        .await
+        .unwrap();
+    let values: Vec<Vec<u8>> = answers
+        .iter()
+        .map(|a| a.iter().map(|(_, v)| v[0]).collect())
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            vec![20, 21, 22, 23],
+            vec![],
+            vec![0, 1, 2, 3],
+            vec![10, 11, 12, 13]
+        ],
+        "scan_many answers each range in the order given"
+    );
+    assert!(kv.scan_many(Vec::new(), 4).await.unwrap().is_empty());
+    for limit in [0, MAX_SCAN_LIMIT + 1] {
+        match kv.scan_many(vec![group(0)], limit).await {
+            Err(KvError::InvalidArgument { .. }) => {}
+            other => panic!("scan_many with limit {limit} must be refused, got {other:?}"),
+        }
+    }
 }

@@ -1,9 +1,9 @@
-//! The [`Frontier`] that keeps the files of one [`super::load_dir`] call loading in step by
+//! The [`Frontier`] that keeps the files of one [`super::lines::Lines::load_dir`] call loading in step by
 //! event time.
 
 use std::sync::Mutex;
 
-/// Keeps the files of one [`super::load_dir`] call loading in step by event time, as log readers
+/// Keeps the files of one [`super::lines::Lines::load_dir`] call loading in step by event time, as log readers
 /// tailing live logs would: a file whose next batch starts more than `slack_ms` of event time
 /// after the earliest pending batch of another file waits for it. Without it, a file of
 /// clicks (fewer lines than its queries) runs ahead and most clicks arrive before their

@@ -8,10 +8,10 @@
 //! batch that follows. Records written by earlier versions (keyed by the canonical path)
 //! are used while the file at that path is still the file they describe.
 
-use super::progress::{fnv1a, loaded_tail, parse_record, Progress, Record};
-use super::{LoadError, FINGERPRINT_WINDOW};
-use crate::schema::{offset_cell, LOADER};
-use percolator::{Transaction, TxnError};
+use super::offset_cell;
+use super::record::{fnv1a, loaded_tail, parse_record, Progress, Record, FINGERPRINT_WINDOW};
+use crate::load::LoadError;
+use percolator::Transaction;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -136,19 +136,21 @@ pub(super) struct Found {
     pub(super) record: Record,
 }
 
-/// The record of the log `path` whose head is `head`, read in `txn`: under its `id:` key; or
+/// The record of the log `path` whose head is `head`, read in `txn` from the loader table
+/// `table`: under its `id:` key; or
 /// a young record of a log beginning like it (its own path's first, else one whose file is
 /// no longer at its path: renamed or moved); or an earlier version's record of the path,
 /// if the file is still the one it describes. `None`: a log not loaded yet.
 pub(super) async fn lookup(
     txn: &Transaction,
+    table: &str,
     path: &Path,
     head: &Head,
-) -> Result<Result<Option<Found>, LoadError>, TxnError> {
+) -> Result<Option<Found>, LoadError> {
     if let Some(id) = head.settled() {
         let key = id_key(id);
-        if let Some(v) = txn.get(&offset_cell(&key)).await? {
-            return Ok(parse_record(path, Some(v)).map(|record| Some(Found { key, record })));
+        if let Some(v) = txn.get(&offset_cell(table, &key)).await? {
+            return parse_record(path, Some(v)).map(|record| Some(Found { key, record }));
         }
     }
     if let Some(first_line) = head.first_line() {
@@ -156,20 +158,17 @@ pub(super) async fn lookup(
         let end = format!("{}{:016x};", YOUNG, first_line);
         let own = young_key(first_line, path);
         let rows = txn
-            .scan(LOADER.as_bytes(), prefix.as_bytes(), Some(end.as_bytes()))
+            .scan(table.as_bytes(), prefix.as_bytes(), Some(end.as_bytes()))
             .await?;
         let mut adopt = None;
         for (cell, v) in rows.into_iter().filter(|(c, _)| c.column == b"offset") {
             let key = String::from_utf8_lossy(&cell.row).into_owned();
-            let record = match parse_record(path, Some(v)) {
-                Ok(r) => r,
-                Err(e) => return Ok(Err(e)),
-            };
+            let record = parse_record(path, Some(v))?;
             if !head.starts_with(&record.progress) {
                 continue;
             }
             if key == own {
-                return Ok(Ok(Some(Found { key, record })));
+                return Ok(Some(Found { key, record }));
             }
             if adopt.is_none() {
                 let Key::Young { path: at, .. } = Key::parse(&key) else {
@@ -185,22 +184,19 @@ pub(super) async fn lookup(
             }
         }
         if adopt.is_some() {
-            return Ok(Ok(adopt));
+            return Ok(adopt);
         }
     }
     let key = canonical(path).display().to_string();
-    if let Some(v) = txn.get(&offset_cell(&key)).await? {
-        let record = match parse_record(path, Some(v)) {
-            Ok(r) => r,
-            Err(e) => return Ok(Err(e)),
-        };
+    if let Some(v) = txn.get(&offset_cell(table, &key)).await? {
+        let record = parse_record(path, Some(v))?;
         let same_file = std::fs::File::open(path)
             .is_ok_and(|mut f| loaded_tail(&mut f, path, &record.progress).is_ok());
         if same_file {
-            return Ok(Ok(Some(Found { key, record })));
+            return Ok(Some(Found { key, record }));
         }
     }
-    Ok(Ok(None))
+    Ok(None)
 }
 
 /// The key a batch that loaded `path` up to `offset` commits its record under: `id:` once

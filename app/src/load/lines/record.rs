@@ -2,8 +2,7 @@
 //! the loaded bytes before the offset), and the check that the loaded prefix was not
 //! changed in place since.
 
-use super::LoadError;
-use crate::event::Kind;
+use crate::load::LoadError;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -70,26 +69,23 @@ pub(super) fn loaded_tail(
     Ok(tail)
 }
 
-/// A stored offset record: the progress through a log, the kind of its events, and the path
-/// it was last loaded at (a hint for finding it again and for status; the log itself is
-/// known by its content, see [`super::identity`]). Stored as `offset,line,fingerprint,kind,
-/// path` (kind `q` or `c`); records of earlier versions (`offset,line[,fingerprint]`, keyed
-/// by the file's path) have neither.
+/// A stored offset record: the progress through a log, the tag of its file (what the
+/// mapping said of its name, e.g. `q` for a query log), and the path it was last loaded at
+/// (a hint for finding it again and for status; the log itself is known by its content, see
+/// [`super::identity`]). Stored as `offset,line,fingerprint,tag,path`; records of earlier
+/// versions (`offset,line[,fingerprint]`, keyed by the file's path) have neither.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Record {
     pub(super) progress: Progress,
-    pub(super) kind: Option<Kind>,
+    pub(super) tag: Option<String>,
     pub(super) hint: Option<PathBuf>,
 }
 
 impl Record {
     pub(super) fn encode(&self) -> String {
         let fingerprint = self.progress.fingerprint.unwrap_or_default();
-        let kind = match self.kind {
-            Some(Kind::Query) => "q",
-            Some(Kind::Click) => "c",
-            None => "",
-        };
+        // A tag never holds a comma (`Lines` replaces them).
+        let kind = self.tag.as_deref().unwrap_or_default();
         let hint = self
             .hint
             .as_deref()
@@ -118,12 +114,7 @@ pub(super) fn parse_record(path: &Path, v: Option<Vec<u8>>) -> Result<Record, Lo
         return Err(corrupt());
     };
     let fingerprint = parts.next();
-    let kind = match parts.next() {
-        None | Some("") => None,
-        Some("q") => Some(Kind::Query),
-        Some("c") => Some(Kind::Click),
-        Some(_) => return Err(corrupt()),
-    };
+    let tag = parts.next().filter(|t| !t.is_empty()).map(str::to_string);
     let hint = parts.next().filter(|h| !h.is_empty()).map(PathBuf::from);
     Ok(Record {
         progress: Progress {
@@ -134,7 +125,7 @@ pub(super) fn parse_record(path: &Path, v: Option<Vec<u8>>) -> Result<Record, Lo
                 .transpose()
                 .map_err(|_| corrupt())?,
         },
-        kind,
+        tag,
         hint,
     })
 }
@@ -151,7 +142,7 @@ mod tests {
                 line: 3,
                 fingerprint: Some(0xabc),
             },
-            kind: Some(Kind::Click),
+            tag: Some("c".into()),
             hint: Some(PathBuf::from("/logs/a,b/clicks.jsonl")),
         };
         let path = Path::new("x");
@@ -160,7 +151,7 @@ mod tests {
         let old = parse_record(path, Some(b"10,2".to_vec())).unwrap();
         assert_eq!((old.progress.offset, old.progress.line), (10, 2));
         assert_eq!(
-            (old.kind, old.hint, old.progress.fingerprint),
+            (old.tag, old.hint, old.progress.fingerprint),
             (None, None, None)
         );
         assert!(parse_record(path, Some(b"10".to_vec())).is_err());

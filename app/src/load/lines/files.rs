@@ -1,24 +1,23 @@
-//! Which files of an input directory to load: its logs (`queries*.jsonl`, `clicks*.jsonl`),
-//! and logs the loader started on that were renamed to a name it does not match
+//! Which files of an input directory to load: its logs (the files the mapping tags, e.g.
+//! `queries*.jsonl`), and logs the loader started on that were renamed to a name it does not
+//! match
 //! (`clicks.jsonl.1`, logrotate's default), found among the directory's other files by
 //! their content (see [`super::identity`]) so that the lines written to them after the last
 //! batch are loaded too. Files that cannot be opened are returned apart, to be reported.
 
 use super::identity::{self, canonical, Head, Key};
-use super::progress::parse_record;
-use super::{retry_transient, LoadError};
-use crate::event::Kind;
-use crate::schema::LOADER;
+use super::record::parse_record;
+use crate::load::{retry_transient, LoadError};
 use percolator::Client;
 use std::path::{Path, PathBuf};
 
-/// A file to load and the kind of its events.
+/// A file to load and its tag (what the mapping said of its name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LogFile {
     /// The file.
     pub path: PathBuf,
-    /// Its events' kind.
-    pub kind: Kind,
+    /// Its tag.
+    pub tag: String,
 }
 
 /// A file of the directory that looks like a log but cannot be loaded, and why.
@@ -32,6 +31,8 @@ pub(super) struct Unreadable {
 /// named like logs that cannot be opened.
 pub(super) async fn discover(
     client: &Client,
+    table: &str,
+    tag_of: &(dyn Fn(&Path) -> Option<String> + Sync),
     dir: &Path,
 ) -> Result<(Vec<LogFile>, Vec<Unreadable>), LoadError> {
     let io = |source| LoadError::Io {
@@ -47,9 +48,9 @@ pub(super) async fn discover(
     let mut others = Vec::new();
     let mut unreadable = Vec::new();
     for path in entries {
-        match Kind::of_file(&path) {
-            Some(kind) => match identity::open(&path) {
-                Ok((_, head)) => logs.push((LogFile { path, kind }, head)),
+        match tag_of(&path) {
+            Some(tag) => match identity::open(&path) {
+                Ok((_, head)) => logs.push((LogFile { path, tag }, head)),
                 Err(error) => unreadable.push(Unreadable { path, error }),
             },
             // Only regular files can be renamed logs; their heads are read when needed.
@@ -57,7 +58,7 @@ pub(super) async fn discover(
             None => {}
         }
     }
-    let renamed = renamed_logs(client, dir, &logs, &mut others).await?;
+    let renamed = renamed_logs(client, table, dir, &logs, &mut others).await?;
     let mut files: Vec<LogFile> = logs.into_iter().map(|(f, _)| f).collect();
     files.extend(renamed);
     Ok((files, unreadable))
@@ -67,6 +68,7 @@ pub(super) async fn discover(
 /// found among `others` (files not named like logs, with their heads once read).
 async fn renamed_logs(
     client: &Client,
+    table: &str,
     dir: &Path,
     logs: &[(LogFile, Head)],
     others: &mut [(PathBuf, Option<Option<Head>>)],
@@ -75,13 +77,13 @@ async fn renamed_logs(
         return Ok(Vec::new());
     }
     let dir = canonical(dir);
-    let rows = retry_transient(&dir, || async {
+    let rows = retry_transient(&dir.display().to_string(), || async {
         let txn = client.begin().await?;
-        txn.scan(LOADER.as_bytes(), b"", None).await
+        txn.scan(table.as_bytes(), b"", None).await
     })
     .await
-    .map_err(|source| LoadError::Txn {
-        path: dir.clone(),
+    .map_err(|source| LoadError::In {
+        name: dir.display().to_string(),
         source,
     })?;
     let mut found = Vec::new();
@@ -92,7 +94,7 @@ async fn renamed_logs(
             continue; // Records of earlier versions are followed at their path only.
         }
         let record = parse_record(Path::new(&key), Some(v))?;
-        let (Some(kind), Some(hint)) = (record.kind, record.hint.as_deref()) else {
+        let (Some(tag), Some(hint)) = (record.tag.as_ref(), record.hint.as_deref()) else {
             continue;
         };
         if hint.parent() != Some(dir.as_path()) {
@@ -112,7 +114,7 @@ async fn renamed_logs(
                 tracing::debug!(file = %path.display(), was = %hint.display(), "following a renamed log");
                 found.push(LogFile {
                     path: path.clone(),
-                    kind,
+                    tag: tag.clone(),
                 });
                 break;
             }

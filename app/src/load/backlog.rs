@@ -1,6 +1,6 @@
 //! Backpressure of the loader: it waits while the notification backlog (notify keys not yet
-//! handled by the join) is above a bound, so that the join's latency measures the system,
-//! not a queue growing without bound in front of it.
+//! handled by the observers) is above a bound, so that latency measures the system,
+//! not a queue growing without bound in front of it (and memory stays bounded).
 //!
 //! The backlog is counted in the store, so it works whether the workers run in this process
 //! or in others: a scan of the notify space from the notify floor, with a limit (the floor
@@ -9,10 +9,10 @@
 //! - between counts the loader keeps an *estimate*, the last count plus the lines committed
 //!   since, and passes without counting while the estimate is at most the bound and younger
 //!   than [`REFRESH_EVERY`] (the refresh catches what the estimate misses: loaders in other
-//!   processes, notifications the join itself puts);
+//!   processes, notifications the observers themselves put);
 //! - once the estimate is above the bound, the loader counts, and waits until at most half
 //!   the bound is left (hysteresis): every count that lets it on is then followed by at
-//!   least half a bound of lines before the next, instead of the few lines the join took
+//!   least half a bound of lines before the next, instead of the few lines the observers took
 //!   since the last one;
 //! - while it waits it counts only up to half the bound, at intervals that double from
 //!   [`FIRST_RECHECK`] to [`MAX_RECHECK`]; once they have reached [`MAX_RECHECK`] it counts
@@ -36,7 +36,7 @@ pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
 /// The longest wait between two counts while the loader waits.
 pub const MAX_RECHECK: Duration = Duration::from_millis(800);
 
-/// How long the loader waits before it warns that the join may not be running.
+/// How long the loader waits before it warns that no worker may be running.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 
 /// The estimate: the last count plus the lines loaded since, and when it was counted.
@@ -116,13 +116,13 @@ impl Backlog {
         waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(
             bound = self.bound,
-            "notification backlog above the bound; loader waits for the join"
+            "notification backlog above the bound; loader waits for the observers"
         );
         let since = Instant::now();
         let mut warned = false;
         let mut pause = FIRST_RECHECK;
         loop {
-            // Half the bound while the join drains fast; the bound itself once the waits are
+            // Half the bound while the observers drain fast; the bound itself once the waits are
             // long (a backlog that stopped falling above half the bound).
             let resume_at = if pause >= MAX_RECHECK {
                 self.bound
@@ -142,9 +142,9 @@ impl Backlog {
                 warned = true;
                 tracing::warn!(
                     bound = self.bound,
-                    "the loader has waited {}s for the join to take the notification backlog \
-                     below --max-backlog: is a worker (`photon work`) running? (--max-backlog 0 \
-                     loads without waiting)",
+                    "the loader has waited {}s for the observers to take the notification backlog \
+                     below --max-backlog: is a worker running? (--max-backlog 0 loads without \
+                     waiting)",
                     STALLED_AFTER.as_secs()
                 );
             }

@@ -1,4 +1,4 @@
-//! Progress shown to a person while `photon load` and `photon demo` run: counted bars when
+//! Progress shown to a person while a loader or a pipeline runs (`photon load`, `run`, `demo`): counted bars when
 //! stderr is a terminal, otherwise one line every few seconds (events so far, rate, ETA when
 //! the total is known), so a log or a pipe shows the run moving. Rates and counts are
 //! printed as [`crate::human`] formats them.

@@ -1,4 +1,4 @@
-//! Numbers as photon prints them for people: counts and rates as whole numbers with
+//! Numbers as the applications print them for people: counts and rates as whole numbers with
 //! thousands separators (`8,006/s`, never `8005.5955/s`), durations in whole units.
 
 use std::time::Duration;

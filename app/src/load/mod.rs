@@ -1,0 +1,414 @@
+//! Loader jobs: input written into tables in transactions, each batch committed together
+//! with the source's offset, so a loader killed at any moment and restarted (or run twice
+//! at once) writes each record once. Apache Fluo's `LoaderExecutor` is the model; on top of
+//! it this layer paces the loader on the notification backlog ([`Backlog`]), reports
+//! rejected input (`file:line`, [`Rejects`]), retries transient store errors within a
+//! deadline ([`TRANSIENT_RETRY_FOR`]), counts progress ([`LoadStats`], shown by
+//! [`crate::progress`]) and follows growing input ([`lines::Lines::follow_dir`]).
+//!
+//! - A [`Source`] yields batches of records, each with the offset after it; the offset is
+//!   read back and compared inside the batch's transaction, and written in it.
+//! - A [`Sink`] writes a batch's records as cells (and declares the observed columns it
+//!   writes, so that observers hear of them).
+//! - [`load_source`] runs one source to its end.
+//! - [`lines`] is the source most loaders need: directories of line files (JSON lines with
+//!   [`json::JsonLines`]), known by their content so that renamed, rotated or moved files
+//!   are loaded once, and refused when rewritten in place.
+
+mod backlog;
+mod frontier;
+pub mod json;
+pub mod lines;
+mod rejects;
+
+pub use backlog::Backlog;
+pub use frontier::Frontier;
+pub use rejects::{Reject, Rejects, ECHO_PREFIX};
+
+use async_trait::async_trait;
+use percolator::txn::RunError;
+use percolator::{Client, Transaction, TxnError};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Loader settings.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Records (lines) per transaction.
+    pub batch: usize,
+    /// Where rejected input is reported (`file:line: error: text`).
+    pub rejects: PathBuf,
+    /// Backpressure: before each batch, wait while more than this many notifications wait
+    /// for the observers (see [`Backlog`]); 0: no bound.
+    pub max_backlog: usize,
+}
+
+/// The default bound on the notification backlog: at a few thousand observer runs a second,
+/// a queue of a few seconds at most, and enough to keep every worker's batches full.
+pub const DEFAULT_MAX_BACKLOG: usize = 10_000;
+
+/// Loader counters.
+#[derive(Debug, Default)]
+pub struct LoadStats {
+    /// Records written.
+    pub loaded: AtomicU64,
+    /// Rejected records (malformed lines) reported.
+    pub rejected: AtomicU64,
+    /// Transactions committed.
+    pub batches: AtomicU64,
+    /// Input units (lines) behind the committed batches of this run, records, rejected and
+    /// blank lines alike: the position progress shows against [`lines::Lines::lines_to_load`].
+    pub lines: AtomicU64,
+    /// Batches that waited for the notification backlog to fall below the bound.
+    pub backlog_waits: AtomicU64,
+    /// Times the backlog was counted in the store (each a scan of up to the bound).
+    pub backlog_counts: AtomicU64,
+    /// Sources (files) that could not be opened (each reported once).
+    pub unreadable: AtomicU64,
+    /// The reports of unreadable sources made, not to repeat them while following.
+    unreadable_seen: Mutex<HashSet<String>>,
+}
+
+impl LoadStats {
+    /// The line a loader prints at the end: records (called `noun`), batches, time taken,
+    /// and where rejected input went (the rejects file is only written when something is
+    /// rejected).
+    pub fn summary(&self, noun: &str, elapsed: Duration, rejects: &Path) -> String {
+        let malformed = match self.rejected.load(Ordering::Relaxed) {
+            0 => "no malformed lines".to_string(),
+            1 => format!("1 malformed line reported to {}", rejects.display()),
+            n => format!("{n} malformed lines reported to {}", rejects.display()),
+        };
+        let malformed = match self.unreadable.load(Ordering::Relaxed) {
+            0 => malformed,
+            1 => format!(
+                "{malformed}; 1 file could not be opened ({})",
+                rejects.display()
+            ),
+            n => format!(
+                "{malformed}; {n} files could not be opened ({})",
+                rejects.display()
+            ),
+        };
+        let loaded = self.loaded.load(Ordering::Relaxed);
+        format!(
+            "loaded {} {noun} in {} batches in {:.1?} ({} {noun}/s); {malformed}",
+            crate::human::count(loaded),
+            crate::human::count(self.batches.load(Ordering::Relaxed)),
+            elapsed,
+            crate::human::whole(crate::human::per_sec(loaded, elapsed)),
+        )
+    }
+}
+
+/// Errors of the loader.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// An input or rejects file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A transaction failed (inside a batch; [`LoadError::In`] once it names the source).
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+    /// A transaction of the loader of `source` failed for good.
+    #[error("loading {name}: {source}")]
+    In {
+        /// The source (a file's path).
+        name: String,
+        /// The error.
+        source: TxnError,
+    },
+    /// The bytes of a file below its stored offset changed since they were loaded, though
+    /// its first bytes (what identifies it) did not: the file was rewritten or truncated in
+    /// place (input files may only be appended to).
+    #[error(
+        "{path}: the log changed in place: its first {offset} bytes were already loaded and \
+         are no longer what was loaded (rewritten or truncated?); refusing to load it from the \
+         stored offset, which would cut lines in the middle. Logs may only be appended to: \
+         write new events to a new file (another name or directory), or load the rewritten \
+         logs into a fresh store or another --namespace"
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+        /// The stored offset (bytes loaded).
+        offset: u64,
+    },
+    /// The stored offset of a source is not understood.
+    #[error("{path}: stored loader offset {value:?} is corrupt")]
+    CorruptOffset {
+        /// The file.
+        path: PathBuf,
+        /// The stored value.
+        value: String,
+    },
+    /// The mapping could not turn a record into cells.
+    #[error("{0}")]
+    Mapping(String),
+}
+
+impl RunError for LoadError {
+    fn as_txn_error(&self) -> Option<&TxnError> {
+        match self {
+            LoadError::Txn(e) | LoadError::In { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl LoadError {
+    /// Names the source of a transaction error.
+    pub(crate) fn within(self, name: &str) -> LoadError {
+        match self {
+            LoadError::Txn(source) => LoadError::In {
+                name: name.to_string(),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+/// What a source is ready to do after [`Source::open`].
+#[derive(Debug)]
+pub enum Opened {
+    /// Ready to read.
+    Ready,
+    /// The source cannot be read (a file gone or not a regular file): it is reported to
+    /// the rejects file and the loader goes on with the others.
+    Unreadable(std::io::Error),
+}
+
+/// One batch of a [`Source`]: records, the input rejected among them, and the offset
+/// after them.
+#[derive(Debug)]
+pub struct Batch<R, O> {
+    /// The records, in input order.
+    pub records: Vec<R>,
+    /// Input that could not be parsed, reported before the batch commits (after a crash a
+    /// reject may be reported twice, never lost).
+    pub rejects: Vec<Reject>,
+    /// The offset after the batch, written in the batch's transaction.
+    pub offset: O,
+    /// A stable name of the batch (the same for every attempt at it, e.g. `<source>@<start
+    /// offset>`), for cells a sink writes once per batch.
+    pub id: String,
+    /// Input units (lines) the batch covers, rejects and blank lines included.
+    pub units: u64,
+    /// Event times of the first and the latest record, if the records have them (used to
+    /// load several sources in step, and to replay at the pace of event time).
+    pub event_times: Option<(u64, u64)>,
+}
+
+/// Input that is loaded in batches, each committed with the offset after it.
+///
+/// The contract: [`Source::committed`] reads, in a transaction, where the source stands;
+/// [`Source::next_batch`] reads the records after that offset; the loader then re-reads
+/// `committed` in the batch's transaction and commits only if it is unchanged (another
+/// loader of the same input did not get there first), with the batch's cells and
+/// [`Source::write_offset`]. So each record is written once, however often a loader is
+/// restarted or duplicated.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// A parsed record.
+    type Record: Send + Sync;
+    /// Where the source stands, as stored (opaque to the loader; compared for equality).
+    type Offset: Clone + PartialEq + Send + Sync;
+
+    /// The source's name in reports (`file:line`) and errors.
+    fn name(&self) -> String;
+
+    /// Called before each batch: (re)opens the input. Default: ready.
+    async fn open(&mut self) -> Result<Opened, LoadError> {
+        Ok(Opened::Ready)
+    }
+
+    /// Where the source stands, read in `txn`.
+    async fn committed(&self, txn: &Transaction) -> Result<Self::Offset, LoadError>;
+
+    /// The next batch after `from`, of at most `max` records; `None` when nothing is left
+    /// for now.
+    async fn next_batch(
+        &mut self,
+        from: &Self::Offset,
+        max: usize,
+    ) -> Result<Option<Batch<Self::Record, Self::Offset>>, LoadError>;
+
+    /// Writes offset `to` in `txn`, in place of `from` (the batch's transaction).
+    fn write_offset(
+        &self,
+        txn: &Transaction,
+        from: &Self::Offset,
+        to: &Self::Offset,
+    ) -> Result<(), LoadError>;
+}
+
+/// Writes records as cells: the application's mapping.
+pub trait Sink<R>: Send + Sync {
+    /// Declares the observed columns the sink writes on `client` (see
+    /// `observers::Registry::declare`), so that its writes put notify keys even where no
+    /// worker runs.
+    fn declare(&self, client: &Client) {
+        let _ = client;
+    }
+
+    /// Writes `records` in `txn`; `batch` is the batch's stable name ([`Batch::id`]).
+    fn write(&self, txn: &Transaction, records: &[R], batch: &str) -> Result<(), LoadError>;
+}
+
+/// Replays input at the rate it was written: a batch commits no earlier than its last
+/// record's event time, counted from `event_origin_ms` (event time) = `started` (wall
+/// clock). Input replayed this way offers a fixed rate, which is how latency is measured
+/// below saturation; a loader that falls behind loads as fast as it can until it catches up.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// Event time that maps to `started`, ms since the epoch.
+    pub event_origin_ms: u64,
+    /// Wall-clock instant of `event_origin_ms`.
+    pub started: std::time::Instant,
+}
+
+impl Pace {
+    /// A pace whose event time `event_origin_ms` is now.
+    pub fn starting_now(event_origin_ms: u64) -> Self {
+        Pace {
+            event_origin_ms,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Waits until event time `event_time_ms` is due.
+    async fn wait_for(&self, event_time_ms: u64) {
+        let due = self.started
+            + Duration::from_millis(event_time_ms.saturating_sub(self.event_origin_ms));
+        tokio::time::sleep_until(due.into()).await;
+    }
+}
+
+/// What one [`load_source`] call shares with the other sources of its load.
+pub struct Context<'a> {
+    /// Settings.
+    pub options: &'a LoadOptions,
+    /// Counters.
+    pub stats: &'a LoadStats,
+    /// The rejects report.
+    pub rejects: &'a Rejects,
+    /// Backpressure, if any.
+    pub backlog: Option<&'a Backlog>,
+    /// Loading in step with other sources by event time: the frontier and this source's
+    /// index in it.
+    pub align: Option<(&'a Frontier, usize)>,
+    /// Replaying at the pace of event time.
+    pub pace: Option<&'a Pace>,
+}
+
+/// Loads `source` from its committed offset to its end, writing through `sink`. Returns
+/// the records loaded.
+pub async fn load_source<S: Source, K: Sink<S::Record>>(
+    client: &Client,
+    source: &mut S,
+    sink: &K,
+    ctx: &Context<'_>,
+) -> Result<u64, LoadError> {
+    // The records written here must notify the observers, whoever built the client.
+    sink.declare(client);
+    let name = source.name();
+    let mut loaded = 0;
+    loop {
+        if let Opened::Unreadable(e) = source.open().await? {
+            ctx.rejects.unreadable(ctx.stats, &name, &e)?;
+            return Ok(loaded);
+        }
+        // Where we are, as committed (another loader of the same input may have moved it).
+        let found = retry_transient(&name, || async {
+            let txn = client.begin().await?;
+            source.committed(&txn).await
+        })
+        .await
+        .map_err(|e| e.within(&name))?;
+        let Some(batch) = source.next_batch(&found, ctx.options.batch.max(1)).await? else {
+            return Ok(loaded);
+        };
+        if let (Some((frontier, me)), Some((first, _))) = (ctx.align, batch.event_times) {
+            frontier.wait_turn(me, first).await;
+        }
+        if let (Some(pace), Some((_, last))) = (ctx.pace, batch.event_times) {
+            pace.wait_for(last).await;
+        }
+        if let Some(backlog) = ctx.backlog {
+            backlog.wait_below(&ctx.stats.backlog_waits).await;
+        }
+        // Rejects are reported before the batch commits: after a crash a malformed line may
+        // be reported twice, never lost.
+        ctx.rejects.lines(ctx.stats, &name, &batch.rejects)?;
+        let count = batch.records.len() as u64;
+        let source = &*source;
+        let committed = retry_transient(&name, || {
+            client.run(|txn| {
+                let (found, batch) = (&found, &batch);
+                async move {
+                    if source.committed(&txn).await? != *found {
+                        // Another loader got here first: reload from the new offset.
+                        return Ok(false);
+                    }
+                    sink.write(&txn, &batch.records, &batch.id)?;
+                    source.write_offset(&txn, found, &batch.offset)?;
+                    Ok::<_, LoadError>(true)
+                }
+            })
+        })
+        .await
+        .map_err(|e| e.within(&name))?;
+        if !committed {
+            continue;
+        }
+        if let Some(backlog) = ctx.backlog {
+            backlog.loaded(count as usize).await;
+        }
+        ctx.stats.loaded.fetch_add(count, Ordering::Relaxed);
+        ctx.stats.batches.fetch_add(1, Ordering::Relaxed);
+        ctx.stats.lines.fetch_add(batch.units, Ordering::Relaxed);
+        loaded += count;
+    }
+}
+
+/// How long a loader keeps retrying a batch that fails with transient store or oracle errors
+/// (busy or unreachable servers, lost replies, an unknown commit outcome) before it gives up.
+/// Retrying is safe: each batch commits with its source's offset and rechecks it first, so
+/// a batch that did commit is not written twice.
+pub const TRANSIENT_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// Runs `attempt` until it succeeds, fails with a non-transient error, or
+/// [`TRANSIENT_RETRY_FOR`] has passed, with jittered exponential backoff (10 ms to 2 s).
+pub async fn retry_transient<T, E, F, Fut>(name: &str, mut attempt: F) -> Result<T, E>
+where
+    E: RunError + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let started = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match attempt().await {
+            Err(e)
+                if e.as_txn_error().is_some_and(TxnError::is_transient)
+                    && started.elapsed() < TRANSIENT_RETRY_FOR =>
+            {
+                tracing::warn!(source = name, error = %e, "transient error; retrying the batch");
+                let jitter = rand::random::<f64>() * 0.5 + 0.5;
+                tokio::time::sleep(backoff.mul_f64(jitter)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}

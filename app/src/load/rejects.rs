@@ -1,0 +1,128 @@
+//! The rejects report: malformed input (`file:line: error: text`) and sources that cannot
+//! be opened (`file: error`), each also logged.
+
+use super::{LoadError, LoadStats};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+/// Rejected input: its line (or record number), what is wrong, and the input as it was
+/// (maybe not UTF-8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reject {
+    /// Line number (1-based) in its source.
+    pub line: u64,
+    /// What is wrong with it.
+    pub error: String,
+    /// The input as it was.
+    pub text: Vec<u8>,
+}
+
+/// The rejects file of a load, created on first use (a load that rejects nothing writes
+/// none).
+#[derive(Debug)]
+pub struct Rejects {
+    path: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
+}
+
+/// Bytes of a rejected line echoed to the log (the rejects file keeps the whole line).
+pub const ECHO_PREFIX: usize = 200;
+
+/// The first [`ECHO_PREFIX`] bytes of `text`, printable: control characters and bytes that
+/// are not UTF-8 escaped (`\n`, `\xff`), with the length of the rest if cut.
+fn echo(text: &[u8]) -> String {
+    let shown = &text[..text.len().min(ECHO_PREFIX)];
+    let mut out = String::new();
+    for chunk in shown.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    if text.len() > shown.len() {
+        out.push_str(&format!("... ({} more bytes)", text.len() - shown.len()));
+    }
+    out
+}
+
+impl Rejects {
+    /// A report appended to `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Rejects {
+        Rejects {
+            path: path.into(),
+            file: Mutex::new(None),
+        }
+    }
+
+    /// Appends `entries` to the rejects file, opening (creating) it on first use.
+    fn append(&self, entries: &[u8]) -> Result<(), LoadError> {
+        let io = |source| LoadError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(io)?;
+            *guard = Some(f);
+        }
+        match guard.as_mut() {
+            Some(f) => f.write_all(entries).map_err(io),
+            None => Ok(()),
+        }
+    }
+
+    /// Reports the rejected input `bad` of source `name`.
+    pub fn lines(&self, stats: &LoadStats, name: &str, bad: &[Reject]) -> Result<(), LoadError> {
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let mut entries = Vec::new();
+        for r in bad {
+            let at = format!("{name}:{}: {}", r.line, r.error);
+            // The log gets a bounded, escaped prefix; the rejects file the whole line.
+            tracing::warn!("rejected {at}: {}", echo(&r.text));
+            entries.extend_from_slice(format!("{at}: ").as_bytes());
+            entries.extend_from_slice(&r.text);
+            entries.push(b'\n');
+        }
+        self.append(&entries)?;
+        stats
+            .rejected
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reports a source that cannot be opened (once per source and error in a process, however
+    /// often `--follow` meets it); the load goes on with the others.
+    pub fn unreadable(
+        &self,
+        stats: &LoadStats,
+        name: &str,
+        error: &std::io::Error,
+    ) -> Result<(), LoadError> {
+        let entry = format!("{name}: cannot be loaded: {error}");
+        let new = stats
+            .unreadable_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(entry.clone());
+        if !new {
+            return Ok(());
+        }
+        tracing::warn!("skipping {entry}");
+        stats.unreadable.fetch_add(1, Ordering::Relaxed);
+        self.append(format!("{entry}\n").as_bytes())
+    }
+}

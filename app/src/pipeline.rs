@@ -1,0 +1,78 @@
+//! Running an application's observers in this process: a worker named after its pipeline
+//! ([`WorkerSpec`]), and periodic tasks beside it ([`spawn_every`]).
+//!
+//! Redundant pipelines run the same observers under different names (each its own
+//! acknowledgments); the application makes the output exactly once across them (Photon's
+//! IdRegistry).
+
+use observers::{Registry, Worker, WorkerConfig};
+use percolator::Client;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a pipeline's worker runs.
+#[derive(Clone, Debug)]
+pub struct WorkerSpec {
+    /// Pipeline name; redundant pipelines run at once under different names.
+    pub pipeline: String,
+    /// Worker name (default: `<pipeline>-<process id>`).
+    pub worker: Option<String>,
+    /// Observer runs in flight at most.
+    pub max_in_flight: usize,
+    /// Scanner tasks.
+    pub scanners: usize,
+    /// Notifications of one observer handled per transaction at most (see
+    /// [`WorkerConfig::batch_size`]).
+    pub batch_size: usize,
+}
+
+impl WorkerSpec {
+    /// The worker's name: given, or the pipeline and this process.
+    pub fn worker_name(&self) -> String {
+        self.worker
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", self.pipeline, std::process::id()))
+    }
+
+    /// The worker's configuration; its id is the worker's name made unique with a random
+    /// suffix.
+    pub fn config(&self) -> WorkerConfig {
+        WorkerConfig {
+            id: format!("{}-{:08x}", self.worker_name(), rand::random::<u32>()),
+            scanners: self.scanners,
+            max_in_flight: self.max_in_flight,
+            batch_size: self.batch_size,
+            ..WorkerConfig::default()
+        }
+    }
+
+    /// Starts a worker running `registry` on `client`.
+    pub fn start(&self, client: &Client, registry: Registry) -> Worker {
+        Worker::start(client.clone(), Arc::new(registry), self.config())
+    }
+}
+
+/// Runs `task` every `period` until the returned task is aborted; a failure is logged as
+/// `what` and retried at the next period, and a non-zero count is logged at info.
+pub fn spawn_every<F, Fut, E>(
+    period: Duration,
+    what: &'static str,
+    task: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<u64, E>> + Send,
+    E: std::fmt::Display,
+{
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match task().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, what, "periodic task did work"),
+                Err(e) => tracing::warn!(error = %e, what, "periodic task failed; will retry"),
+            }
+        }
+    })
+}

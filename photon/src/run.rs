@@ -1,0 +1,134 @@
+//! `photon run`: the join on a directory of logs in one process. The loader
+//! ([`crate::load`]) loads the directory while this process's pipelines join it, with the
+//! periodic sweep of parked clicks, periodic GC, progress and metrics, until a signal or,
+//! with `--until-drained`, until loaded and drained ([`app::run`]). `photon demo` is
+//! generate + this + verify.
+
+use crate::load::LoadStats;
+use crate::maintenance::{GcMetrics, GcSpec};
+use crate::pipeline::{spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
+use crate::progress::{Counter, Display, Progress};
+use app::drain::Waiting;
+use app::run::{Outcome, Run, RunError, RunOptions};
+use percolator::Client;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a run does besides loading: pipelines' periodic tasks, what it shows.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// The loader and when the run ends.
+    pub run: RunOptions,
+    /// The join horizon (of the sweep of parked clicks).
+    pub horizon: Duration,
+    /// Period of the sweep of parked clicks.
+    pub sweep_period: Duration,
+    /// Periodic GC, if any.
+    pub gc: Option<GcSpec>,
+    /// Serve Prometheus text here.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// How progress is shown.
+    pub progress: Display,
+    /// What the progress counts as loaded: events (with their total) or lines.
+    pub loaded: Loaded,
+    /// The joinable clicks, if known (the progress's total).
+    pub joinable: Option<u64>,
+}
+
+/// What the progress counts as loaded.
+#[derive(Clone, Copy, Debug)]
+pub enum Loaded {
+    /// Events written (of a known total).
+    Events(Option<u64>),
+    /// Input lines read (of the lines left to load, unknown while following).
+    Lines(Option<u64>),
+}
+
+/// Starts `specs`' pipelines and waits until each has settled in.
+pub async fn start_pipelines(
+    client: &Client,
+    specs: &[PipelineSpec],
+) -> Result<Vec<Pipeline>, PipelineError> {
+    let running: Vec<Pipeline> = specs
+        .iter()
+        .map(|spec| Pipeline::start(client, spec))
+        .collect::<Result<_, _>>()?;
+    for p in &running {
+        p.settle().await;
+    }
+    Ok(running)
+}
+
+/// Loads `input` while `pipelines` join it, until `stop` resolves or (with
+/// `until_drained`) loaded and drained. `tick` is called every 100 ms. The pipelines keep
+/// running (the caller shuts them down).
+pub async fn run(
+    client: &Client,
+    input: &Path,
+    pipelines: &[Pipeline],
+    spec: &RunSpec,
+    stats: &Arc<LoadStats>,
+    tick: impl FnMut(),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Outcome, RunError> {
+    let sweeper = spawn_sweeper(client.clone(), spec.horizon, spec.sweep_period);
+    let gc_metrics = Arc::new(GcMetrics::default());
+    let gc = spec
+        .gc
+        .clone()
+        .map(|gc| crate::maintenance::spawn_gc(client.clone(), gc, gc_metrics.clone()));
+    let metrics = spec.metrics_addr.map(|addr| {
+        let joined: Vec<_> = pipelines.iter().map(|p| p.stats.clone()).collect();
+        let workers: Vec<_> = pipelines
+            .iter()
+            .map(|p| (p.name.clone(), p.worker.metrics()))
+            .collect();
+        let g = gc_metrics.clone();
+        let render: app::metrics::Render = Arc::new(move || {
+            let mut out = crate::metrics::render_parts(&workers, &joined);
+            crate::maintenance::render(&g, &mut out);
+            out
+        });
+        app::metrics::spawn_serve(addr, render)
+    });
+    let loaded = match spec.loaded {
+        Loaded::Events(total) => Counter::new("loaded", "events", total, {
+            let stats = stats.clone();
+            move || stats.loaded.load(Ordering::Relaxed)
+        }),
+        Loaded::Lines(total) => Counter::new("loaded", "lines", total, {
+            let stats = stats.clone();
+            move || stats.lines.load(Ordering::Relaxed)
+        }),
+    };
+    let joined_stats: Vec<_> = pipelines.iter().map(|p| p.stats.clone()).collect();
+    let joined = Counter::new("joined", "clicks", spec.joinable, move || {
+        joined_stats
+            .iter()
+            .map(|s| s.joined.load(Ordering::Relaxed))
+            .sum()
+    });
+    let shown = Progress::start(spec.progress, vec![loaded, joined]);
+    let lines = crate::load::loader();
+    let run = Run {
+        client,
+        lines: &lines,
+        input,
+        workers: pipelines.iter().map(|p| &p.worker).collect(),
+        stats,
+        options: spec.run.clone(),
+    };
+    let sweep = || crate::join::sweep_pending(client, spec.horizon);
+    let waiting = app::drain::say_every(Duration::from_secs(10), |why: &Waiting| {
+        eprintln!("photon: waiting for the drain: {why}")
+    });
+    let outcome = run.run(sweep, waiting, tick, stop).await;
+    shown.finish();
+    sweeper.abort();
+    for task in gc.into_iter().chain(metrics) {
+        task.abort();
+    }
+    outcome
+}
