@@ -3,6 +3,8 @@
 //!
 //! - [`StoreSpec`]: the `--store` syntax ([`spec`]); [`store`]: opening the store a spec names,
 //!   and a transaction client on it.
+//! - [`config`]: one TOML configuration file under environment variables and flags, on
+//!   the binaries' clap types (`--config FILE`, `--print-config`).
 //! - [`shutdown_signal`] installs the SIGTERM and SIGINT handlers *when called* and returns
 //!   a future that resolves on the first of them. Binaries call it before they announce
 //!   readiness, so a supervisor (or test) that signals the instant it sees the readiness
@@ -13,6 +15,7 @@
 use std::future::Future;
 use std::io::IsTerminal;
 
+pub mod config;
 pub mod spec;
 pub mod store;
 #[cfg(feature = "testkit")]

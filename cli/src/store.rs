@@ -54,11 +54,14 @@ pub const CAS_CONCURRENCY_ENV: &str = "PERCOLATOR_TIKV_CAS_CONCURRENCY";
 /// The adapter settings binaries open `tikv:PD,...` with: the atomic keys derived from the key
 /// codec ([`AtomicKeys::PercolatorLayout`]: heads and meta records of every namespace go
 /// through the atomic client, versions, data and notify keys through the plain one) and
-/// `cas_concurrency` from [`CAS_CONCURRENCY_ENV`] if set (a positive integer).
+/// `cas_concurrency` from [`CAS_CONCURRENCY_ENV`] if set (a positive integer), else from the
+/// configuration file's `[tikv]` table ([`crate::config::store_knobs`]).
 pub fn binary_tikv_config(endpoints: Vec<String>) -> Result<TikvConfig, KvError> {
     let mut config = TikvConfig::new(endpoints);
     config.atomic_keys = AtomicKeys::PercolatorLayout;
     if let Some(n) = cas_concurrency_from(std::env::var_os(CAS_CONCURRENCY_ENV))? {
+        config.cas_concurrency = n;
+    } else if let Some(n) = crate::config::store_knobs().cas_concurrency {
         config.cas_concurrency = n;
     }
     tracing::debug!(cas_concurrency = config.cas_concurrency, atomic_keys = ?config.atomic_keys, "TiKV adapter settings");
@@ -108,13 +111,32 @@ pub async fn open_store_with(
         }
         StoreSpec::Embedded(path) => Ok(Arc::new(percolator::txn::open_embedded(
             path,
-            EmbeddedOptions {
-                durability,
-                ..EmbeddedOptions::from_env()
-            },
+            embedded_options(durability),
         )?)),
         StoreSpec::Memory => Ok(Arc::new(MemoryKv::new())),
     }
+}
+
+/// The embedded store's options: `durability`, and the memory knobs from the environment
+/// ([`EmbeddedOptions::from_env`]), else from the configuration file's `[embedded]` table
+/// ([`crate::config::store_knobs`]), else the defaults.
+fn embedded_options(durability: Durability) -> EmbeddedOptions {
+    let mut options = EmbeddedOptions {
+        durability,
+        ..EmbeddedOptions::from_env()
+    };
+    let knobs = crate::config::store_knobs();
+    let unset = |name: &str| std::env::var_os(name).is_none();
+    if let (Some(mb), true) = (knobs.cache_mb, unset(percolator::kv::CACHE_MB_ENV)) {
+        options.cache_bytes = mb * 1024 * 1024;
+    }
+    if let (Some(mb), true) = (
+        knobs.write_buffer_mb,
+        unset(percolator::kv::WRITE_BUFFER_MB_ENV),
+    ) {
+        options.write_buffer_bytes = mb * 1024 * 1024;
+    }
+    options
 }
 
 /// Opens the store (an embedded one with `durability`, see [`open_store`]) and a client on it

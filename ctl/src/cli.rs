@@ -111,6 +111,24 @@ pub enum Command {
         #[arg(long, default_value_t = 200)]
         poll_ms: u64,
     },
+    /// Serve the live dashboard: a web page (workers, backlog, throughput, dead letters with
+    /// confirmed replay, locks, GC, oracle), `/api/status` (the JSON of `status --json`) and
+    /// `/metrics` (Prometheus text). Reads only, except confirmed dead-letter actions.
+    Serve(ServeArgs),
+}
+
+/// Arguments of `serve`.
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the address is printed once listening).
+    #[arg(long, default_value = "127.0.0.1:7780")]
+    pub listen: std::net::SocketAddr,
+    /// How often the charts' figures are read from the store, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub sample_ms: u64,
+    /// Samples kept for the charts (the oldest are dropped).
+    #[arg(long, default_value_t = 300)]
+    pub history: usize,
 }
 
 /// Arguments of `scan`.

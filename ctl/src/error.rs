@@ -23,4 +23,7 @@ pub enum CtlError {
     /// ambiguous id, a bad timeout).
     #[error("{0}")]
     Usage(String),
+    /// The dashboard's HTTP server failed (`serve`).
+    #[error("serving the dashboard: {0}")]
+    Serve(Box<dyn std::error::Error + Send + Sync>),
 }

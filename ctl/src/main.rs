@@ -2,12 +2,14 @@
 //! the other binaries do, dispatches to the verb ([`percolator_ctl::verbs`]) and prints its
 //! answer as text or JSON.
 
-use clap::Parser;
+use anyhow::Context;
 use percolator_cli::store::open_client;
-use percolator_ctl::cli::{Cli, Command};
+use percolator_ctl::cli::{Cli, Command, ServeArgs};
+use percolator_ctl::serve::ServeConfig;
 use percolator_ctl::verbs;
 use percolator_ctl::Answer;
 use serde_json::json;
+use std::time::Duration;
 
 /// mimalloc, not glibc's malloc, as in every binary of the workspace (see its Cargo.toml).
 #[global_allocator]
@@ -16,7 +18,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("warn");
-    let cli = Cli::parse();
+    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    let cli: Cli = percolator_cli::config::parse("ctl");
+    if let Command::Serve(args) = &cli.command {
+        return serve(&cli, args).await;
+    }
     let answer = match run(&cli).await {
         Ok(answer) => answer,
         Err(e) => {
@@ -62,5 +68,34 @@ async fn run(cli: &Cli) -> anyhow::Result<Answer> {
         Command::Wait { timeout, poll_ms } => {
             verbs::wait::wait(&client, &cli.store, *timeout, *poll_ms).await?
         }
+        Command::Serve(_) => unreachable!("serve is dispatched before"),
     })
+}
+
+/// `serve`: the dashboard until SIGTERM or SIGINT. Prints `dashboard listening on
+/// http://ADDR/` once it accepts connections (with `--listen HOST:0`, the port chosen).
+async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+    let client = open_client(
+        &cli.store.store,
+        &cli.store.namespace,
+        &cli.store.oracle,
+        cli.store.durability,
+    )
+    .await?;
+    let listener = std::net::TcpListener::bind(args.listen)
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let signal = percolator_cli::shutdown_signal()?;
+    let config = ServeConfig {
+        sample_every: Duration::from_millis(args.sample_ms.max(100)),
+        history: args.history,
+    };
+    println!("dashboard listening on http://{addr}/");
+    tracing::info!(%addr, "dashboard listening");
+    percolator_ctl::serve::serve(client, cli.store.clone(), config, listener, async move {
+        let signal = signal.await;
+        tracing::info!(%signal, "stopping the dashboard");
+    })
+    .await?;
+    Ok(())
 }

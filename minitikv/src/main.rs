@@ -1,7 +1,6 @@
 //! `minitikv`: a single-node TiKV stand-in (PD subset + raw KV RPCs on one port).
 
 use anyhow::Context;
-use clap::Parser;
 use minitikv::cli::{Cli, Command};
 use std::io::Write;
 
@@ -12,7 +11,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("info");
-    let cli = Cli::parse();
+    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    let cli: Cli = percolator_cli::config::parse("minitikv");
     match cli.command {
         Command::Serve {
             data,

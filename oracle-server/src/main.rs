@@ -1,7 +1,6 @@
 //! `oracle`: the timestamp oracle service and a small command-line client.
 
 use anyhow::{Context, Result};
-use clap::Parser;
 use oracle::{ClientConfig, OracleClient, ServerConfig, ServerHandle, SkewedClock, SystemClock};
 use oracle_server::cli::{Cli, Command, GetArgs, ServeArgs};
 use std::io::Write;
@@ -14,7 +13,8 @@ use tokio::net::TcpListener;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    let cli: Cli = percolator_cli::config::parse("oracle-server");
     percolator_cli::init_tracing("info");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use app::run::{Outcome, RunOptions};
-use clap::Parser;
 use percolator::Client;
 use percolator_cli::store::open_client;
 use percolator_cli::StoreSpec;
@@ -111,7 +110,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     percolator_cli::init_tracing("warn");
-    let cli = Cli::parse();
+    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    let cli: Cli = percolator_cli::config::parse("photon");
     match cli.command {
         Command::Gen(args) => {
             let summary = photon::gen::generate(&args.out, &args.options())

@@ -1,0 +1,513 @@
+//! `percolator-ctl serve` as a separate process against a minitikv with an oracle service and
+//! real workers (one observer fails on purpose and dead-letters): its HTTP API at the
+//! `curl` level, its clean stop, and the page in a real headless Chromium (the DevTools
+//! protocol over a pipe: `support/cdp.rs`).
+
+#[path = "support/cdp.rs"]
+mod cdp;
+
+use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use percolator::kv::Durability;
+use percolator::{Cell, Client};
+use percolator_cli::StoreSpec;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Hang guard for the polls below (not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(180);
+
+struct Env {
+    _dir: tempfile::TempDir,
+    _server: minitikv::RunningServer,
+    _oracle: oracle::ServerHandle,
+    spec: StoreSpec,
+    oracle_addr: String,
+    namespace: String,
+    client: Client,
+}
+
+impl Env {
+    async fn start(namespace: &str) -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
+            .await
+            .expect("minitikv");
+        let spec: StoreSpec = format!("tikv:{}", server.endpoint()).parse().expect("spec");
+        let kv = percolator_cli::store::open_store(&spec, Durability::Process)
+            .await
+            .expect("store");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let oracle = oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener)
+            .expect("oracle");
+        let oracle_addr = oracle.local_addr().to_string();
+        let client = percolator_cli::store::open_client(
+            &spec,
+            namespace,
+            std::slice::from_ref(&oracle_addr),
+            Durability::Process,
+        )
+        .await
+        .expect("client");
+        Env {
+            _dir: dir,
+            _server: server,
+            _oracle: oracle,
+            spec,
+            oracle_addr,
+            namespace: namespace.to_string(),
+            client,
+        }
+    }
+
+    fn ctl(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl"));
+        command
+            .arg("--store")
+            .arg(self.spec.to_string())
+            .arg("--oracle")
+            .arg(&self.oracle_addr)
+            .arg("--namespace")
+            .arg(&self.namespace);
+        command
+    }
+
+    /// Starts `percolator-ctl serve` on a free port; returns it and its address.
+    async fn dashboard(&self) -> (tokio::process::Child, String) {
+        let mut child = self
+            .ctl()
+            .args(["serve", "--listen", "127.0.0.1:0", "--sample-ms", "1000"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting percolator-ctl serve");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let line = lines
+            .next_line()
+            .await
+            .expect("reading stdout")
+            .expect("percolator-ctl serve exited before listening");
+        let addr = line
+            .strip_prefix("dashboard listening on http://")
+            .and_then(|rest| rest.strip_suffix('/'))
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        (child, addr)
+    }
+
+    async fn write(&self, cell: &Cell, value: &str) {
+        let txn = self.client.begin().await.expect("begin");
+        txn.set(cell.clone(), value);
+        txn.commit().await.expect("commit");
+    }
+
+    async fn read(&self, cell: &Cell) -> Option<String> {
+        let txn = self.client.begin().await.expect("begin");
+        let v = txn.get(cell).await.expect("get");
+        txn.commit().await.expect("commit");
+        v.map(|v| String::from_utf8_lossy(&v).into_owned())
+    }
+}
+
+/// `docs/body` -> `docs/len` fails while `broken` is set; `docs/title` -> `docs/indexed`
+/// always succeeds (the throughput the charts show).
+fn registry(broken: Arc<AtomicBool>) -> Arc<Registry> {
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "docs",
+            "body",
+            "length",
+            observer_fn(move |txn, cell: Cell| {
+                let broken = broken.clone();
+                async move {
+                    if broken.load(Ordering::SeqCst) {
+                        return Err(ObserverError::failed("broken on purpose"));
+                    }
+                    let body = txn.get(&cell).await?.unwrap_or_default();
+                    txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
+                    Ok(())
+                }
+            }),
+        )
+        .expect("register");
+    registry
+        .strong(
+            "docs",
+            "title",
+            "index",
+            observer_fn(|txn, cell: Cell| async move {
+                txn.set(Cell::new("docs", &cell.row, "indexed"), "yes");
+                Ok(())
+            }),
+        )
+        .expect("register");
+    Arc::new(registry)
+}
+
+fn worker_config() -> WorkerConfig {
+    WorkerConfig {
+        max_failures: 2,
+        retry_backoff: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    }
+}
+
+async fn poll<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Workers on the store, one dead letter (for `docs/a/body`), and the failing observer fixed
+/// afterwards (so a replay succeeds).
+async fn with_a_dead_letter(env: &Env, workers: usize) -> (Vec<Worker>, String) {
+    let broken = Arc::new(AtomicBool::new(true));
+    let registry = registry(broken.clone());
+    let workers: Vec<Worker> = (0..workers)
+        .map(|_| Worker::start(env.client.clone(), registry.clone(), worker_config()))
+        .collect();
+    for w in &workers {
+        w.wait_until_settled().await;
+    }
+    env.write(&Cell::new("docs", "a", "body"), "body of a")
+        .await;
+    poll("a dead letter", || async {
+        DeadLetter::list(&env.client).await.expect("list").len() == 1
+    })
+    .await;
+    broken.store(false, Ordering::SeqCst);
+    let letters = observers::admin::dead_letters(&env.client)
+        .await
+        .expect("letters");
+    (workers, letters[0].id.clone())
+}
+
+/// One HTTP/1.1 request over a fresh connection: (status, content type, body).
+async fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    json_body: Option<&str>,
+) -> (u16, String, String) {
+    let mut socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    if let Some(body) = json_body {
+        request.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    } else {
+        request.push_str("content-length: 0\r\n\r\n");
+    }
+    socket.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await.expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response head");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    let lower = head.to_ascii_lowercase();
+    assert!(!lower.contains("transfer-encoding: chunked"), "{head}");
+    let content_type = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .unwrap_or_default()
+        .to_string();
+    (status, content_type, body.to_string())
+}
+
+async fn get_json(addr: &str, path: &str) -> Value {
+    let (status, content_type, body) = http(addr, "GET", path, None).await;
+    assert_eq!(status, 200, "GET {path}: {body}");
+    assert_eq!(content_type, "application/json", "GET {path}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
+
+/// `status --json` without the figures that move between two reads (ages, the oracle window).
+fn steady(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.retain(|k, _| !k.ends_with("_ms") && k != "window_end");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+async fn stop(mut dashboard: tokio::process::Child) {
+    percolator_cli::testkit::sigterm(dashboard.id().expect("pid")).expect("SIGTERM");
+    let status = tokio::time::timeout(PATIENCE, dashboard.wait())
+        .await
+        .expect("the dashboard stops after SIGTERM")
+        .expect("wait");
+    assert!(
+        status.success(),
+        "percolator-ctl serve exited with {status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
+    let env = Env::start("dash-api").await;
+    let (workers, id) = with_a_dead_letter(&env, 1).await;
+    let (dashboard, addr) = env.dashboard().await;
+
+    // /api/status is `status --json` (read again while a figure moved between the two reads,
+    // e.g. a heartbeat late on a loaded machine).
+    let started = Instant::now();
+    let api = loop {
+        let cli = env
+            .ctl()
+            .args(["--json", "status"])
+            .output()
+            .await
+            .expect("status");
+        assert!(cli.status.success(), "{cli:?}");
+        let cli: Value = serde_json::from_slice(&cli.stdout).expect("status json");
+        let api = get_json(&addr, "/api/status").await;
+        if steady(api.clone()) == steady(cli.clone()) {
+            break api;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "/api/status differs from status --json:\n{api}\n{cli}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(api["dead_letters"], 1, "{api}");
+    assert_eq!(api["workers"][0]["id"], workers[0].id(), "{api}");
+
+    // The page and its assets are served from the binary.
+    let (status, content_type, page) = http(&addr, "GET", "/", None).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/html; charset=utf-8")
+    );
+    assert!(page.contains("<canvas id=\"chart-throughput\""), "{page}");
+    let (status, _, script) = http(&addr, "GET", "/app.js", None).await;
+    assert_eq!(status, 200);
+    assert!(script.contains("/api/dead-letters/confirm"));
+
+    // /metrics: Prometheus text of the same gauges.
+    let (status, content_type, metrics) = http(&addr, "GET", "/metrics", None).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/plain; version=0.0.4")
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "percolator_dead_letters{namespace=\"dash-api\"} 1"),
+        "{metrics}"
+    );
+    // (Whether the worker counts as live depends on how late its heartbeat is.)
+    let worker = format!(
+        "percolator_worker_heartbeat_age_seconds{{namespace=\"dash-api\",worker=\"{}\"}} ",
+        workers[0].id()
+    );
+    assert!(metrics.lines().any(|l| l.starts_with(&worker)), "{metrics}");
+    assert!(metrics.contains("# TYPE percolator_workers gauge\npercolator_workers{namespace=\"dash-api\",state=\"live\"} "), "{metrics}");
+
+    // History: samples accumulate.
+    poll("two samples", || async {
+        get_json(&addr, "/api/history").await["samples"]
+            .as_array()
+            .is_some_and(|s| s.len() >= 2)
+    })
+    .await;
+
+    // Writes need JSON and a token from `prepare`; `prepare` alone changes nothing.
+    let (status, _, _) = http(&addr, "POST", "/api/dead-letters/confirm", None).await;
+    assert_eq!(status, 415);
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/dead-letters/confirm",
+        Some(r#"{"token":"guess"}"#),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/dead-letters/prepare",
+        Some(&format!(r#"{{"action":"replay","id":"{}"}}"#, &id[..8])),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let prepared: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(prepared["letters"][0]["id"], id.as_str(), "{prepared}");
+    let listed = get_json(&addr, "/api/dead-letters").await;
+    assert_eq!(
+        listed["dead_letters"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+
+    let confirm = format!(
+        r#"{{"token":"{}"}}"#,
+        prepared["token"].as_str().expect("token")
+    );
+    let (status, _, body) = http(&addr, "POST", "/api/dead-letters/confirm", Some(&confirm)).await;
+    assert_eq!(status, 200, "{body}");
+    let done: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(done["done"][0]["replayed"][0]["id"], id.as_str(), "{done}");
+    // A token is used once.
+    let (status, _, _) = http(&addr, "POST", "/api/dead-letters/confirm", Some(&confirm)).await;
+    assert_eq!(status, 400);
+
+    poll("the replayed observer ran", || async {
+        env.read(&Cell::new("docs", "a", "len")).await.as_deref() == Some("9")
+    })
+    .await;
+    assert!(DeadLetter::list(&env.client)
+        .await
+        .expect("list")
+        .is_empty());
+    stop(dashboard).await;
+}
+
+#[test]
+fn serve_stops_cleanly_when_signalled_at_readiness() {
+    let done = percolator_cli::testkit::sigterm_at_readiness(
+        std::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl")).args([
+            "--store",
+            "memory",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
+        percolator_cli::testkit::Stream::Stdout,
+        "dashboard listening on http://",
+    );
+    assert!(done.status.success(), "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmation() {
+    let Some(chromium) = cdp::find_chromium() else {
+        panic!(
+            "this test needs a headless Chromium: install it with `apt-get install -y chromium` \
+             (Debian/Ubuntu; .ci/run does so), or set CHROMIUM=/path/to/chromium"
+        );
+    };
+    let env = Arc::new(Env::start("dash-page").await);
+    let (workers, id) = with_a_dead_letter(&env, 2).await;
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_string()).collect();
+
+    // Steady work for the throughput chart, until the test ends.
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = tokio::spawn({
+        let (env, writing) = (env.clone(), writing.clone());
+        async move {
+            let mut n = 0;
+            while writing.load(Ordering::SeqCst) {
+                for _ in 0..5 {
+                    n += 1;
+                    env.write(&Cell::new("docs", format!("t{n}"), "title"), "a title")
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    let (dashboard, addr) = env.dashboard().await;
+
+    let screenshot = std::env::var_os("DASHBOARD_SCREENSHOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png"));
+    let client = env.client.clone();
+    let oracle_addr = env.oracle_addr.clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let mut browser = cdp::Browser::launch(&chromium, 1280, 1000);
+        browser.open(&format!("http://{addr}/")).expect("open the page");
+        // Lines of a few samples each (the throughput needs two samples for its first point).
+        for (chart, points) in [("chart-backlog", 5), ("chart-age", 5), ("chart-throughput", 3)] {
+            browser.wait_for(
+                &format!("{chart} to draw {points} points"),
+                &format!(
+                    "Number(document.getElementById('{chart}').dataset.points || 0) >= {points}"
+                ),
+                PATIENCE,
+            );
+        }
+        for worker in &ids {
+            browser.wait_for(
+                &format!("worker {worker} shown live"),
+                &format!(
+                    "[...document.querySelectorAll('#workers tbody tr')].some(r => r.dataset.key === '{worker}' && r.innerText.includes('live'))"
+                ),
+                PATIENCE,
+            );
+        }
+        let row = format!("#dead-letters tbody tr[data-key='{id}']");
+        browser.wait_for(
+            "the dead letter shown",
+            &format!("!!document.querySelector(\"{row}\") && document.querySelector(\"{row}\").innerText.includes('broken on purpose')"),
+            PATIENCE,
+        );
+        browser.wait_for(
+            "the oracle leader shown",
+            &format!("document.getElementById('leader').innerText.includes('{oracle_addr}')"),
+            PATIENCE,
+        );
+
+        // Replay asks first: nothing happens until the confirmation.
+        browser
+            .eval(&format!("document.querySelector(\"{row} button.replay\").click()"))
+            .expect("click replay");
+        browser.wait_for(
+            "the confirmation",
+            "!document.getElementById('confirm').hidden && document.getElementById('confirm-text').innerText.includes('docs/a/body')",
+            PATIENCE,
+        );
+        let letters = handle.block_on(DeadLetter::list(&client)).expect("list");
+        assert_eq!(letters.len(), 1, "replayed before the confirmation");
+        let png = browser.screenshot().expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::write(&screenshot, png).expect("saving the screenshot");
+        eprintln!("screenshot: {}", screenshot.display());
+
+        browser.eval("document.getElementById('confirm-yes').click()").expect("confirm");
+        browser.wait_for(
+            "the replay reported",
+            "document.getElementById('message').innerText.includes('replayed 1')",
+            PATIENCE,
+        );
+        browser.wait_for(
+            "the dead letter gone from the page",
+            &format!("!document.querySelector(\"{row}\") && document.getElementById('letters-count').innerText === '0'"),
+            PATIENCE,
+        );
+    })
+    .await
+    .expect("browser session");
+
+    poll("the replayed observer ran", || async {
+        env.read(&Cell::new("docs", "a", "len")).await.as_deref() == Some("9")
+    })
+    .await;
+    writing.store(false, Ordering::SeqCst);
+    writer.await.expect("writer");
+    stop(dashboard).await;
+    drop(workers);
+}
