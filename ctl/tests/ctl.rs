@@ -3,27 +3,20 @@
 //! client of them, and every verb run as `percolator-ctl --store tikv:... --oracle ... --json`.
 
 use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
-use percolator::kv::Durability;
 use percolator::txn::CrashPoint;
 use percolator::{Cell, Client, ClientConfig};
-use percolator_cli::StoreSpec;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use cluster::Env;
+
 /// Hang guard for the polls below (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(120);
-
-struct Env {
-    _dir: tempfile::TempDir,
-    _server: minitikv::RunningServer,
-    _oracle: oracle::ServerHandle,
-    spec: StoreSpec,
-    oracle_addr: String,
-    namespace: String,
-    client: Client,
-}
 
 /// What one run of the binary printed.
 struct Run {
@@ -33,49 +26,10 @@ struct Run {
 }
 
 impl Env {
-    async fn start(namespace: &str) -> Env {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
-            .await
-            .expect("minitikv");
-        let spec: StoreSpec = format!("tikv:{}", server.endpoint()).parse().expect("spec");
-        let kv = percolator_cli::store::open_store(&spec, Durability::Process)
-            .await
-            .expect("store");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let oracle = oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener)
-            .expect("oracle");
-        let oracle_addr = oracle.local_addr().to_string();
-        let client = percolator_cli::store::open_client(
-            &spec,
-            namespace,
-            std::slice::from_ref(&oracle_addr),
-            Durability::Process,
-        )
-        .await
-        .expect("client");
-        Env {
-            _dir: dir,
-            _server: server,
-            _oracle: oracle,
-            spec,
-            oracle_addr,
-            namespace: namespace.to_string(),
-            client,
-        }
-    }
-
     /// Runs `percolator-ctl ARGS --json` against the store.
     async fn ctl(&self, args: &[&str]) -> Run {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl"))
-            .arg("--store")
-            .arg(self.spec.to_string())
-            .arg("--oracle")
-            .arg(&self.oracle_addr)
-            .arg("--namespace")
-            .arg(&self.namespace)
+        let out = self
+            .command()
             .arg("--json")
             .args(args)
             .output()

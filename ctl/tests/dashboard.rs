@@ -5,11 +5,13 @@
 
 #[path = "support/cdp.rs"]
 mod cdp;
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use cluster::Env;
 
 use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
-use percolator::kv::Durability;
-use percolator::{Cell, Client};
-use percolator_cli::StoreSpec;
+use percolator::Cell;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,61 +21,9 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 /// Hang guard for the polls below (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(180);
 
-struct Env {
-    _dir: tempfile::TempDir,
-    _server: minitikv::RunningServer,
-    _oracle: oracle::ServerHandle,
-    spec: StoreSpec,
-    oracle_addr: String,
-    namespace: String,
-    client: Client,
-}
-
 impl Env {
-    async fn start(namespace: &str) -> Env {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let server = minitikv::start(minitikv::ServerConfig::embedded(dir.path().join("mt")))
-            .await
-            .expect("minitikv");
-        let spec: StoreSpec = format!("tikv:{}", server.endpoint()).parse().expect("spec");
-        let kv = percolator_cli::store::open_store(&spec, Durability::Process)
-            .await
-            .expect("store");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let oracle = oracle::ServerHandle::start(oracle::ServerConfig::default(), kv, listener)
-            .expect("oracle");
-        let oracle_addr = oracle.local_addr().to_string();
-        let client = percolator_cli::store::open_client(
-            &spec,
-            namespace,
-            std::slice::from_ref(&oracle_addr),
-            Durability::Process,
-        )
-        .await
-        .expect("client");
-        Env {
-            _dir: dir,
-            _server: server,
-            _oracle: oracle,
-            spec,
-            oracle_addr,
-            namespace: namespace.to_string(),
-            client,
-        }
-    }
-
     fn ctl(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_percolator-ctl"));
-        command
-            .arg("--store")
-            .arg(self.spec.to_string())
-            .arg("--oracle")
-            .arg(&self.oracle_addr)
-            .arg("--namespace")
-            .arg(&self.namespace);
-        command
+        self.command()
     }
 
     /// Starts `percolator-ctl serve` on a free port; returns it and its address.

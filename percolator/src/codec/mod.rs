@@ -299,16 +299,6 @@ impl KeyCodec {
         self.encode(&Key::Once(cell.clone(), start_ts))
     }
 
-    /// The records of write-once `cell` written by transactions that started at or below
-    /// `ts`, newest writer first.
-    pub fn once_at_or_below(&self, cell: &Cell, ts: u64) -> KeyRange {
-        let all = self.cell_range(Space::Once, cell);
-        KeyRange {
-            start: self.once(cell, ts),
-            end: all.end,
-        }
-    }
-
     /// The notify key of `cell` at `ts` in bucket `bucket`.
     pub fn notify(&self, cell: &Cell, ts: u64, bucket: u64) -> Vec<u8> {
         self.encode(&Key::Notify {

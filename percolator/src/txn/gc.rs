@@ -59,29 +59,18 @@ pub(crate) async fn resolve_notifications_below(
             if start_ts >= below {
                 continue;
             }
-            let mut attempt = 0;
-            loop {
-                match shared.txn_status(&primary, start_ts, ttl_ms).await? {
-                    TxnStatus::Committed(commit_ts) => {
-                        let record = Notification::Committed {
-                            commit_ts: commit_ts.0,
-                        }
-                        .encode();
-                        // A plain put (notify keys are never CASed): if an observer consumed the
-                        // key meanwhile, the resurrected key is harmless, as its acknowledgment
-                        // already covers commit_ts and the observer will not run again.
-                        shared.kv.put(key.clone(), record).await?;
-                        break;
+            match shared.decided_status(&primary, start_ts, ttl_ms).await? {
+                TxnStatus::Committed(commit_ts) => {
+                    let record = Notification::Committed {
+                        commit_ts: commit_ts.0,
                     }
-                    TxnStatus::RolledBack => {
-                        shared.kv.delete(key.clone()).await?;
-                        break;
-                    }
-                    TxnStatus::Pending => {
-                        tokio::time::sleep(lock_wait(attempt)).await;
-                        attempt += 1;
-                    }
+                    .encode();
+                    // A plain put (notify keys are never CASed): if an observer consumed the
+                    // key meanwhile, the resurrected key is harmless, as its acknowledgment
+                    // already covers commit_ts and the observer will not run again.
+                    shared.kv.put(key.clone(), record).await?;
                 }
+                _ => shared.kv.delete(key.clone()).await?,
             }
             resolved += 1;
         }

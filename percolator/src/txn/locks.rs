@@ -126,6 +126,27 @@ impl Shared {
         Ok(status)
     }
 
+    /// [`Self::txn_status`], waiting (with backoff) while the transaction is pending: its
+    /// decided fate, `Committed` or `RolledBack` (a live one is fenced once its TTL passes).
+    /// For passes that must settle what they meet (GC), not for readers bound by a lifetime.
+    pub(crate) async fn decided_status(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+        ttl_ms: u64,
+    ) -> TxnResult<TxnStatus> {
+        let mut attempt = 0;
+        loop {
+            match self.txn_status(primary, start_ts, ttl_ms).await? {
+                TxnStatus::Pending => {
+                    tokio::time::sleep(super::lock_wait(attempt)).await;
+                    attempt += 1;
+                }
+                decided => return Ok(decided),
+            }
+        }
+    }
+
     /// Resolves `lock`, met on `cell`: rolls it forward if its transaction committed, back if
     /// it rolled back. Returns the status; `Pending` means the lock is live and still there.
     pub(crate) async fn resolve_lock(&self, cell: &Cell, lock: &Lock) -> TxnResult<TxnStatus> {

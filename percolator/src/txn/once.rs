@@ -329,26 +329,15 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
             else {
                 continue;
             };
-            let mut attempt = 0;
-            loop {
-                match shared.txn_status(&primary, Timestamp(s), ttl_ms).await? {
-                    TxnStatus::Committed(c) => {
-                        let record = OnceRecord::Committed {
-                            commit_ts: c.0,
-                            op: op.clone(),
-                        };
-                        shared.kv.put(key.clone(), record.encode()).await?;
-                        break;
-                    }
-                    TxnStatus::RolledBack => {
-                        shared.kv.delete(key.clone()).await?;
-                        break;
-                    }
-                    TxnStatus::Pending => {
-                        tokio::time::sleep(lock_wait(attempt)).await;
-                        attempt += 1;
-                    }
+            match shared
+                .decided_status(&primary, Timestamp(s), ttl_ms)
+                .await?
+            {
+                TxnStatus::Committed(c) => {
+                    let record = OnceRecord::Committed { commit_ts: c.0, op };
+                    shared.kv.put(key.clone(), record.encode()).await?;
                 }
+                _ => shared.kv.delete(key.clone()).await?,
             }
             resolved += 1;
         }
