@@ -22,8 +22,8 @@
 //!   concurrent runs that both find the guard empty both write it, so only one commits; a
 //!   later run sees it. At most one committed run *with effects* per change holds, for one read
 //!   and one written cell (a lock and a commit) fewer per change. Every branch that has an
-//!   effect must write the guard: photon's click join is not guarded yet because its expiry
-//!   branch writes no IdRegistry entry (`photon::design::join`).
+//!   effect must write the guard, and two runs that could both have an effect must write a
+//!   common cell (photon's click join: its IdRegistry entry and outcome, `photon::design::join`).
 //!
 //! ## Batches
 //!
