@@ -161,6 +161,18 @@ impl Lease {
         }
     }
 
+    /// Whether less than half a window is left ahead of the timestamps served (or of the
+    /// clock): time to extend it ahead, so callers do not wait for the durable write.
+    pub(crate) fn wants_extension(&self) -> bool {
+        let (last, end) = {
+            let a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
+            (a.last, a.window_end)
+        };
+        let served_ms = Timestamp(last).physical_ms().max(self.now_ms());
+        let left_ms = Timestamp(end).physical_ms().saturating_sub(served_ms);
+        !self.is_deposed() && left_ms < self.window_ms.load(Ordering::Relaxed) / 2
+    }
+
     /// Persists a new window end (and a fresh seq, which doubles as the heartbeat).
     /// `need`: a timestamp the window must cover; `None`: a heartbeat.
     pub(crate) async fn extend(&self, need: Option<u64>) -> Result<(), OracleError> {

@@ -4,6 +4,7 @@ use crate::lease::Lease;
 use crate::{record_key, OracleError, WindowOptions};
 use async_trait::async_trait;
 use percolator::{RawKv, Timestamp, TimestampError, TimestampSource};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An in-process oracle over a store that this process owns exclusively (the embedded store
@@ -11,11 +12,18 @@ use std::sync::Arc;
 /// and starting above the persisted window end), then serves from memory inside windows it
 /// persists by compare-and-swap, so timestamps never repeat across restarts.
 ///
+/// Once less than half a window is left, a call starts the next window's durable write in
+/// the background (one at a time), so callers wait for it only when timestamps outrun it;
+/// under a busy store that write (a compare-and-swap and a sync) can take seconds, and every
+/// caller, worker heartbeats included, used to stall behind it.
+///
 /// It does not re-read the record per call: use it only where no other oracle serves the
 /// same store. A window extension that finds the record changed fails with
 /// [`OracleError::NotLeader`] and every later call fails too.
 pub struct LocalOracle {
-    lease: Lease,
+    lease: Arc<Lease>,
+    /// Whether an early extension is under way.
+    extending: Arc<AtomicBool>,
 }
 
 impl LocalOracle {
@@ -36,7 +44,10 @@ impl LocalOracle {
             .await?
             {
                 tracing::debug!(epoch = lease.epoch(), "local oracle took over");
-                return Ok(LocalOracle { lease });
+                return Ok(LocalOracle {
+                    lease: Arc::new(lease),
+                    extending: Arc::new(AtomicBool::new(false)),
+                });
             }
         }
         Err(OracleError::TakeoverFailed(
@@ -46,7 +57,30 @@ impl LocalOracle {
 
     /// `count` consecutive fresh timestamps; returns the first.
     pub async fn get_timestamps(&self, count: u32) -> Result<Timestamp, OracleError> {
-        Ok(Timestamp(self.lease.allocate(u64::from(count)).await?))
+        let first = Timestamp(self.lease.allocate(u64::from(count)).await?);
+        self.extend_early();
+        Ok(first)
+    }
+
+    /// Starts extending the window in the background when less than half of it is left
+    /// (at most one extension at a time; none outside a Tokio runtime).
+    fn extend_early(&self) {
+        if !self.lease.wants_extension() || self.extending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.extending.store(false, Ordering::Release);
+            return;
+        };
+        let (lease, extending) = (self.lease.clone(), self.extending.clone());
+        runtime.spawn(async move {
+            // A failure leaves the window as it was: the next call past its end extends it
+            // itself and reports the error.
+            if let Err(e) = lease.extend(None).await {
+                tracing::debug!(error = %e, "early window extension failed");
+            }
+            extending.store(false, Ordering::Release);
+        });
     }
 
     /// Marks the record as released (no leader); later calls fail with `NotLeader`.

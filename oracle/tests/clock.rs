@@ -111,3 +111,43 @@ async fn oracle_time_advances_after_a_takeover_ahead_of_the_wall_clock() {
         "oracle time advanced {advanced} ms in 400 ms of real time"
     );
 }
+
+#[tokio::test]
+async fn local_oracle_extends_its_window_before_it_runs_out() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(ManualClock::new(T0));
+    let opts = options(&clock);
+    let key = oracle::record_key(&opts.namespace);
+    let oracle = LocalOracle::open(kv.clone(), opts).await.unwrap();
+    let window_end = |bytes: Option<Vec<u8>>| {
+        oracle::record::OracleRecord::decode(&bytes.expect("the record"))
+            .unwrap()
+            .window_end
+    };
+    let first = oracle.get_timestamps(1).await.unwrap();
+    let end = window_end(kv.get(&key).await.unwrap());
+    assert!(first.0 <= end);
+    // Two thirds of the 3 s window later, timestamps are still served from it, and the next
+    // window's write starts in the background instead of when it runs out.
+    clock.step(2_000);
+    let second = oracle.get_timestamps(1).await.unwrap();
+    assert!(second > first && second.0 <= end);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now_end = window_end(kv.get(&key).await.unwrap());
+        if now_end > end {
+            assert!(
+                Timestamp(now_end).physical_ms() >= T0 + 2_000 + 3_000,
+                "a full window past the clock"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the window was not extended ahead"
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(oracle.get_timestamps(1).await.unwrap() > second);
+}

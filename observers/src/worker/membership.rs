@@ -8,6 +8,12 @@
 //! - A cell has one owner among the live workers the last heartbeat saw: the one at index
 //!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
 //!   under one lock, so an owner test never mixes two heartbeats' views).
+//! - A worker is dead to another only when its record stayed the same over [`DEAD_AFTER_READS`]
+//!   of the reader's own heartbeats spanning the liveness horizon (3 heartbeats), or when
+//!   the reader first meets it with a beat already older than the horizon (a worker that
+//!   died before the reader started). Comparing the beat with the reader's clock alone took a
+//!   worker whose heartbeat waited behind a busy store (its beat is drawn before its put) for
+//!   dead: both then owned its share and ran it twice ([`Liveness`]).
 //! - An owner counts as stalled (sweeps may take its share) only when its published progress
 //!   (notifications handled) has not moved while its own beats advanced by `orphan_age`; a
 //!   busy owner keeps its share. `orphan_age` is at least `min_orphan_age`, longer than
@@ -40,6 +46,8 @@ struct Split {
     /// this worker's clock: an owner (or a reader) whose tasks were held up by a busy
     /// machine published no beats meanwhile, so the delay does not count against it.
     progress_seen: HashMap<Vec<u8>, (u64, u64)>,
+    /// Which workers this worker takes for live.
+    liveness: Liveness,
     /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
     /// after its first heartbeat, when the others have seen it, so that its share does not
     /// overlap theirs as it joins. `None` before the first heartbeat.
@@ -98,6 +106,7 @@ impl Membership {
                 share: (0, 1),
                 stalled: Vec::new(),
                 progress_seen: HashMap::new(),
+                liveness: Liveness::default(),
                 owns_from: None,
             }),
             handled: AtomicU64::new(0),
@@ -176,20 +185,27 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     )
     .await?;
     let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
-    // (key, beat, progress) of the live workers; a record without progress (an older
-    // worker) counts as always progressing.
-    let mut live: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
+    let me = inner.worker_key();
+    let mut split = lock(&inner.membership.split);
+    let records: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
         .into_iter()
         .filter_map(|(k, v)| {
             let (beat, progress) = decode_record(&v)?;
-            (beat.saturating_add(horizon) >= now.physical_ms()).then_some((k, beat, progress))
+            Some((k, beat, progress))
         })
         .collect();
+    let now_ms = now.physical_ms();
+    let beats = records.iter().map(|(k, beat, _)| (k.as_slice(), *beat));
+    let alive = split.liveness.observe(beats, now_ms, horizon);
+    // (key, beat, progress) of the live workers (this one always); a record without
+    // progress (an older worker) counts as always progressing.
+    let mut live: Vec<(Vec<u8>, u64, Option<u64>)> = records
+        .into_iter()
+        .filter(|(k, _, _)| *k == me || alive.contains(k))
+        .collect();
     live.sort();
-    let me = inner.worker_key();
     let index = live.iter().position(|(k, _, _)| *k == me).unwrap_or(0) as u64;
     let orphan_ms = inner.config.orphan_age.as_millis() as u64;
-    let mut split = lock(&inner.membership.split);
     let seen = &mut split.progress_seen;
     seen.retain(|k, _| live.iter().any(|(l, _, _)| l == k));
     let stalled: Vec<bool> = live
@@ -205,10 +221,140 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
             *key != me && beat.saturating_sub(entry.1) >= orphan_ms
         })
         .collect();
+    if split.share != (index, live.len().max(1) as u64) {
+        tracing::info!(
+            worker = %inner.config.id,
+            index,
+            live = live.len(),
+            "hash split changed"
+        );
+    }
     split.share = (index, live.len().max(1) as u64);
     split.stalled = stalled;
     split
         .owns_from
         .get_or_insert_with(|| Instant::now() + inner.config.heartbeat.min(SETTLE_MAX));
     Ok(())
+}
+
+/// Reads of a worker's record, unchanged, after which the reader may take it for dead
+/// (with the liveness horizon passed on the reader's clock since it first read that record).
+pub(super) const DEAD_AFTER_READS: u32 = 3;
+
+/// What one worker saw of the others' heartbeat records, to tell the live ones: a record
+/// that changes between this worker's reads is live whatever its beat says (its heartbeat
+/// may have waited behind a busy store), one that stays the same over [`DEAD_AFTER_READS`]
+/// reads and the horizon is dead, and one first met already older than the horizon is dead.
+#[derive(Default)]
+pub(super) struct Liveness {
+    /// Per worker key: the beat last read, when this worker first read it (its own oracle
+    /// ms), and how many reads since found it unchanged.
+    seen: HashMap<Vec<u8>, (u64, u64, u32)>,
+}
+
+impl Liveness {
+    /// Notes one read of the registry (`records`: key and beat), at `now_ms` on this
+    /// worker's clock; returns the keys it takes for live. Forgets keys no longer read.
+    pub(super) fn observe<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = (&'a [u8], u64)>,
+        now_ms: u64,
+        horizon_ms: u64,
+    ) -> std::collections::HashSet<Vec<u8>> {
+        let mut alive = std::collections::HashSet::new();
+        let mut seen = HashMap::with_capacity(self.seen.len());
+        for (key, beat) in records {
+            let fresh = beat.saturating_add(horizon_ms) >= now_ms;
+            let entry = match self.seen.get(key) {
+                Some(&(last, first_read, reads)) if last == beat => {
+                    (beat, first_read, reads.saturating_add(1))
+                }
+                // A new beat; or the first read of this record (a ghost if already old:
+                // mark it as unchanged long enough).
+                Some(_) => (beat, now_ms, 0),
+                None if fresh => (beat, now_ms, 0),
+                None => (beat, 0, DEAD_AFTER_READS),
+            };
+            let (_, first_read, reads) = entry;
+            let dead = !fresh
+                && reads >= DEAD_AFTER_READS
+                && now_ms.saturating_sub(first_read) >= horizon_ms;
+            if !dead {
+                alive.insert(key.to_vec());
+            }
+            seen.insert(key.to_vec(), entry);
+        }
+        self.seen = seen;
+        alive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Liveness, DEAD_AFTER_READS};
+
+    const HORIZON: u64 = 3_000;
+
+    #[test]
+    fn a_record_that_changes_between_reads_is_live_however_old_its_beat() {
+        let mut l = Liveness::default();
+        // The other worker's beats fall behind the reader's clock by up to 5 s (its puts wait
+        // behind a busy store) but each read finds a new one.
+        for i in 0..20u64 {
+            let now = 10_000 + i * 1_000;
+            let lag = (i * 1_000).min(5_000);
+            let alive = l.observe([(b"b".as_slice(), now - lag + i)], now, HORIZON);
+            assert!(alive.contains(b"b".as_slice()), "read {i}");
+        }
+    }
+
+    #[test]
+    fn a_record_unchanged_over_reads_and_the_horizon_is_dead() {
+        let mut l = Liveness::default();
+        let beat = 10_000;
+        let mut dead_at = None;
+        for i in 0..10u64 {
+            let now = beat + i * 1_000;
+            if !l
+                .observe([(b"b".as_slice(), beat)], now, HORIZON)
+                .contains(b"b".as_slice())
+            {
+                dead_at = Some(i);
+                break;
+            }
+        }
+        // Dead at the first read past the horizon that follows DEAD_AFTER_READS unchanged
+        // ones, not before.
+        assert_eq!(
+            dead_at,
+            Some((u64::from(DEAD_AFTER_READS)).max(HORIZON / 1_000 + 1))
+        );
+    }
+
+    #[test]
+    fn unchanged_but_few_reads_stays_live_when_the_reader_was_held_up() {
+        let mut l = Liveness::default();
+        // The reader itself was held up: two reads 10 s apart find the same old beat.
+        assert!(l
+            .observe([(b"b".as_slice(), 1_000)], 2_000, HORIZON)
+            .contains(b"b".as_slice()));
+        assert!(l
+            .observe([(b"b".as_slice(), 1_000)], 12_000, HORIZON)
+            .contains(b"b".as_slice()));
+    }
+
+    #[test]
+    fn a_record_first_met_older_than_the_horizon_is_dead_at_once() {
+        let mut l = Liveness::default();
+        let alive = l.observe(
+            [(b"ghost".as_slice(), 1_000), (b"b".as_slice(), 99_000)],
+            100_000,
+            HORIZON,
+        );
+        assert!(!alive.contains(b"ghost".as_slice()));
+        assert!(alive.contains(b"b".as_slice()));
+        // And a ghost that comes back (a new beat) is live again.
+        let alive = l.observe([(b"ghost".as_slice(), 100_500)], 101_000, HORIZON);
+        assert!(alive.contains(b"ghost".as_slice()));
+    }
 }
