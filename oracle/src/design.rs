@@ -66,6 +66,11 @@
 //! `window_end` it has persisted under its epoch; a request that would cross it first CASes a
 //! larger `window_end`. The heartbeat (every 500 ms) rewrites the record with `window_end =
 //! max(now, last) + window` (3 s), so under normal load serving never waits for the store.
+//! [`crate::LocalOracle`] has no heartbeat: once less than half a window is left ahead of the
+//! timestamps it served (or of the clock), a call starts the same write in the background (one
+//! at a time) and returns from the current window, so callers wait only when timestamps
+//! outrun it. The safety argument is unchanged: an extension only raises `window_end`, by
+//! the same CAS and sync, before any timestamp above the old end is handed out.
 //! Every record write is followed by `RawKv::sync` before the window is used (an `fdatasync` of
 //! an embedded store whatever its `--durability`; nothing for TiKV, which syncs its Raft log
 //! before acknowledging), so after a power loss the record on disk is at least the window end of
