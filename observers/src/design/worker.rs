@@ -52,12 +52,15 @@
 //! is busy with a backlog keeps its share (age alone would let redundant workers run nearly
 //! everything twice under a backlog); a stuck one (a hung observer) loses it; a dead one drops
 //! out of the split once its record stayed the same over three of the reader's own heartbeats
-//! spanning three heartbeat periods (or at once, if the reader first meets it already that
+//! spanning six heartbeat periods (or at once, if the reader first meets it already that
 //! old). Liveness is judged by the record *changing*, not by its beat against the reader's
 //! clock: a heartbeat held up by a busy process (its beat is drawn before its put, and a
 //! timer, the oracle or the store can each hold it for seconds) made the other worker take
 //! its share while it still ran it, and both ran that share (10-37 % of photon's joins were
-//! wasted at 100,000 clicks; under 1 % since). Tests:
+//! wasted at 100,000 clicks; under 1 % since). And a worker whose last completed heartbeat
+//! started four periods ago owns nothing until one completes again (self-fencing), so when
+//! another does take its share it has already stopped starting runs there (the argument:
+//! `worker::membership`). Tests:
 //! `a_busy_owner_keeps_its_share_under_backlog`, `a_stuck_owner_loses_its_share`, and the
 //! unit tests of `worker::membership::Liveness`.
 //!

@@ -9,11 +9,18 @@
 //!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
 //!   under one lock, so an owner test never mixes two heartbeats' views).
 //! - A worker is dead to another only when its record stayed the same over [`DEAD_AFTER_READS`]
-//!   of the reader's own heartbeats spanning the liveness horizon (3 heartbeats), or when
-//!   the reader first meets it with a beat already older than the horizon (a worker that
-//!   died before the reader started). Comparing the beat with the reader's clock alone took a
-//!   worker whose heartbeat waited behind a busy store (its beat is drawn before its put) for
-//!   dead: both then owned its share and ran it twice ([`Liveness`]).
+//!   of the reader's own heartbeats spanning [`DEAD_AFTER_BEATS`] heartbeat periods, or when
+//!   the reader first meets it with a beat already that old (a worker that died before the
+//!   reader started). Comparing the beat with the reader's clock alone took a worker whose
+//!   heartbeat was held up by a busy process (its beat is drawn before its put) for dead:
+//!   both then owned its share and ran it twice ([`Liveness`]).
+//! - A worker owns nothing once [`FENCE_AFTER_BEATS`] periods passed since the start of its
+//!   last heartbeat that completed (self-fencing): another worker takes its share only after
+//!   reading its record unchanged for longer than that (`FENCE_AFTER_BEATS <
+//!   DEAD_AFTER_BEATS`; the record it reads was put after that heartbeat started), so by then
+//!   the owner has stopped starting runs on it. Only runs already in flight, or a heartbeat
+//!   completing between the reader's last read and its next one, can still overlap (wasted
+//!   work, never a second effect: acknowledgments and guards decide that).
 //! - An owner counts as stalled (sweeps may take its share) only when its published progress
 //!   (notifications handled) has not moved while its own beats advanced by `orphan_age`; a
 //!   busy owner keeps its share. `orphan_age` is at least `min_orphan_age`, longer than
@@ -48,6 +55,9 @@ struct Split {
     progress_seen: HashMap<Vec<u8>, (u64, u64)>,
     /// Which workers this worker takes for live.
     liveness: Liveness,
+    /// When the last heartbeat that completed had started, and how long after that the
+    /// worker stops owning anything (self-fencing).
+    fenced_after: Option<(Instant, Duration)>,
     /// From when the worker takes its share: a heartbeat period (at most `SETTLE_MAX`)
     /// after its first heartbeat, when the others have seen it, so that its share does not
     /// overlap theirs as it joins. `None` before the first heartbeat.
@@ -57,6 +67,13 @@ struct Split {
 impl Split {
     fn settled(&self) -> bool {
         self.owns_from.is_some_and(|from| Instant::now() >= from)
+    }
+
+    /// Whether the worker's last completed heartbeat started too long ago for it to own
+    /// anything: another worker may be taking its share.
+    fn fenced(&self) -> bool {
+        self.fenced_after
+            .is_some_and(|(started, after)| started.elapsed() >= after)
     }
 }
 
@@ -107,6 +124,7 @@ impl Membership {
                 stalled: Vec::new(),
                 progress_seen: HashMap::new(),
                 liveness: Liveness::default(),
+                fenced_after: None,
                 owns_from: None,
             }),
             handled: AtomicU64::new(0),
@@ -123,10 +141,11 @@ impl Membership {
         lock(&self.split).settled()
     }
 
-    /// Whether `cell` is in this worker's share (never before it is settled).
+    /// Whether `cell` is in this worker's share (never before it is settled, nor while it is
+    /// fenced: its last completed heartbeat started [`FENCE_AFTER_BEATS`] periods ago).
     pub(super) fn owns(&self, cell: &Cell) -> bool {
         let split = lock(&self.split);
-        if !split.settled() {
+        if !split.settled() || split.fenced() {
             return false;
         }
         let (index, live) = split.share;
@@ -166,6 +185,7 @@ pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {
 }
 
 async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
+    let started = Instant::now();
     let now = inner
         .client
         .oracle()
@@ -184,7 +204,7 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         ScanOrder::Forward,
     )
     .await?;
-    let horizon = 3 * inner.config.heartbeat.as_millis() as u64;
+    let dead_after = u64::from(DEAD_AFTER_BEATS) * inner.config.heartbeat.as_millis() as u64;
     let me = inner.worker_key();
     let mut split = lock(&inner.membership.split);
     let records: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
@@ -196,7 +216,8 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         .collect();
     let now_ms = now.physical_ms();
     let beats = records.iter().map(|(k, beat, _)| (k.as_slice(), *beat));
-    let alive = split.liveness.observe(beats, now_ms, horizon);
+    let alive = split.liveness.observe(beats, now_ms, dead_after);
+    split.fenced_after = Some((started, inner.config.heartbeat * FENCE_AFTER_BEATS));
     // (key, beat, progress) of the live workers (this one always); a record without
     // progress (an older worker) counts as always progressing.
     let mut live: Vec<(Vec<u8>, u64, Option<u64>)> = records
@@ -238,8 +259,14 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
 }
 
 /// Reads of a worker's record, unchanged, after which the reader may take it for dead
-/// (with the liveness horizon passed on the reader's clock since it first read that record).
+/// (with [`DEAD_AFTER_BEATS`] periods passed on the reader's clock since it first read it).
 pub(super) const DEAD_AFTER_READS: u32 = 3;
+/// Heartbeat periods a worker's record must stay unchanged before others take its share.
+pub(super) const DEAD_AFTER_BEATS: u32 = 6;
+/// Heartbeat periods after the start of its last completed heartbeat at which a worker stops
+/// owning anything; fewer than [`DEAD_AFTER_BEATS`], so it stops before others take over.
+pub(super) const FENCE_AFTER_BEATS: u32 = 4;
+const _: () = assert!(FENCE_AFTER_BEATS < DEAD_AFTER_BEATS);
 
 /// What one worker saw of the others' heartbeat records, to tell the live ones: a record
 /// that changes between this worker's reads is live whatever its beat says (its heartbeat
@@ -254,7 +281,8 @@ pub(super) struct Liveness {
 
 impl Liveness {
     /// Notes one read of the registry (`records`: key and beat), at `now_ms` on this
-    /// worker's clock; returns the keys it takes for live. Forgets keys no longer read.
+    /// worker's clock; returns the keys it takes for live (dead: unchanged for `horizon_ms`
+    /// and [`DEAD_AFTER_READS`] reads). Forgets keys no longer read.
     pub(super) fn observe<'a>(
         &mut self,
         records: impl IntoIterator<Item = (&'a [u8], u64)>,
@@ -341,6 +369,30 @@ mod tests {
         assert!(l
             .observe([(b"b".as_slice(), 1_000)], 12_000, HORIZON)
             .contains(b"b".as_slice()));
+    }
+
+    #[test]
+    fn a_worker_whose_heartbeat_is_held_up_stops_owning_before_others_take_over() {
+        use super::{Membership, FENCE_AFTER_BEATS};
+        use std::time::{Duration, Instant};
+        let m = Membership::new();
+        let cell = percolator::Cell::new("t", "r", "c");
+        let beat = Duration::from_millis(100);
+        {
+            let mut split = super::lock(&m.split);
+            split.owns_from = Some(Instant::now());
+            split.fenced_after = Some((Instant::now(), beat * FENCE_AFTER_BEATS));
+        }
+        assert!(m.owns(&cell), "a fresh heartbeat owns its share");
+        // Its last completed heartbeat started longer ago than the fence: it owns nothing,
+        // whatever the split says, until a heartbeat completes again.
+        super::lock(&m.split).fenced_after = Some((
+            Instant::now() - beat * FENCE_AFTER_BEATS - Duration::from_millis(1),
+            beat * FENCE_AFTER_BEATS,
+        ));
+        assert!(!m.owns(&cell));
+        super::lock(&m.split).fenced_after = Some((Instant::now(), beat * FENCE_AFTER_BEATS));
+        assert!(m.owns(&cell));
     }
 
     #[test]
