@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const KEYS: u64 = 10_000;
 const VALUE_BYTES: usize = 100;
@@ -101,12 +101,7 @@ async fn measure(kv: Arc<dyn RawKv>, op: Op, tasks: usize, secs: f64) -> f64 {
         }));
     }
     let start = Instant::now();
-    // Timed on a plain thread: busy tasks must not be able to delay the stop signal.
-    let stopper = stop.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        stopper.store(true, Ordering::Relaxed);
-    });
+    percolator_bench::stop_after(secs, &stop);
     for h in handles {
         h.await.expect("bench task");
     }
@@ -118,10 +113,7 @@ async fn measure(kv: Arc<dyn RawKv>, op: Op, tasks: usize, secs: f64) -> f64 {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let secs: f64 = std::env::var("KV_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let secs = percolator_bench::secs_from_env("KV_BENCH_SECS");
     let dir = tempfile::tempdir().expect("temp dir");
     let (server_runtime, server) = percolator_bench::start_minitikv(&dir.path().join("minitikv"));
     println!(
@@ -129,10 +121,7 @@ fn main() {
          tikv = TikvKv -> minitikv on {} (embedded store, loopback gRPC)",
         server.addr()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("client runtime");
+    let runtime = percolator_bench::client_runtime();
     let report = runtime.block_on(async {
         let tikv = TikvKv::connect(TikvConfig::new(vec![server.endpoint()]))
             .await

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CELLS: u64 = 10_000;
 
@@ -100,11 +100,7 @@ where
         }));
     }
     let start = Instant::now();
-    let stopper = stop.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        stopper.store(true, Ordering::Relaxed);
-    });
+    percolator_bench::stop_after(secs, &stop);
     for h in handles {
         h.await.expect("bench task");
     }
@@ -262,16 +258,10 @@ async fn ratios(
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    let secs: f64 = std::env::var("TXN_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let secs = percolator_bench::secs_from_env("TXN_BENCH_SECS");
     let dir = tempfile::tempdir().expect("temp dir");
     let (_server_runtime, server) = percolator_bench::start_minitikv(&dir.path().join("minitikv"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = percolator_bench::client_runtime();
     let embedded_dir = dir.path().join("embedded");
     let report = runtime.block_on(async move {
         let raw: Arc<dyn RawKv> = Arc::new(percolator::txn::open_embedded(&embedded_dir, Default::default()).expect("open"));

@@ -67,6 +67,30 @@ pub fn sigterm_at_readiness_rounds(
     }
 }
 
+/// [`sigterm_at_readiness_rounds`] with nothing more to check after each round.
+pub fn exits_cleanly_at_readiness(
+    rounds: usize,
+    command: impl FnMut() -> Command,
+    stream: Stream,
+    ready: &str,
+) {
+    sigterm_at_readiness_rounds(rounds, command, stream, ready, |_, _| {});
+}
+
+/// `program` with `args`, logging at level `info`, with colours left to the binary's own
+/// choice (`NO_COLOR` removed): how the signal tests start a binary.
+pub fn logging_command<I, S>(program: &str, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR");
+    cmd
+}
+
 pub use libc::{SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
 
 /// Sends `signal` (e.g. [`SIGSTOP`]) to `pid` directly (kill(2), no `kill` child process in

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use percolator_cli::store::open_client;
-use percolator_ctl::cli::{Cli, Command, ServeArgs};
+use percolator_ctl::cli::{Cli, Command, ServeArgs, StoreArgs};
 use percolator_ctl::serve::ServeConfig;
 use percolator_ctl::verbs;
 use percolator_ctl::Answer;
@@ -45,14 +45,19 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(cli: &Cli) -> anyhow::Result<Answer> {
-    let client = open_client(
-        &cli.store.store,
-        &cli.store.namespace,
-        &cli.store.oracle,
-        cli.store.durability,
+/// A client of the store the flags name, as the other binaries open it.
+async fn client(store: &StoreArgs) -> anyhow::Result<percolator::Client> {
+    Ok(open_client(
+        &store.store,
+        &store.namespace,
+        &store.oracle,
+        store.durability,
     )
-    .await?;
+    .await?)
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<Answer> {
+    let client = client(&cli.store).await?;
     Ok(match &cli.command {
         Command::Status => verbs::status::status(&client, &cli.store).await?,
         Command::Scan(args) => verbs::scan::scan(&client, args).await?,
@@ -75,13 +80,7 @@ async fn run(cli: &Cli) -> anyhow::Result<Answer> {
 /// `serve`: the dashboard until SIGTERM or SIGINT. Prints `dashboard listening on
 /// http://ADDR/` once it accepts connections (with `--listen HOST:0`, the port chosen).
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
-    let client = open_client(
-        &cli.store.store,
-        &cli.store.namespace,
-        &cli.store.oracle,
-        cli.store.durability,
-    )
-    .await?;
+    let client = client(&cli.store).await?;
     let listener = std::net::TcpListener::bind(args.listen)
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;

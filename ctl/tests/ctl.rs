@@ -2,18 +2,18 @@
 //! minitikv over an embedded store and an oracle service in the test process, workers on a
 //! client of them, and every verb run as `percolator-ctl --store tikv:... --oracle ... --json`.
 
-use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use observers::{observer_fn, DeadLetter, Registry, Worker};
 use percolator::txn::CrashPoint;
 use percolator::{Cell, Client, ClientConfig};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use cluster::Env;
+use cluster::{breakable_length, poll, worker_config, Env};
 
 /// Hang guard for the polls below (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -57,19 +57,6 @@ impl Env {
         );
         run.json
     }
-
-    async fn write(&self, cell: &Cell, value: &str) -> u64 {
-        let txn = self.client.begin().await.expect("begin");
-        txn.set(cell.clone(), value);
-        txn.commit().await.expect("commit").0
-    }
-
-    async fn read(&self, cell: &Cell) -> Option<String> {
-        let txn = self.client.begin().await.expect("begin");
-        let v = txn.get(cell).await.expect("get");
-        txn.commit().await.expect("commit");
-        v.map(|v| String::from_utf8_lossy(&v).into_owned())
-    }
 }
 
 fn body(row: &str) -> Cell {
@@ -80,24 +67,7 @@ fn body(row: &str) -> Cell {
 /// purpose while `broken` is set.
 fn chain(broken: Arc<AtomicBool>) -> Arc<Registry> {
     let mut registry = Registry::new();
-    registry
-        .strong(
-            "docs",
-            "body",
-            "length",
-            observer_fn(move |txn, cell: Cell| {
-                let broken = broken.clone();
-                async move {
-                    if broken.load(Ordering::SeqCst) {
-                        return Err(ObserverError::failed("broken on purpose"));
-                    }
-                    let body = txn.get(&cell).await?.unwrap_or_default();
-                    txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
-                    Ok(())
-                }
-            }),
-        )
-        .expect("register");
+    breakable_length(&mut registry, broken);
     registry
         .strong(
             "docs",
@@ -113,26 +83,6 @@ fn chain(broken: Arc<AtomicBool>) -> Arc<Registry> {
     Arc::new(registry)
 }
 
-fn worker_config() -> WorkerConfig {
-    WorkerConfig {
-        max_failures: 2,
-        retry_backoff: Duration::from_millis(5),
-        ..WorkerConfig::default()
-    }
-}
-
-async fn poll<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_listed_shown_dropped_only_when_confirmed_and_replayed() {
     let env = Env::start("dl").await;
@@ -142,7 +92,7 @@ async fn dead_letters_are_listed_shown_dropped_only_when_confirmed_and_replayed(
     for row in ["a", "b", "c"] {
         env.write(&body(row), &format!("body of {row}")).await;
     }
-    poll("three dead letters", || async {
+    poll(PATIENCE, "three dead letters", || async {
         DeadLetter::list(&env.client).await.expect("list").len() == 3
     })
     .await;
@@ -321,7 +271,7 @@ async fn a_crashed_writers_lock_shows_in_locks_and_status_until_resolved() {
     );
 
     // Expiry is decided on oracle time: poll until the TTL has passed.
-    poll("the locks to expire", || async {
+    poll(PATIENCE, "the locks to expire", || async {
         env.ok(&["status"]).await["locks"]["expired"]
             .as_array()
             .is_some_and(|e| e.len() == 2)

@@ -8,9 +8,9 @@ mod cdp;
 #[path = "support/cluster.rs"]
 mod cluster;
 
-use cluster::Env;
+use cluster::{breakable_length, poll, worker_config, Env};
 
-use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use observers::{observer_fn, DeadLetter, Registry, Worker};
 use percolator::Cell;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,43 +48,13 @@ impl Env {
             .to_string();
         (child, addr)
     }
-
-    async fn write(&self, cell: &Cell, value: &str) {
-        let txn = self.client.begin().await.expect("begin");
-        txn.set(cell.clone(), value);
-        txn.commit().await.expect("commit");
-    }
-
-    async fn read(&self, cell: &Cell) -> Option<String> {
-        let txn = self.client.begin().await.expect("begin");
-        let v = txn.get(cell).await.expect("get");
-        txn.commit().await.expect("commit");
-        v.map(|v| String::from_utf8_lossy(&v).into_owned())
-    }
 }
 
 /// `docs/body` -> `docs/len` fails while `broken` is set; `docs/title` -> `docs/indexed`
 /// always succeeds (the throughput the charts show).
 fn registry(broken: Arc<AtomicBool>) -> Arc<Registry> {
     let mut registry = Registry::new();
-    registry
-        .strong(
-            "docs",
-            "body",
-            "length",
-            observer_fn(move |txn, cell: Cell| {
-                let broken = broken.clone();
-                async move {
-                    if broken.load(Ordering::SeqCst) {
-                        return Err(ObserverError::failed("broken on purpose"));
-                    }
-                    let body = txn.get(&cell).await?.unwrap_or_default();
-                    txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
-                    Ok(())
-                }
-            }),
-        )
-        .expect("register");
+    breakable_length(&mut registry, broken);
     registry
         .strong(
             "docs",
@@ -97,26 +67,6 @@ fn registry(broken: Arc<AtomicBool>) -> Arc<Registry> {
         )
         .expect("register");
     Arc::new(registry)
-}
-
-fn worker_config() -> WorkerConfig {
-    WorkerConfig {
-        max_failures: 2,
-        retry_backoff: Duration::from_millis(5),
-        ..WorkerConfig::default()
-    }
-}
-
-async fn poll<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < PATIENCE, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Workers on the store, one dead letter (for `docs/a/body`), and the failing observer fixed
@@ -132,7 +82,7 @@ async fn with_a_dead_letter(env: &Env, workers: usize) -> (Vec<Worker>, String) 
     }
     env.write(&Cell::new("docs", "a", "body"), "body of a")
         .await;
-    poll("a dead letter", || async {
+    poll(PATIENCE, "a dead letter", || async {
         DeadLetter::list(&env.client).await.expect("list").len() == 1
     })
     .await;
@@ -277,7 +227,7 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     assert!(metrics.contains("# TYPE percolator_workers gauge\npercolator_workers{namespace=\"dash-api\",state=\"live\"} "), "{metrics}");
 
     // History: samples accumulate.
-    poll("two samples", || async {
+    poll(PATIENCE, "two samples", || async {
         get_json(&addr, "/api/history").await["samples"]
             .as_array()
             .is_some_and(|s| s.len() >= 2)
@@ -324,7 +274,7 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     let (status, _, _) = http(&addr, "POST", "/api/dead-letters/confirm", Some(&confirm)).await;
     assert_eq!(status, 400);
 
-    poll("the replayed observer ran", || async {
+    poll(PATIENCE, "the replayed observer ran", || async {
         env.read(&Cell::new("docs", "a", "len")).await.as_deref() == Some("9")
     })
     .await;
@@ -452,7 +402,7 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
     .await
     .expect("browser session");
 
-    poll("the replayed observer ran", || async {
+    poll(PATIENCE, "the replayed observer ran", || async {
         env.read(&Cell::new("docs", "a", "len")).await.as_deref() == Some("9")
     })
     .await;

@@ -200,20 +200,7 @@ impl Layout {
             next_id: AtomicU64::new(REGION_ID + 2),
             stores: stores.max(1),
         };
-        {
-            let mut regions = layout.write();
-            regions.insert(
-                Vec::new(),
-                RegionInfo {
-                    id: REGION_ID,
-                    start: Vec::new(),
-                    end: Vec::new(),
-                    version: 1,
-                    conf_ver: 1,
-                    leader_store: STORE_ID,
-                },
-            );
-        }
+        layout.write().insert(Vec::new(), empty_region());
         let mut keys: Vec<Vec<u8>> = split_keys
             .iter()
             .filter(|k| !k.is_empty())

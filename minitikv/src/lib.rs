@@ -237,6 +237,28 @@ impl ServerConfig {
             ..ServerConfig::in_memory()
         }
     }
+
+    /// The tests' weather, in memory: three stores, regions split at `split_keys`, a split,
+    /// merge or leader transfer every 10 ms keeping between `regions.start()` and
+    /// `regions.end()` regions, and [`Faults::weather`]`(seed)`.
+    pub fn weather(
+        seed: u64,
+        split_keys: Vec<Vec<u8>>,
+        regions: std::ops::RangeInclusive<usize>,
+    ) -> Self {
+        ServerConfig {
+            split_keys,
+            stores: 3,
+            faults: Faults::weather(seed),
+            churn: Some(Churn {
+                interval: Duration::from_millis(10),
+                seed,
+                min_regions: *regions.start(),
+                max_regions: *regions.end(),
+            }),
+            ..ServerConfig::in_memory()
+        }
+    }
 }
 
 /// A server running on the current tokio runtime. Dropping it stops it (without waiting).

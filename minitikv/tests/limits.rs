@@ -2,15 +2,18 @@
 //! in its region (a reverse scan's empty upper bound only in the first region), keys of at
 //! most 8 KiB, raft entries of at most 8 MiB; and the per-method call counts.
 
+#[macro_use]
+mod common;
+
+use common::{get, ok, put, region_ctx as ctx_of};
 use minitikv::proto::kvrpcpb::{self, Context};
-use minitikv::proto::metapb;
 use minitikv::proto::pd::PdClient;
-use minitikv::proto::pdpb;
 use minitikv::proto::tikv::tikv_client::TikvClient;
 use minitikv::{RunningServer, ServerConfig};
 use tonic::transport::Channel;
 
-/// One store, regions `["", "m")` and `["m", "")`.
+/// One store, regions `["", "m")` and `["m", "")`; a TiKV client taking messages up to
+/// minitikv's limit.
 async fn two_regions() -> (RunningServer, PdClient<Channel>, TikvClient<Channel>) {
     let server = minitikv::start(ServerConfig {
         split_keys: vec![b"m".to_vec()],
@@ -18,32 +21,11 @@ async fn two_regions() -> (RunningServer, PdClient<Channel>, TikvClient<Channel>
     })
     .await
     .unwrap();
-    let url = format!("http://{}", server.endpoint());
-    let pd = PdClient::connect(url.clone()).await.expect("PD client");
-    let kv = TikvClient::connect(url)
-        .await
-        .expect("TiKV client")
+    let (pd, kv) = common::clients(&server).await;
+    let kv = kv
         .max_decoding_message_size(minitikv::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(minitikv::MAX_MESSAGE_BYTES);
     (server, pd, kv)
-}
-
-async fn ctx_of(pd: &mut PdClient<Channel>, key: &[u8]) -> Option<Context> {
-    let resp = pd
-        .get_region(pdpb::GetRegionRequest {
-            region_key: key.to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let region: metapb::Region = resp.region.expect("region");
-    Some(Context {
-        region_id: region.id,
-        region_epoch: region.region_epoch,
-        peer: resp.leader,
-        ..Default::default()
-    })
 }
 
 fn reverse_scan(ctx: Option<Context>, upper: &[u8], lower: &[u8]) -> kvrpcpb::RawScanRequest {
@@ -66,20 +48,9 @@ async fn reverse_scans_must_seek_inside_their_region() {
     let last = ctx_of(&mut pd, b"x").await;
     let first = ctx_of(&mut pd, b"a").await;
     for (k, ctx) in [(b"a", first.clone()), (b"x", last.clone())] {
-        let put = kvrpcpb::RawPutRequest {
-            context: ctx,
-            key: k.to_vec(),
-            value: b"v".to_vec(),
-            ..Default::default()
-        };
-        let resp = kv.raw_put(put).await.unwrap().into_inner();
-        assert!(resp.region_error.is_none() && resp.error.is_empty());
+        assert_no_error!(ok(kv.raw_put(put(ctx, k, b"v"))).await);
     }
-    let resp = kv
-        .raw_scan(reverse_scan(last.clone(), b"", b"m"))
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_scan(reverse_scan(last.clone(), b"", b"m"))).await;
     let err = resp
         .region_error
         .expect("empty upper bound in the last region");
@@ -94,20 +65,12 @@ async fn reverse_scans_must_seek_inside_their_region() {
     assert_eq!(resp.kvs.len(), 1);
     // The region's end key is a valid upper bound; an empty one in the first region too.
     for upper in [&b"m"[..], b""] {
-        let resp = kv
-            .raw_scan(reverse_scan(first.clone(), upper, b""))
-            .await
-            .unwrap()
-            .into_inner();
+        let resp = ok(kv.raw_scan(reverse_scan(first.clone(), upper, b""))).await;
         assert!(resp.region_error.is_none(), "upper {upper:?}");
         assert_eq!(resp.kvs.len(), 1, "upper {upper:?}");
     }
     // Beyond the region's end: refused.
-    let resp = kv
-        .raw_scan(reverse_scan(first, b"n", b""))
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_scan(reverse_scan(first, b"n", b""))).await;
     assert!(resp
         .region_error
         .and_then(|e| e.key_not_in_region)
@@ -121,28 +84,15 @@ async fn reverse_scans_must_seek_inside_their_region() {
 async fn keys_and_raft_entries_over_tikvs_limits_are_refused() {
     let (_server, mut pd, mut kv) = two_regions().await;
     let ctx = ctx_of(&mut pd, b"x").await;
-    let put = |key: Vec<u8>, value: Vec<u8>| kvrpcpb::RawPutRequest {
-        context: ctx.clone(),
-        key,
-        value,
-        ..Default::default()
-    };
+    let put = |key: Vec<u8>, value: Vec<u8>| put(ctx.clone(), &key, &value);
     let long = |n: usize| {
         let mut key = b"x".to_vec();
         key.resize(n, b'k');
         key
     };
-    let resp = kv
-        .raw_put(put(long(8 * 1024 + 1), b"v".to_vec()))
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_put(put(long(8 * 1024 + 1), b"v".to_vec()))).await;
     assert!(resp.error.contains("Key is too large"), "{resp:?}");
-    let resp = kv
-        .raw_put(put(long(8 * 1024), b"v".to_vec()))
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_put(put(long(8 * 1024), b"v".to_vec()))).await;
     assert!(resp.error.is_empty() && resp.region_error.is_none());
 
     let limit = 8 * 1024 * 1024;
@@ -175,17 +125,12 @@ async fn keys_and_raft_entries_over_tikvs_limits_are_refused() {
             .collect(),
         ..Default::default()
     };
-    let resp = kv.raw_batch_put(batch).await.unwrap().into_inner();
+    let resp = ok(kv.raw_batch_put(batch)).await;
     assert!(resp
         .region_error
         .and_then(|e| e.raft_entry_too_large)
         .is_some());
-    let get = kvrpcpb::RawGetRequest {
-        context: ctx,
-        key: b"x2".to_vec(),
-        ..Default::default()
-    };
-    assert!(kv.raw_get(get).await.unwrap().into_inner().not_found);
+    assert!(ok(kv.raw_get(get(ctx, b"x2"))).await.not_found);
 }
 
 /// Calls are counted by method, PD's too, and scans count the keys they read.
@@ -195,13 +140,7 @@ async fn calls_are_counted_by_method() {
     let before = server.rpc_counts();
     let ctx = ctx_of(&mut pd, b"x").await;
     for k in [&b"x1"[..], b"x2", b"x3"] {
-        let put = kvrpcpb::RawPutRequest {
-            context: ctx.clone(),
-            key: k.to_vec(),
-            value: b"v".to_vec(),
-            ..Default::default()
-        };
-        kv.raw_put(put).await.unwrap();
+        kv.raw_put(put(ctx.clone(), k, b"v")).await.unwrap();
     }
     let scan = kvrpcpb::RawScanRequest {
         context: ctx,
@@ -209,7 +148,7 @@ async fn calls_are_counted_by_method() {
         limit: 2,
         ..Default::default()
     };
-    assert_eq!(kv.raw_scan(scan).await.unwrap().into_inner().kvs.len(), 2);
+    assert_eq!(ok(kv.raw_scan(scan)).await.kvs.len(), 2);
     let counts = server.rpc_counts().since(&before);
     assert_eq!(counts.calls("GetRegion"), 1);
     assert_eq!(counts.calls("RawPut"), 3);

@@ -1,6 +1,10 @@
 //! minitikv answered through raw gRPC (its own generated clients): PD calls, raw RPCs, TiKV
 //! shaped errors, and the `minitikv serve` binary.
 
+#[macro_use]
+mod common;
+
+use common::{clients, ctx_for, get, ok, pd_region, put, refused};
 use minitikv::proto::kvrpcpb::{self, Context};
 use minitikv::proto::metapb;
 use minitikv::proto::pd::PdClient;
@@ -9,7 +13,6 @@ use minitikv::proto::tikv::tikv_client::TikvClient;
 use minitikv::{ServerConfig, CLUSTER_ID, PEER_ID, REGION_ID, STORE_ID};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use tonic::transport::Channel;
 
 fn ctx() -> Option<Context> {
     Some(Context {
@@ -27,79 +30,52 @@ fn ctx() -> Option<Context> {
     })
 }
 
-async fn clients(server: &minitikv::RunningServer) -> (PdClient<Channel>, TikvClient<Channel>) {
-    let url = format!("http://{}", server.endpoint());
-    (
-        PdClient::connect(url.clone()).await.expect("PD client"),
-        TikvClient::connect(url).await.expect("TiKV client"),
-    )
-}
-
 #[tokio::test]
 async fn pd_describes_one_store_and_one_region_covering_every_key() {
     let server = minitikv::start(ServerConfig::in_memory().single_region())
         .await
         .unwrap();
     let (mut pd, _) = clients(&server).await;
-    let members = pd
-        .get_members(pdpb::GetMembersRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let members = ok(pd.get_members(pdpb::GetMembersRequest::default())).await;
     assert_eq!(members.header.unwrap().cluster_id, CLUSTER_ID);
     assert_eq!(
         members.leader.unwrap().client_urls,
         vec![format!("http://{}", server.endpoint())]
     );
-    let region = pd
-        .get_region(pdpb::GetRegionRequest {
-            region_key: b"anything".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let region = ok(pd.get_region(pdpb::GetRegionRequest {
+        region_key: b"anything".to_vec(),
+        ..Default::default()
+    }))
+    .await;
     let r = region.region.unwrap();
     assert_eq!((r.id, r.start_key, r.end_key), (REGION_ID, vec![], vec![]));
     assert_eq!(region.leader.unwrap().store_id, STORE_ID);
-    let by_id = pd
-        .get_region_by_id(pdpb::GetRegionByIdRequest {
-            region_id: 77,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let by_id = ok(pd.get_region_by_id(pdpb::GetRegionByIdRequest {
+        region_id: 77,
+        ..Default::default()
+    }))
+    .await;
     assert!(by_id.region.is_none(), "unknown region id: no region");
-    let store = pd
-        .get_store(pdpb::GetStoreRequest {
-            store_id: STORE_ID,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let store = ok(pd.get_store(pdpb::GetStoreRequest {
+        store_id: STORE_ID,
+        ..Default::default()
+    }))
+    .await;
     assert_eq!(store.store.unwrap().address, server.endpoint());
-    let missing = pd
-        .get_store(pdpb::GetStoreRequest {
-            store_id: 9,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let missing = ok(pd.get_store(pdpb::GetStoreRequest {
+        store_id: 9,
+        ..Default::default()
+    }))
+    .await;
     assert!(missing.header.unwrap().error.unwrap().message.contains("9"));
-    let wrong_cluster = pd
-        .get_all_stores(pdpb::GetAllStoresRequest {
-            header: Some(pdpb::RequestHeader {
-                cluster_id: 1234,
-                sender_id: 0,
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let wrong_cluster = ok(pd.get_all_stores(pdpb::GetAllStoresRequest {
+        header: Some(pdpb::RequestHeader {
+            cluster_id: 1234,
+            sender_id: 0,
+        }),
+        ..Default::default()
+    }))
+    .await;
     assert!(wrong_cluster.header.unwrap().error.is_some());
 
     // The TSO stream answers each request with `count` increasing timestamps.
@@ -111,7 +87,7 @@ async fn pd_describes_one_store_and_one_region_covering_every_key() {
         count: 10,
         dc_location: String::new(),
     }));
-    let mut responses = pd.tso(requests).await.unwrap().into_inner();
+    let mut responses = ok(pd.tso(requests)).await;
     let mut last = (0i64, 0i64);
     for _ in 0..3 {
         let resp = responses.message().await.unwrap().unwrap();
@@ -133,43 +109,28 @@ async fn raw_rpcs_answer_like_tikv() {
         .await
         .unwrap();
     let (_, mut kv) = clients(&server).await;
-    let put = |k: &[u8], v: &[u8]| kvrpcpb::RawPutRequest {
-        context: ctx(),
-        key: k.to_vec(),
-        value: v.to_vec(),
-        ..Default::default()
-    };
     for (k, v) in [
         (&b"a"[..], &b"1"[..]),
         (b"b", b""),
         (b"c", b"3"),
         (b"d", b"4"),
     ] {
-        let resp = kv.raw_put(put(k, v)).await.unwrap().into_inner();
-        assert!(resp.region_error.is_none() && resp.error.is_empty());
+        assert_no_error!(ok(kv.raw_put(put(ctx(), k, v))).await);
     }
-    let get = |k: &[u8]| kvrpcpb::RawGetRequest {
-        context: ctx(),
-        key: k.to_vec(),
-        ..Default::default()
-    };
-    let resp = kv.raw_get(get(b"b")).await.unwrap().into_inner();
+    let resp = ok(kv.raw_get(get(ctx(), b"b"))).await;
     assert!(
         !resp.not_found && resp.value.is_empty(),
         "empty value is found"
     );
-    let resp = kv.raw_get(get(b"zz")).await.unwrap().into_inner();
+    let resp = ok(kv.raw_get(get(ctx(), b"zz"))).await;
     assert!(resp.not_found, "absent key: not_found");
 
-    let batch = kv
-        .raw_batch_get(kvrpcpb::RawBatchGetRequest {
-            context: ctx(),
-            keys: vec![b"a".to_vec(), b"zz".to_vec(), b"b".to_vec()],
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let batch = ok(kv.raw_batch_get(kvrpcpb::RawBatchGetRequest {
+        context: ctx(),
+        keys: vec![b"a".to_vec(), b"zz".to_vec(), b"b".to_vec()],
+        ..Default::default()
+    }))
+    .await;
     let keys: Vec<_> = batch.pairs.iter().map(|p| p.key.clone()).collect();
     assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()], "only found keys");
 
@@ -206,25 +167,22 @@ async fn raw_rpcs_answer_like_tikv() {
     assert_eq!(open.kvs[0].key, b"d".to_vec());
     assert!(open.kvs[0].value.is_empty(), "key_only");
 
-    let bs = kv
-        .raw_batch_scan(kvrpcpb::RawBatchScanRequest {
-            context: ctx(),
-            ranges: vec![
-                kvrpcpb::KeyRange {
-                    start_key: b"a".to_vec(),
-                    end_key: b"c".to_vec(),
-                },
-                kvrpcpb::KeyRange {
-                    start_key: b"c".to_vec(),
-                    end_key: vec![],
-                },
-            ],
-            each_limit: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let bs = ok(kv.raw_batch_scan(kvrpcpb::RawBatchScanRequest {
+        context: ctx(),
+        ranges: vec![
+            kvrpcpb::KeyRange {
+                start_key: b"a".to_vec(),
+                end_key: b"c".to_vec(),
+            },
+            kvrpcpb::KeyRange {
+                start_key: b"c".to_vec(),
+                end_key: vec![],
+            },
+        ],
+        each_limit: 1,
+        ..Default::default()
+    }))
+    .await;
     let keys: Vec<_> = bs.kvs.iter().map(|p| p.key.clone()).collect();
     assert_eq!(
         keys,
@@ -240,35 +198,20 @@ async fn raw_rpcs_answer_like_tikv() {
         previous_value: prev.unwrap_or_default().to_vec(),
         ..Default::default()
     };
-    let r = kv
-        .raw_compare_and_swap(cas(None, b"x"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = ok(kv.raw_compare_and_swap(cas(None, b"x"))).await;
     assert!(r.succeed && r.previous_not_exist);
-    let r = kv
-        .raw_compare_and_swap(cas(None, b"y"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = ok(kv.raw_compare_and_swap(cas(None, b"y"))).await;
     assert!(!r.succeed && !r.previous_not_exist && r.previous_value == b"x");
-    let r = kv
-        .raw_compare_and_swap(cas(Some(b"x"), b"y"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = ok(kv.raw_compare_and_swap(cas(Some(b"x"), b"y"))).await;
     assert!(r.succeed && r.previous_value == b"x");
 
-    let dr = kv
-        .raw_delete_range(kvrpcpb::RawDeleteRangeRequest {
-            context: ctx(),
-            start_key: b"b".to_vec(),
-            end_key: b"d".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let dr = ok(kv.raw_delete_range(kvrpcpb::RawDeleteRangeRequest {
+        context: ctx(),
+        start_key: b"b".to_vec(),
+        end_key: b"d".to_vec(),
+        ..Default::default()
+    }))
+    .await;
     assert!(dr.error.is_empty());
     let left = kv.raw_scan(scan(b"", b"", false, 10, true)).await.unwrap();
     assert_eq!(
@@ -276,23 +219,17 @@ async fn raw_rpcs_answer_like_tikv() {
         vec![b"a".to_vec(), b"d".to_vec(), b"k".to_vec()]
     );
 
-    let bad_cf = kv
-        .raw_put(kvrpcpb::RawPutRequest {
-            cf: "lock".into(),
-            ..put(b"a", b"1")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let bad_cf = ok(kv.raw_put(kvrpcpb::RawPutRequest {
+        cf: "lock".into(),
+        ..put(ctx(), b"a", b"1")
+    }))
+    .await;
     assert!(bad_cf.error.contains("column family"));
-    let ttl = kv
-        .raw_put(kvrpcpb::RawPutRequest {
-            ttl: 5,
-            ..put(b"a", b"1")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let ttl = ok(kv.raw_put(kvrpcpb::RawPutRequest {
+        ttl: 5,
+        ..put(ctx(), b"a", b"1")
+    }))
+    .await;
     assert!(ttl.error.contains("TTL"));
     server.shutdown().await;
 }
@@ -305,15 +242,7 @@ async fn wrong_region_epoch_or_store_get_region_errors() {
     let (_, mut kv) = clients(&server).await;
     let mut wrong_region = ctx().unwrap();
     wrong_region.region_id = 42;
-    let resp = kv
-        .raw_get(kvrpcpb::RawGetRequest {
-            context: Some(wrong_region),
-            key: b"a".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_get(get(Some(wrong_region), b"a"))).await;
     let err = resp.region_error.expect("region error");
     assert_eq!(err.region_not_found.unwrap().region_id, 42);
 
@@ -322,16 +251,7 @@ async fn wrong_region_epoch_or_store_get_region_errors() {
         conf_ver: 1,
         version: 0,
     });
-    let resp = kv
-        .raw_put(kvrpcpb::RawPutRequest {
-            context: Some(stale),
-            key: b"a".to_vec(),
-            value: b"v".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_put(put(Some(stale), b"a", b"v"))).await;
     let err = resp.region_error.expect("region error");
     let current = err
         .epoch_not_match
@@ -345,17 +265,7 @@ async fn wrong_region_epoch_or_store_get_region_errors() {
         store_id: 5,
         ..Default::default()
     });
-    let resp = kv
-        .raw_compare_and_swap(kvrpcpb::RawCasRequest {
-            context: Some(other_store),
-            key: b"a".to_vec(),
-            value: b"v".to_vec(),
-            previous_not_exist: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_compare_and_swap(common::cas(Some(other_store), b"a", b"v"))).await;
     assert_eq!(
         resp.region_error
             .expect("region error")
@@ -364,15 +274,12 @@ async fn wrong_region_epoch_or_store_get_region_errors() {
             .request_store_id,
         5
     );
-    let resp = kv
-        .raw_scan(kvrpcpb::RawScanRequest {
-            context: None,
-            limit: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_scan(kvrpcpb::RawScanRequest {
+        context: None,
+        limit: 1,
+        ..Default::default()
+    }))
+    .await;
     assert!(resp.region_error.unwrap().region_not_found.is_some());
     server.shutdown().await;
 }
@@ -384,29 +291,14 @@ async fn data_survives_a_restart_on_the_embedded_store() {
         .await
         .unwrap();
     let (_, mut kv) = clients(&server).await;
-    kv.raw_put(kvrpcpb::RawPutRequest {
-        context: ctx(),
-        key: b"durable".to_vec(),
-        value: b"yes".to_vec(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    assert_no_error!(ok(kv.raw_put(put(ctx(), b"durable", b"yes"))).await);
     drop(kv);
     server.shutdown().await;
     let server = minitikv::start(ServerConfig::embedded(dir.path()).single_region())
         .await
         .unwrap();
     let (_, mut kv) = clients(&server).await;
-    let resp = kv
-        .raw_get(kvrpcpb::RawGetRequest {
-            context: ctx(),
-            key: b"durable".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = ok(kv.raw_get(get(ctx(), b"durable"))).await;
     assert_eq!(resp.value, b"yes");
     server.shutdown().await;
 }
@@ -434,11 +326,7 @@ async fn the_binary_prints_its_port_and_serves() {
         .to_string();
     assert!(!addr.ends_with(":0"), "real port printed: {addr}");
     let mut pd = PdClient::connect(format!("http://{addr}")).await.unwrap();
-    let members = pd
-        .get_members(pdpb::GetMembersRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let members = ok(pd.get_members(pdpb::GetMembersRequest::default())).await;
     assert_eq!(members.header.unwrap().cluster_id, CLUSTER_ID);
     child.kill().unwrap();
     child.wait().unwrap();
@@ -452,28 +340,6 @@ async fn the_binary_prints_its_port_and_serves() {
         text.contains("--data") && text.contains("--listen"),
         "{text}"
     );
-}
-
-/// The context TiKV expects for `region` (as PD describes it) on its leader's store.
-fn ctx_for(region: &metapb::Region, leader: &metapb::Peer) -> Context {
-    Context {
-        region_id: region.id,
-        region_epoch: region.region_epoch.clone(),
-        peer: Some(leader.clone()),
-        ..Default::default()
-    }
-}
-
-async fn pd_region(pd: &mut PdClient<Channel>, key: &[u8]) -> (metapb::Region, metapb::Peer) {
-    let resp = pd
-        .get_region(pdpb::GetRegionRequest {
-            region_key: key.to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    (resp.region.expect("region"), resp.leader.expect("leader"))
 }
 
 /// Several regions and stores: PD answers the right region per key (and the previous one,
@@ -491,11 +357,8 @@ async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
     .await
     .unwrap();
     let (mut pd, _) = clients(&server).await;
-    let stores = pd
-        .get_all_stores(pdpb::GetAllStoresRequest::default())
+    let stores = ok(pd.get_all_stores(pdpb::GetAllStoresRequest::default()))
         .await
-        .unwrap()
-        .into_inner()
         .stores;
     assert_eq!(stores.len(), 3);
     let addr = |store: u64| {
@@ -518,24 +381,18 @@ async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
         (z.start_key.as_slice(), z.end_key.as_slice()),
         (&b"p"[..], &b""[..])
     );
-    let prev = pd
-        .get_prev_region(pdpb::GetRegionRequest {
-            region_key: b"h".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let prev = ok(pd.get_prev_region(pdpb::GetRegionRequest {
+        region_key: b"h".to_vec(),
+        ..Default::default()
+    }))
+    .await;
     assert_eq!(prev.region.map(|r| r.id), Some(a.id));
-    let scanned = pd
-        .scan_regions(pdpb::ScanRegionsRequest {
-            start_key: b"b".to_vec(),
-            end_key: b"q".to_vec(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let scanned = ok(pd.scan_regions(pdpb::ScanRegionsRequest {
+        start_key: b"b".to_vec(),
+        end_key: b"q".to_vec(),
+        ..Default::default()
+    }))
+    .await;
     assert_eq!(
         scanned
             .regions
@@ -547,18 +404,8 @@ async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
 
     // The leader serves; another store answers NotLeader naming it.
     let mut leader = TikvClient::connect(addr(h_leader.store_id)).await.unwrap();
-    let put = |key: &[u8], ctx: Context| kvrpcpb::RawPutRequest {
-        context: Some(ctx),
-        key: key.to_vec(),
-        value: b"v".to_vec(),
-        ..Default::default()
-    };
-    let ok = leader
-        .raw_put(put(b"h", ctx_for(&h, &h_leader)))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(ok.region_error.is_none() && ok.error.is_empty(), "{ok:?}");
+    let put = |key: &[u8], ctx: Context| put(Some(ctx), key, b"v");
+    assert_no_error!(ok(leader.raw_put(put(b"h", ctx_for(&h, &h_leader)))).await);
     let other = h_leader.store_id % 3 + 1;
     let mut follower = TikvClient::connect(addr(other)).await.unwrap();
     let mut on_follower = ctx_for(&h, &h_leader);
@@ -566,37 +413,19 @@ async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
         store_id: other,
         ..h_leader.clone()
     });
-    let err = follower
-        .raw_put(put(b"h", on_follower))
-        .await
-        .unwrap()
-        .into_inner()
-        .region_error
-        .expect("not leader");
+    let err = refused(&mut follower, put(b"h", on_follower)).await;
     assert_eq!(
         err.not_leader.and_then(|n| n.leader).map(|l| l.store_id),
         Some(h_leader.store_id)
     );
 
     // A key of another region.
-    let err = leader
-        .raw_put(put(b"q", ctx_for(&h, &h_leader)))
-        .await
-        .unwrap()
-        .into_inner()
-        .region_error
-        .expect("key not in region");
+    let err = refused(&mut leader, put(b"q", ctx_for(&h, &h_leader))).await;
     assert!(err.key_not_in_region.is_some(), "{err:?}");
 
     // Split: the old epoch is refused with the current regions.
     server.split(b"k").unwrap();
-    let err = leader
-        .raw_put(put(b"m", ctx_for(&h, &h_leader)))
-        .await
-        .unwrap()
-        .into_inner()
-        .region_error
-        .expect("epoch not match");
+    let err = refused(&mut leader, put(b"m", ctx_for(&h, &h_leader))).await;
     let current = err
         .epoch_not_match
         .expect("epoch not match")
@@ -607,35 +436,18 @@ async fn regions_stores_splits_merges_and_leader_moves_route_like_tikv() {
     );
     let (right, right_leader) = pd_region(&mut pd, b"m").await;
     assert_eq!(right.id, h.id);
-    let ok = leader
-        .raw_put(put(b"m", ctx_for(&right, &right_leader)))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(ok.region_error.is_none(), "{ok:?}");
+    assert_no_error!(ok(leader.raw_put(put(b"m", ctx_for(&right, &right_leader)))).await);
 
     // Merge the right half away: naming it is RegionNotFound.
     server.merge(b"k").unwrap();
-    let err = leader
-        .raw_put(put(b"m", ctx_for(&right, &right_leader)))
-        .await
-        .unwrap()
-        .into_inner()
-        .region_error
-        .expect("region not found");
+    let err = refused(&mut leader, put(b"m", ctx_for(&right, &right_leader))).await;
     assert!(err.region_not_found.is_some(), "{err:?}");
 
     // Leader transfer: the old leader refuses, naming the new one.
     let (merged, merged_leader) = pd_region(&mut pd, b"m").await;
     let new_store = merged_leader.store_id % 3 + 1;
     server.transfer_leader(merged.id, new_store).unwrap();
-    let err = leader
-        .raw_put(put(b"m", ctx_for(&merged, &merged_leader)))
-        .await
-        .unwrap()
-        .into_inner()
-        .region_error
-        .expect("not leader");
+    let err = refused(&mut leader, put(b"m", ctx_for(&merged, &merged_leader))).await;
     assert_eq!(
         err.not_leader.and_then(|n| n.leader).map(|l| l.store_id),
         Some(new_store)
@@ -662,12 +474,7 @@ async fn lost_replies_are_lost_after_the_write_applied() {
     .unwrap();
     let (_, mut kv) = clients(&server).await;
     let status = kv
-        .raw_put(kvrpcpb::RawPutRequest {
-            context: ctx(),
-            key: b"k".to_vec(),
-            value: b"v".to_vec(),
-            ..Default::default()
-        })
+        .raw_put(put(ctx(), b"k", b"v"))
         .await
         .expect_err("reply lost");
     assert_eq!(status.code(), tonic::Code::Unavailable);

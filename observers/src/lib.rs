@@ -58,5 +58,5 @@ mod worker;
 pub use deadletter::DeadLetter;
 pub use error::{ObserverError, WorkerError};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use registry::{observer_fn, Observer, ObserverKind, Registry};
+pub use registry::{observer_fn, observer_fn_with, Observer, ObserverKind, Registry};
 pub use worker::{Worker, WorkerConfig};

@@ -55,6 +55,18 @@ where
     Arc::new(FnObserver(f))
 }
 
+/// An [`Observer`] from an async closure that gets a clone of `state` on every run:
+/// `observer_fn_with(counter.clone(), |counter, txn, cell| async move { ... })`, where
+/// [`observer_fn`] would need the clone spelled out before its `async move` block.
+pub fn observer_fn_with<S, F, Fut>(state: S, f: F) -> Arc<dyn Observer>
+where
+    S: Clone + Send + Sync + 'static,
+    F: Fn(S, Transaction, Cell) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ObserverError>> + Send + 'static,
+{
+    observer_fn(move |txn, cell| f(state.clone(), txn, cell))
+}
+
 /// How an observer is triggered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObserverKind {

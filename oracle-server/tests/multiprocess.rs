@@ -8,10 +8,7 @@ mod common;
 use common::OracleProcess;
 use oracle::proto::Reply;
 use oracle::testkit::{raw_request, Load, OnError};
-use oracle::{ClientConfig, OracleClient};
-use percolator::TimestampSource;
 use percolator_cli::testkit::{send_signal, SIGCONT, SIGSTOP};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -46,14 +43,8 @@ async fn sigstop_leader_then_takeover() {
     let (reply, ..) = raw_request(b.addr.as_str()).await;
     assert!(matches!(reply, Reply::NotLeader { .. }), "{reply:?}");
 
-    let config = ClientConfig {
-        rpc_timeout: Duration::from_millis(300),
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: Duration::from_secs(30),
-        retry_backoff: Duration::from_millis(10),
-    };
-    let client: Arc<dyn TimestampSource> =
-        Arc::new(OracleClient::new(vec![a.addr.clone(), b.addr.clone()], config).unwrap());
+    let addrs = vec![a.addr.clone(), b.addr.clone()];
+    let client = common::quick_client(addrs, Duration::from_millis(10));
     let load = Load::start(&[client], 16, None, OnError::Panic);
     load.progress(500, GUARD).await;
 

@@ -7,8 +7,6 @@ mod common;
 use common::OracleProcess;
 use oracle::testkit::{check_all, free_port, wait_until, Load, OnError};
 use oracle::{ClientConfig, OracleClient};
-use percolator::TimestampSource;
-use std::sync::Arc;
 use std::time::Duration;
 
 const CYCLES: usize = 20;
@@ -19,14 +17,7 @@ async fn sigkill_restart_cycles() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("embedded:{}", dir.path().join("store").display());
     let listen = format!("127.0.0.1:{}", free_port());
-    let config = ClientConfig {
-        rpc_timeout: Duration::from_millis(300),
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: Duration::from_secs(30),
-        retry_backoff: Duration::from_millis(5),
-    };
-    let client: Arc<dyn TimestampSource> =
-        Arc::new(OracleClient::new(vec![listen.clone()], config).unwrap());
+    let client = common::quick_client(vec![listen.clone()], Duration::from_millis(5));
     // Calls that fail while no server runs are simply retried.
     let load = Load::start(&[client], TASKS, None, OnError::Retry);
     for cycle in 0..CYCLES {

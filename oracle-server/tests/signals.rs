@@ -3,18 +3,19 @@
 //! (the record names no leader) every time, instead of dying from the signal's default
 //! action. Its logs, written to a pipe, carry no ANSI colour codes.
 
-use percolator_cli::testkit::{sigterm_at_readiness, sigterm_at_readiness_rounds, Stream};
+use percolator_cli::testkit::{
+    logging_command, sigterm_at_readiness, sigterm_at_readiness_rounds, Stream,
+};
 use std::process::Command;
 
 /// Restarts of the server, each terminated at its readiness line.
 const ROUNDS: usize = 50;
 
 fn serve(store: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oracle"));
-    cmd.args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info")
-        .env_remove("NO_COLOR");
-    cmd
+    logging_command(
+        env!("CARGO_BIN_EXE_oracle"),
+        ["serve", "--store", store, "--listen", "127.0.0.1:0"],
+    )
 }
 
 #[test]

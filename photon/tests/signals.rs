@@ -3,7 +3,9 @@
 //! dying from the signal's default action. Its logs, written to a pipe, carry no ANSI colour
 //! codes.
 
-use percolator_cli::testkit::{sigterm_at_readiness, sigterm_at_readiness_rounds, Stream};
+use percolator_cli::testkit::{
+    exits_cleanly_at_readiness, logging_command, sigterm_at_readiness, Stream,
+};
 use std::process::Command;
 
 /// Starts, each terminated at its readiness line.
@@ -13,25 +15,15 @@ const ROUNDS: usize = 50;
 const READY: &str = "photon worker running";
 
 fn work(store: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_photon"));
-    cmd.arg("work")
-        .arg("--store")
-        .arg(format!("embedded:{}", store.display()))
-        .env("RUST_LOG", "info")
-        .env_remove("NO_COLOR");
-    cmd
+    let store = format!("embedded:{}", store.display());
+    logging_command(env!("CARGO_BIN_EXE_photon"), ["work", "--store", &store])
 }
 
 #[test]
 fn sigterm_at_readiness_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    sigterm_at_readiness_rounds(
-        ROUNDS,
-        || work(&dir.path().join("store")),
-        Stream::Stderr,
-        READY,
-        |_, _| {},
-    );
+    let store = dir.path().join("store");
+    exits_cleanly_at_readiness(ROUNDS, || work(&store), Stream::Stderr, READY);
 }
 
 /// Logs redirected to a pipe (not a terminal) are plain text.

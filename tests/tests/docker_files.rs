@@ -617,8 +617,12 @@ fn published_ports(doc: &Value) -> BTreeSet<u16> {
     out
 }
 
-/// Every server socket of the namespace (PD's, TiKV's and our binaries').
-fn listeners(doc: &Value) -> Vec<Listener> {
+/// The URLs the PD and TiKV services give the flags `flags(is_pd)` names, each flag with
+/// a tag: (service, flag, tag, URL), one a comma-separated value. A flag missing panics.
+fn tidb_urls<T: Copy + 'static>(
+    doc: &Value,
+    flags: impl Fn(bool) -> &'static [(&'static str, T)],
+) -> Vec<(String, &'static str, T, String)> {
     let mut out = Vec::new();
     for (name, svc) in services(doc) {
         let pd = is_image(&svc, "pingcap/pd");
@@ -627,23 +631,34 @@ fn listeners(doc: &Value) -> Vec<Listener> {
             continue;
         }
         let args = strings(&svc["command"], &format!("{name}: command"));
-        let flags: &[&'static str] = if pd {
-            &["--client-urls", "--peer-urls"]
-        } else {
-            &["--addr", "--status-addr"]
-        };
-        for flag in flags {
+        for &(flag, tag) in flags(pd) {
             let value =
                 flag_value(&args, flag).unwrap_or_else(|| panic!("{name}: {flag} is needed"));
             for url in value.split(',') {
-                out.push(Listener {
-                    service: name.clone(),
-                    flag,
-                    addr: socket(url, &format!("{name}: {flag}")),
-                });
+                out.push((name.clone(), flag, tag, url.to_string()));
             }
         }
     }
+    out
+}
+
+/// Every server socket of the namespace (PD's, TiKV's and our binaries').
+fn listeners(doc: &Value) -> Vec<Listener> {
+    let flags = |pd| -> &'static [(&'static str, ())] {
+        if pd {
+            &[("--client-urls", ()), ("--peer-urls", ())]
+        } else {
+            &[("--addr", ()), ("--status-addr", ())]
+        }
+    };
+    let mut out: Vec<Listener> = tidb_urls(doc, flags)
+        .into_iter()
+        .map(|(service, flag, (), url)| Listener {
+            addr: socket(&url, &format!("{service}: {flag}")),
+            service,
+            flag,
+        })
+        .collect();
     for inv in invocations(doc) {
         if inv.origin.ends_with("(healthcheck)") {
             continue;
@@ -668,15 +683,9 @@ fn listeners(doc: &Value) -> Vec<Listener> {
 
 /// Every address a server of the namespace advertises.
 fn advertised(doc: &Value) -> Vec<Advertised> {
-    let mut out = Vec::new();
-    for (name, svc) in services(doc) {
-        let pd = is_image(&svc, "pingcap/pd");
-        let tikv = is_image(&svc, "pingcap/tikv");
-        if !pd && !tikv {
-            continue;
-        }
-        let args = strings(&svc["command"], &format!("{name}: command"));
-        let flags: &[(&'static str, bool)] = if pd {
+    // The tag: whether only servers of the namespace use the address.
+    let flags = |pd| -> &'static [(&'static str, bool)] {
+        if pd {
             &[
                 ("--advertise-client-urls", false),
                 ("--advertise-peer-urls", true),
@@ -687,22 +696,21 @@ fn advertised(doc: &Value) -> Vec<Advertised> {
                 ("--advertise-addr", false),
                 ("--advertise-status-addr", false),
             ]
-        };
-        for (flag, internal) in flags {
-            let value =
-                flag_value(&args, flag).unwrap_or_else(|| panic!("{name}: {flag} is needed"));
-            for url in value.split(',') {
-                let (host, port) = host_port(url);
-                out.push(Advertised {
-                    service: name.clone(),
-                    flag,
-                    host,
-                    port,
-                    internal: *internal,
-                });
-            }
         }
-    }
+    };
+    let mut out: Vec<Advertised> = tidb_urls(doc, flags)
+        .into_iter()
+        .map(|(service, flag, internal, url)| {
+            let (host, port) = host_port(&url);
+            Advertised {
+                service,
+                flag,
+                host,
+                port,
+                internal,
+            }
+        })
+        .collect();
     for inv in invocations(doc) {
         if inv.bin == "oracle" && inv.sub == "serve" {
             let advertise = inv.advertise.as_deref().unwrap_or_else(|| {

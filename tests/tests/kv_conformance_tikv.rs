@@ -33,12 +33,24 @@ async fn in_memory_single_region() -> (RunningServer, Arc<dyn RawKv>) {
 }
 
 async fn in_memory_with(server_config: ServerConfig) -> (RunningServer, Arc<dyn RawKv>) {
-    let server = minitikv::start(server_config)
-        .await
-        .expect("start minitikv");
-    let kv = TikvKv::connect(config(&server))
-        .await
-        .expect("connect to minitikv");
+    let (server, kv) = started(server_config).await;
+    (server, kv)
+}
+
+/// A minitikv started with `server`, and a client of it.
+async fn started(server: ServerConfig) -> (RunningServer, Arc<TikvKv>) {
+    started_with(server, |_| {}).await
+}
+
+/// A minitikv started with `server`, and a client of it configured by `tweak`.
+async fn started_with(
+    server: ServerConfig,
+    tweak: impl FnOnce(&mut TikvConfig),
+) -> (RunningServer, Arc<TikvKv>) {
+    let server = minitikv::start(server).await.expect("start minitikv");
+    let mut config = config(&server);
+    tweak(&mut config);
+    let kv = TikvKv::connect(config).await.expect("connect to minitikv");
     (server, Arc::new(kv))
 }
 
@@ -93,28 +105,11 @@ fn weather_split_keys() -> Vec<Vec<u8>> {
 
 /// A minitikv with several stores and regions, runtime churn and injected faults.
 fn weather_config(seed: u64) -> ServerConfig {
-    ServerConfig {
-        split_keys: weather_split_keys(),
-        stores: 3,
-        faults: minitikv::Faults::weather(seed),
-        churn: Some(minitikv::Churn {
-            interval: Duration::from_millis(10),
-            seed,
-            min_regions: 50,
-            max_regions: 400,
-        }),
-        ..ServerConfig::in_memory()
-    }
+    ServerConfig::weather(seed, weather_split_keys(), 50..=400)
 }
 
 async fn weather(seed: u64) -> (RunningServer, Arc<TikvKv>) {
-    let server = minitikv::start(weather_config(seed))
-        .await
-        .expect("start minitikv");
-    let kv = TikvKv::connect(config(&server))
-        .await
-        .expect("connect to minitikv");
-    (server, Arc::new(kv))
+    started(weather_config(seed)).await
 }
 
 /// Prints what the weather did and what the adapter did about it (`--no-capture` shows it).
@@ -477,21 +472,31 @@ async fn all_checks_in_the_weather() {
     );
 }
 
+/// A minitikv in memory split at `split_keys`, injecting `faults` seeded by `seed`, and a
+/// client of it (`unique_cas_values` as given).
+async fn faulty(
+    split_keys: Vec<Vec<u8>>,
+    seed: u64,
+    faults: minitikv::Faults,
+    unique_cas_values: bool,
+) -> (RunningServer, Arc<TikvKv>) {
+    let server = ServerConfig {
+        split_keys,
+        faults: minitikv::Faults { seed, ..faults },
+        ..ServerConfig::in_memory()
+    };
+    started_with(server, |c| c.unique_cas_values = unique_cas_values).await
+}
+
 /// ServerIsBusy on every other request: tikv-client returns it at once, the adapter backs
 /// off and retries within `op_timeout`, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_is_busy_is_retried_not_returned() {
-    let server = minitikv::start(ServerConfig {
-        faults: minitikv::Faults {
-            seed: 3,
-            server_busy: 0.5,
-            ..minitikv::Faults::none()
-        },
-        ..ServerConfig::in_memory()
-    })
-    .await
-    .unwrap();
-    let kv = TikvKv::connect(config(&server)).await.unwrap();
+    let busy = minitikv::Faults {
+        server_busy: 0.5,
+        ..minitikv::Faults::none()
+    };
+    let (server, kv) = faulty(vec![], 3, busy, false).await;
     for i in 0..50u32 {
         let k = format!("busy/{i}").into_bytes();
         kv.put(k.clone(), b"v".to_vec()).await.unwrap();
@@ -515,20 +520,13 @@ async fn server_is_busy_is_retried_not_returned() {
 /// conflict with another value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_replies_are_retried_by_every_call() {
-    let server = minitikv::start(ServerConfig {
-        split_keys: vec![b"lost/k10".to_vec(), b"lost/k20".to_vec()],
-        faults: minitikv::Faults {
-            seed: 5,
-            lost_reply: 0.3,
-            ..minitikv::Faults::none()
-        },
-        ..ServerConfig::in_memory()
-    })
-    .await
-    .unwrap();
-    let mut cfg = config(&server);
-    cfg.unique_cas_values = true;
-    let kv = TikvKv::connect(cfg).await.unwrap();
+    let lost = minitikv::Faults {
+        lost_reply: 0.3,
+        ..minitikv::Faults::none()
+    };
+    let split_keys = vec![b"lost/k10".to_vec(), b"lost/k20".to_vec()];
+    // Unique values: a CAS retried after its swap applied is recognised as applied.
+    let (server, kv) = faulty(split_keys, 5, lost, true).await;
     let pairs: Vec<_> = (0..30u32)
         .map(|i| (format!("lost/k{i:02}").into_bytes(), vec![i as u8]))
         .collect();
@@ -638,8 +636,8 @@ async fn reverse_scans_on_1000_regions_never_fall_back() {
 
 /// A server split at `split_keys` that loses one reply in ten after applying the request
 /// (and answers 1% ServerIsBusy): the client's retry hazard, seeded.
-async fn lossy_server(split_keys: Vec<Vec<u8>>, seed: u64) -> minitikv::RunningServer {
-    minitikv::start(ServerConfig {
+fn lossy(split_keys: Vec<Vec<u8>>, seed: u64) -> ServerConfig {
+    ServerConfig {
         split_keys,
         faults: minitikv::Faults {
             seed,
@@ -648,29 +646,59 @@ async fn lossy_server(split_keys: Vec<Vec<u8>>, seed: u64) -> minitikv::RunningS
             ..minitikv::Faults::none()
         },
         ..ServerConfig::in_memory()
-    })
-    .await
-    .unwrap()
+    }
 }
 
-/// The CAS counter (values carry their history) with one reply in ten lost after the swap
-/// applied: the client's retries report swaps that applied as failed, sometimes with a value
-/// another task already built on ours; every increment must still land exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cas_counter_with_one_reply_in_ten_lost() {
-    let server = lossy_server(
-        vec![b"conf/counter/".to_vec(), b"conf/counter/d".to_vec()],
-        9,
-    )
-    .await;
-    let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
-    within(
-        "cas_counter",
-        conformance::cas_counter(kv.clone(), b"conf/counter/", 8, 50),
-    )
-    .await;
-    report("cas counter, lost replies", &server, &kv);
-    assert!(server.fault_counts().lost_reply > 0);
+/// Runs `check` on a store of a server split at `split_keys` that loses one reply in ten
+/// (seeded by `seed`), and checks that replies were lost.
+async fn with_lost_replies<F, Fut>(split_keys: &[&str], seed: u64, what: &str, check: F)
+where
+    F: FnOnce(Arc<dyn RawKv>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let split_keys = split_keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+    let faults = checked_under(lossy(split_keys, seed), what, |kv| check(kv)).await;
+    assert!(faults.lost_reply > 0);
+}
+
+/// Tests, one a row: `name: (split keys, seed), check;` runs `check` under
+/// [`with_lost_replies`] on a server split at the keys, its faults seeded by the seed.
+macro_rules! lost_replies_tests {
+    ($($(#[$doc:meta])* $name:ident: ($splits:expr, $seed:expr), $check:expr;)*) => {$(
+        $(#[$doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            with_lost_replies($splits, $seed, stringify!($name), $check).await;
+        }
+    )*};
+}
+
+/// Runs `check` (within its deadline) on a TiKV store of a minitikv started with `server`,
+/// reports what was injected and returns the fault counts.
+async fn checked_under<F, Fut>(server: ServerConfig, what: &str, check: F) -> minitikv::FaultCounts
+where
+    F: FnOnce(Arc<TikvKv>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (server, kv) = started(server).await;
+    within(what, check(kv.clone())).await;
+    report(what, &server, &kv);
+    server.fault_counts()
+}
+
+lost_replies_tests! {
+    /// The CAS counter (values carry their history) with one reply in ten lost after the
+    /// swap applied: the client's retries report swaps that applied as failed, sometimes with
+    /// a value another task already built on ours; every increment must still land exactly
+    /// once.
+    cas_counter_with_one_reply_in_ten_lost: (&["conf/counter/", "conf/counter/d"], 9),
+        |kv| conformance::cas_counter(kv, b"conf/counter/", 8, 50);
+    /// Batched CAS under the client's retry hazard: one reply in ten lost, so some requests
+    /// of a batch apply and are retried by tikv-client, which then reports them not swapped
+    /// with their own value. Counters split over three regions, half the tasks batching:
+    /// every increment lands exactly once.
+    batch_cas_counters_with_one_reply_in_ten_lost: (&["conf/bc/c\x01", "conf/bc/c\x03"], 13),
+        |kv| conformance::batch_cas_counters(kv, b"conf/bc/", 6, 30);
 }
 
 /// Region errors on 80% of requests: tikv-client's default backoff (10 attempts, ~1.5 s)
@@ -679,7 +707,7 @@ async fn cas_counter_with_one_reply_in_ten_lost() {
 /// top, every call succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn region_errors_outlast_the_clients_default_backoff() {
-    let server = minitikv::start(ServerConfig {
+    let server = ServerConfig {
         split_keys: vec![b"churn/4".to_vec()],
         stores: 2,
         faults: minitikv::Faults {
@@ -688,11 +716,8 @@ async fn region_errors_outlast_the_clients_default_backoff() {
             ..minitikv::Faults::none()
         },
         ..ServerConfig::in_memory()
-    })
-    .await
-    .unwrap();
-    let kv = TikvKv::connect(config(&server)).await.unwrap();
-    within("calls", async {
+    };
+    let faults = checked_under(server, "80% region errors", |kv| async move {
         for i in 0..20u32 {
             let k = format!("churn/{}", i % 10).into_bytes();
             kv.put(k.clone(), i.to_be_bytes().to_vec()).await.unwrap();
@@ -700,29 +725,7 @@ async fn region_errors_outlast_the_clients_default_backoff() {
         }
     })
     .await;
-    report("80% region errors", &server, &kv);
-    assert!(server.fault_counts().region_error > 20);
-}
-
-/// Batched CAS under the client's retry hazard: one reply in ten lost, so some requests of
-/// a batch apply and are retried by tikv-client, which then reports them not swapped with
-/// their own value. Counters split over three regions, half the tasks batching: every
-/// increment lands exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn batch_cas_counters_with_one_reply_in_ten_lost() {
-    let server = lossy_server(
-        vec![b"conf/bc/c\x01".to_vec(), b"conf/bc/c\x03".to_vec()],
-        13,
-    )
-    .await;
-    let kv = Arc::new(TikvKv::connect(config(&server)).await.unwrap());
-    within(
-        "batch_cas_counters",
-        conformance::batch_cas_counters(kv.clone(), b"conf/bc/", 6, 30),
-    )
-    .await;
-    report("batched cas counters, lost replies", &server, &kv);
-    assert!(server.fault_counts().lost_reply > 0);
+    assert!(faults.region_error > 20);
 }
 
 /// Random reverse scans under the weather (three stores, regions splitting, merging and

@@ -5,7 +5,9 @@
 
 mod common;
 use common::*;
-use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use observers::{
+    observer_fn, observer_fn_with, DeadLetter, ObserverError, Registry, Worker, WorkerConfig,
+};
 use percolator::txn::{Client, CrashPoint, TxnError};
 use percolator::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,16 +26,6 @@ fn batching() -> WorkerConfig {
         batch_size: 16,
         ..WorkerConfig::default()
     }
-}
-
-async fn quiesce(workers: &[&Worker]) {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        for w in workers {
-            w.wait_until_quiescent().await.unwrap();
-        }
-    })
-    .await
-    .expect("workers did not quiesce in 60 s");
 }
 
 fn row(i: usize) -> String {
@@ -70,6 +62,40 @@ async fn copy_and_count(txn: &percolator::Transaction, cell: &Cell) -> Result<()
     Ok(())
 }
 
+/// The copy observer on in/v, with a twist: after its writes on row `hot`, while
+/// `interfere()` holds, another client (`outer`) commits `external` over cells of the
+/// running batch.
+fn copy_interfered(
+    outer: Client,
+    hot: &'static [u8],
+    interfere: impl Fn() -> bool + Send + Sync + 'static,
+    external: fn(&percolator::Transaction),
+) -> Arc<Registry> {
+    let state = (outer, Arc::new(interfere));
+    let copy = observer_fn_with(
+        state,
+        move |(outer, interfere), txn, cell: Cell| async move {
+            copy_and_count(&txn, &cell).await?;
+            if cell.row == hot && interfere() {
+                outer
+                    .run(|t| async move {
+                        external(&t);
+                        Ok::<_, TxnError>(())
+                    })
+                    .await?;
+            }
+            Ok(())
+        },
+    );
+    strong_registry("in", "v", "copy", copy)
+}
+
+/// `registry` declared to `c`, and one change of in/<row>/v for each of `rows` rows.
+async fn declare_and_change(c: &Client, registry: &Registry, rows: usize, value: &str) {
+    registry.declare(c);
+    change_all(c, rows, value).await;
+}
+
 /// While a batch of 16 runs, another transaction commits a write to one of the batch's
 /// output cells and a second change of its input: the batch conflicts, is split, and every
 /// change is still run at most once (the conflicted row once or twice, as its second change
@@ -79,37 +105,20 @@ async fn a_conflict_inside_a_batch_splits_it_and_runs_each_change_once() {
     let c = memory_client();
     let rows = 16;
     let fired = Arc::new(AtomicBool::new(false));
-    let mut registry = Registry::new();
-    let (outer, flag) = (c.clone(), fired.clone());
-    registry
-        .strong(
-            "in",
-            "v",
-            "copy",
-            observer_fn(move |txn, cell: Cell| {
-                let (outer, flag) = (outer.clone(), flag.clone());
-                async move {
-                    copy_and_count(&txn, &cell).await?;
-                    if cell.row == b"r05" && !flag.swap(true, Ordering::SeqCst) {
-                        // Another client commits over one cell of this batch meanwhile.
-                        outer
-                            .run(|t| async move {
-                                t.set(Cell::new("out", "r05", "v"), "external");
-                                t.set(Cell::new("in", "r05", "v"), "second");
-                                Ok::<_, TxnError>(())
-                            })
-                            .await?;
-                    }
-                    Ok(())
-                }
-            }),
-        )
-        .unwrap();
-    let registry = Arc::new(registry);
-    registry.declare(&c);
-    change_all(&c, rows, "first").await;
+    let flag = fired.clone();
+    // Another client commits over one cell of this batch meanwhile, once.
+    let registry = copy_interfered(
+        c.clone(),
+        b"r05",
+        move || !flag.swap(true, Ordering::SeqCst),
+        |t| {
+            t.set(Cell::new("out", "r05", "v"), "external");
+            t.set(Cell::new("in", "r05", "v"), "second");
+        },
+    );
+    declare_and_change(&c, &registry, rows, "first").await;
     let worker = Worker::start(c.clone(), registry, batching());
-    quiesce(&[&worker]).await;
+    quiesce([&worker]).await;
     let m = worker.metrics().snapshot();
     worker.shutdown().await;
     assert!(fired.load(Ordering::SeqCst));
@@ -156,32 +165,20 @@ async fn a_crash_mid_batch_leaves_each_change_run_exactly_once() {
         let rows = 12;
         let crashed = Arc::new(AtomicBool::new(false));
         let registry = |crash: Option<Arc<AtomicBool>>| {
-            let mut registry = Registry::new();
-            registry
-                .strong(
-                    "in",
-                    "v",
-                    "copy",
-                    observer_fn(move |txn, cell: Cell| {
-                        let crash = crash.clone();
-                        async move {
-                            if let Some(crashed) = crash {
-                                // Every transaction of the first worker crashes at `point`
-                                // once (the first to reach it).
-                                txn.set_crash_hook(Arc::new(move |p| {
-                                    point(p) && !crashed.swap(true, Ordering::SeqCst)
-                                }));
-                            }
-                            copy_and_count(&txn, &cell).await
-                        }
-                    }),
-                )
-                .unwrap();
-            Arc::new(registry)
+            let copy = observer_fn_with(crash, move |crash, txn, cell: Cell| async move {
+                if let Some(crashed) = crash {
+                    // Every transaction of the first worker crashes at `point` once (the
+                    // first to reach it).
+                    txn.set_crash_hook(Arc::new(move |p| {
+                        point(p) && !crashed.swap(true, Ordering::SeqCst)
+                    }));
+                }
+                copy_and_count(&txn, &cell).await
+            });
+            strong_registry("in", "v", "copy", copy)
         };
         let first = registry(Some(crashed.clone()));
-        first.declare(&c);
-        change_all(&c, rows, "x").await;
+        declare_and_change(&c, &first, rows, "x").await;
         let a = Worker::start(
             c.clone(),
             first,
@@ -206,7 +203,7 @@ async fn a_crash_mid_batch_leaves_each_change_run_exactly_once() {
                 ..batching()
             },
         );
-        quiesce(&[&b]).await;
+        quiesce([&b]).await;
         b.shutdown().await;
         let runs = committed_runs(&c, rows).await;
         assert_eq!(
@@ -225,33 +222,14 @@ async fn a_hot_cell_does_not_starve_the_rest_of_its_batch() {
     let c = memory_client();
     let rows = 16;
     let hot = Arc::new(AtomicBool::new(true));
-    let mut registry = Registry::new();
-    let (outer, flag) = (c.clone(), hot.clone());
-    registry
-        .strong(
-            "in",
-            "v",
-            "copy",
-            observer_fn(move |txn, cell: Cell| {
-                let (outer, flag) = (outer.clone(), flag.clone());
-                async move {
-                    copy_and_count(&txn, &cell).await?;
-                    if cell.row == b"r09" && flag.load(Ordering::SeqCst) {
-                        outer
-                            .run(|t| async move {
-                                t.set(Cell::new("out", "r09", "v"), "external");
-                                Ok::<_, TxnError>(())
-                            })
-                            .await?;
-                    }
-                    Ok(())
-                }
-            }),
-        )
-        .unwrap();
-    let registry = Arc::new(registry);
-    registry.declare(&c);
-    change_all(&c, rows, "x").await;
+    let flag = hot.clone();
+    let registry = copy_interfered(
+        c.clone(),
+        b"r09",
+        move || flag.load(Ordering::SeqCst),
+        |t| t.set(Cell::new("out", "r09", "v"), "external"),
+    );
+    declare_and_change(&c, &registry, rows, "x").await;
     let worker = Worker::start(c.clone(), registry, batching());
     // A liveness bound, not a timing claim: the others finish while r09 still conflicts.
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -271,7 +249,7 @@ async fn a_hot_cell_does_not_starve_the_rest_of_its_batch() {
         "r09 never committed while hot"
     );
     hot.store(false, Ordering::SeqCst);
-    quiesce(&[&worker]).await;
+    quiesce([&worker]).await;
     let m = worker.metrics().snapshot();
     worker.shutdown().await;
     assert!(m.splits >= 1, "{m:?}");
@@ -305,7 +283,7 @@ async fn run_with_one_dead_letter(
             ..batching()
         },
     );
-    quiesce(&[&worker]).await;
+    quiesce([&worker]).await;
     let m = worker.metrics().snapshot();
     worker.shutdown().await;
     let letters = DeadLetter::list(c).await.unwrap();
@@ -329,13 +307,8 @@ async fn run_with_one_dead_letter(
 async fn a_failing_cell_is_dead_lettered_alone() {
     let c = memory_client();
     let rows = 16;
-    let mut registry = Registry::new();
-    registry
-        .strong("in", "v", "copy", copy_failing_on("r03"))
-        .unwrap();
-    let registry = Arc::new(registry);
-    registry.declare(&c);
-    change_all(&c, rows, "x").await;
+    let registry = strong_registry("in", "v", "copy", copy_failing_on("r03"));
+    declare_and_change(&c, &registry, rows, "x").await;
     let m = run_with_one_dead_letter(&c, registry, "r03").await;
     assert_eq!(m.dead_lettered, 1, "{m:?}");
     let mut expected = vec![1; rows];
@@ -355,10 +328,9 @@ async fn weak_notifications_run_in_batches_and_a_failing_cell_is_dead_lettered_a
         .weak("in", "v", "copy", copy_failing_on("r05"))
         .unwrap();
     let registry = Arc::new(registry);
-    registry.declare(&c);
     // A plain write of an observed column notifies strongly; a weak observer's work comes
     // from weak notifications (the strong ones run it too, without the check).
-    change_all(&c, rows, "x").await;
+    declare_and_change(&c, &registry, rows, "x").await;
     for i in 0..rows {
         c.weak_notify(&Cell::new("in", row(i), "v")).await.unwrap();
     }

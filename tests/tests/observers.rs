@@ -4,7 +4,9 @@
 
 mod common;
 use common::*;
-use observers::{observer_fn, DeadLetter, ObserverError, Registry, Worker, WorkerConfig};
+use observers::{
+    observer_fn, observer_fn_with, DeadLetter, ObserverError, Registry, Worker, WorkerConfig,
+};
 use percolator::codec::Space;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
 use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, ScanOrder};
@@ -14,28 +16,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn quiesce(workers: &[Worker]) {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        for w in workers {
-            w.wait_until_quiescent().await.unwrap();
-        }
-    })
-    .await
-    .expect("workers did not quiesce in 60 s");
-}
-
 /// A registry with one strong observer on `table/v` that does nothing.
 fn noop_registry(table: &str) -> Arc<Registry> {
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            table,
-            "v",
-            "noop",
-            observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
-        )
-        .unwrap();
-    Arc::new(registry)
+    strong_registry(
+        table,
+        "v",
+        "noop",
+        observer_fn(|_txn, _cell: Cell| async move { Ok(()) }),
+    )
 }
 
 /// Copies in/<row>/v to out/<row>/<worker> and counts runs: every change must be processed
@@ -46,33 +34,21 @@ async fn four_workers_run_each_change_exactly_once() {
     let runs = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for w in 0..4 {
-        let runs = runs.clone();
-        let mut registry = Registry::new();
-        registry
-            .strong(
-                "in",
-                "v",
-                "copy",
-                observer_fn(move |txn, cell: Cell| {
-                    let runs = runs.clone();
-                    async move {
-                        let value = txn.get(&cell).await?.unwrap_or_default();
-                        let out = Cell::new("out", &cell.row, "v");
-                        let count =
-                            num(txn.get(&Cell::new("out", &cell.row, "runs")).await?).unwrap_or(0);
-                        txn.set(out, value);
-                        txn.set(Cell::new("out", &cell.row, "runs"), (count + 1).to_string());
-                        runs.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    }
-                }),
-            )
-            .unwrap();
+        let copy = observer_fn_with(runs.clone(), |runs, txn, cell: Cell| async move {
+            let value = txn.get(&cell).await?.unwrap_or_default();
+            let out = Cell::new("out", &cell.row, "v");
+            let count = num(txn.get(&Cell::new("out", &cell.row, "runs")).await?).unwrap_or(0);
+            txn.set(out, value);
+            txn.set(Cell::new("out", &cell.row, "runs"), (count + 1).to_string());
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        let registry = strong_registry("in", "v", "copy", copy);
         let config = WorkerConfig {
             id: format!("w{w}"),
             ..quick()
         };
-        workers.push(Worker::start(c.clone(), Arc::new(registry), config));
+        workers.push(Worker::start(c.clone(), registry, config));
     }
     let changes = 200;
     for i in 0..changes {
@@ -113,20 +89,12 @@ async fn four_workers_run_each_change_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writer_killed_after_commit_point_still_notifies() {
     let c = memory_client();
-    let mut registry = Registry::new();
-    registry
-        .strong(
-            "in",
-            "v",
-            "copy",
-            observer_fn(|txn, cell: Cell| async move {
-                let value = txn.get(&cell).await?.unwrap_or_default();
-                txn.set(Cell::new("out", &cell.row, "v"), value);
-                Ok(())
-            }),
-        )
-        .unwrap();
-    let registry = Arc::new(registry);
+    let copy = observer_fn(|txn, cell: Cell| async move {
+        let value = txn.get(&cell).await?.unwrap_or_default();
+        txn.set(Cell::new("out", &cell.row, "v"), value);
+        Ok(())
+    });
+    let registry = strong_registry("in", "v", "copy", copy);
     registry.declare(&c);
     let t = c.begin().await.unwrap();
     for row in ["a", "b", "c"] {
@@ -144,7 +112,7 @@ async fn writer_killed_after_commit_point_still_notifies() {
     t.set_crash_hook(Arc::new(|p| p == CrashPoint::AllPrewritten));
     assert!(t.commit().await.is_err());
     let worker = Worker::start(c.clone(), registry, quick());
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     let r = c.begin().await.unwrap();
     for row in ["a", "b", "c"] {
         assert_eq!(
@@ -193,7 +161,7 @@ async fn chain_of_three_observers_converges() {
         );
         t.commit().await.unwrap();
     }
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     let r = c.begin().await.unwrap();
     for i in 1..=20i64 {
         let a = if i <= 5 { i + 100 } else { i };
@@ -211,29 +179,19 @@ async fn weak_notifications_run_at_least_once() {
     let c = memory_client();
     let runs = Arc::new(AtomicU64::new(0));
     let mut registry = Registry::new();
-    let counter = runs.clone();
-    registry
-        .weak(
-            "w",
-            "v",
-            "touch",
-            observer_fn(move |txn, cell: Cell| {
-                let counter = counter.clone();
-                async move {
-                    txn.set(Cell::new("w", &cell.row, "seen"), "yes");
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            }),
-        )
-        .unwrap();
+    let touch = observer_fn_with(runs.clone(), |counter, txn, cell: Cell| async move {
+        txn.set(Cell::new("w", &cell.row, "seen"), "yes");
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    registry.weak("w", "v", "touch", touch).unwrap();
     let worker = Worker::start(c.clone(), Arc::new(registry), quick());
     for i in 0..10 {
         c.weak_notify(&Cell::new("w", format!("r{i}"), "v"))
             .await
             .unwrap();
     }
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     assert!(runs.load(Ordering::SeqCst) >= 10);
     let r = c.begin().await.unwrap();
     assert_eq!(r.scan(b"w", b"", None).await.unwrap().len(), 10);
@@ -245,29 +203,19 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     let c = memory_client();
     let attempts = Arc::new(AtomicU64::new(0));
     let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut registry = Registry::new();
-    let (a, h) = (attempts.clone(), healthy.clone());
-    registry
-        .strong(
-            "f",
-            "v",
-            "flaky",
-            observer_fn(move |txn, cell: Cell| {
-                let (a, h) = (a.clone(), h.clone());
-                async move {
-                    a.fetch_add(1, Ordering::SeqCst);
-                    if !h.load(Ordering::SeqCst) {
-                        if cell.row == b"panics" {
-                            panic!("observer bug");
-                        }
-                        return Err(ObserverError::failed("downstream unavailable"));
-                    }
-                    txn.set(Cell::new("f", &cell.row, "done"), "1");
-                    Ok(())
-                }
-            }),
-        )
-        .unwrap();
+    let state = (attempts.clone(), healthy.clone());
+    let flaky = observer_fn_with(state, |(a, h), txn, cell: Cell| async move {
+        a.fetch_add(1, Ordering::SeqCst);
+        if !h.load(Ordering::SeqCst) {
+            if cell.row == b"panics" {
+                panic!("observer bug");
+            }
+            return Err(ObserverError::failed("downstream unavailable"));
+        }
+        txn.set(Cell::new("f", &cell.row, "done"), "1");
+        Ok(())
+    });
+    let registry = strong_registry("f", "v", "flaky", flaky);
     // One cell per transaction, so that each failure is one observer call (batches, and
     // a failing cell in one, are tested in observer_batches.rs).
     let config = WorkerConfig {
@@ -275,13 +223,13 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
         batch_size: 1,
         ..quick()
     };
-    let worker = Worker::start(c.clone(), Arc::new(registry), config);
+    let worker = Worker::start(c.clone(), registry, config);
     for row in ["errs", "panics"] {
         let t = c.begin().await.unwrap();
         t.set(Cell::new("f", row, "v"), "x");
         t.commit().await.unwrap();
     }
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     let letters = DeadLetter::list(&c).await.unwrap();
     assert_eq!(letters.len(), 2, "{letters:?}");
     assert!(letters
@@ -297,7 +245,7 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
     for l in &letters {
         l.replay(&c).await.unwrap();
     }
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     assert!(DeadLetter::list(&c).await.unwrap().is_empty());
     let r = c.begin().await.unwrap();
     for row in ["errs", "panics"] {
@@ -380,7 +328,7 @@ async fn scanning_reads_only_the_notify_space() {
     };
     // Count only the scanning: the worker's first pass finds the 5 dirty cells.
     let worker = Worker::start(c.clone(), registry, config);
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     let m = worker.metrics().snapshot();
     assert_eq!(m.processed, 5);
     worker.shutdown().await;
@@ -510,7 +458,7 @@ async fn scans_skip_handled(store: Arc<dyn percolator::RawKv>, handled: u32) {
         }
         t.commit().await.unwrap();
     }
-    quiesce(std::slice::from_ref(&worker)).await;
+    quiesce([&worker]).await;
     assert_eq!(worker.metrics().snapshot().processed, u64::from(handled));
     let markers = model.markers.lock().unwrap().len();
     assert!(markers >= handled as usize, "{markers} delete markers");
@@ -578,26 +526,14 @@ async fn a_busy_owner_keeps_its_share_under_backlog() {
     };
     let mut workers = Vec::new();
     for w in 0..2 {
-        let calls = calls.clone();
-        let mut registry = Registry::new();
-        registry
-            .strong(
-                "in",
-                "v",
-                "slow",
-                observer_fn(move |_txn, _cell: Cell| {
-                    let calls = calls.clone();
-                    async move {
-                        calls.fetch_add(1, Ordering::SeqCst);
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        Ok(())
-                    }
-                }),
-            )
-            .unwrap();
+        let slow = observer_fn_with(calls.clone(), |calls, _txn, _cell: Cell| async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(())
+        });
         let worker = Worker::start(
             c.clone(),
-            Arc::new(registry),
+            strong_registry("in", "v", "slow", slow),
             WorkerConfig {
                 id: format!("busy-{w}"),
                 ..config.clone()
@@ -644,36 +580,22 @@ async fn a_stuck_owner_loses_its_share() {
         orphan_age: Duration::from_millis(300),
         ..quick()
     };
-    let mut healthy = Registry::new();
-    healthy
-        .strong(
-            "in",
-            "v",
-            "mark",
-            observer_fn(|txn, cell: Cell| async move {
-                txn.set(Cell::new("in", &cell.row, "done"), "1");
-                Ok(())
-            }),
-        )
-        .unwrap();
-    let mut stuck = Registry::new();
-    stuck
-        .strong(
-            "in",
-            "v",
-            "mark",
-            observer_fn(|_txn, _cell: Cell| async move {
-                std::future::pending::<()>().await;
-                Ok(())
-            }),
-        )
-        .unwrap();
+    let mark = observer_fn(|txn, cell: Cell| async move {
+        txn.set(Cell::new("in", &cell.row, "done"), "1");
+        Ok(())
+    });
+    let hang = observer_fn(|_txn, _cell: Cell| async move {
+        std::future::pending::<()>().await;
+        Ok(())
+    });
+    let healthy = strong_registry("in", "v", "mark", mark);
+    let stuck = strong_registry("in", "v", "mark", hang);
     let workers: Vec<Worker> = [("healthy", healthy), ("stuck", stuck)]
         .into_iter()
         .map(|(id, registry)| {
             Worker::start(
                 c.clone(),
-                Arc::new(registry),
+                registry,
                 WorkerConfig {
                     id: id.to_string(),
                     ..config.clone()

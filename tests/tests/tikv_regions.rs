@@ -21,6 +21,15 @@ fn config(server: &RunningServer) -> TikvConfig {
     config
 }
 
+/// A minitikv started with `server`, and a client of it whose calls give up after 5 s.
+async fn started(server: ServerConfig) -> (RunningServer, TikvKv) {
+    let server = minitikv::start(server).await.unwrap();
+    let mut cfg = config(&server);
+    cfg.op_timeout = Duration::from_secs(5);
+    let kv = TikvKv::connect(cfg).await.unwrap();
+    (server, kv)
+}
+
 /// A minitikv with 1,024 regions over `r/`, each holding [`KEYS_PER_REGION`] keys.
 async fn many_regions() -> (RunningServer, TikvKv, Vec<Vec<u8>>) {
     let server = minitikv::start(ServerConfig {
@@ -154,15 +163,11 @@ async fn a_range_pager_walk_costs_o1_rpcs_per_page() {
 /// refused for its keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unbounded_reverse_scans_send_no_bound_outside_their_region() {
-    let server = minitikv::start(ServerConfig {
+    let (server, kv) = started(ServerConfig {
         split_keys: vec![b"m".to_vec()],
         ..ServerConfig::in_memory()
     })
-    .await
-    .unwrap();
-    let mut cfg = config(&server);
-    cfg.op_timeout = Duration::from_secs(5);
-    let kv = TikvKv::connect(cfg).await.unwrap();
+    .await;
     let mut pairs: Vec<_> = (0..50u32)
         .map(|i| (format!("x{i:02}").into_bytes(), vec![i as u8]))
         .collect();
@@ -262,18 +267,14 @@ async fn writes_over_tikvs_limits_are_refused_at_once() {
 /// `RaftEntryTooLarge` is reported at once, not retried, naming the key and the size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn raft_entry_too_large_from_tikv_is_permanent() {
-    let server = minitikv::start(ServerConfig {
+    let (server, kv) = started(ServerConfig {
         limits: minitikv::Limits {
             raft_entry_max_bytes: 1024 * 1024,
             ..minitikv::Limits::default()
         },
         ..ServerConfig::in_memory()
     })
-    .await
-    .unwrap();
-    let mut cfg = config(&server);
-    cfg.op_timeout = Duration::from_secs(5);
-    let kv = TikvKv::connect(cfg).await.unwrap();
+    .await;
     let value = vec![1u8; 2 * 1024 * 1024];
     let before = server.rpc_counts();
     let put = within("put", kv.put(b"big".to_vec(), value.clone())).await;

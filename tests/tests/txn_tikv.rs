@@ -174,6 +174,25 @@ mod in_the_weather {
             .fold(17u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
     }
 
+    /// Runs `check` on a store in the weather, then on one in a storm, their faults seeded by
+    /// `name`, and reports each.
+    async fn in_weather_then_storm<F, Fut>(name: &str, mut check: F)
+    where
+        F: FnMut(Arc<dyn percolator::kv::RawKv>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        for storm in [false, true] {
+            let seed = seed(name);
+            let tikv = if storm {
+                tikv_storm_store(seed).await
+            } else {
+                tikv_weather_store(seed).await
+            };
+            check(tikv.kv.clone()).await;
+            tikv.report(name);
+        }
+    }
+
     mod anomalies {
         use super::*;
 
@@ -182,17 +201,10 @@ mod in_the_weather {
                 $(
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $name() {
-                        for storm in [false, true] {
-                            let seed = seed(stringify!($name));
-                            let tikv = if storm {
-                                tikv_storm_store(seed).await
-                            } else {
-                                tikv_weather_store(seed).await
-                            };
-                            let client = client_on(tikv.kv.clone(), test_config());
-                            common::anomalies::$name(&client).await;
-                            tikv.report(stringify!($name));
-                        }
+                        in_weather_then_storm(stringify!($name), |kv| async move {
+                            common::anomalies::$name(&client_on(kv, test_config())).await
+                        })
+                        .await;
                     }
                 )*
             };
@@ -209,16 +221,7 @@ mod in_the_weather {
                 $(
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $name() {
-                        for storm in [false, true] {
-                            let seed = seed(stringify!($name));
-                            let tikv = if storm {
-                                tikv_storm_store(seed).await
-                            } else {
-                                tikv_weather_store(seed).await
-                            };
-                            common::protocol::$name(tikv.kv.clone()).await;
-                            tikv.report(stringify!($name));
-                        }
+                        in_weather_then_storm(stringify!($name), common::protocol::$name).await;
                     }
                 )*
             };

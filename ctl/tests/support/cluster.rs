@@ -1,9 +1,13 @@
 //! The store the ctl tests run the binary against: a minitikv over an embedded store and an
 //! oracle service in the test process, a client of them, and the binary's base command.
 
+use observers::{observer_fn, ObserverError, Registry, WorkerConfig};
 use percolator::kv::Durability;
-use percolator::Client;
+use percolator::{Cell, Client};
 use percolator_cli::StoreSpec;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A minitikv, an oracle service and a client of both; everything stops when dropped.
 pub struct Env {
@@ -63,5 +67,66 @@ impl Env {
             .arg("--namespace")
             .arg(&self.namespace);
         command
+    }
+
+    /// Writes `value` at `cell` in a transaction of its own; returns its commit timestamp.
+    pub async fn write(&self, cell: &Cell, value: &str) -> u64 {
+        let txn = self.client.begin().await.expect("begin");
+        txn.set(cell.clone(), value);
+        txn.commit().await.expect("commit").0
+    }
+
+    /// The value at `cell` (as text), read in a transaction of its own.
+    pub async fn read(&self, cell: &Cell) -> Option<String> {
+        let txn = self.client.begin().await.expect("begin");
+        let v = txn.get(cell).await.expect("get");
+        txn.commit().await.expect("commit");
+        v.map(|v| String::from_utf8_lossy(&v).into_owned())
+    }
+}
+
+/// Registers the observer `length` of `docs/body`, writing the body's length to `docs/len`;
+/// it fails on purpose while `broken` is set.
+pub fn breakable_length(registry: &mut Registry, broken: Arc<AtomicBool>) {
+    registry
+        .strong(
+            "docs",
+            "body",
+            "length",
+            observer_fn(move |txn, cell: Cell| {
+                let broken = broken.clone();
+                async move {
+                    if broken.load(Ordering::SeqCst) {
+                        return Err(ObserverError::failed("broken on purpose"));
+                    }
+                    let body = txn.get(&cell).await?.unwrap_or_default();
+                    txn.set(Cell::new("docs", &cell.row, "len"), body.len().to_string());
+                    Ok(())
+                }
+            }),
+        )
+        .expect("register");
+}
+
+/// Workers that give up on a cell after two failures, retrying quickly.
+pub fn worker_config() -> WorkerConfig {
+    WorkerConfig {
+        max_failures: 2,
+        retry_backoff: Duration::from_millis(5),
+        ..WorkerConfig::default()
+    }
+}
+
+/// Polls `check` until it holds; panics after `patience` (a hang guard, not a timing
+/// assertion).
+pub async fn poll<F, Fut>(patience: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < patience, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

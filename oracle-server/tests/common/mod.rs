@@ -4,6 +4,23 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A client of the servers at `addrs` that gives up on one quickly (300 ms RPC and connect
+/// timeouts, retrying every `retry_backoff`) and on a request after 30 s.
+pub fn quick_client(
+    addrs: Vec<String>,
+    retry_backoff: Duration,
+) -> Arc<dyn percolator::TimestampSource> {
+    let config = oracle::ClientConfig {
+        rpc_timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_secs(30),
+        retry_backoff,
+    };
+    Arc::new(oracle::OracleClient::new(addrs, config).unwrap())
+}
 
 /// The real `oracle serve` binary, started and ready (it printed its address).
 pub struct OracleProcess {

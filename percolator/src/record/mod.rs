@@ -358,12 +358,27 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn op() -> impl Strategy<Value = Op> {
+    /// A delete or a put of a value inline (of up to 40 bytes).
+    pub(super) fn inline_op() -> impl Strategy<Value = Op> {
         prop_oneof![
             Just(Op::Delete),
             prop::collection::vec(any::<u8>(), 0..40).prop_map(Op::Put),
-            any::<u64>().prop_map(Op::PutExternal),
         ]
+    }
+
+    /// Any operation: inline, or a put of a value out of line.
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![2 => inline_op(), 1 => any::<u64>().prop_map(Op::PutExternal)]
+    }
+
+    /// A cell of short names (up to 7 bytes each).
+    pub(super) fn cell() -> impl Strategy<Value = Cell> {
+        (
+            prop::collection::vec(any::<u8>(), 0..8),
+            prop::collection::vec(any::<u8>(), 0..8),
+            prop::collection::vec(any::<u8>(), 0..8),
+        )
+            .prop_map(|(t, r, c)| Cell::new(t, r, c))
     }
 
     fn version() -> impl Strategy<Value = Version> {
@@ -375,13 +390,7 @@ mod tests {
     }
 
     fn lock() -> impl Strategy<Value = Lock> {
-        let cell = (
-            prop::collection::vec(any::<u8>(), 0..8),
-            prop::collection::vec(any::<u8>(), 0..8),
-            prop::collection::vec(any::<u8>(), 0..8),
-        )
-            .prop_map(|(t, r, c)| Cell::new(t, r, c));
-        (any::<u64>(), prop::option::of(cell), op(), any::<u64>()).prop_map(
+        (any::<u64>(), prop::option::of(cell()), op(), any::<u64>()).prop_map(
             |(start_ts, primary, op, ttl_ms)| Lock {
                 start_ts,
                 primary,

@@ -96,23 +96,12 @@ impl OnceRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::tests::{cell, inline_op as op};
     use proptest::prelude::*;
 
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            Just(Op::Delete),
-            prop::collection::vec(any::<u8>(), 0..40).prop_map(Op::Put),
-        ]
-    }
-
     fn record() -> impl Strategy<Value = OnceRecord> {
-        let cell = (
-            prop::collection::vec(any::<u8>(), 0..8),
-            prop::collection::vec(any::<u8>(), 0..8),
-        )
-            .prop_map(|(t, r)| Cell::new(t, r, "c"));
         prop_oneof![
-            (cell, any::<u64>(), op()).prop_map(|(primary, ttl_ms, op)| OnceRecord::Pending {
+            (cell(), any::<u64>(), op()).prop_map(|(primary, ttl_ms, op)| OnceRecord::Pending {
                 primary,
                 ttl_ms,
                 op

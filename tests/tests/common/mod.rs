@@ -38,6 +38,31 @@ pub fn quick() -> observers::WorkerConfig {
     }
 }
 
+/// A registry of one strong observer named `name` on `table`/`column`.
+pub fn strong_registry(
+    table: &str,
+    column: &str,
+    name: &str,
+    observer: Arc<dyn observers::Observer>,
+) -> Arc<observers::Registry> {
+    let mut registry = observers::Registry::new();
+    registry
+        .strong(table, column, name, observer)
+        .expect("one observer per column");
+    Arc::new(registry)
+}
+
+/// Waits until every one of `workers` is quiescent (a 60 s hang guard, not a timing claim).
+pub async fn quiesce<'a>(workers: impl IntoIterator<Item = &'a observers::Worker>) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for w in workers {
+            w.wait_until_quiescent().await.unwrap();
+        }
+    })
+    .await
+    .expect("workers did not quiesce in 60 s");
+}
+
 pub fn client_on(kv: Arc<dyn RawKv>, config: ClientConfig) -> Client {
     Client::with_config(kv, Arc::new(LocalClock::new()), config)
 }
@@ -174,18 +199,7 @@ pub fn weather_split_keys() -> Vec<Vec<u8>> {
 /// or leader transfer every 10 ms, and `Faults::weather(seed)` (0.1% ServerIsBusy, 1%
 /// region errors, 0.5% replies lost after apply, 1% delays up to 5 ms).
 pub fn weather_server(seed: u64) -> minitikv::ServerConfig {
-    minitikv::ServerConfig {
-        split_keys: weather_split_keys(),
-        stores: 3,
-        faults: minitikv::Faults::weather(seed),
-        churn: Some(minitikv::Churn {
-            interval: Duration::from_millis(10),
-            seed,
-            min_regions: 40,
-            max_regions: 300,
-        }),
-        ..minitikv::ServerConfig::in_memory()
-    }
+    minitikv::ServerConfig::weather(seed, weather_split_keys(), 40..=300)
 }
 
 /// Like [`weather_server`] with ten times the fault rates (1% ServerIsBusy, 10% region
