@@ -197,6 +197,14 @@ impl Registry {
         }
     }
 
+    /// Every observed column, as (table, column).
+    pub(crate) fn columns(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.observers
+            .iter()
+            .flat_map(|(table, columns)| columns.keys().map(|c| (table.clone(), c.clone())))
+            .collect()
+    }
+
     pub(crate) fn get(&self, cell: &Cell) -> Option<&Registered> {
         self.observers.get(&cell.table)?.get(&cell.column)
     }
