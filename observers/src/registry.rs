@@ -197,11 +197,15 @@ impl Registry {
         }
     }
 
-    /// Every observed column, as (table, column).
-    pub(crate) fn columns(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+    /// Every observed column, as (table, column, observer name).
+    pub(crate) fn columns(&self) -> Vec<(Vec<u8>, Vec<u8>, String)> {
         self.observers
             .iter()
-            .flat_map(|(table, columns)| columns.keys().map(|c| (table.clone(), c.clone())))
+            .flat_map(|(table, columns)| {
+                columns
+                    .iter()
+                    .map(|(c, r)| (table.clone(), c.clone(), r.name.clone()))
+            })
             .collect()
     }
 

@@ -270,6 +270,36 @@ impl Telemetry {
         }
     }
 
+    /// Creates the counters of this worker and of every observer of `columns` (table,
+    /// column, observer) at zero, so that they are exported (and `rate()` works) before
+    /// their first event.
+    pub(crate) fn init(&self, columns: &[(Vec<u8>, Vec<u8>, String)]) {
+        let f = &self.families;
+        for family in [&f.found, &f.hinted, &f.scanned] {
+            family.get_or_create(&self.worker);
+        }
+        for (table, column, observer) in columns {
+            let labels = ObserverLabels {
+                namespace: self.namespace.clone(),
+                table: String::from_utf8_lossy(table).into_owned(),
+                column: String::from_utf8_lossy(column).into_owned(),
+                observer: observer.clone(),
+            };
+            for family in [
+                &f.runs,
+                &f.duplicates,
+                &f.failures,
+                &f.dead_letters,
+                &f.conflicts,
+                &f.retries,
+                &f.rolled_back,
+                &f.splits,
+            ] {
+                family.get_or_create(&labels);
+            }
+        }
+    }
+
     /// The labels of this worker's series.
     pub(crate) fn worker(&self) -> &WorkerLabels {
         &self.worker

@@ -154,11 +154,13 @@ impl Worker {
             config.orphan_age = min_orphan_age;
         }
         let (stop, shutdown) = watch::channel(false);
-        let metrics = Arc::new(Metrics::with_telemetry(Telemetry::new(
+        let telemetry = Telemetry::new(
             families,
             String::from_utf8_lossy(&client.codec().namespace()).into_owned(),
             config.id.clone(),
-        )));
+        );
+        telemetry.init(&registry.columns());
+        let metrics = Arc::new(Metrics::with_telemetry(telemetry));
         let inner = Arc::new(Inner {
             flights: Flights::new(config.max_in_flight),
             client,

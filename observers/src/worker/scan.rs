@@ -178,7 +178,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
         }
     }
     // A whole pass: what it found waiting in this worker's share, per observed column.
-    for (table, column) in inner.registry.columns() {
+    for (table, column, _) in inner.registry.columns() {
         let (waiting, oldest_ms) = backlog
             .columns
             .get(&(table.clone(), column.clone()))
