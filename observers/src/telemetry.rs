@@ -276,7 +276,7 @@ impl Telemetry {
     pub(crate) fn init(&self, columns: &[(Vec<u8>, Vec<u8>, String)]) {
         let f = &self.families;
         for family in [&f.found, &f.hinted, &f.scanned] {
-            family.get_or_create(&self.worker);
+            let _ = family.get_or_create(&self.worker);
         }
         for (table, column, observer) in columns {
             let labels = ObserverLabels {
@@ -295,7 +295,7 @@ impl Telemetry {
                 &f.rolled_back,
                 &f.splits,
             ] {
-                family.get_or_create(&labels);
+                let _ = family.get_or_create(&labels);
             }
         }
     }
