@@ -11,14 +11,13 @@
 //! point, which is at or below the published one), so a lease that expires under a slow
 //! pass costs a duplicated pass at worst.
 
-use crate::metrics::{counter, gauge};
 use percolator::ts::Timestamp;
 use percolator::{Cell, Client, TxnError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Counters of the periodic GC (Prometheus: `<prefix>_gc_*`).
+/// Counters of the periodic GC (Prometheus: `percolator_gc_*`, [`crate::metrics::register_gc`]).
 #[derive(Debug, Default)]
 pub struct GcMetrics {
     /// Passes completed.
@@ -182,47 +181,4 @@ where
             }
         }
     })
-}
-
-/// The GC counters in the Prometheus text format, named `<prefix>_gc_*`.
-pub fn render(metrics: &GcMetrics, prefix: &str, out: &mut String) {
-    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    let counters = [
-        (
-            "passes_total",
-            "Periodic GC passes completed",
-            &metrics.passes,
-        ),
-        (
-            "skipped_total",
-            "GC periods skipped: another process held the lease",
-            &metrics.skipped,
-        ),
-        ("failures_total", "GC passes that failed", &metrics.failures),
-        (
-            "versions_deleted_total",
-            "Versions deleted by GC",
-            &metrics.versions_deleted,
-        ),
-        (
-            "heads_tombstoned_total",
-            "Heads shrunk to tombstones by GC",
-            &metrics.heads_tombstoned,
-        ),
-        (
-            "locks_resolved_total",
-            "Locks resolved by GC",
-            &metrics.locks_resolved,
-        ),
-    ];
-    for (name, help, value) in counters {
-        counter(out, &format!("{prefix}_gc_{name}"), help, "", get(value));
-    }
-    gauge(
-        out,
-        &format!("{prefix}_gc_safe_point_ms"),
-        "Safe point of the last GC pass (ms since the epoch)",
-        "",
-        get(&metrics.last_safe_point_ms) as f64,
-    );
 }

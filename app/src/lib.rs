@@ -10,10 +10,11 @@
 //! - [`drain`]: waiting until the input is loaded and the observers are done (`--until-drained`).
 //! - [`run`]: a directory loaded while this process's workers run, until a signal or drained.
 //! - [`gc`]: version GC on a schedule, one process at a time (a lease).
-//! - [`metrics`]: Prometheus text and its endpoint; [`progress`] and [`human`]: what a person
+//! - [`metrics`]: the Prometheus registry, endpoint and loader and GC families; [`progress`] and [`human`]: what a person
 //!   watching sees.
 //!
-//! Dependencies point down: this crate depends on `percolator` and `observers` only.
+//! Dependencies point down: this crate depends on `percolator`, `observers` and
+//! `percolator-metrics` only.
 
 pub mod drain;
 pub mod gc;

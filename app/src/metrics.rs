@@ -1,127 +1,120 @@
-//! Metrics in the Prometheus text format: counters and gauges appended to a page
-//! ([`counter`], [`gauge`]), a worker's counters under an application's prefix
-//! ([`worker`]), and a minimal HTTP endpoint serving a page ([`serve`]).
-//!
-//! Written by hand rather than with a metrics crate: the counters already exist (the
-//! worker's snapshot, the application's own atomics), need no registry, and the text format
-//! is a few lines.
+//! Metrics of an application process: the registry and `/metrics` endpoint of
+//! `percolator-metrics` ([`Metrics`], [`spawn`]), the worker and observer families of
+//! `observers::telemetry`, and the families of this crate's parts, read at each scrape from
+//! their counters: the loader's ([`register_loader`], `percolator_loader_*`) and the periodic
+//! GC's ([`register_gc`], `percolator_gc_*`). Every series carries the application's
+//! `namespace`. docs/metrics.md lists every metric.
 
-use observers::MetricsSnapshot;
+use crate::gc::GcMetrics;
+use crate::load::LoadStats;
+pub use observers::telemetry::WorkerMetrics;
+pub use percolator_metrics::{labels, spawn, Metrics, MetricsError, Render, Sampled};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Renders the current metrics as Prometheus text.
-pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
-
-/// Serves `render()` on every request to `addr` until the task is dropped.
-pub async fn serve(addr: std::net::SocketAddr, render: Render) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving metrics");
-    loop {
-        let (mut socket, _) = listener.accept().await?;
-        let render = render.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            // Read (and ignore) the request head; any path returns the metrics.
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), socket.read(&mut buf))
-                .await;
-            let body = render();
-            let response = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
-                body.len(),
-                body
-            );
-            let _ = socket.write_all(response.as_bytes()).await;
-        });
-    }
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
 }
 
-/// Spawns [`serve`] on `addr`, logging its failure.
-pub fn spawn_serve(addr: std::net::SocketAddr, render: Render) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        if let Err(e) = serve(addr, render).await {
-            tracing::error!(%addr, error = %e, "metrics endpoint failed");
-        }
-    })
-}
-
-/// Appends one counter in Prometheus text format.
-pub fn counter(out: &mut String, name: &str, help: &str, labels: &str, value: u64) {
-    out.push_str(&format!(
-        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {value}\n"
-    ));
-}
-
-/// Appends one gauge in Prometheus text format.
-pub fn gauge(out: &mut String, name: &str, help: &str, labels: &str, value: f64) {
-    out.push_str(&format!(
-        "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}\n"
-    ));
-}
-
-/// Appends a worker's counters and latencies as `<prefix>_observer_runs_total` and so on,
-/// each with `labels` (e.g. `pipeline="A"`).
-pub fn worker(out: &mut String, prefix: &str, labels: &str, m: &MetricsSnapshot) {
-    let counters: [(&str, &str, u64); 8] = [
+/// Registers the loader's counters (`stats`, labelled with `namespace`) in `metrics`.
+pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>) {
+    type Read = fn(&LoadStats) -> u64;
+    let counters: [(&str, &str, Read); 6] = [
         (
-            "notifications_found_total",
-            "Notify keys found by scans or commit hints",
-            m.found,
+            "percolator_loader_lines",
+            "Input lines behind the loader's committed batches (records, rejects and blanks).",
+            |s| get(&s.lines),
         ),
         (
-            "notifications_hinted_total",
-            "Notify keys dispatched from in-process commit hints",
-            m.hinted,
+            "percolator_loader_records",
+            "Records the loader wrote.",
+            |s| get(&s.loaded),
         ),
         (
-            "notify_keys_scanned_total",
-            "Keys read by scans of the notify space",
-            m.scanned,
+            "percolator_loader_rejects",
+            "Input lines the loader rejected (malformed), reported to the rejects file.",
+            |s| get(&s.rejected),
         ),
         (
-            "observer_runs_total",
-            "Observer runs committed",
-            m.processed,
+            "percolator_loader_batches",
+            "Loader transactions committed (each with its source's offset).",
+            |s| get(&s.batches),
         ),
         (
-            "duplicate_runs_total",
-            "Notifications already covered by the acknowledgment",
-            m.duplicates,
+            "percolator_loader_backpressure_waits",
+            "Loader batches that waited for the notification backlog to fall below its bound.",
+            |s| get(&s.backlog_waits),
         ),
         (
-            "conflicts_total",
-            "Observer transaction conflicts",
-            m.conflicts,
-        ),
-        ("failures_total", "Observer failures", m.failures),
-        (
-            "dead_lettered_total",
-            "Notifications dead-lettered",
-            m.dead_lettered,
+            "percolator_loader_unreadable_sources",
+            "Input sources (files) the loader could not open.",
+            |s| get(&s.unreadable),
         ),
     ];
-    for (name, help, value) in counters {
-        counter(out, &format!("{prefix}_{name}"), help, labels, value);
-    }
-    let latencies = [
+    let families = counters.map(|(name, help, read)| {
+        let (stats, namespace) = (stats.clone(), namespace.to_string());
+        Sampled::counter(name, help, move || {
+            vec![(labels(&namespace, &[]), read(&stats))]
+        })
+    });
+    metrics.register_sampled(families);
+}
+
+/// Registers the periodic GC's counters (`gc`, labelled with `namespace`) in `metrics`.
+pub fn register_gc<M>(metrics: &Metrics, namespace: &str, gc: Arc<M>)
+where
+    M: AsRef<GcMetrics> + Send + Sync + 'static,
+{
+    type Read = fn(&GcMetrics) -> u64;
+    let counters: [(&str, &str, Read); 6] = [
         (
-            "observer_latency_p50_seconds",
-            "Observer run latency, median",
-            m.latency_p50,
+            "percolator_gc_passes",
+            "Periodic GC passes completed.",
+            |g| get(&g.passes),
         ),
         (
-            "observer_latency_p99_seconds",
-            "Observer run latency, 99th percentile",
-            m.latency_p99,
+            "percolator_gc_skipped",
+            "GC periods skipped: another process held the lease.",
+            |g| get(&g.skipped),
+        ),
+        (
+            "percolator_gc_failures",
+            "GC passes (or lease takes) that failed; retried at the next period.",
+            |g| get(&g.failures),
+        ),
+        (
+            "percolator_gc_versions_deleted",
+            "Versions deleted by GC.",
+            |g| get(&g.versions_deleted),
+        ),
+        (
+            "percolator_gc_heads_tombstoned",
+            "Heads shrunk to tombstones by GC.",
+            |g| get(&g.heads_tombstoned),
+        ),
+        (
+            "percolator_gc_locks_resolved",
+            "Locks resolved by GC.",
+            |g| get(&g.locks_resolved),
         ),
     ];
-    for (name, help, value) in latencies {
-        gauge(
-            out,
-            &format!("{prefix}_{name}"),
-            help,
-            labels,
-            value.as_secs_f64(),
-        );
-    }
+    let mut families: Vec<Sampled> = counters
+        .into_iter()
+        .map(|(name, help, read)| {
+            let (gc, namespace) = (gc.clone(), namespace.to_string());
+            Sampled::counter(name, help, move || {
+                vec![(labels(&namespace, &[]), read((*gc).as_ref()))]
+            })
+        })
+        .collect();
+    let namespace = namespace.to_string();
+    families.push(Sampled::gauge(
+        "percolator_gc_safe_point_timestamp_seconds",
+        "Safe point of this process's last GC pass, as Unix time (0: none yet).",
+        move || {
+            let ms = get(&(*gc).as_ref().last_safe_point_ms);
+            vec![(labels(&namespace, &[]), ms as f64 / 1000.0)]
+        },
+    ));
+    metrics.register_sampled(families);
 }

@@ -51,6 +51,17 @@ impl WorkerSpec {
     pub fn start(&self, client: &Client, registry: Registry) -> Worker {
         Worker::start(client.clone(), Arc::new(registry), self.config())
     }
+
+    /// [`WorkerSpec::start`], counting into the process's worker families (see
+    /// [`crate::metrics`]).
+    pub fn start_with_metrics(
+        &self,
+        client: &Client,
+        registry: Registry,
+        families: observers::telemetry::WorkerMetrics,
+    ) -> Worker {
+        Worker::start_with_metrics(client.clone(), Arc::new(registry), self.config(), families)
+    }
 }
 
 /// Runs `task` every `period` until the returned task is aborted; a failure is logged as

@@ -57,6 +57,9 @@ pub enum RunError {
     /// Draining failed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// The metrics endpoint could not start.
+    #[error(transparent)]
+    Metrics(#[from] percolator_metrics::MetricsError),
 }
 
 /// A directory loaded with `lines` while `workers` run.

@@ -129,6 +129,10 @@ pub struct ServeArgs {
     /// Samples kept for the charts (the oldest are dropped).
     #[arg(long, default_value_t = 300)]
     pub history: usize,
+    /// Also serve `/metrics` (only) on this address, for a Prometheus that scrapes every
+    /// binary on its metrics port (the dashboard's own `/metrics` serves the same).
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Arguments of `scan`.

@@ -88,6 +88,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let config = ServeConfig {
         sample_every: Duration::from_millis(args.sample_ms.max(100)),
         history: args.history,
+        metrics_addr: args.metrics_addr,
     };
     println!("dashboard listening on http://{addr}/");
     tracing::info!(%addr, "dashboard listening");

@@ -206,16 +206,16 @@ async fn the_api_serves_status_metrics_and_replays_only_with_a_confirmation() {
     assert_eq!(status, 200);
     assert!(script.contains("/api/dead-letters/confirm"));
 
-    // /metrics: Prometheus text of the same gauges.
+    // /metrics: the same gauges as Prometheus metrics (OpenMetrics text).
     let (status, content_type, metrics) = http(&addr, "GET", "/metrics", None).await;
     assert_eq!(
         (status, content_type.as_str()),
-        (200, "text/plain; version=0.0.4")
+        (200, percolator_metrics::CONTENT_TYPE)
     );
     assert!(
         metrics
             .lines()
-            .any(|l| l == "percolator_dead_letters{namespace=\"dash-api\"} 1"),
+            .any(|l| l == "percolator_dead_letters{namespace=\"dash-api\"} 1.0"),
         "{metrics}"
     );
     // (Whether the worker counts as live depends on how late its heartbeat is.)

@@ -41,6 +41,9 @@ pub enum Command {
         /// (default: the bound address, 0.0.0.0 replaced by 127.0.0.1).
         #[arg(long, value_name = "HOST:PORT")]
         advertise: Option<String>,
+        /// Serve the metrics (Prometheus, `GET /metrics`) on this address.
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<SocketAddr>,
         #[allow(missing_docs)] // a flattened argument group: a doc comment would be help text
         #[command(flatten)]
         cluster: ClusterArgs,

@@ -39,6 +39,7 @@ mod churn;
 pub mod cli;
 mod cluster;
 pub mod design;
+mod metrics;
 mod service;
 
 use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};

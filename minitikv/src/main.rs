@@ -19,6 +19,7 @@ async fn main() -> anyhow::Result<()> {
             durability,
             listen,
             advertise,
+            metrics_addr,
             cluster,
         } => {
             // The handlers first: a SIGTERM the instant readiness is printed must shut down
@@ -34,6 +35,11 @@ async fn main() -> anyhow::Result<()> {
             let server = minitikv::start(config)
                 .await
                 .with_context(|| format!("starting minitikv on {listen}"))?;
+            if let Some(addr) = metrics_addr {
+                let metrics = percolator_metrics::Metrics::new();
+                server.register_metrics(&metrics);
+                percolator_metrics::spawn(addr, metrics.render())?;
+            }
             let mut stdout = std::io::stdout();
             writeln!(stdout, "minitikv listening on {}", server.endpoint())?;
             stdout.flush()?;

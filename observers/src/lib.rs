@@ -52,6 +52,7 @@ mod metrics;
 mod process;
 mod registry;
 pub mod renotify;
+pub mod telemetry;
 pub mod testing;
 mod worker;
 

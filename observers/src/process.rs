@@ -11,8 +11,9 @@
 
 use crate::deadletter::DeadLetter;
 use crate::error::ObserverError;
-use crate::metrics::Metrics;
+use crate::metrics::{Event, Metrics};
 use crate::registry::{ObserverKind, Registered, Registry};
+use crate::telemetry::ObserverLabels;
 use futures::FutureExt;
 use percolator::record::Notification;
 use percolator::txn::{RunError, TxnStatus};
@@ -115,6 +116,9 @@ struct Runnable {
     covered: Option<u64>,
     /// The notification as decided (what a dead letter parks).
     notification: Notification,
+    /// When the change was written: the physical part (Unix ms) of the writer's commit
+    /// timestamp, else of the notify key's timestamp (a weak notification).
+    written_ms: u64,
 }
 
 /// What [`resolve`] decided for one item.
@@ -145,7 +149,10 @@ async fn resolve(
             if let Err(e) = DeadLetter::park(client, &letter).await {
                 return Resolved::Done(Err(e.into_txn()));
             }
-            Metrics::add(&metrics.dead_lettered);
+            metrics.count(
+                Event::DeadLettered,
+                Some(&metrics.labels(&item.cell, &registered.name)),
+            );
             return Resolved::Done(Ok(Outcome::Failed {
                 error: letter.error,
                 resolved: None,
@@ -168,7 +175,10 @@ async fn resolve(
                 if let Err(e) = client.store().delete(item.key.clone()).await {
                     return Resolved::Done(Err(e.into()));
                 }
-                Metrics::add(&metrics.rolled_back);
+                metrics.count(
+                    Event::RolledBack,
+                    Some(&metrics.labels(&item.cell, &registered.name)),
+                );
                 return Resolved::Done(Ok(Outcome::RolledBack));
             }
             Ok(TxnStatus::Pending) => return Resolved::Done(Ok(Outcome::Pending)),
@@ -188,6 +198,19 @@ async fn resolve(
         ObserverKind::Weak | ObserverKind::Guarded => Resolved::Run(None, decided),
         ObserverKind::Strong => Resolved::Run(covered, decided),
     }
+}
+
+/// When the change behind `item` was written (Unix ms): its commit timestamp once decided,
+/// else the timestamp its notify key carries.
+fn written_ms(client: &Client, item: &Item, decided: &Notification) -> u64 {
+    let ts = match decided {
+        Notification::Committed { commit_ts } => Some(*commit_ts),
+        _ => match client.codec().decode(&item.key) {
+            Ok(percolator::codec::Key::Notify { ts, .. }) => Some(ts),
+            _ => None,
+        },
+    };
+    ts.map_or(0, |ts| Timestamp(ts).physical_ms())
 }
 
 /// Handles notify keys of cells watched by one observer (distinct cells): decides each
@@ -224,6 +247,7 @@ pub(crate) async fn handle_batch(
             Resolved::Run(covered, notification) => runs.push(Runnable {
                 index,
                 cell: item.cell.clone(),
+                written_ms: written_ms(client, item, &notification),
                 covered,
                 notification,
             }),
@@ -253,6 +277,11 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The labels of this batch's observer for `run`'s column.
+    fn labels(&self, run: &Runnable) -> ObserverLabels {
+        self.metrics.labels(&run.cell, &self.registered.name)
+    }
+
     /// Runs `runs` as one batch; if it conflicts or fails, splits it in halves and runs each
     /// the same way, down to single cells. Returns (item index, outcome) pairs.
     fn run_split(
@@ -285,9 +314,10 @@ impl Ctx<'_> {
                         // the rest), the observer's failure (a failing cell fails alone), and
                         // anything else (a cell whose record is corrupt must not hold the
                         // others back; single cells report their own error).
-                        Metrics::add(&self.metrics.splits);
+                        let labels = self.labels(&runs[0]);
+                        self.metrics.count(Event::Split, Some(&labels));
                         if e.as_txn_error().is_some_and(TxnError::is_retryable) {
-                            Metrics::add(&self.metrics.conflicts);
+                            self.metrics.count(Event::Conflict, Some(&labels));
                         }
                         tracing::debug!(cells = runs.len(), error = %e, "batch split");
                         let mut runs = runs;
@@ -334,16 +364,19 @@ impl Ctx<'_> {
                 .collect());
         }
         let latency = started.elapsed();
+        let labels = self.labels(&runs[0]);
+        self.metrics.record_run(&labels, runs.len(), latency);
         Ok(runs
             .iter()
             .zip(ran)
             .map(|(r, ran)| {
                 if ran {
                     self.metrics.record_latency(latency);
-                    Metrics::add(&self.metrics.processed);
+                    self.metrics.count(Event::Ran, Some(&labels));
+                    self.metrics.record_commit_to_run(&labels, r.written_ms);
                     (r.index, Ok(Outcome::Ran))
                 } else {
-                    Metrics::add(&self.metrics.duplicates);
+                    self.metrics.count(Event::Duplicate, Some(&labels));
                     (r.index, Ok(Outcome::Covered))
                 }
             })
@@ -407,34 +440,37 @@ impl Ctx<'_> {
     /// key.
     async fn run_single(&self, run: &Runnable) -> Result<Outcome, TxnError> {
         let key = &self.items[run.index].key;
+        let labels = self.labels(run);
         match run_observer(
             self.client,
             self.registered,
             &run.cell,
             run.covered,
             self.metrics,
+            &labels,
         )
         .await
         {
             Ok(ran) => {
                 self.client.store().delete(key.clone()).await?;
                 if ran {
-                    Metrics::add(&self.metrics.processed);
+                    self.metrics.count(Event::Ran, Some(&labels));
+                    self.metrics.record_commit_to_run(&labels, run.written_ms);
                     Ok(Outcome::Ran)
                 } else {
-                    Metrics::add(&self.metrics.duplicates);
+                    self.metrics.count(Event::Duplicate, Some(&labels));
                     Ok(Outcome::Covered)
                 }
             }
             Err(ObserverError::Txn(e)) if e.is_retryable() => {
-                Metrics::add(&self.metrics.conflicts);
+                self.metrics.count(Event::Conflict, Some(&labels));
                 Ok(Outcome::Pending)
             }
             Err(ObserverError::Txn(e)) if is_outage(&e) => Ok(Outcome::Transient {
                 error: e.to_string(),
             }),
             Err(e) => {
-                Metrics::add(&self.metrics.failures);
+                self.metrics.count(Event::Failed, Some(&labels));
                 // The decided record for every kind of observer: a weak observer's raw
                 // strong record would need the writer's primary, which GC may remove
                 // before the letter is replayed.
@@ -465,6 +501,7 @@ async fn run_observer(
     cell: &Cell,
     covered_ts: Option<u64>,
     metrics: &Metrics,
+    labels: &ObserverLabels,
 ) -> Result<bool, ObserverError> {
     let started = Instant::now();
     let attempts = std::sync::atomic::AtomicU64::new(0);
@@ -476,7 +513,7 @@ async fn run_observer(
             let attempts = &attempts;
             async move {
                 if attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 0 {
-                    Metrics::add(&metrics.conflicts);
+                    metrics.count(Event::Conflict, Some(labels));
                 }
                 let Some(covered_ts) = covered_ts else {
                     // Weak: no acknowledgment check.
@@ -498,6 +535,7 @@ async fn run_observer(
         .await?;
     if ran {
         metrics.record_latency(started.elapsed());
+        metrics.record_run(labels, 1, started.elapsed());
     }
     Ok(ran)
 }

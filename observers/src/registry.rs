@@ -209,6 +209,18 @@ impl Registry {
         }
     }
 
+    /// Every observed column, as (table, column, observer name).
+    pub(crate) fn columns(&self) -> Vec<(Vec<u8>, Vec<u8>, String)> {
+        self.observers
+            .iter()
+            .flat_map(|(table, columns)| {
+                columns
+                    .iter()
+                    .map(|(c, r)| (table.clone(), c.clone(), r.name.clone()))
+            })
+            .collect()
+    }
+
     pub(crate) fn get(&self, cell: &Cell) -> Option<&Registered> {
         self.observers.get(&cell.table)?.get(&cell.column)
     }

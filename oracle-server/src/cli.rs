@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// A standby takes over after the record has not changed for this long, in milliseconds.
     #[arg(long, default_value_t = 3000)]
     pub lease_timeout_ms: u64,
+    /// Serve the metrics (Prometheus, `GET /metrics`) on this address (e.g. 127.0.0.1:9107).
+    #[arg(long)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Testing aid: shift this process's wall clock by this many milliseconds.
     #[arg(long, default_value_t = 0, hide = true, allow_hyphen_values = true)]
     pub clock_skew_ms: i64,

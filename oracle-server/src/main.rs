@@ -58,6 +58,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         tracing::warn!("--heartbeat-ms should be well below --lease-timeout-ms");
     }
     let server = ServerHandle::start(config, kv, listener)?;
+    if let Some(addr) = args.metrics_addr {
+        let metrics = percolator_metrics::Metrics::new();
+        oracle_server::metrics::register(&metrics, &args.namespace, server.stats());
+        percolator_metrics::spawn(addr, metrics.render())?;
+    }
     tracing::info!(addr = %server.local_addr(), store = %args.store, "oracle listening");
     // Readiness line for scripts and tests.
     println!("listening on {}", server.local_addr());

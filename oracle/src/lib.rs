@@ -27,7 +27,7 @@ pub use client::{ClientConfig, ClientError, ClientStats, OracleClient};
 pub use clock::{Clock, ManualClock, SkewedClock, SystemClock};
 pub use local::LocalOracle;
 pub use record::{LeaderInfo, OracleRecord, RecordError};
-pub use server::{ServerConfig, ServerHandle};
+pub use server::{ServerConfig, ServerHandle, ServerStats};
 
 use percolator::KvError;
 use std::sync::Arc;

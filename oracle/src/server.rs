@@ -7,6 +7,7 @@ use crate::record::OracleRecord;
 use crate::{record_key, OracleError, WindowOptions};
 use percolator::RawKv;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -47,7 +48,24 @@ impl Default for ServerConfig {
     }
 }
 
+/// What a server has done since it started: plain counters, for the binary's metrics
+/// (`oracle serve --metrics-addr`) and tests.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Timestamps handed out (the sum of the counts of answered requests).
+    pub timestamps_served: AtomicU64,
+    /// Requests answered with timestamps.
+    pub requests_served: AtomicU64,
+    /// Requests answered "not leader" (the client is redirected to the leader).
+    pub not_leader_replies: AtomicU64,
+    /// Times this server took over as leader.
+    pub took_over: AtomicU64,
+    /// Times this server stepped down (deposed by another's takeover, or its epoch moved).
+    pub stepped_down: AtomicU64,
+}
+
 struct Shared {
+    stats: Arc<ServerStats>,
     kv: Arc<dyn RawKv>,
     key: Vec<u8>,
     config: ServerConfig,
@@ -94,6 +112,10 @@ impl Shared {
     /// Serves one batch of requests read from a connection.
     async fn serve_batch(&self, reqs: &[GetRequest], out: &mut Vec<u8>) {
         let not_leader = |out: &mut Vec<u8>, hint: String| {
+            let n = reqs.len() as u64;
+            self.stats
+                .not_leader_replies
+                .fetch_add(n, Ordering::Relaxed);
             for r in reqs {
                 let reply = Reply::NotLeader {
                     req_id: r.req_id,
@@ -136,6 +158,11 @@ impl Shared {
             }
             Err(e) => return error(out, e.to_string()),
         }
+        let stats = &self.stats;
+        stats.timestamps_served.fetch_add(total, Ordering::Relaxed);
+        stats
+            .requests_served
+            .fetch_add(reqs.len() as u64, Ordering::Relaxed);
         let mut next = first;
         for r in reqs {
             let reply = Reply::Timestamps {
@@ -180,6 +207,7 @@ impl ServerHandle {
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
         let shared = Arc::new(Shared {
+            stats: Arc::default(),
             key: record_key(&config.window.namespace),
             kv,
             config,
@@ -200,6 +228,11 @@ impl ServerHandle {
             stop,
             tasks,
         })
+    }
+
+    /// The server's counters (shared: they go on counting).
+    pub fn stats(&self) -> Arc<ServerStats> {
+        self.shared.stats.clone()
     }
 
     /// The bound address.
@@ -317,6 +350,7 @@ async fn role_loop(shared: Arc<Shared>) {
             }
             if lease.is_deposed() {
                 warn!(epoch = lease.epoch(), "deposed: now a standby");
+                shared.stats.stepped_down.fetch_add(1, Ordering::Relaxed);
                 shared.set_lease(None);
                 observed = None;
                 continue;
@@ -387,6 +421,7 @@ async fn standby_step(
                 "took over: serving as leader"
             );
             shared.set_lease(Some(Arc::new(lease)));
+            shared.stats.took_over.fetch_add(1, Ordering::Relaxed);
             *observed = None;
             Ok(true)
         }

@@ -110,7 +110,7 @@ pub enum Command {
         work: WorkArgs,
         #[command(flatten)]
         until: UntilArgs,
-        /// Serve counters in Prometheus text format on this address (e.g. 127.0.0.1:9100).
+        /// Serve the metrics (Prometheus, `GET /metrics`) on this address (e.g. 127.0.0.1:9101).
         #[arg(long)]
         metrics_addr: Option<std::net::SocketAddr>,
     },
@@ -341,7 +341,7 @@ pub struct RunArgs {
     /// --follow: once every file is loaded to its last complete line and drained).
     #[arg(long)]
     pub until_drained: bool,
-    /// Serve counters in Prometheus text format on this address (e.g. 127.0.0.1:9100).
+    /// Serve the metrics (Prometheus, `GET /metrics`) on this address (e.g. 127.0.0.1:9101).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
 }

@@ -134,7 +134,9 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     let specs: Vec<_> = (0..pipelines)
         .map(|i| spec(format!("dc{}", i + 1)))
         .collect();
-    let running = crate::run::start_pipelines(client, &specs).await?;
+    let metrics = app::metrics::Metrics::new();
+    let families = app::metrics::WorkerMetrics::registered(&metrics);
+    let running = crate::run::start_pipelines(client, &specs, &families).await?;
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
     // At an offered rate, batches span about 40 ms of event time (about 4 files share the
     // rate), so the pace is smooth; at saturation, 500 lines.
@@ -171,6 +173,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
                 holder: format!("demo-{}", std::process::id()),
             }),
         metrics_addr: None,
+        metrics,
         progress,
         loaded: Loaded::Events(Some(total_events)),
         joinable: Some(summary.clicks - summary.orphans),

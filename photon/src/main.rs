@@ -10,7 +10,6 @@ use photon::cli::{Cli, Command, RunArgs, StoreArgs};
 use photon::demo::DemoOptions;
 use photon::load::LoadStats;
 use photon::maintenance::{spawn_gc, GcMetrics};
-use photon::metrics::{self, Render};
 use photon::pipeline::{spawn_sweeper, Pipeline};
 use photon::progress::{Counter, Display, Progress};
 use photon::registry;
@@ -55,7 +54,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .spec_named(format!("{}{}", args.work.pipeline, i + 1)),
         })
         .collect();
-    let pipelines = photon::run::start_pipelines(&client, &specs).await?;
+    let metrics = app::metrics::Metrics::new();
+    let families = app::metrics::WorkerMetrics::registered(&metrics);
+    let pipelines = photon::run::start_pipelines(&client, &specs, &families).await?;
     let holder = pipelines[0].worker.id().to_string();
     let spec = RunSpec {
         run: RunOptions {
@@ -71,6 +72,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         sweep_period: args.work.sweep_period(),
         gc: args.work.gc(holder),
         metrics_addr: args.metrics_addr,
+        metrics,
         progress: Display::for_stderr(Duration::from_millis(args.load.progress_ms)),
         loaded: Loaded::Lines(total),
         joinable: None,
@@ -172,24 +174,26 @@ async fn main() -> anyhow::Result<()> {
             // worker down gracefully, not kill it.
             let shutdown = percolator_cli::shutdown_signal()?;
             let client = client(&store).await?;
-            let pipeline = Pipeline::start(&client, &work.spec())?;
-            let sweeper = spawn_sweeper(client.clone(), work.horizon(), work.sweep_period());
+            let metrics = app::metrics::Metrics::new();
+            let families = app::metrics::WorkerMetrics::registered(&metrics);
+            let pipeline = Pipeline::start_with_metrics(&client, &work.spec(), families)?;
             let gc_metrics = Arc::new(GcMetrics::default());
+            let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
+            photon::metrics::register(
+                &metrics,
+                &namespace,
+                &[(pipeline.name.clone(), pipeline.stats.clone())],
+                Some(gc_metrics.clone()),
+            );
+            if let Some(addr) = metrics_addr {
+                app::metrics::spawn(addr, metrics.render())?;
+            }
+            let sweeper = spawn_sweeper(client.clone(), work.horizon(), work.sweep_period());
             let holder = pipeline.worker.id().to_string();
             let gc = work
                 .gc(holder)
                 .map(|spec| spawn_gc(client.clone(), spec, gc_metrics.clone()));
-            let pipelines = Arc::new(vec![pipeline]);
-            if let Some(addr) = metrics_addr {
-                let p = pipelines.clone();
-                let g = gc_metrics.clone();
-                let render: Render = Arc::new(move || {
-                    let mut out = metrics::render(&p);
-                    photon::maintenance::render(&g, &mut out);
-                    out
-                });
-                app::metrics::spawn_serve(addr, render);
-            }
+            let pipelines = [pipeline];
             eprintln!(
                 "photon worker running (pipeline {}); SIGINT/SIGTERM to stop",
                 work.pipeline

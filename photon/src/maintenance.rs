@@ -27,7 +27,8 @@ pub struct GcSpec {
     pub holder: String,
 }
 
-/// Counters of the periodic GC (Prometheus: `photon_gc_*`): the version GC's
+/// Counters of the periodic GC (Prometheus: `percolator_gc_*` and `photon_gc_*`, see
+/// [`crate::metrics::register`]): the version GC's
 /// ([`app::gc::GcMetrics`], reached through `Deref`) and Photon's own.
 #[derive(Debug, Default)]
 pub struct GcMetrics {
@@ -112,24 +113,4 @@ pub fn spawn_gc(
         let (client, spec, metrics) = (c.clone(), spec.clone(), m.clone());
         async move { gc_pass(&client, &spec, &metrics).await }
     })
-}
-
-/// The GC counters in the Prometheus text format.
-pub fn render(metrics: &GcMetrics, out: &mut String) {
-    app::gc::render(&metrics.versions, "photon", out);
-    let counters = [
-        (
-            "photon_gc_registry_keys_deleted_total",
-            "IdRegistry keys deleted behind the boundary",
-            &metrics.registry_keys_deleted,
-        ),
-        (
-            "photon_gc_parked_keys_deleted_total",
-            "Keys of handled parked-click index cells deleted",
-            &metrics.parked_keys_deleted,
-        ),
-    ];
-    for (name, help, value) in counters {
-        crate::metrics::counter(out, name, help, "", value.load(Ordering::Relaxed));
-    }
 }

@@ -1,57 +1,93 @@
-//! The pipelines' metrics in the Prometheus text format ([`render`]): each worker's counters
-//! ([`app::metrics::worker`], named `photon_*`) and the join's statistics, labelled with
-//! their pipeline. Served by [`app::metrics::serve`].
-
-pub use app::metrics::{counter, gauge, serve, Render};
+//! Photon's metrics: the generic families of the application layer ([`app::metrics`]: worker
+//! and observer series, the loader's, the GC's, all `percolator_*`) and Photon's own, read at
+//! each scrape from their counters: the join's statistics per pipeline (`photon_*_total`,
+//! labelled with `namespace` and `pipeline`) and the GC of Photon's own spaces
+//! (`photon_gc_*_total`). Served on `--metrics-addr` by [`app::metrics::spawn`];
+//! docs/metrics.md lists every metric.
 
 use crate::join::JoinStats;
-use crate::pipeline::Pipeline;
-use observers::Metrics;
-use std::sync::atomic::Ordering;
+use crate::maintenance::GcMetrics;
+use app::metrics::{labels, Metrics, Sampled};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The counters and latencies of `pipelines` (worker metrics and join statistics) in the
-/// Prometheus text format, each labelled with its pipeline.
-pub fn render(pipelines: &[Pipeline]) -> String {
-    let workers: Vec<_> = pipelines
-        .iter()
-        .map(|p| (p.name.clone(), p.worker.metrics()))
-        .collect();
-    let joins: Vec<_> = pipelines.iter().map(|p| p.stats.clone()).collect();
-    render_parts(&workers, &joins)
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
 }
 
-/// [`render`] from the pipelines' parts: (name, worker metrics) and join statistics, in the
-/// same order (what a metrics endpoint keeps, without the pipelines themselves).
-pub fn render_parts(workers: &[(String, Arc<Metrics>)], joins: &[Arc<JoinStats>]) -> String {
-    let mut out = String::new();
-    for ((name, metrics), s) in workers.iter().zip(joins) {
-        let l = format!("pipeline=\"{name}\"");
-        app::metrics::worker(&mut out, "photon", &l, &metrics.snapshot());
-        let join: [(&str, &str, &std::sync::atomic::AtomicU64); 7] = [
-            ("photon_joined_total", "Clicks joined (attempts)", &s.joined),
-            (
-                "photon_wasted_joins_total",
-                "Runs that found the click already registered by a join of the same delivery",
-                &s.wasted,
-            ),
-            (
-                "photon_deduplicated_total",
-                "Runs on a duplicate delivery of an already joined click (rejected by the IdRegistry)",
-                &s.deduplicated,
-            ),
-            (
-                "photon_settled_again_total",
-                "Runs on a click already settled without a join (expired, filtered, too old)",
-                &s.settled,
-            ),
-            ("photon_parked_total", "Clicks parked waiting for their query", &s.parked),
-            ("photon_expired_total", "Clicks past the horizon", &s.expired),
-            ("photon_too_old_total", "Clicks older than the IdRegistry boundary", &s.too_old),
-        ];
-        for (name, help, value) in join {
-            counter(&mut out, name, help, &l, value.load(Ordering::Relaxed));
-        }
-    }
-    out
+/// Registers Photon's own families in `metrics`: the join statistics of `pipelines` (name,
+/// statistics) and, with `gc`, the periodic GC's counters (the version GC's as
+/// `percolator_gc_*`, Photon's spaces' as `photon_gc_*`), all labelled with `namespace`.
+pub fn register(
+    metrics: &Metrics,
+    namespace: &str,
+    pipelines: &[(String, Arc<JoinStats>)],
+    gc: Option<Arc<GcMetrics>>,
+) {
+    type Read = fn(&JoinStats) -> u64;
+    let join: [(&str, &str, Read); 7] = [
+        ("photon_joined", "Clicks joined (attempts).", |s| {
+            get(&s.joined)
+        }),
+        (
+            "photon_wasted_joins",
+            "Runs that found the click already registered by a join of the same delivery.",
+            |s| get(&s.wasted),
+        ),
+        (
+            "photon_deduplicated",
+            "Runs on a duplicate delivery of an already joined click (rejected by the IdRegistry).",
+            |s| get(&s.deduplicated),
+        ),
+        (
+            "photon_settled_again",
+            "Runs on a click already settled without a join (expired, filtered, too old).",
+            |s| get(&s.settled),
+        ),
+        (
+            "photon_parked",
+            "Clicks parked waiting for their query.",
+            |s| get(&s.parked),
+        ),
+        ("photon_expired", "Clicks past the horizon.", |s| {
+            get(&s.expired)
+        }),
+        (
+            "photon_too_old",
+            "Clicks older than the IdRegistry boundary.",
+            |s| get(&s.too_old),
+        ),
+    ];
+    let families = join.map(|(name, help, read)| {
+        let (pipelines, namespace) = (pipelines.to_vec(), namespace.to_string());
+        Sampled::counter(name, help, move || {
+            pipelines
+                .iter()
+                .map(|(p, s)| (labels(&namespace, &[("pipeline", p.as_str())]), read(s)))
+                .collect()
+        })
+    });
+    metrics.register_sampled(families);
+    let Some(gc) = gc else { return };
+    app::metrics::register_gc(metrics, namespace, gc.clone());
+    type GcRead = fn(&GcMetrics) -> u64;
+    let own: [(&str, &str, GcRead); 2] = [
+        (
+            "photon_gc_registry_keys_deleted",
+            "IdRegistry keys deleted behind the boundary.",
+            |g| get(&g.registry_keys_deleted),
+        ),
+        (
+            "photon_gc_parked_keys_deleted",
+            "Keys of handled parked-click index cells deleted.",
+            |g| get(&g.parked_keys_deleted),
+        ),
+    ];
+    let families = own.map(|(name, help, read)| {
+        let (gc, namespace) = (gc.clone(), namespace.to_string());
+        Sampled::counter(name, help, move || {
+            vec![(labels(&namespace, &[]), read(&gc))]
+        })
+    });
+    metrics.register_sampled(families);
 }

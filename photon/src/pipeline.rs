@@ -5,6 +5,7 @@
 use crate::join::{self, JoinConfig, JoinStats};
 use app::drain::DrainError;
 use app::pipeline::WorkerSpec;
+use observers::telemetry::WorkerMetrics;
 use observers::{Registry, Worker, WorkerConfig, WorkerError};
 use percolator::{Client, TxnError};
 use std::sync::Arc;
@@ -71,6 +72,16 @@ impl Pipeline {
     /// Starts a pipeline as `photon work` does: the worker is named after `spec` (or the
     /// pipeline and this process), its id made unique with a random suffix.
     pub fn start(client: &Client, spec: &PipelineSpec) -> Result<Pipeline, PipelineError> {
+        Pipeline::start_with_metrics(client, spec, WorkerMetrics::new())
+    }
+
+    /// [`Pipeline::start`], its worker counting into `families` (the process's worker and
+    /// observer families, registered once; see [`crate::metrics`]).
+    pub fn start_with_metrics(
+        client: &Client,
+        spec: &PipelineSpec,
+        families: WorkerMetrics,
+    ) -> Result<Pipeline, PipelineError> {
         let worker = spec.worker_spec();
         let join = JoinConfig {
             pipeline: spec.name.clone(),
@@ -78,7 +89,7 @@ impl Pipeline {
             horizon: spec.horizon,
             adapter: None,
         };
-        Pipeline::start_with(client, join, worker.config())
+        Pipeline::start_instrumented(client, join, worker.config(), families)
     }
 
     /// Starts a pipeline with the given join and worker settings.
@@ -87,12 +98,23 @@ impl Pipeline {
         join: JoinConfig,
         config: WorkerConfig,
     ) -> Result<Pipeline, PipelineError> {
+        Pipeline::start_instrumented(client, join, config, WorkerMetrics::new())
+    }
+
+    /// [`Pipeline::start_with`], its worker counting into `families`.
+    pub fn start_instrumented(
+        client: &Client,
+        join: JoinConfig,
+        config: WorkerConfig,
+        families: WorkerMetrics,
+    ) -> Result<Pipeline, PipelineError> {
         crate::schema::declare_columns(client);
         let stats = Arc::new(JoinStats::default());
         let name = join.pipeline.clone();
         let mut registry = Registry::new();
         join::register(&mut registry, join, stats.clone())?;
-        let worker = Worker::start(client.clone(), Arc::new(registry), config);
+        let worker =
+            Worker::start_with_metrics(client.clone(), Arc::new(registry), config, families);
         Ok(Pipeline {
             worker,
             stats,

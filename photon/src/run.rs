@@ -10,6 +10,7 @@ use crate::pipeline::{spawn_sweeper, Pipeline, PipelineError, PipelineSpec};
 use crate::progress::{Counter, Display, Progress};
 use app::drain::Waiting;
 use app::run::{Outcome, Run, RunError, RunOptions};
+use observers::telemetry::WorkerMetrics;
 use percolator::Client;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -27,8 +28,11 @@ pub struct RunSpec {
     pub sweep_period: Duration,
     /// Periodic GC, if any.
     pub gc: Option<GcSpec>,
-    /// Serve Prometheus text here.
+    /// Serve the process's metrics (`/metrics`) here.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The process's registry: the pipelines' worker families are in it already (see
+    /// [`start_pipelines`]); the run adds the loader's, the GC's and the join's.
+    pub metrics: app::metrics::Metrics,
     /// How progress is shown.
     pub progress: Display,
     /// What the progress counts as loaded: events (with their total) or lines.
@@ -46,14 +50,16 @@ pub enum Loaded {
     Lines(Option<u64>),
 }
 
-/// Starts `specs`' pipelines and waits until each has settled in.
+/// Starts `specs`' pipelines, their workers counting into `families`, and waits until
+/// each has settled in.
 pub async fn start_pipelines(
     client: &Client,
     specs: &[PipelineSpec],
+    families: &WorkerMetrics,
 ) -> Result<Vec<Pipeline>, PipelineError> {
     let running: Vec<Pipeline> = specs
         .iter()
-        .map(|spec| Pipeline::start(client, spec))
+        .map(|spec| Pipeline::start_with_metrics(client, spec, families.clone()))
         .collect::<Result<_, _>>()?;
     for p in &running {
         p.settle().await;
@@ -73,26 +79,27 @@ pub async fn run(
     tick: impl FnMut(),
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Outcome, RunError> {
-    let sweeper = spawn_sweeper(client.clone(), spec.horizon, spec.sweep_period);
     let gc_metrics = Arc::new(GcMetrics::default());
+    let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
+    let joins: Vec<_> = pipelines
+        .iter()
+        .map(|p| (p.name.clone(), p.stats.clone()))
+        .collect();
+    crate::metrics::register(&spec.metrics, &namespace, &joins, Some(gc_metrics.clone()));
+    app::metrics::register_loader(&spec.metrics, &namespace, stats.clone());
+    let metrics = match spec.metrics_addr {
+        Some(addr) => Some(
+            app::metrics::spawn(addr, spec.metrics.render())
+                .map_err(RunError::Metrics)?
+                .1,
+        ),
+        None => None,
+    };
+    let sweeper = spawn_sweeper(client.clone(), spec.horizon, spec.sweep_period);
     let gc = spec
         .gc
         .clone()
         .map(|gc| crate::maintenance::spawn_gc(client.clone(), gc, gc_metrics.clone()));
-    let metrics = spec.metrics_addr.map(|addr| {
-        let joined: Vec<_> = pipelines.iter().map(|p| p.stats.clone()).collect();
-        let workers: Vec<_> = pipelines
-            .iter()
-            .map(|p| (p.name.clone(), p.worker.metrics()))
-            .collect();
-        let g = gc_metrics.clone();
-        let render: app::metrics::Render = Arc::new(move || {
-            let mut out = crate::metrics::render_parts(&workers, &joined);
-            crate::maintenance::render(&g, &mut out);
-            out
-        });
-        app::metrics::spawn_serve(addr, render)
-    });
     let loaded = match spec.loaded {
         Loaded::Events(total) => Counter::new("loaded", "events", total, {
             let stats = stats.clone();

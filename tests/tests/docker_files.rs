@@ -182,7 +182,7 @@ struct Invocation {
     /// `photon work --pipeline`, `--worker`.
     pipeline: Option<String>,
     worker: Option<String>,
-    /// `photon work --metrics-addr`.
+    /// `--metrics-addr` (every long-running binary has it).
     metrics: Option<SocketAddr>,
     /// The directory of logs it writes or reads (`photon gen --out`, `load`/`verify INPUT`).
     log_dir: Option<PathBuf>,
@@ -260,6 +260,7 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                     inv.store = Some(args.store);
                     inv.listen = Some(args.listen);
                     inv.advertise = args.advertise;
+                    inv.metrics = args.metrics_addr;
                 }
                 Command::Get(args) => inv.oracle = args.oracle,
             }
@@ -269,6 +270,10 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
             let cli = percolator_ctl::cli::Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
             inv.store = Some(cli.store.store);
             inv.oracle = cli.store.oracle;
+            if let percolator_ctl::cli::Command::Serve(args) = cli.command {
+                inv.listen = Some(args.listen.to_string());
+                inv.metrics = args.metrics_addr;
+            }
         }
         "minitikv" => {
             use minitikv::cli::{Cli, Command};
@@ -277,10 +282,14 @@ fn parse_invocation(service: &str, origin: &str, argv: &[String]) -> Result<Invo
                 .command
             {
                 Command::Serve {
-                    listen, advertise, ..
+                    listen,
+                    advertise,
+                    metrics_addr,
+                    ..
                 } => {
                     inv.listen = Some(listen.to_string());
                     inv.advertise = advertise;
+                    inv.metrics = metrics_addr;
                 }
             }
         }
@@ -659,6 +668,38 @@ fn listeners(doc: &Value) -> Vec<Listener> {
             flag,
         })
         .collect();
+    // The monitoring profile's servers: Prometheus' --web.listen-address, Grafana's
+    // GF_SERVER_HTTP_ADDR and GF_SERVER_HTTP_PORT.
+    for (name, svc) in services(doc) {
+        if is_image(&svc, "prom/prometheus") {
+            let args = strings(&svc["command"], &format!("{name}: command"));
+            let value = flag_value(&args, "--web.listen-address")
+                .unwrap_or_else(|| panic!("{name}: --web.listen-address is needed"));
+            out.push(Listener {
+                service: name.clone(),
+                flag: "--web.listen-address",
+                addr: socket(value, &name),
+            });
+        }
+        if is_image(&svc, "grafana/grafana") {
+            let env = |key: &str| {
+                svc["environment"][key]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}: environment {key} is needed"))
+                    .to_string()
+            };
+            let addr = format!(
+                "{}:{}",
+                env("GF_SERVER_HTTP_ADDR"),
+                env("GF_SERVER_HTTP_PORT")
+            );
+            out.push(Listener {
+                service: name.clone(),
+                flag: "GF_SERVER_HTTP_PORT",
+                addr: socket(&addr, &name),
+            });
+        }
+    }
     for inv in invocations(doc) {
         if inv.origin.ends_with("(healthcheck)") {
             continue;
@@ -968,6 +1009,9 @@ fn oracles_listen_on_the_network_and_every_client_lists_every_replica() {
 /// The profile that runs the README's multi-process walk-through inside the namespace.
 const PIPELINE_PROFILE: &str = "pipeline";
 
+/// The profile of Prometheus and Grafana (checked further by docker_monitoring.rs).
+const MONITORING_PROFILE: &str = "monitoring";
+
 fn profiles(svc: &Value) -> Vec<String> {
     svc.get("profiles")
         .map(|p| strings(p, "profiles"))
@@ -992,6 +1036,12 @@ fn the_pipeline_profile_runs_the_walk_through_in_order() {
                 profiles,
                 [PIPELINE_PROFILE],
                 "{name}: the project's services belong to the {PIPELINE_PROFILE} profile"
+            );
+        } else if is_image(svc, "prom/prometheus") || is_image(svc, "grafana/grafana") {
+            assert_eq!(
+                profiles,
+                [MONITORING_PROFILE],
+                "{name}: Prometheus and Grafana belong to the {MONITORING_PROFILE} profile"
             );
         } else {
             assert!(
@@ -1152,10 +1202,24 @@ fn image_tools(svc: &Value) -> BTreeSet<String> {
             tools.extend(bins.iter().map(|b| b.to_string()));
         }
         "debian" => tools.extend(DEBIAN_TOOLS.iter().map(|t| t.to_string())),
+        // Prometheus' image is built on its busybox base (quay.io/prometheus/busybox: sh,
+        // wget) with the binaries in /bin; Grafana's OSS image on Alpine (busybox: sh, wget).
+        "prom/prometheus" => {
+            tools.extend(["sh", "wget", "/bin/prometheus", "/bin/promtool"].map(String::from))
+        }
+        "grafana/grafana" => tools.extend(["sh", "wget", "/run.sh"].map(String::from)),
         other => panic!("{other}: no known tool list; add one to image_tools"),
     }
     tools
 }
+
+/// Images whose entrypoint is their server (a compose `command` only passes it flags).
+const ENTRYPOINT_IMAGES: [&str; 4] = [
+    "pingcap/pd",
+    "pingcap/tikv",
+    "prom/prometheus",
+    "grafana/grafana",
+];
 
 /// `IMAGE:TAG` of the Dockerfile's runtime stage (its last `FROM`).
 fn dockerfile_runtime_image() -> String {
@@ -1188,8 +1252,9 @@ fn healthchecks_and_commands_call_tools_the_images_contain() {
                 other => panic!("{name}: healthcheck {other}: expected CMD or CMD-SHELL"),
             }
         }
-        // PingCAP's images have an entrypoint (their server); the others run their command.
-        if !is_image(&svc, "pingcap/pd") && !is_image(&svc, "pingcap/tikv") {
+        // PingCAP's, Prometheus' and Grafana's images have an entrypoint (their server); the
+        // others run their command.
+        if !ENTRYPOINT_IMAGES.iter().any(|image| is_image(&svc, image)) {
             let argv = strings(&svc["command"], &format!("{name}: command"));
             called.push(argv[0].clone());
         }

@@ -7,7 +7,8 @@
 //! - `GET /api/history`: the charts' samples ([`history`]), read by a sampler every
 //!   [`ServeConfig::sample_every`];
 //! - `GET /api/dead-letters`: the JSON of `dead-letters list --json`;
-//! - `GET /metrics`: the status gauges in the Prometheus text format ([`prom`]);
+//! - `GET /metrics`: the status gauges as Prometheus metrics ([`prom`]), also on
+//!   [`ServeConfig::metrics_addr`] (`--metrics-addr`) through `percolator-metrics`;
 //! - `POST /api/dead-letters/prepare` and `/confirm`: the only writes, in two steps with a
 //!   confirmation token ([`actions`]). Both take JSON only (`content-type:
 //!   application/json`), which a cross-site form cannot send.
@@ -40,6 +41,8 @@ pub struct ServeConfig {
     pub sample_every: Duration,
     /// Samples kept.
     pub history: usize,
+    /// Also serve `/metrics` (only) on this address, as every long-running binary does.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for ServeConfig {
@@ -47,6 +50,7 @@ impl Default for ServeConfig {
         ServeConfig {
             sample_every: Duration::from_secs(2),
             history: 300,
+            metrics_addr: None,
         }
     }
 }
@@ -83,6 +87,15 @@ pub async fn serve(
         last_error: Mutex::new(None),
         confirmations: Confirmations::default(),
     });
+    let render = metrics_render(app.client.clone(), app.store.clone());
+    let endpoint = match app.config.metrics_addr {
+        Some(addr) => Some(
+            percolator_metrics::spawn(addr, render.clone())
+                .map_err(serve_error)?
+                .1,
+        ),
+        None => None,
+    };
     let sampler = tokio::spawn(sample(app.clone()));
     let router = Router::new()
         .route(
@@ -102,8 +115,8 @@ pub async fn serve(
         .route("/api/dead-letters", get(api_dead_letters))
         .route("/api/dead-letters/prepare", post(api_prepare))
         .route("/api/dead-letters/confirm", post(api_confirm))
-        .route("/metrics", get(metrics))
-        .with_state(app);
+        .with_state(app)
+        .merge(percolator_metrics::router(render.clone()));
     listener.set_nonblocking(true).map_err(serve_error)?;
     let result = axum::Server::from_tcp(listener)
         .map_err(serve_error)?
@@ -112,6 +125,9 @@ pub async fn serve(
         .await
         .map_err(serve_error);
     sampler.abort();
+    if let Some(endpoint) = endpoint {
+        endpoint.abort();
+    }
     result
 }
 
@@ -208,15 +224,18 @@ async fn api_dead_letters(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-async fn metrics(State(app): State<Arc<App>>) -> Response {
-    match status(&app.client, &app.store).await {
-        Ok(answer) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            prom::render(&answer.json),
-        )
-            .into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
-    }
+/// `/metrics`: the status read at each scrape ([`prom::render`]); a store that cannot be
+/// read answers 503.
+fn metrics_render(client: Client, store: StoreArgs) -> percolator_metrics::Render {
+    Arc::new(move || {
+        let (client, store) = (client.clone(), store.clone());
+        Box::pin(async move {
+            status(&client, &store)
+                .await
+                .map(|answer| prom::render(&answer.json))
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// The JSON body of a POST, which must say it is JSON; else the response refusing it.

@@ -1,147 +1,138 @@
-//! `/metrics`: the gauges of `status --json` in the Prometheus text format (version 0.0.4).
+//! `/metrics`: the gauges of `status --json` as Prometheus metrics (OpenMetrics text, through
+//! prometheus-client like every binary's; see `percolator-metrics`).
 //!
 //! Every figure is read from the store at the scrape, so a scrape of the dashboard sees what
 //! `percolator-ctl status` would print. Names follow Prometheus conventions (base units,
 //! `_seconds`, `_total` for counters); every series carries the application's `namespace`.
+//! These are the store-wide views (all workers, all columns); each worker's own series
+//! (`percolator_observer_*`, `percolator_worker_*`) come from its `--metrics-addr`.
+//! docs/metrics.md lists every metric.
 
+use percolator_metrics::prometheus_client::registry::Registry;
+use percolator_metrics::{labels, Labels, Sampled};
 use serde_json::Value;
-use std::fmt::Write;
-
-/// Escapes a label value (backslash, double quote, newline).
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Accumulates metric families, each with its HELP and TYPE lines once.
-struct Families {
-    out: String,
-    namespace: String,
-}
-
-impl Families {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        let mut l = format!("namespace=\"{}\"", label(&self.namespace));
-        for (k, v) in labels {
-            let _ = write!(l, ",{k}=\"{}\"", label(v));
-        }
-        let _ = writeln!(self.out, "{name}{{{l}}} {value}");
-    }
-
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: f64) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
-    }
-}
 
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
 
-/// The Prometheus text of a `status --json` document.
+/// Families whose samples are all known when the scrape comes.
+struct Families {
+    registry: Registry,
+    namespace: String,
+}
+
+impl Families {
+    fn labels(&self, more: &[(&str, &str)]) -> Labels {
+        labels(&self.namespace, more)
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, samples: Vec<(Labels, f64)>) {
+        self.registry
+            .register_collector(Box::new(Sampled::gauge(name, help, move || {
+                samples.clone()
+            })));
+    }
+
+    fn counter(&mut self, name: &str, help: &str, samples: Vec<(Labels, u64)>) {
+        self.registry
+            .register_collector(Box::new(Sampled::counter(name, help, move || {
+                samples.clone()
+            })));
+    }
+
+    fn single(&mut self, name: &str, help: &str, value: f64) {
+        let samples = vec![(self.labels(&[]), value)];
+        self.gauge(name, help, samples);
+    }
+}
+
+/// The metrics text of a `status --json` document.
 pub fn render(status: &Value) -> String {
     let mut m = Families {
-        out: String::new(),
+        registry: Registry::default(),
         namespace: status["namespace"].as_str().unwrap_or("").to_string(),
     };
     let workers = status["workers"].as_array().cloned().unwrap_or_default();
     let live = workers.iter().filter(|w| w["live"] == true).count();
-    m.family(
+    let states = vec![
+        (m.labels(&[("state", "live")]), live as f64),
+        (
+            m.labels(&[("state", "dead")]),
+            (workers.len() - live) as f64,
+        ),
+    ];
+    m.gauge(
         "percolator_workers",
-        "gauge",
         "Records of the worker registry, by state (live: heartbeat within the liveness horizon).",
+        states,
     );
-    m.sample("percolator_workers", &[("state", "live")], live as f64);
-    m.sample(
-        "percolator_workers",
-        &[("state", "dead")],
-        (workers.len() - live) as f64,
-    );
-    m.family(
-        "percolator_worker_heartbeat_age_seconds",
-        "gauge",
-        "Time since the worker's last heartbeat (oracle time).",
-    );
-    for w in &workers {
-        let id = w["id"].as_str().unwrap_or("?");
-        m.sample(
-            "percolator_worker_heartbeat_age_seconds",
-            &[("worker", id)],
-            f(&w["heartbeat_age_ms"]) / 1000.0,
-        );
-    }
-    m.family(
-        "percolator_worker_handled_total",
-        "counter",
-        "Notifications the worker has handled since it started, as it publishes with its heartbeat.",
-    );
-    for w in &workers {
-        if let Some(n) = w["handled"].as_u64() {
+    let ages = workers
+        .iter()
+        .map(|w| {
             let id = w["id"].as_str().unwrap_or("?");
-            m.sample(
-                "percolator_worker_handled_total",
-                &[("worker", id)],
-                n as f64,
-            );
-        }
-    }
+            (
+                m.labels(&[("worker", id)]),
+                f(&w["heartbeat_age_ms"]) / 1000.0,
+            )
+        })
+        .collect();
+    m.gauge(
+        "percolator_worker_heartbeat_age_seconds",
+        "Time since the worker's last heartbeat (oracle time).",
+        ages,
+    );
+    let handled = workers
+        .iter()
+        .filter_map(|w| {
+            let n = w["handled"].as_u64()?;
+            Some((m.labels(&[("worker", w["id"].as_str().unwrap_or("?"))]), n))
+        })
+        .collect();
+    m.counter(
+        "percolator_worker_handled",
+        "Notifications the worker has handled since it started, as it publishes with its heartbeat.",
+        handled,
+    );
     let columns = status["backlog"]["columns"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    m.family(
+    let per_column = |m: &Families, key: &str, scale: f64| -> Vec<(Labels, f64)> {
+        columns
+            .iter()
+            .map(|c| {
+                let table = c["table"].as_str().unwrap_or("?");
+                let column = c["column"].as_str().unwrap_or("?");
+                let labels = m.labels(&[("table", table), ("column", column)]);
+                (labels, f(&c[key]) / scale)
+            })
+            .collect()
+    };
+    let counts = per_column(&m, "count", 1.0);
+    m.gauge(
         "percolator_backlog_notifications",
-        "gauge",
-        "Notifications waiting per observed column.",
+        "Notifications waiting per observed column (all workers' shares).",
+        counts,
     );
-    for c in &columns {
-        let (t, col) = (
-            c["table"].as_str().unwrap_or("?"),
-            c["column"].as_str().unwrap_or("?"),
-        );
-        m.sample(
-            "percolator_backlog_notifications",
-            &[("table", t), ("column", col)],
-            f(&c["count"]),
-        );
-    }
-    m.family(
+    let oldest = per_column(&m, "oldest_age_ms", 1000.0);
+    m.gauge(
         "percolator_backlog_oldest_age_seconds",
-        "gauge",
         "Age of the oldest notification waiting per observed column (oracle time).",
+        oldest,
     );
-    for c in &columns {
-        let (t, col) = (
-            c["table"].as_str().unwrap_or("?"),
-            c["column"].as_str().unwrap_or("?"),
-        );
-        m.sample(
-            "percolator_backlog_oldest_age_seconds",
-            &[("table", t), ("column", col)],
-            f(&c["oldest_age_ms"]) / 1000.0,
-        );
-    }
     m.single(
         "percolator_dead_letters",
-        "gauge",
         "Notifications whose observer failed too often, waiting for an operator.",
         f(&status["dead_letters"]),
     );
     m.single(
         "percolator_locks",
-        "gauge",
         "Locks held on cells.",
         f(&status["locks"]["total"]),
     );
     m.single(
         "percolator_locks_expired",
-        "gauge",
         "Locks older than their TTL (left by crashed writers until resolved).",
         status["locks"]["expired"]
             .as_array()
@@ -150,41 +141,37 @@ pub fn render(status: &Value) -> String {
     // The safe point is a hybrid timestamp; its physical part is Unix milliseconds.
     let safe_point = status["gc_safe_point"].as_u64().unwrap_or(0);
     m.single(
-        "percolator_gc_safe_point_seconds",
-        "gauge",
-        "The GC safe point as Unix time (0: never collected).",
+        "percolator_gc_safe_point_timestamp_seconds",
+        "The namespace's published GC safe point as Unix time (0: never collected).",
         percolator::Timestamp(safe_point).physical_ms() as f64 / 1000.0,
     );
     let oracle = &status["oracle"];
     if !oracle.is_null() {
         m.single(
             "percolator_oracle_epoch",
-            "gauge",
             "Epoch of the oracle's leadership record (grows with each leader change).",
             f(&oracle["epoch"]),
         );
         m.single(
             "percolator_oracle_window_ahead_seconds",
-            "gauge",
             "How far the oracle's persisted window reaches ahead of its current time.",
             f(&oracle["window_ahead_ms"]) / 1000.0,
         );
-        m.family(
+        let leader = oracle["leader"]
+            .as_object()
+            .map(|leader| {
+                let id = leader.get("id").and_then(Value::as_str).unwrap_or("?");
+                let addr = leader.get("addr").and_then(Value::as_str).unwrap_or("?");
+                vec![(m.labels(&[("id", id), ("addr", addr)]), 1.0)]
+            })
+            .unwrap_or_default();
+        m.gauge(
             "percolator_oracle_leader_info",
-            "gauge",
             "The oracle leader (1), labelled with its id and address.",
+            leader,
         );
-        if let Some(leader) = oracle["leader"].as_object() {
-            let id = leader.get("id").and_then(Value::as_str).unwrap_or("?");
-            let addr = leader.get("addr").and_then(Value::as_str).unwrap_or("?");
-            m.sample(
-                "percolator_oracle_leader_info",
-                &[("id", id), ("addr", addr)],
-                1.0,
-            );
-        }
     }
-    m.out
+    percolator_metrics::encode_registry(&m.registry)
 }
 
 #[cfg(test)]
@@ -205,15 +192,16 @@ mod tests {
         });
         let text = render(&status);
         for line in [
-            "percolator_workers{namespace=\"app\",state=\"live\"} 1",
+            "percolator_workers{namespace=\"app\",state=\"live\"} 1.0",
             "percolator_worker_heartbeat_age_seconds{namespace=\"app\",worker=\"w\\\"1\"} 0.25",
             "percolator_worker_handled_total{namespace=\"app\",worker=\"w\\\"1\"} 42",
-            "percolator_backlog_notifications{namespace=\"app\",table=\"docs\",column=\"body\"} 3",
+            "percolator_backlog_notifications{namespace=\"app\",table=\"docs\",column=\"body\"} 3.0",
             "percolator_backlog_oldest_age_seconds{namespace=\"app\",table=\"docs\",column=\"body\"} 1.5",
-            "percolator_dead_letters{namespace=\"app\"} 1",
-            "percolator_locks_expired{namespace=\"app\"} 1",
-            "percolator_oracle_leader_info{namespace=\"app\",id=\"ab\",addr=\"127.0.0.1:7707\"} 1",
-            "# TYPE percolator_worker_handled_total counter",
+            "percolator_dead_letters{namespace=\"app\"} 1.0",
+            "percolator_locks_expired{namespace=\"app\"} 1.0",
+            "percolator_oracle_leader_info{namespace=\"app\",id=\"ab\",addr=\"127.0.0.1:7707\"} 1.0",
+            "# TYPE percolator_worker_handled counter",
+            "# EOF",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }

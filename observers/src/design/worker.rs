@@ -96,3 +96,8 @@
 //! [`crate::Worker::metrics`]: found, hinted (dispatched from hints), processed, duplicates
 //! (covered by the ack: wasted work), conflicts, failures, dead-lettered, rolled back,
 //! transient, batches, splits, keys scanned, and an HDR histogram of observer run latency.
+//! The same events, per namespace, observed column and observer, feed the Prometheus families
+//! of [`crate::telemetry`] (a worker started with [`crate::Worker::start_with_metrics`]),
+//! with histograms of batch sizes, run durations and the latency from the writer's commit to
+//! the observer run's commit, and per-column backlog gauges set at the end of each full scan
+//! pass.

@@ -17,7 +17,6 @@
 //! - Lock order: `cells`, then the retry ledger; never the other way round.
 
 use super::{lock, Inner};
-use crate::metrics::Metrics;
 use crate::process::{handle_batch, Item, Payload};
 use percolator::Cell;
 use std::collections::{HashMap, HashSet};
@@ -171,7 +170,7 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
     if fresh.is_empty() {
         return;
     }
-    Metrics::add_n(&inner.metrics.found, fresh.len() as u64);
+    inner.metrics.add_found(fresh.len() as u64);
     let Ok(permit) = flights.permits.clone().acquire_owned().await else {
         report.stopped = true;
         return;

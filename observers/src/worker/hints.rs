@@ -12,7 +12,6 @@
 
 use super::dispatch::dispatch;
 use super::Inner;
-use crate::metrics::Metrics;
 use crate::process::{Item, Payload};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -96,7 +95,7 @@ pub(super) async fn hint_loop(inner: Arc<Inner>) {
             inner.hints.floor.store(floor, Ordering::Relaxed);
         }
         let dispatched = dispatch(&inner, items, true).await;
-        Metrics::add_n(&inner.metrics.hinted, dispatched.started as u64);
+        inner.metrics.add_hinted(dispatched.started as u64);
         if dispatched.stopped {
             return;
         }

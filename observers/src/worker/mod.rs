@@ -23,6 +23,7 @@ mod scan;
 use crate::error::WorkerError;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
+use crate::telemetry::{Telemetry, WorkerMetrics};
 use dispatch::Flights;
 use hints::HintState;
 use membership::Membership;
@@ -128,8 +129,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Worker {
     /// Starts a worker on `client` running `registry`'s observers. Declares the observed
-    /// columns to `client`.
-    pub fn start(client: Client, registry: Arc<Registry>, mut config: WorkerConfig) -> Worker {
+    /// columns to `client`. Its Prometheus series go to families no registry reads; see
+    /// [`Worker::start_with_metrics`].
+    pub fn start(client: Client, registry: Arc<Registry>, config: WorkerConfig) -> Worker {
+        Self::start_with_metrics(client, registry, config, WorkerMetrics::new())
+    }
+
+    /// [`Worker::start`], counting into `families` (registered in the process's registry,
+    /// shared by its workers) under this worker's namespace and id.
+    pub fn start_with_metrics(
+        client: Client,
+        registry: Arc<Registry>,
+        mut config: WorkerConfig,
+        families: WorkerMetrics,
+    ) -> Worker {
         registry.declare(&client);
         let min_orphan_age = membership::min_orphan_age(config.max_idle_interval, config.heartbeat);
         if config.orphan_age < min_orphan_age {
@@ -141,12 +154,19 @@ impl Worker {
             config.orphan_age = min_orphan_age;
         }
         let (stop, shutdown) = watch::channel(false);
+        let telemetry = Telemetry::new(
+            families,
+            String::from_utf8_lossy(&client.codec().namespace()).into_owned(),
+            config.id.clone(),
+        );
+        telemetry.init(&registry.columns());
+        let metrics = Arc::new(Metrics::with_telemetry(telemetry));
         let inner = Arc::new(Inner {
             flights: Flights::new(config.max_in_flight),
             client,
             registry,
             config,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             membership: Membership::new(),
             ledger: Ledger::default(),
             hints: HintState::new(),

@@ -17,8 +17,10 @@
 
 use super::{lock, Inner};
 use crate::deadletter::DeadLetter;
-use crate::metrics::Metrics;
+use crate::metrics::Event;
 use crate::process::{Outcome, Payload};
+use crate::telemetry::ObserverLabels;
+use percolator::codec::Key;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -144,6 +146,16 @@ impl Ledger {
     }
 }
 
+/// The labels of the observer of notify key `key`'s cell (`None`: not a notify key of a
+/// registered column).
+fn labels(inner: &Inner, key: &[u8]) -> Option<ObserverLabels> {
+    let Ok(Key::Notify { cell, .. }) = inner.client.codec().decode(key) else {
+        return None;
+    };
+    let registered = inner.registry.get(&cell)?;
+    Some(inner.metrics.labels(&cell, &registered.name))
+}
+
 /// Books the outcome of handling notify key `key` (value `payload`).
 pub(super) async fn after_handle(
     inner: &Inner,
@@ -161,7 +173,9 @@ pub(super) async fn after_handle(
         // An outage met by the observer's transaction: retried with backoff, keeping the
         // failure count it had.
         Ok(Outcome::Transient { error }) => {
-            Metrics::add(&inner.metrics.transient);
+            inner
+                .metrics
+                .count(Event::Retry, labels(inner, key).as_ref());
             tracing::debug!(%error, "transient error; notification retried later");
             ledger.retry_after_outage(key, inner.config.retry_backoff);
         }
@@ -179,7 +193,9 @@ pub(super) async fn after_handle(
         // A busy or unreachable store or oracle is not the observer's fault: retry with
         // backoff, without counting towards the dead letter.
         Err(e) if e.is_transient() => {
-            Metrics::add(&inner.metrics.transient);
+            inner
+                .metrics
+                .count(Event::Retry, labels(inner, key).as_ref());
             tracing::debug!(error = %e, "transient error; notification retried later");
             ledger.retry_after_outage(key, inner.config.retry_backoff);
         }
@@ -208,7 +224,9 @@ async fn fail(inner: &Inner, key: &[u8], value: Vec<u8>, error: String) {
         };
         match DeadLetter::park(&inner.client, &letter).await {
             Ok(()) => {
-                Metrics::add(&inner.metrics.dead_lettered);
+                inner
+                    .metrics
+                    .count(Event::DeadLettered, labels(inner, key).as_ref());
                 ledger.forget_backoff(key);
             }
             Err(e) => {

@@ -21,7 +21,6 @@
 use super::dispatch::dispatch;
 use super::Inner;
 use crate::error::WorkerError;
-use crate::metrics::Metrics;
 use crate::process::{Item, Payload};
 use percolator::codec::Key;
 use percolator::kv::{RangePager, ScanOrder};
@@ -99,6 +98,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     let mut oldest_left: Option<u64> = None;
     let kv = inner.client.store().clone();
     let mut dispatched = 0;
+    let mut backlog = Backlog::default();
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -114,7 +114,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 if inner.stopping() {
                     return Ok(dispatched);
                 }
-                Metrics::add(&inner.metrics.scanned);
+                inner.metrics.add_scanned(1);
                 let Ok(Key::Notify { bucket, cell, ts }) = inner.client.codec().decode(&key) else {
                     // Not ours to judge (another codec version?): keep the floor below it.
                     oldest_left.get_or_insert(floor);
@@ -125,7 +125,11 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     continue;
                 }
                 let age_ms = now_ms.saturating_sub(percolator::Timestamp(ts).physical_ms());
-                if !inner.membership.owns(&cell) {
+                let owned = inner.membership.owns(&cell);
+                if owned {
+                    backlog.count(&cell, age_ms);
+                }
+                if !owned {
                     // Another live worker's share: taken only from an owner that made no
                     // progress for `orphan_age` (one busy with a backlog keeps it).
                     if !sweep
@@ -173,6 +177,17 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
             }
         }
     }
+    // A whole pass: what it found waiting in this worker's share, per observed column.
+    for (table, column, _) in inner.registry.columns() {
+        let (waiting, oldest_ms) = backlog
+            .columns
+            .get(&(table.clone(), column.clone()))
+            .copied()
+            .unwrap_or_default();
+        inner
+            .metrics
+            .set_backlog(&table, &column, waiting, Duration::from_millis(oldest_ms));
+    }
     // Keys still being put in the current second stay above the floor.
     let to = oldest_left
         .unwrap_or(u64::MAX)
@@ -188,6 +203,24 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
         }
     }
     Ok(dispatched)
+}
+
+/// Notifications a pass met in this worker's share: per (table, column), how many and the
+/// oldest's age (ms).
+#[derive(Default)]
+struct Backlog {
+    columns: std::collections::HashMap<(Vec<u8>, Vec<u8>), (u64, u64)>,
+}
+
+impl Backlog {
+    fn count(&mut self, cell: &percolator::Cell, age_ms: u64) {
+        let entry = self
+            .columns
+            .entry((cell.table.clone(), cell.column.clone()))
+            .or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(age_ms);
+    }
 }
 
 impl Inner {

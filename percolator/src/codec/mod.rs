@@ -228,6 +228,14 @@ impl KeyCodec {
         &self.prefix
     }
 
+    /// The namespace's name, as given to [`KeyCodec::new`] (metrics label their series
+    /// with it).
+    pub fn namespace(&self) -> Vec<u8> {
+        decode_part(&self.prefix)
+            .map(|(name, _)| name)
+            .unwrap_or_default()
+    }
+
     fn start(&self, space: Space) -> Vec<u8> {
         let mut key = Vec::with_capacity(self.prefix.len() + 48);
         key.extend_from_slice(&self.prefix);

@@ -93,9 +93,11 @@
 //! Several workers of a namespace take turns through a lease cell (`control/gc/lease`: holder
 //! and expiry, taken in a transaction): one pass at a time. The lease saves work only;
 //! concurrent GCs are safe anyway (`percolator::design::gc`). A GC pass walks every head of the
-//! namespace, hence the long period. Metrics: `photon_gc_passes_total`, `_skipped_total` (lease
-//! held elsewhere), `_failures_total`, `_versions_deleted_total`, `_heads_tombstoned_total`,
-//! `_locks_resolved_total`, `_registry_keys_deleted_total`, `photon_gc_safe_point_ms`. Tests:
+//! namespace, hence the long period. Metrics: `percolator_gc_passes_total`, `_skipped_total`
+//! (lease held elsewhere), `_failures_total`, `_versions_deleted_total`,
+//! `_heads_tombstoned_total`, `_locks_resolved_total`,
+//! `percolator_gc_safe_point_timestamp_seconds`, and Photon's
+//! `photon_gc_registry_keys_deleted_total`. Tests:
 //! `photon/tests/maintenance.rs` (two workers' GC tasks leave a 200-times rewritten cell with at
 //! most one `V` entry and no old IdRegistry day, every read still right; GC passes racing each
 //! other and a writer: reads never go back and the final value is the number of increments).
