@@ -173,3 +173,17 @@ pub fn sigterm_at_readiness(command: &mut Command, stream: Stream, ready: &str) 
         stderr,
     }
 }
+
+/// The response to `GET /metrics` from `addr`, status line and headers included, or `None`
+/// unless it answers 200: a scrape as Prometheus makes it, over a plain socket.
+pub async fn scrape_metrics(addr: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.ok()?;
+    socket
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = String::new();
+    socket.read_to_string(&mut response).await.ok()?;
+    response.starts_with("HTTP/1.1 200").then_some(response)
+}

@@ -1,22 +1,11 @@
 //! `minitikv serve --metrics-addr`: the real binary serves its RPC counts and layout on
 //! `/metrics`, and they count a client's requests.
 
+use percolator_cli::testkit::scrape_metrics as scrape;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn scrape(addr: SocketAddr) -> Option<String> {
-    let mut socket = tokio::net::TcpStream::connect(addr).await.ok()?;
-    socket
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = String::new();
-    socket.read_to_string(&mut response).await.ok()?;
-    response.starts_with("HTTP/1.1 200").then_some(response)
-}
 
 /// Kills the server when the test ends, however it ends.
 struct Server(std::process::Child);

@@ -4,20 +4,9 @@
 mod common;
 
 use common::OracleProcess;
+use percolator_cli::testkit::scrape_metrics as scrape;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn scrape(addr: SocketAddr) -> Option<String> {
-    let mut socket = tokio::net::TcpStream::connect(addr).await.ok()?;
-    socket
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = String::new();
-    socket.read_to_string(&mut response).await.ok()?;
-    response.starts_with("HTTP/1.1 200").then_some(response)
-}
 
 /// The value of the sample `series` (name and labels, exactly) in `text`.
 fn value(text: &str, series: &str) -> Option<f64> {

@@ -50,13 +50,8 @@ fn expressions(dashboard: &serde_json::Value) -> Vec<String> {
     out
 }
 
+/// Keywords other than those of [`LABEL_LISTS`].
 const KEYWORDS: &[&str] = &[
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
     "bool",
     "and",
     "or",
