@@ -129,8 +129,9 @@ impl Lease {
     }
 
     /// Reserves `n` consecutive timestamps, all above everything handed out before and inside
-    /// a persisted window; returns the first.
-    pub(crate) async fn allocate(&self, n: u64) -> Result<u64, OracleError> {
+    /// a persisted window; returns the first, and whether less than half a window is left
+    /// after them (time to extend it ahead, so callers do not wait for the durable write).
+    pub(crate) async fn allocate(&self, n: u64) -> Result<(u64, bool), OracleError> {
         if n == 0 {
             return Err(OracleError::InvalidCount(0));
         }
@@ -145,7 +146,11 @@ impl Lease {
                 let last = first + (n - 1);
                 if last <= a.window_end {
                     a.last = last;
-                    return Ok(first);
+                    let left_ms = Timestamp(a.window_end)
+                        .physical_ms()
+                        .saturating_sub(Timestamp(last).physical_ms());
+                    let low = left_ms < self.window_ms.load(Ordering::Relaxed) / 2;
+                    return Ok((first, low));
                 }
                 last
             };
@@ -159,18 +164,6 @@ impl Lease {
             }
             self.extend(Some(need)).await?;
         }
-    }
-
-    /// Whether less than half a window is left ahead of the timestamps served (or of the
-    /// clock): time to extend it ahead, so callers do not wait for the durable write.
-    pub(crate) fn wants_extension(&self) -> bool {
-        let (last, end) = {
-            let a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
-            (a.last, a.window_end)
-        };
-        let served_ms = Timestamp(last).physical_ms().max(self.now_ms());
-        let left_ms = Timestamp(end).physical_ms().saturating_sub(served_ms);
-        !self.is_deposed() && left_ms < self.window_ms.load(Ordering::Relaxed) / 2
     }
 
     /// Persists a new window end (and a fresh seq, which doubles as the heartbeat).

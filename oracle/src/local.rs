@@ -57,15 +57,17 @@ impl LocalOracle {
 
     /// `count` consecutive fresh timestamps; returns the first.
     pub async fn get_timestamps(&self, count: u32) -> Result<Timestamp, OracleError> {
-        let first = Timestamp(self.lease.allocate(u64::from(count)).await?);
-        self.extend_early();
-        Ok(first)
+        let (first, low) = self.lease.allocate(u64::from(count)).await?;
+        if low {
+            self.extend_early();
+        }
+        Ok(Timestamp(first))
     }
 
-    /// Starts extending the window in the background when less than half of it is left
-    /// (at most one extension at a time; none outside a Tokio runtime).
+    /// Starts extending the window in the background (at most one extension at a time; none
+    /// outside a Tokio runtime).
     fn extend_early(&self) {
-        if !self.lease.wants_extension() || self.extending.swap(true, Ordering::AcqRel) {
+        if self.lease.is_deposed() || self.extending.swap(true, Ordering::AcqRel) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

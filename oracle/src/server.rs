@@ -137,8 +137,10 @@ impl Shared {
             return not_leader(out, self.hint());
         };
         let total: u64 = reqs.iter().map(|r| u64::from(r.count)).sum();
+        // The heartbeat (`role_loop`) keeps the window ahead: the "less than half left" flag
+        // is for the in-process oracle, which has none.
         let first = match lease.allocate(total).await {
-            Ok(first) => first,
+            Ok((first, _)) => first,
             Err(OracleError::NotLeader) => {
                 self.role_wake.notify_one();
                 return not_leader(out, String::new());
