@@ -410,7 +410,6 @@ impl TikvKv {
         new: Vec<u8>,
         deadline: Deadline,
     ) -> KvResult<CasOutcome> {
-        let check_own = self.config.unique_cas_values.then(|| new.clone());
         let (previous, swapped) = self
             .call("compare_and_swap", deadline, || {
                 self.atomic
@@ -418,14 +417,13 @@ impl TikvKv {
             })
             .await
             .map_err(|e| limits::name_key(e, &key, key.len() + new.len()))?;
-        if !swapped && check_own.is_some() && previous == check_own {
+        let outcome = CasOutcome { previous, swapped };
+        Ok(if self.config.unique_cas_values {
             // Our own write, reported by the client's retry (values are unique).
-            return Ok(CasOutcome {
-                previous: expected,
-                swapped: true,
-            });
-        }
-        Ok(CasOutcome { previous, swapped })
+            outcome.own_write_decided(expected, &new)
+        } else {
+            outcome
+        })
     }
 }
 

@@ -187,6 +187,23 @@ pub struct CasOutcome {
     pub swapped: bool,
 }
 
+impl CasOutcome {
+    /// This outcome of a CAS from `expected` to `new` with the retry hazard decided
+    /// (`percolator::design::kv`): a CAS repeated after its reply was lost may report its own
+    /// applied write as `swapped = false, previous = new`. Where `new` is unique to this
+    /// writer that is the swap, and it is reported as one; any other outcome is kept.
+    pub fn own_write_decided(self, expected: Option<Vec<u8>>, new: &[u8]) -> CasOutcome {
+        if !self.swapped && self.previous.as_deref() == Some(new) {
+            CasOutcome {
+                previous: expected,
+                swapped: true,
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// One compare-and-swap of a [`RawKv::batch_compare_and_swap`]: if `key` holds `expected`
 /// (`None`: absent), write `new`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,21 +4,6 @@ use super::key;
 use crate::kv::{CasOutcome, CasRequest, KvError, RawKv};
 use std::sync::Arc;
 
-/// `out` of a CAS from `expected` to `new`, with the retry hazard of the contract decided
-/// (`percolator::design::kv`): a CAS repeated after its reply was lost may report its own
-/// applied write as `swapped = false, previous = new`; with the checks' values unique per
-/// key, that is the swap. Only a TiKV store in the weather ever reports it.
-pub(crate) fn decided(out: CasOutcome, expected: Option<&[u8]>, new: &[u8]) -> CasOutcome {
-    if !out.swapped && out.previous.as_deref() == Some(new) {
-        CasOutcome {
-            previous: expected.map(<[u8]>::to_vec),
-            swapped: true,
-        }
-    } else {
-        out
-    }
-}
-
 /// CAS on absent, matching and mismatching values, always returning the current value.
 pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
     let k = key(prefix, b"k");
@@ -29,7 +14,8 @@ pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
         async move {
             request
                 .await
-                .map(|out| decided(out, expected.as_deref(), &new))
+                // The checks' values are unique per key (the retry hazard decided).
+                .map(|out| out.own_write_decided(expected, &new))
         }
     };
     // Absent key, expecting a value: no swap, previous None.
@@ -134,7 +120,7 @@ pub async fn batch_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
         .unwrap()
         .into_iter()
         .zip(&asked)
-        .map(|(out, (expected, new))| decided(out, expected.as_deref(), new))
+        .map(|(out, (expected, new))| out.own_write_decided(expected.clone(), new))
         .collect();
     let expected = [
         (None, true),

@@ -100,7 +100,7 @@ pub async fn large_values(kv: &dyn RawKv, prefix: &[u8]) {
         .compare_and_swap(k.clone(), Some(big.clone()), bigger.clone())
         .await
         .unwrap();
-    let out = super::cas::decided(out, Some(&big), &bigger);
+    let out = out.own_write_decided(Some(big.clone()), &bigger);
     assert!(out.swapped, "CAS with a matching 1 MiB value must swap");
     assert_eq!(kv.get(&k).await.unwrap(), Some(bigger), "1 MiB CAS result");
 }
