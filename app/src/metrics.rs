@@ -16,10 +16,35 @@ fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 
+/// One counter of a [`namespace_counters`] table: name, help, and how to read it from `T`.
+pub type CounterRow<T> = (&'static str, &'static str, fn(&T) -> u64);
+
+/// Counter families read from `source` at each scrape (through `view`), one series each,
+/// labelled with `namespace`: one per row of `table`.
+pub fn namespace_counters<S, T>(
+    namespace: &str,
+    source: Arc<S>,
+    view: fn(&S) -> &T,
+    table: impl IntoIterator<Item = CounterRow<T>>,
+) -> Vec<Sampled>
+where
+    S: Send + Sync + 'static,
+    T: 'static,
+{
+    table
+        .into_iter()
+        .map(|(name, help, read)| {
+            let (source, namespace) = (source.clone(), namespace.to_string());
+            Sampled::counter(name, help, move || {
+                vec![(labels(&namespace, &[]), read(view(&source)))]
+            })
+        })
+        .collect()
+}
+
 /// Registers the loader's counters (`stats`, labelled with `namespace`) in `metrics`.
 pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>) {
-    type Read = fn(&LoadStats) -> u64;
-    let counters: [(&str, &str, Read); 6] = [
+    let counters: [CounterRow<LoadStats>; 6] = [
         (
             "percolator_loader_lines",
             "Input lines behind the loader's committed batches (records, rejects and blanks).",
@@ -51,13 +76,7 @@ pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>
             |s| get(&s.unreadable),
         ),
     ];
-    let families = counters.map(|(name, help, read)| {
-        let (stats, namespace) = (stats.clone(), namespace.to_string());
-        Sampled::counter(name, help, move || {
-            vec![(labels(&namespace, &[]), read(&stats))]
-        })
-    });
-    metrics.register_sampled(families);
+    metrics.register_sampled(namespace_counters(namespace, stats, |s| s, counters));
 }
 
 /// Registers the periodic GC's counters (`gc`, labelled with `namespace`) in `metrics`.
@@ -65,8 +84,7 @@ pub fn register_gc<M>(metrics: &Metrics, namespace: &str, gc: Arc<M>)
 where
     M: AsRef<GcMetrics> + Send + Sync + 'static,
 {
-    type Read = fn(&GcMetrics) -> u64;
-    let counters: [(&str, &str, Read); 6] = [
+    let counters: [CounterRow<GcMetrics>; 6] = [
         (
             "percolator_gc_passes",
             "Periodic GC passes completed.",
@@ -98,15 +116,7 @@ where
             |g| get(&g.locks_resolved),
         ),
     ];
-    let mut families: Vec<Sampled> = counters
-        .into_iter()
-        .map(|(name, help, read)| {
-            let (gc, namespace) = (gc.clone(), namespace.to_string());
-            Sampled::counter(name, help, move || {
-                vec![(labels(&namespace, &[]), read((*gc).as_ref()))]
-            })
-        })
-        .collect();
+    let mut families = namespace_counters(namespace, gc.clone(), M::as_ref, counters);
     let namespace = namespace.to_string();
     families.push(Sampled::gauge(
         "percolator_gc_safe_point_timestamp_seconds",

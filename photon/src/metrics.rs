@@ -7,7 +7,7 @@
 
 use crate::join::JoinStats;
 use crate::maintenance::GcMetrics;
-use app::metrics::{labels, Metrics, Sampled};
+use app::metrics::{labels, namespace_counters, CounterRow, Metrics, Sampled};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -70,8 +70,7 @@ pub fn register(
     metrics.register_sampled(families);
     let Some(gc) = gc else { return };
     app::metrics::register_gc(metrics, namespace, gc.clone());
-    type GcRead = fn(&GcMetrics) -> u64;
-    let own: [(&str, &str, GcRead); 2] = [
+    let own: [CounterRow<GcMetrics>; 2] = [
         (
             "photon_gc_registry_keys_deleted",
             "IdRegistry keys deleted behind the boundary.",
@@ -83,11 +82,5 @@ pub fn register(
             |g| get(&g.parked_keys_deleted),
         ),
     ];
-    let families = own.map(|(name, help, read)| {
-        let (gc, namespace) = (gc.clone(), namespace.to_string());
-        Sampled::counter(name, help, move || {
-            vec![(labels(&namespace, &[]), read(&gc))]
-        })
-    });
-    metrics.register_sampled(families);
+    metrics.register_sampled(namespace_counters(namespace, gc, |g| g, own));
 }
