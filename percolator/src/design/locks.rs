@@ -27,6 +27,24 @@
 //! when its lock is gone from the primary (`Aborted` only while no GC can have removed the
 //! evidence: [`super::gc`]).
 //!
+//! ## Waiting on a writer of this client
+//!
+//! A reader that finds a transaction pending waits and asks again. When the transaction is a
+//! commit of the reader's own client in flight (`txn::writers`: registered from before its
+//! first prewrite until its commit point is decided), the reader waits for that commit in
+//! memory, up to a recheck period (250 ms), instead of polling the primary with backoff
+//! (1 ms doubling to 64 ms: with TiKV, where a commit takes several round trips, a reader
+//! polled the primary about ten times per wait). The writer records `Committed(c)` in the
+//! client's decided fates when its own commit-point CAS applied, then wakes its waiters, whose
+//! next check is answered from that record.
+//!
+//! Safe because it changes only *when* a reader checks again, never what a check concludes:
+//! `Committed(c)` is recorded only after the CAS that made it so (the same fact a read of the
+//! primary returns, and the decided fates already hold facts read from the store); a writer
+//! that rolls back, gives up or loses its outcome records nothing, so its readers read the
+//! primary as before; and a writer stalled past its TTL is fenced by the first check after a
+//! recheck period, as any writer is.
+//!
 //! ## Lock resolution
 //!
 //! A lock of transaction `s` met on cell `X` (by a read, a prewrite, GC or an observer) is

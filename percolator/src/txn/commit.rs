@@ -180,6 +180,9 @@ impl Transaction {
     ) -> TxnResult<Timestamp> {
         let shared = self.inner.shared.clone();
         let start_ts = self.inner.start_ts;
+        // Readers of this client that meet our locks or records wait on this, not on polls
+        // of the primary, until we are decided (`txn::writers`).
+        let in_flight = shared.writers.begin(start_ts.0);
         // Phase 1: prewrite every cell, batched (see `prewrite.rs`).
         let locked = AtomicUsize::new(0);
         // Explicit notifications of cells not written ride with the primary's prewrite.
@@ -260,6 +263,8 @@ impl Transaction {
         let primary_snap = primary_head.take().or(locked_heads.pop());
         self.commit_primary(primary, commit_ts, primary_snap)
             .await?;
+        shared.remember_committed(primary, start_ts, commit_ts);
+        drop(in_flight);
         crash_point!(self, CrashPoint::Committed);
 
         // Secondaries in one batched round: failures are harmless (readers roll them

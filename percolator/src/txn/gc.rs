@@ -101,7 +101,7 @@ pub(crate) async fn resolve_locks_below(shared: &Shared, below: Timestamp) -> Tx
             let mut attempt = 0;
             while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts < below.0) {
                 if shared.resolve_lock(&cell, &lock).await? == TxnStatus::Pending {
-                    tokio::time::sleep(lock_wait(attempt)).await;
+                    shared.writers.wait(lock.start_ts, lock_wait(attempt)).await;
                     attempt += 1;
                 } else {
                     resolved += 1;

@@ -25,7 +25,29 @@ pub enum TxnStatus {
     Pending,
 }
 
+/// The key of transaction `s` with primary `primary` in the client's cache of decided fates.
+fn decided_key(primary: &Cell, s: u64) -> (u64, u64) {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    primary.hash(&mut h);
+    (s, h.finish())
+}
+
 impl Shared {
+    /// Records that this client's transaction `start_ts` with primary `primary` committed at
+    /// `commit_ts` (its own commit-point CAS applied), for the status checks of its readers.
+    pub(crate) fn remember_committed(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+        commit_ts: Timestamp,
+    ) {
+        self.decided.insert(
+            decided_key(primary, start_ts.0),
+            TxnStatus::Committed(commit_ts),
+        );
+    }
+
     /// Whether oracle time has passed `physical(start_ts) + ttl_ms`.
     async fn expired(&self, start_ts: Timestamp, ttl_ms: u64) -> TxnResult<bool> {
         let now = self.oracle.get_timestamp().await?;
@@ -66,12 +88,7 @@ impl Shared {
         let s = start_ts.0;
         // A decided fate never changes (a commit is final; a rolled-back transaction can
         // never lock its primary again): asked before, it is answered without a read.
-        let decided_key = (s, {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            primary.hash(&mut h);
-            h.finish()
-        });
+        let decided_key = decided_key(primary, s);
         if let Some(status) = self.decided.get(&decided_key) {
             return Ok(status);
         }
@@ -139,7 +156,9 @@ impl Shared {
         loop {
             match self.txn_status(primary, start_ts, ttl_ms).await? {
                 TxnStatus::Pending => {
-                    tokio::time::sleep(super::lock_wait(attempt)).await;
+                    self.writers
+                        .wait(start_ts.0, super::lock_wait(attempt))
+                        .await;
                     attempt += 1;
                 }
                 decided => return Ok(decided),

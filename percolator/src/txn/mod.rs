@@ -39,6 +39,7 @@ mod prewrite;
 mod read;
 mod store;
 mod transaction;
+mod writers;
 
 pub use config::ClientConfig;
 pub use error::{RunError, TxnError, TxnResult};
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     /// decided fate never changes, so a status read once serves every later question about
     /// the transaction (the notifications of a loader's batch all name one primary).
     pub(crate) decided: quick_cache::sync::Cache<(u64, u64), locks::TxnStatus>,
+    /// This client's commits in flight, which its readers wait on in memory.
+    pub(crate) writers: writers::LocalWriters,
 }
 
 /// Write-once columns by table; `None`: every column of the table.
@@ -242,6 +245,7 @@ impl Client {
                 notify_floor_seen: Default::default(),
                 round_trips: Default::default(),
                 decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
+                writers: Default::default(),
                 config,
                 observed: Default::default(),
                 write_once: Default::default(),

@@ -216,7 +216,7 @@ impl Transaction {
                 }
                 TxnStatus::Pending => {
                     self.check_lifetime()?;
-                    tokio::time::sleep(lock_wait(attempt)).await;
+                    shared.writers.wait(s, lock_wait(attempt)).await;
                     attempt += 1;
                 }
             }

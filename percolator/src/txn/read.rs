@@ -218,7 +218,7 @@ impl Transaction {
         while let Some(lock) = snap.head.lock.clone().filter(|l| l.start_ts <= start_ts.0) {
             self.check_lifetime()?;
             if self.shared().resolve_lock(cell, &lock).await? == TxnStatus::Pending {
-                tokio::time::sleep(backoff).await;
+                self.shared().writers.wait(lock.start_ts, backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(50));
             }
             snap = self.shared().read_head_at(&key).await?;
