@@ -142,13 +142,30 @@ async fn join_clicks(
     }
     let values = txn.get_many(&wanted).await?;
     let mut values = values.into_iter();
-    for click in current {
-        let (token, query, outcome) = (
-            values.next().unwrap_or_default(),
-            values.next().unwrap_or_default(),
-            values.next().unwrap_or_default(),
-        );
-        join_click(txn, click, Guard { token, outcome }, query, config, stats).await?;
+    let read: Vec<(ReadClick, Guard, Option<Vec<u8>>)> = current
+        .into_iter()
+        .map(|click| {
+            let (token, query, outcome) = (
+                values.next().unwrap_or_default(),
+                values.next().unwrap_or_default(),
+                values.next().unwrap_or_default(),
+            );
+            (click, Guard { token, outcome }, query)
+        })
+        .collect();
+    // The pending lists of the clicks that may park (no entry, no query yet, no final
+    // outcome), read in one round: `park_click` then finds them in the transaction.
+    let pending: std::collections::BTreeSet<Cell> = read
+        .iter()
+        .filter(|(_, guard, query)| query.is_none() && guard.token.is_none() && !guard.is_final())
+        .map(|(click, _, _)| pending_cell(&click.stored.event.query_id))
+        .collect();
+    if !pending.is_empty() {
+        txn.get_many(&pending.into_iter().collect::<Vec<_>>())
+            .await?;
+    }
+    for (click, guard, query) in read {
+        join_click(txn, click, guard, query, config, stats).await?;
     }
     Ok(())
 }
@@ -160,6 +177,23 @@ async fn join_clicks(
 struct Guard {
     token: Option<Vec<u8>>,
     outcome: Option<Vec<u8>>,
+}
+
+impl Guard {
+    /// The outcome, decoded.
+    fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+            .as_ref()
+            .and_then(|b| Outcome::decode(&String::from_utf8_lossy(b)))
+    }
+
+    /// Whether an earlier run settled the click without a join (expired, filtered, too old).
+    fn is_final(&self) -> bool {
+        matches!(
+            self.outcome(),
+            Some(Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. })
+        )
+    }
 }
 
 /// Joins one click given what was read for it: its guard (IdRegistry entry and outcome)
@@ -178,13 +212,8 @@ async fn join_click(
     } = click;
     let click = stored.event;
     let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
-    let outcome = guard
-        .outcome
-        .and_then(|b| Outcome::decode(&String::from_utf8_lossy(&b)));
-    if matches!(
-        outcome,
-        Some(Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. })
-    ) {
+    let outcome = guard.outcome();
+    if guard.is_final() {
         // A final outcome: an earlier run (or the boundary's settling) decided this click.
         bump(&stats.settled);
         return Ok(());
