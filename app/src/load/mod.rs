@@ -204,8 +204,8 @@ pub struct Batch<R, O> {
     pub id: String,
     /// Input units (lines) the batch covers, rejects and blank lines included.
     pub units: u64,
-    /// Event times of the first and the latest record, if the records have them (used to
-    /// load several sources in step, and to replay at the pace of event time).
+    /// The earliest and the latest event time of its records, if they have them (the
+    /// earliest keeps several sources in step and paces a replay: [`Frontier`], [`Pace`]).
     pub event_times: Option<(u64, u64)>,
 }
 
