@@ -447,7 +447,8 @@ async fn blind_writes_remember_only_cells_written_before() {
 
 /// A decided fate is read once: the notifications of one batch of writes all name its
 /// primary, and asking about it again costs no store call (a committed or rolled-back fate
-/// never changes). An undecided one is read each time.
+/// never changes). The committing client knows its own commit without a read. An undecided
+/// fate is read each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decided_fate_is_read_once() {
     let counted = Arc::new(Intercepted::wrap(
@@ -465,10 +466,25 @@ async fn a_decided_fate_is_read_once() {
         c.hooks().get(Op::Get) + c.hooks().get(Op::BatchGet) + c.hooks().get(Op::Scan)
     };
     let before = reads(&counted);
+    let own = c.txn_status_with_ttl(&primary, start, 300).await.unwrap();
+    assert!(matches!(own, TxnStatus::Committed(_)), "{own:?}");
+    assert_eq!(
+        reads(&counted) - before,
+        0,
+        "the writer knows its own commit"
+    );
+    // Another client asks.
+    let asker = client_on(counted.clone(), test_config());
     let mut fates = Vec::new();
     for _ in 0..20 {
-        fates.push(c.txn_status_with_ttl(&primary, start, 300).await.unwrap());
+        fates.push(
+            asker
+                .txn_status_with_ttl(&primary, start, 300)
+                .await
+                .unwrap(),
+        );
     }
+    assert_eq!(fates[0], own, "the same commit_ts as the writer's");
     assert!(
         fates.iter().all(|f| matches!(f, TxnStatus::Committed(_))),
         "{fates:?}"
