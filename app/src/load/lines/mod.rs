@@ -101,8 +101,13 @@ pub fn offset_cell(table: &str, key: &str) -> Cell {
     Cell::new(table, key, "offset")
 }
 
-/// Event time a file may run ahead of the others in [`Lines::load_dir`].
-pub const ALIGN_SLACK_MS: u64 = 1_000;
+/// Event time a file may run ahead of the others in [`Lines::load_dir`] (see
+/// [`crate::load::Frontier`]): about one batch of a busy log. Events that depend on others
+/// logged up to seconds earlier (Photon's clicks on their queries) arrive before them, and
+/// wait for them, once a file runs further ahead. Measured with `photon demo --clicks
+/// 200000` (clicks 2 s after their query on average): at 1,000 ms 22 % of the clicks parked,
+/// at 100 ms 1.5 %, and the join ran 1.5x as fast embedded and 1.8x through minitikv.
+pub const ALIGN_SLACK_MS: u64 = 100;
 
 /// A line-file loader: a mapping and the table its offsets go to.
 pub struct Lines<M> {
