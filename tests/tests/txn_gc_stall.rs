@@ -10,47 +10,16 @@
 
 mod common;
 use async_trait::async_trait;
+use common::clocks::StallingClock;
 use common::*;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
 use percolator::kv::{KvError, MemoryKv, RawKv};
-use percolator::ts::{LocalClock, Timestamp, TimestampError, TimestampSource};
+use percolator::ts::{LocalClock, Timestamp};
 use percolator::txn::{Client, ClientConfig, TxnError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
-
-/// A timestamp source that, once armed, holds its next timestamp back after drawing it,
-/// until released: the reply of a slow oracle, or a process paused right after it.
-struct StallingClock {
-    inner: LocalClock,
-    armed: AtomicBool,
-    drawn: Semaphore,
-    release: Semaphore,
-}
-
-impl StallingClock {
-    fn new() -> Self {
-        StallingClock {
-            inner: LocalClock::new(),
-            armed: AtomicBool::new(false),
-            drawn: Semaphore::new(0),
-            release: Semaphore::new(0),
-        }
-    }
-}
-
-#[async_trait]
-impl TimestampSource for StallingClock {
-    async fn get_timestamp(&self) -> Result<Timestamp, TimestampError> {
-        let ts = self.inner.next();
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.drawn.add_permits(1);
-            self.release.acquire().await.expect("open").forget();
-        }
-        Ok(ts)
-    }
-}
 
 /// The reader's configuration: a lifetime far beyond the test, so only timestamps can tell.
 fn reader_config() -> ClientConfig {

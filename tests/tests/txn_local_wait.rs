@@ -6,37 +6,15 @@
 mod common;
 
 use async_trait::async_trait;
+use common::clocks::StallingClock;
 use common::test_config;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
 use percolator::kv::{KvResult, MemoryKv, RawKv};
-use percolator::ts::{LocalClock, Timestamp, TimestampError, TimestampSource};
 use percolator::txn::{Client, ClientConfig};
 use percolator::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
-
-/// A timestamp source that, once armed, holds its next timestamp back after drawing it,
-/// until released: a writer between its prewrites and its commit point.
-struct StallingClock {
-    inner: LocalClock,
-    armed: AtomicBool,
-    drawn: Semaphore,
-    release: Semaphore,
-}
-
-#[async_trait]
-impl TimestampSource for StallingClock {
-    async fn get_timestamp(&self) -> Result<Timestamp, TimestampError> {
-        let ts = self.inner.next();
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.drawn.add_permits(1);
-            self.release.acquire().await.expect("open").forget();
-        }
-        Ok(ts)
-    }
-}
 
 /// Counts point reads of one key (the primary's head).
 #[derive(Default)]
@@ -65,12 +43,7 @@ async fn a_reader_waits_on_its_own_clients_commit_without_polling_the_primary() 
     ));
     let kv: Arc<dyn RawKv> = store.clone();
     let hooks = store.hooks();
-    let clock = Arc::new(StallingClock {
-        inner: LocalClock::new(),
-        armed: AtomicBool::new(false),
-        drawn: Semaphore::new(0),
-        release: Semaphore::new(0),
-    });
+    let clock = Arc::new(StallingClock::new());
     // A TTL far beyond the test: the reader must wait, never fence the writer.
     let config = ClientConfig {
         lock_ttl: Duration::from_secs(60),

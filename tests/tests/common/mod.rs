@@ -5,6 +5,7 @@
 #[macro_use]
 pub mod anomalies;
 pub mod bank;
+pub mod clocks;
 pub mod model;
 #[macro_use]
 pub mod protocol;
