@@ -157,7 +157,11 @@ async fn join_clicks(
     // outcome), read in one round: `park_click` then finds them in the transaction.
     let pending: std::collections::BTreeSet<Cell> = read
         .iter()
-        .filter(|(_, guard, query)| query.is_none() && guard.token.is_none() && !guard.is_final())
+        .filter(|(_, guard, query)| {
+            query.is_none()
+                && guard.token.is_none()
+                && !guard.outcome().is_some_and(Outcome::is_final)
+        })
         .map(|(click, _, _)| pending_cell(&click.stored.event.query_id))
         .collect();
     if !pending.is_empty() {
@@ -186,14 +190,6 @@ impl Guard {
             .as_ref()
             .and_then(|b| Outcome::decode(&String::from_utf8_lossy(b)))
     }
-
-    /// Whether an earlier run settled the click without a join (expired, filtered, too old).
-    fn is_final(&self) -> bool {
-        matches!(
-            self.outcome(),
-            Some(Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. })
-        )
-    }
 }
 
 /// Joins one click given what was read for it: its guard (IdRegistry entry and outcome)
@@ -213,7 +209,7 @@ async fn join_click(
     let click = stored.event;
     let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
     let outcome = guard.outcome();
-    if guard.is_final() {
+    if outcome.is_some_and(Outcome::is_final) {
         // A final outcome: an earlier run (or the boundary's settling) decided this click.
         bump(&stats.settled);
         return Ok(());

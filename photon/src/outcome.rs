@@ -21,6 +21,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether the click was settled without a join for good (too old, filtered, expired):
+    /// a later run on it writes nothing.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Outcome::TooOld | Outcome::Filtered | Outcome::Expired { .. }
+        )
+    }
+
     /// The stored form.
     pub fn encode(self) -> String {
         match self {
