@@ -296,7 +296,7 @@ impl Pace {
 
     /// When a batch whose records' event times span `(earliest, latest)` is due: when its
     /// earliest record is (see the type's doc).
-    pub fn batch_due(&self, (earliest, _latest): (u64, u64)) -> std::time::Instant {
+    fn batch_due(&self, (earliest, _latest): (u64, u64)) -> std::time::Instant {
         self.started + Duration::from_millis(earliest.saturating_sub(self.event_origin_ms))
     }
 
