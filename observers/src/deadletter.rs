@@ -70,7 +70,9 @@ impl DeadLetter {
             .store()
             .put(meta_key(client, &letter.notify_key), encode(letter))
             .await?;
-        client.store().delete(letter.notify_key.clone()).await?;
+        client
+            .remove_notify_keys(vec![letter.notify_key.clone()])
+            .await?;
         Ok(())
     }
 

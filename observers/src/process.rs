@@ -172,8 +172,8 @@ async fn resolve(
         {
             Ok(TxnStatus::Committed(commit_ts)) => Some(commit_ts.0),
             Ok(TxnStatus::RolledBack) => {
-                if let Err(e) = client.store().delete(item.key.clone()).await {
-                    return Resolved::Done(Err(e.into()));
+                if let Err(e) = client.remove_notify_keys(vec![item.key.clone()]).await {
+                    return Resolved::Done(Err(e));
                 }
                 metrics.count(
                     Event::RolledBack,
@@ -353,7 +353,7 @@ impl Ctx<'_> {
             .iter()
             .map(|r| self.items[r.index].key.clone())
             .collect();
-        if let Err(e) = self.client.store().batch_delete(keys).await {
+        if let Err(e) = self.client.remove_notify_keys(keys).await {
             // Committed: the acknowledgments cover these keys (strong), so a later attempt
             // finds them covered and deletes them then; a weak observer runs again for them
             // (at least once).
@@ -452,7 +452,7 @@ impl Ctx<'_> {
         .await
         {
             Ok(ran) => {
-                self.client.store().delete(key.clone()).await?;
+                self.client.remove_notify_keys(vec![key.clone()]).await?;
                 if ran {
                     self.metrics.count(Event::Ran, Some(&labels));
                     self.metrics.record_commit_to_run(&labels, run.written_ms);

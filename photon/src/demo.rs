@@ -256,7 +256,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         p.worker.shutdown().await;
     }
     if json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "joined": report.joined,
             "duplicates": report.duplicates,
             "lost": report.lost,
@@ -299,6 +299,10 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
             "store_calls_per_joined_by_method": calls_per_joined,
             "batched_cas_keys_per_joined": round2(batched_cas_keys),
         });
+        // Notify keys this process put and removed (removals of a key already gone count).
+        let notify_keys = client.notify_counts();
+        out["notify_keys_put"] = notify_keys.put.into();
+        out["notify_keys_removed"] = notify_keys.removed.into();
         println!("{out}");
     } else {
         print!("{report}");

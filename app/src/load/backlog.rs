@@ -5,29 +5,39 @@
 //! The backlog is counted in the store, so it works whether the workers run in this process
 //! or in others: a scan of the notify space from the notify floor, with a limit (the floor
 //! keeps the keys the scan walks over to about the live ones). A count walks up to `bound`
-//! keys, so it is made rarely:
-//! - between counts the loader keeps an *estimate*, the last count plus the lines committed
-//!   since, and passes without counting while the estimate is at most the bound and younger
-//!   than [`REFRESH_EVERY`] (the refresh catches what the estimate misses: loaders in other
-//!   processes, notifications the observers themselves put);
+//! keys, so it is made rarely; between counts the loader follows the backlog in memory:
+//! - the *estimate* is the last count plus the notify keys the loader's client has put since
+//!   and minus those it has removed ([`percolator::Client::notify_counts`]): exact while the
+//!   workers share the loader's client (`app::run`, `photon demo`), and rising only while
+//!   they run elsewhere (their removals are not seen here);
+//! - the loader passes without counting while the estimate is at most the bound and the
+//!   count younger than [`REFRESH_EVERY`] (the refresh catches what the estimate misses:
+//!   loaders and workers in other processes);
 //! - once the estimate is above the bound, the loader counts, and waits until at most half
 //!   the bound is left (hysteresis): every count that lets it on is then followed by at
-//!   least half a bound of lines before the next, instead of the few lines the observers took
-//!   since the last one;
-//! - while it waits it counts only up to half the bound, at intervals that double from
-//!   [`FIRST_RECHECK`] to [`MAX_RECHECK`]; once they have reached [`MAX_RECHECK`] it counts
-//!   up to the bound and goes on if the backlog is at or below it, so notifications that
-//!   never drain (an unobserved column, keys backing off) stall it only above the bound.
+//!   least half a bound of notifications before the next;
+//! - while it waits, it looks at the estimate every [`ESTIMATE_EVERY`] and goes on as soon
+//!   as the workers of its process took the backlog down to half the bound; while they take
+//!   it down it does not count. It counts in the store once the estimate has not fallen for
+//!   a pause that doubles from [`FIRST_RECHECK`] to [`MAX_RECHECK`] (how it learns of
+//!   workers elsewhere), going on once a count is at most half the bound, or at most the
+//!   bound once the pauses have reached [`MAX_RECHECK`] (so notifications that never drain,
+//!   an unobserved column or keys backing off, stall it only above the bound);
+//! - a count walks up to twice the bound: one at or below that is exact, and the estimate
+//!   follows it in memory; above it the estimate is unknown until a count comes back lower.
 //!
-//! Measured (issue 14's profile of `photon demo --clicks 100000`): counting every 50 ms to
-//! the full bound took 12% of the process's CPU; this scheme takes 4%, most of it walking
-//! delete markers.
+//! Measured (`photon demo --clicks 200000`, 2026-11-26): counting in the store while the
+//! loader waited (150 counts of up to 10,000 keys, most of the walk delete markers) took 8 %
+//! of the process's CPU; following the estimate in memory leaves about one count a second.
 
-use percolator::kv::ScanOrder;
+use percolator::kv::{RangePager, ScanOrder, MAX_SCAN_LIMIT};
+use percolator::txn::NotifyCounts;
 use percolator::{Client, TxnError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock (the same as std's unless a test pauses it).
+use tokio::time::Instant;
 
-/// How long an estimate stands before the loader counts again anyway.
+/// How long a count stands before the loader counts again anyway.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// The first wait before the loader counts again while it waits.
@@ -36,13 +46,29 @@ pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
 /// The longest wait between two counts while the loader waits.
 pub const MAX_RECHECK: Duration = Duration::from_millis(800);
 
+/// How often a waiting loader looks at its in-memory estimate.
+pub const ESTIMATE_EVERY: Duration = Duration::from_millis(5);
+
 /// How long the loader waits before it warns that no worker may be running.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 
-/// The estimate: the last count plus the lines loaded since, and when it was counted.
+/// The last count of the store, when it was made, and the client's notify counters then.
 struct Estimate {
     at: Option<Instant>,
-    count: usize,
+    /// The count; `None` if it stopped at its limit (more than the bound were waiting).
+    count: Option<usize>,
+    counters: NotifyCounts,
+}
+
+impl Estimate {
+    /// The backlog as the client's own puts and removals since the count moved it; `None`
+    /// while the count is not known (it stopped at its limit).
+    fn now(&self, client: &Client) -> Option<usize> {
+        let (put, removed) = self.counters.since(client.notify_counts());
+        let put = usize::try_from(put).unwrap_or(usize::MAX);
+        let removed = usize::try_from(removed).unwrap_or(usize::MAX);
+        Some(self.count?.saturating_add(put).saturating_sub(removed))
+    }
 }
 
 /// The gate a loader passes before each batch.
@@ -54,12 +80,17 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// A gate holding the loader while more than `bound` notifications wait.
+    /// A gate holding the loader while more than `bound` notifications wait. `client` is
+    /// the one the loader commits with (its notify counters follow the backlog).
     pub fn new(client: Client, bound: usize) -> Self {
         Backlog {
             client,
             bound,
-            estimate: tokio::sync::Mutex::new(Estimate { at: None, count: 0 }),
+            estimate: tokio::sync::Mutex::new(Estimate {
+                at: None,
+                count: None,
+                counters: NotifyCounts::default(),
+            }),
             counts: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -75,18 +106,49 @@ impl Backlog {
         self.counts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The notify keys in the store, counted up to `limit`.
+    /// The notify keys in the store, counted up to `limit` (in pages of at most the store's
+    /// scan limit).
     pub async fn count(&self, limit: usize) -> Result<usize, TxnError> {
         self.counts
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let floor = self.client.notify_floor().await?;
         let range = self.client.codec().notify_from(floor);
-        let keys = self
-            .client
-            .store()
-            .scan(range, limit.max(1), ScanOrder::Forward)
-            .await?;
-        Ok(keys.len())
+        let page = limit.clamp(1, MAX_SCAN_LIMIT);
+        let mut pager = RangePager::new(
+            self.client.store().as_ref(),
+            range,
+            ScanOrder::Forward,
+            page,
+        );
+        let mut count = 0;
+        while count < limit {
+            let Some(keys) = pager.next_page().await? else {
+                break;
+            };
+            count += keys.len();
+        }
+        Ok(count)
+    }
+
+    /// How far a count walks: twice the bound (a loader that waits at the bound leaves
+    /// the backlog a little above it, where the count must still be exact).
+    fn count_limit(&self) -> usize {
+        self.bound.saturating_mul(2)
+    }
+
+    /// Counts the store into `estimate` (`None` above [`Backlog::count_limit`]): the count,
+    /// its time, and the client's counters read just before it (a key put or removed during
+    /// the scan may be counted twice or not at all: the next count corrects it).
+    async fn recount(&self, estimate: &mut Estimate) -> Result<Option<usize>, TxnError> {
+        let counters = self.client.notify_counts();
+        let limit = self.count_limit();
+        let count = self.count(limit.saturating_add(1)).await?;
+        *estimate = Estimate {
+            at: Some(Instant::now()),
+            count: (count <= limit).then_some(count),
+            counters,
+        };
+        Ok(estimate.count)
     }
 
     /// Waits until the loader may commit another batch (see the module's doc), adding one to
@@ -95,19 +157,14 @@ impl Backlog {
     pub async fn wait_below(&self, waits: &std::sync::atomic::AtomicU64) {
         let mut estimate = self.estimate.lock().await;
         let fresh = estimate.at.is_some_and(|at| at.elapsed() < REFRESH_EVERY);
-        if fresh && estimate.count <= self.bound {
+        if fresh && estimate.now(&self.client).is_some_and(|n| n <= self.bound) {
             return;
         }
         if !fresh {
             // A periodic refresh: on below the bound, as the estimate would have.
-            match self.count(self.bound.saturating_add(1)).await {
-                Ok(count) => {
-                    estimate.count = count;
-                    estimate.at = Some(Instant::now());
-                    if count <= self.bound {
-                        return;
-                    }
-                }
+            match self.recount(&mut estimate).await {
+                Ok(Some(count)) if count <= self.bound => return,
+                Ok(_) => {}
                 Err(e) => return self.let_through(&mut estimate, e),
             }
         }
@@ -121,22 +178,38 @@ impl Backlog {
         let since = Instant::now();
         let mut warned = false;
         let mut pause = FIRST_RECHECK;
+        let mut next_count = Instant::now() + pause;
+        let mut last = estimate.now(&self.client);
         loop {
-            // Half the bound while the observers drain fast; the bound itself once the waits are
-            // long (a backlog that stopped falling above half the bound).
-            let resume_at = if pause >= MAX_RECHECK {
-                self.bound
-            } else {
-                self.resume_at()
-            };
-            match self.count(resume_at.saturating_add(1)).await {
-                Ok(count) if count <= resume_at => {
-                    estimate.count = count;
-                    estimate.at = Some(Instant::now());
-                    return;
+            let now = estimate.now(&self.client);
+            if now.is_some_and(|n| n <= self.resume_at()) {
+                // The workers of this process took it down (the count stands as it was).
+                return;
+            }
+            if let (Some(before), Some(now)) = (last, now) {
+                if now < before {
+                    // Workers of this process are draining it: no count is needed while
+                    // they do (the next is a pause after the last progress).
+                    next_count = Instant::now() + pause;
                 }
-                Ok(_) => {}
-                Err(e) => return self.let_through(&mut estimate, e),
+            }
+            last = now;
+            if Instant::now() >= next_count {
+                // Half the bound while the observers drain fast; the bound itself once the
+                // waits are long (a backlog that stopped falling above half the bound).
+                let resume_at = if pause >= MAX_RECHECK {
+                    self.bound
+                } else {
+                    self.resume_at()
+                };
+                match self.recount(&mut estimate).await {
+                    Ok(Some(count)) if count <= resume_at => return,
+                    Ok(_) => {}
+                    Err(e) => return self.let_through(&mut estimate, e),
+                }
+                last = estimate.now(&self.client);
+                pause = (pause * 2).min(MAX_RECHECK);
+                next_count = Instant::now() + pause;
             }
             if !warned && since.elapsed() >= STALLED_AFTER {
                 warned = true;
@@ -148,21 +221,168 @@ impl Backlog {
                     STALLED_AFTER.as_secs()
                 );
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MAX_RECHECK);
+            tokio::time::sleep(ESTIMATE_EVERY).await;
         }
     }
 
     /// A failed count: warn and let the loader on until the next refresh.
     fn let_through(&self, estimate: &mut Estimate, error: TxnError) {
         tracing::warn!(error = %error, "counting the notification backlog failed");
-        estimate.count = 0;
-        estimate.at = Some(Instant::now());
+        *estimate = Estimate {
+            at: Some(Instant::now()),
+            count: Some(0),
+            counters: self.client.notify_counts(),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use percolator::kv::MemoryKv;
+    use percolator::ts::LocalClock;
+    use percolator::Cell;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    const BOUND: usize = 10;
+
+    /// A client on `kv` that writes an observed column.
+    fn client_on(kv: &Arc<MemoryKv>) -> Client {
+        let client = Client::new(kv.clone(), Arc::new(LocalClock::new()));
+        client.observe_column("t", "c");
+        client
     }
 
-    /// Counts `lines` just committed into the backlog's estimate.
-    pub async fn loaded(&self, lines: usize) {
-        let mut estimate = self.estimate.lock().await;
-        estimate.count = estimate.count.saturating_add(lines);
+    /// Puts `n` new notifications through `client`; returns their keys.
+    async fn notify(client: &Client, n: usize) -> Vec<Vec<u8>> {
+        static ROWS: AtomicU64 = AtomicU64::new(0);
+        let entries: Vec<_> = (0..n)
+            .map(|_| {
+                let row = ROWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (Cell::new("t", format!("r{row}"), "c"), 7, b"x".to_vec())
+            })
+            .collect();
+        let bucket = client.put_notifications(&entries).await.expect("put");
+        entries
+            .iter()
+            .map(|(cell, ts, _)| client.codec().notify(cell, *ts, bucket))
+            .collect()
+    }
+
+    /// A loader above the bound waits; once workers sharing its client remove keys down to
+    /// half the bound it goes on at once, from memory, without counting the store again.
+    #[tokio::test(start_paused = true)]
+    async fn a_loader_resumes_when_its_own_workers_drain_without_a_count() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
+        let waits = Arc::new(AtomicU64::new(0));
+        backlog.wait_below(&waits).await;
+        assert_eq!(backlog.counts(), 1, "the first call counts");
+        let keys = notify(&client, BOUND + 1).await;
+        let waiter = tokio::spawn({
+            let (backlog, waits) = (backlog.clone(), waits.clone());
+            async move { backlog.wait_below(&waits).await }
+        });
+        // Nothing drains: counts at 50, 150, 350 and 750 ms (the pauses double); the next
+        // would be at 1,550.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(!waiter.is_finished(), "above the bound the loader waits");
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let counted = backlog.counts();
+        assert_eq!(counted, 5, "the first count, then 50, 150, 350 and 750 ms");
+        // Down to one above half the bound: still waiting.
+        let (first, rest) = keys.split_at(BOUND - BOUND / 2);
+        client
+            .remove_notify_keys(first.to_vec())
+            .await
+            .expect("remove");
+        tokio::time::sleep(ESTIMATE_EVERY * 4).await;
+        assert!(!waiter.is_finished(), "six left, above half the bound");
+        client
+            .remove_notify_keys(rest[..1].to_vec())
+            .await
+            .expect("remove");
+        tokio::time::sleep(ESTIMATE_EVERY * 4).await;
+        assert!(waiter.is_finished(), "five left: the loader goes on");
+        assert_eq!(
+            backlog.counts(),
+            counted,
+            "no count of the store was needed"
+        );
+        // It passes at once while the estimate is at most the bound and the count fresh.
+        notify(&client, 2).await;
+        backlog.wait_below(&waits).await;
+        assert_eq!(backlog.counts(), counted);
+        // A count a second old is refreshed.
+        tokio::time::sleep(REFRESH_EVERY).await;
+        backlog.wait_below(&waits).await;
+        assert_eq!(backlog.counts(), counted + 1, "a refresh");
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// A bound above the store's scan limit is counted in pages: the loader passes below it
+    /// and waits above it (a single scan with the bound as its limit is refused).
+    #[tokio::test(start_paused = true)]
+    async fn a_bound_above_the_scan_limit_is_counted_in_pages() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let bound = MAX_SCAN_LIMIT + 5;
+        notify(&client, bound).await;
+        let backlog = Backlog::new(client.clone(), bound);
+        let waits = AtomicU64::new(0);
+        backlog.wait_below(&waits).await;
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 0);
+        let more = notify(&client, 1).await;
+        let over = Backlog::new(client.clone(), bound);
+        let waiter = over.wait_below(&waits);
+        tokio::pin!(waiter);
+        let waited = tokio::time::timeout(Duration::from_secs(5), &mut waiter).await;
+        assert!(waited.is_err(), "one above the bound: the loader waits");
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+        client.remove_notify_keys(more).await.expect("remove");
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("at the bound again (after long waits, the bound lets it on)");
+    }
+
+    /// Workers in another process (another client) are seen only by counting the store: the
+    /// loader goes on at the first count after they drained, and a fresh estimate that the
+    /// other client's puts made wrong is corrected by the refresh.
+    #[tokio::test(start_paused = true)]
+    async fn a_loader_learns_of_other_processes_by_counting_the_store() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let elsewhere = client_on(&kv);
+        let backlog = Backlog::new(client.clone(), BOUND);
+        let waits = AtomicU64::new(0);
+        backlog.wait_below(&waits).await;
+        assert_eq!(backlog.counts(), 1, "the first call counts");
+        // Another process puts more than the bound: this loader's estimate misses it until
+        // the count goes stale.
+        let keys = notify(&elsewhere, BOUND + 1).await;
+        backlog.wait_below(&waits).await;
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 0);
+        tokio::time::sleep(REFRESH_EVERY).await;
+        let waiter = async {
+            backlog.wait_below(&waits).await;
+            Instant::now()
+        };
+        let drain = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            elsewhere.remove_notify_keys(keys).await.expect("remove");
+            Instant::now()
+        };
+        let (resumed, drained) = tokio::join!(waiter, drain);
+        assert_eq!(
+            waits.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "it waited"
+        );
+        assert!(resumed >= drained, "not before the other workers drained");
+        // Counts: the refresh at 0, then 50 and 150 ms: the one at 150 ms saw the drain.
+        assert!(resumed - drained <= Duration::from_millis(60));
+        assert_eq!(backlog.counts(), 4);
     }
 }

@@ -383,9 +383,6 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         if !committed {
             continue;
         }
-        if let Some(backlog) = ctx.backlog {
-            backlog.loaded(count as usize).await;
-        }
         ctx.stats.loaded.fetch_add(count, Ordering::Relaxed);
         ctx.stats.batches.fetch_add(1, Ordering::Relaxed);
         ctx.stats.lines.fetch_add(batch.units, Ordering::Relaxed);

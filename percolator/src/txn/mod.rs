@@ -48,7 +48,7 @@ pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
 pub use locks::TxnStatus;
-pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
+pub use notify::{wall_bucket, FloorRaise, NotifyCounts, NotifyFloor, NOTIFY_FLOOR_META};
 pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
 
@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub(crate) decided: quick_cache::sync::Cache<(u64, u64), locks::TxnStatus>,
     /// This client's commits in flight, which its readers wait on in memory.
     pub(crate) writers: writers::LocalWriters,
+    /// Notify keys this client put and removed ([`Client::notify_counts`]).
+    pub(crate) notify_counts: notify::NotifyCounters,
 }
 
 /// Write-once columns by table; `None`: every column of the table.
@@ -246,6 +248,7 @@ impl Client {
                 round_trips: Default::default(),
                 decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
                 writers: Default::default(),
+                notify_counts: Default::default(),
                 config,
                 observed: Default::default(),
                 write_once: Default::default(),
@@ -381,6 +384,21 @@ impl Client {
             return Ok(self.shared.notify_bucket());
         }
         self.shared.put_notify_keys(entries).await
+    }
+
+    /// Deletes notify keys whose notifications are settled (handled by their observers,
+    /// dead-lettered, or put again elsewhere), in one call, and counts them in
+    /// [`Client::notify_counts`]. Deleting a key that is already gone is harmless.
+    pub async fn remove_notify_keys(&self, keys: Vec<Vec<u8>>) -> TxnResult<()> {
+        self.shared.remove_notify_keys(keys).await
+    }
+
+    /// How many notify keys this client has put (commits, weak notifications, replays) and
+    /// removed ([`Client::remove_notify_keys`]) so far. A loader whose workers share its
+    /// client follows the notification backlog between counts of the store by these
+    /// ([`NotifyCounts::since`]); what other processes put or remove is not in them.
+    pub fn notify_counts(&self) -> NotifyCounts {
+        self.shared.notify_counts.read()
     }
 
     /// Where scans of the notify space start ([`NotifyFloor::scan_from`]): no notification

@@ -100,6 +100,47 @@ pub struct FloorRaise {
     pub relocated: usize,
 }
 
+/// How many notify keys this client has put and removed since it was made: two counters
+/// that only grow ([`crate::Client::notify_counts`]). Their difference between two reads is
+/// how much this process's own commits and workers moved the notification backlog in
+/// between; keys put or removed by other processes are not in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotifyCounts {
+    /// Notify keys put (by commits, weak notifications, replays; a key moved above the
+    /// floor counts once).
+    pub put: u64,
+    /// Notify keys removed through [`crate::Client::remove_notify_keys`] (handled,
+    /// dead-lettered, moved).
+    pub removed: u64,
+}
+
+impl NotifyCounts {
+    /// How many keys `self` (read earlier) and `now` say the backlog gained through this
+    /// client, and how many it lost.
+    pub fn since(self, now: NotifyCounts) -> (u64, u64) {
+        (
+            now.put.saturating_sub(self.put),
+            now.removed.saturating_sub(self.removed),
+        )
+    }
+}
+
+/// The live counters behind [`NotifyCounts`].
+#[derive(Debug, Default)]
+pub(crate) struct NotifyCounters {
+    put: std::sync::atomic::AtomicU64,
+    removed: std::sync::atomic::AtomicU64,
+}
+
+impl NotifyCounters {
+    pub(crate) fn read(&self) -> NotifyCounts {
+        NotifyCounts {
+            put: self.put.load(Ordering::Relaxed),
+            removed: self.removed.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// One notify key to put: the cell, the notification's timestamp and its record.
 pub(crate) type NotifyEntry = (Cell, u64, Vec<u8>);
 
@@ -123,6 +164,24 @@ impl Shared {
         self.notify_floor_seen
             .fetch_max(record.floor, Ordering::Relaxed);
         Ok(FloorRead { raw, record })
+    }
+
+    /// Deletes notify keys (handled, moved or dead-lettered), counting them in
+    /// [`NotifyCounts::removed`].
+    pub(crate) async fn remove_notify_keys(&self, keys: Vec<Vec<u8>>) -> TxnResult<()> {
+        let count = keys.len() as u64;
+        match keys.len() {
+            0 => return Ok(()),
+            1 => {
+                let key = keys.into_iter().next().unwrap_or_default();
+                self.kv.delete(key).await?
+            }
+            _ => self.kv.batch_delete(keys).await?,
+        }
+        self.notify_counts
+            .removed
+            .fetch_add(count, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Reads the published notify floor record (zeros if none).
@@ -150,6 +209,10 @@ impl Shared {
         mut bucket: u64,
         entries: &[NotifyEntry],
     ) -> TxnResult<u64> {
+        // Every put of notify keys is followed by this call, once: it counts them.
+        self.notify_counts
+            .put
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
         loop {
             let floor = self.read_notify_floor().await?.floor;
             if floor <= bucket {
@@ -231,7 +294,7 @@ impl Shared {
             // duplicate (handled as one by the acknowledgment), never a gap.
             self.put_notify_keys(&entries).await?;
             relocated += old.len();
-            self.kv.batch_delete(old).await?;
+            self.remove_notify_keys(old).await?;
         }
         if relocated > 0 {
             tracing::debug!(
