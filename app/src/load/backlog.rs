@@ -3,28 +3,29 @@
 //! not a queue growing without bound in front of it (and memory stays bounded).
 //!
 //! The backlog is counted in the store, so it works whether the workers run in this process
-//! or in others: a scan of the notify space from the notify floor, with a limit (the floor
-//! keeps the keys the scan walks over to about the live ones). A count walks up to `bound`
-//! keys, so it is made rarely; between counts the loader follows the backlog in memory:
+//! or in others: a scan of the notify space from the notify floor (the floor keeps the keys
+//! the scan walks over to about the live ones), up to twice the bound. A count walks that
+//! many keys, so it is made rarely; between counts the loader follows the backlog in memory:
 //! - the *estimate* is the last count plus the notify keys the loader's client has put since
-//!   and minus those it has removed ([`percolator::Client::notify_counts`]): exact while the
-//!   workers share the loader's client (`app::run`, `photon demo`), and rising only while
-//!   they run elsewhere (their removals are not seen here);
+//!   and minus those it has removed ([`percolator::Client::notify_counts`]). It follows the
+//!   backlog while the workers share the loader's client (`app::run`, `photon demo`); keys
+//!   other processes put are missed until the next count, and so are, rarely, removals of
+//!   keys already gone (a hint naming a key that was moved above the notify floor), which
+//!   make it low until then too;
 //! - the loader passes without counting while the estimate is at most the bound and the
-//!   count younger than [`REFRESH_EVERY`] (the refresh catches what the estimate misses:
-//!   loaders and workers in other processes);
-//! - once the estimate is above the bound, the loader counts, and waits until at most half
-//!   the bound is left (hysteresis): every count that lets it on is then followed by at
-//!   least half a bound of notifications before the next;
+//!   count younger than [`REFRESH_EVERY`] (the refresh catches what the estimate misses);
+//! - once the estimate is above the bound, the loader waits until at most half the bound is
+//!   left (hysteresis: every wait is followed by at least half a bound of notifications);
 //! - while it waits, it looks at the estimate every [`ESTIMATE_EVERY`] and goes on as soon
-//!   as the workers of its process took the backlog down to half the bound; while they take
-//!   it down it does not count. It counts in the store once the estimate has not fallen for
-//!   a pause that doubles from [`FIRST_RECHECK`] to [`MAX_RECHECK`] (how it learns of
-//!   workers elsewhere), going on once a count is at most half the bound, or at most the
-//!   bound once the pauses have reached [`MAX_RECHECK`] (so notifications that never drain,
-//!   an unobserved column or keys backing off, stall it only above the bound);
-//! - a count walks up to twice the bound: one at or below that is exact, and the estimate
-//!   follows it in memory; above it the estimate is unknown until a count comes back lower.
+//!   as it is at most half the bound. It counts the store after a pause that doubles from
+//!   [`FIRST_RECHECK`] to [`MAX_RECHECK`], deferred while the estimate keeps reaching new
+//!   lows (the workers of this process are draining it) but never beyond [`MAX_RECHECK`]
+//!   after the last count (how it learns of workers elsewhere);
+//! - after [`LONG_WAIT`] it goes on at the bound itself (estimate or count), so
+//!   notifications that never drain (an unobserved column, keys backing off) stall it only
+//!   above the bound;
+//! - a count at or below twice the bound is exact, and the estimate follows it; above that
+//!   the estimate is unknown until a count comes back lower.
 //!
 //! Measured (`photon demo --clicks 200000`, 2026-11-26): counting in the store while the
 //! loader waited (150 counts of up to 10,000 keys, most of the walk delete markers) took 8 %
@@ -46,6 +47,9 @@ pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
 /// The longest wait between two counts while the loader waits.
 pub const MAX_RECHECK: Duration = Duration::from_millis(800);
 
+/// After waiting this long, the loader goes on at the bound rather than half of it.
+pub const LONG_WAIT: Duration = Duration::from_millis(750);
+
 /// How often a waiting loader looks at its in-memory estimate.
 pub const ESTIMATE_EVERY: Duration = Duration::from_millis(5);
 
@@ -55,7 +59,7 @@ const STALLED_AFTER: Duration = Duration::from_secs(10);
 /// The last count of the store, when it was made, and the client's notify counters then.
 struct Estimate {
     at: Option<Instant>,
-    /// The count; `None` if it stopped at its limit (more than the bound were waiting).
+    /// The count; `None` if it stopped at its limit (more than twice the bound waiting).
     count: Option<usize>,
     counters: NotifyCounts,
 }
@@ -100,8 +104,8 @@ impl Backlog {
         self.bound / 2
     }
 
-    /// How many times the backlog was counted in the store (each a scan of up to `bound`
-    /// keys).
+    /// How many times the backlog was counted in the store (each a scan of up to twice the
+    /// bound).
     pub fn counts(&self) -> u64 {
         self.counts.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -137,16 +141,20 @@ impl Backlog {
     }
 
     /// Counts the store into `estimate` (`None` above [`Backlog::count_limit`]): the count,
-    /// its time, and the client's counters read just before it (a key put or removed during
-    /// the scan may be counted twice or not at all: the next count corrects it).
+    /// its time, and the client's counters: puts read before the scan and removals after it,
+    /// so a key put or removed while the scan runs is counted twice, never missed (the
+    /// estimate errs high, which costs a count, not a backlog above the bound).
     async fn recount(&self, estimate: &mut Estimate) -> Result<Option<usize>, TxnError> {
-        let counters = self.client.notify_counts();
+        let put = self.client.notify_counts().put;
         let limit = self.count_limit();
         let count = self.count(limit.saturating_add(1)).await?;
         *estimate = Estimate {
             at: Some(Instant::now()),
             count: (count <= limit).then_some(count),
-            counters,
+            counters: NotifyCounts {
+                put,
+                removed: self.client.notify_counts().removed,
+            },
         };
         Ok(estimate.count)
     }
@@ -178,38 +186,38 @@ impl Backlog {
         let since = Instant::now();
         let mut warned = false;
         let mut pause = FIRST_RECHECK;
-        let mut next_count = Instant::now() + pause;
-        let mut last = estimate.now(&self.client);
+        let mut counted_at = Instant::now();
+        let mut next_count = counted_at + pause;
+        let mut lowest = estimate.now(&self.client);
         loop {
+            // Half the bound while the observers drain; the bound itself once the wait is
+            // long (a backlog that stopped falling above half the bound).
+            let resume_at = if since.elapsed() >= LONG_WAIT {
+                self.bound
+            } else {
+                self.resume_at()
+            };
             let now = estimate.now(&self.client);
-            if now.is_some_and(|n| n <= self.resume_at()) {
+            if now.is_some_and(|n| n <= resume_at) {
                 // The workers of this process took it down (the count stands as it was).
                 return;
             }
-            if let (Some(before), Some(now)) = (last, now) {
-                if now < before {
-                    // Workers of this process are draining it: no count is needed while
-                    // they do (the next is a pause after the last progress).
-                    next_count = Instant::now() + pause;
-                }
+            if now.is_some_and(|n| lowest.is_none_or(|low| n < low)) {
+                // A new low: workers of this process are draining it, so the count waits,
+                // but never longer than MAX_RECHECK after the last.
+                lowest = now;
+                next_count = (Instant::now() + pause).min(counted_at + MAX_RECHECK);
             }
-            last = now;
             if Instant::now() >= next_count {
-                // Half the bound while the observers drain fast; the bound itself once the
-                // waits are long (a backlog that stopped falling above half the bound).
-                let resume_at = if pause >= MAX_RECHECK {
-                    self.bound
-                } else {
-                    self.resume_at()
-                };
                 match self.recount(&mut estimate).await {
                     Ok(Some(count)) if count <= resume_at => return,
                     Ok(_) => {}
                     Err(e) => return self.let_through(&mut estimate, e),
                 }
-                last = estimate.now(&self.client);
+                lowest = estimate.now(&self.client);
                 pause = (pause * 2).min(MAX_RECHECK);
-                next_count = Instant::now() + pause;
+                counted_at = Instant::now();
+                next_count = counted_at + pause;
             }
             if !warned && since.elapsed() >= STALLED_AFTER {
                 warned = true;
@@ -285,13 +293,13 @@ mod tests {
             let (backlog, waits) = (backlog.clone(), waits.clone());
             async move { backlog.wait_below(&waits).await }
         });
-        // Nothing drains: counts at 50, 150, 350 and 750 ms (the pauses double); the next
-        // would be at 1,550.
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // Nothing drains: counts at 50, 150 and 350 ms (the pauses double); the next would be
+        // at 750.
+        tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(!waiter.is_finished(), "above the bound the loader waits");
         assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
         let counted = backlog.counts();
-        assert_eq!(counted, 5, "the first count, then 50, 150, 350 and 750 ms");
+        assert_eq!(counted, 4, "the first count, then 50, 150 and 350 ms");
         // Down to one above half the bound: still waiting.
         let (first, rest) = keys.split_at(BOUND - BOUND / 2);
         client
@@ -320,6 +328,55 @@ mod tests {
         backlog.wait_below(&waits).await;
         assert_eq!(backlog.counts(), counted + 1, "a refresh");
         assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// Keys that never drain hold the backlog between half the bound and the bound while the
+    /// workers of this process keep putting and removing others (an observer that notifies
+    /// again): the estimate dips all the time, yet after [`LONG_WAIT`] the loader goes on at
+    /// the bound.
+    #[tokio::test(start_paused = true)]
+    async fn churn_does_not_hold_a_loader_that_is_at_the_bound() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
+        let waits = Arc::new(AtomicU64::new(0));
+        backlog.wait_below(&waits).await;
+        let keys = notify(&client, BOUND + 1).await;
+        let start = Instant::now();
+        let waiter = tokio::spawn({
+            let (backlog, waits) = (backlog.clone(), waits.clone());
+            async move {
+                backlog.wait_below(&waits).await;
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Three drain; eight stay (above half the bound, at most the bound).
+        client
+            .remove_notify_keys(keys[..3].to_vec())
+            .await
+            .expect("remove");
+        let churn = tokio::spawn({
+            let client = client.clone();
+            async move {
+                loop {
+                    let key = notify(&client, 1).await;
+                    tokio::time::sleep(ESTIMATE_EVERY / 2).await;
+                    client.remove_notify_keys(key).await.expect("remove");
+                    tokio::time::sleep(ESTIMATE_EVERY / 2).await;
+                }
+            }
+        });
+        let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the loader goes on")
+            .expect("waiter");
+        churn.abort();
+        assert!(resumed - start >= LONG_WAIT, "not before the long wait");
+        assert!(
+            resumed - start <= LONG_WAIT + ESTIMATE_EVERY * 2,
+            "at the long wait, from the estimate"
+        );
     }
 
     /// A bound above the store's scan limit is counted in pages: the loader passes below it

@@ -388,7 +388,8 @@ impl Client {
 
     /// Deletes notify keys whose notifications are settled (handled by their observers,
     /// dead-lettered, or put again elsewhere), in one call, and counts them in
-    /// [`Client::notify_counts`]. Deleting a key that is already gone is harmless.
+    /// [`Client::notify_counts`]. Deleting a key that is already gone is harmless (and still
+    /// counted).
     pub async fn remove_notify_keys(&self, keys: Vec<Vec<u8>>) -> TxnResult<()> {
         self.shared.remove_notify_keys(keys).await
     }

@@ -106,8 +106,8 @@ pub struct FloorRaise {
 /// between; keys put or removed by other processes are not in it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NotifyCounts {
-    /// Notify keys put (by commits, weak notifications, replays; a key moved above the
-    /// floor counts once).
+    /// Notify keys put (by commits, weak notifications, replays; a key a writer moved above
+    /// the floor counts once, one a floor rescan moved as a put and a removal).
     pub put: u64,
     /// Notify keys removed through [`crate::Client::remove_notify_keys`] (handled,
     /// dead-lettered, moved).

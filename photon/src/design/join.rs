@@ -34,12 +34,13 @@
 //! latency measures the system rather than a queue growing without bound ahead of it. The
 //! backlog is counted in the store (a scan of the notify space from the notify floor with a
 //! limit), so it works whether the workers run in the loader's process or elsewhere. Counts are
-//! rare, since each walks delete markers: between counts the loader passes on an estimate (last
-//! count plus lines committed since, for up to 1 s); once the estimate is above the bound it
-//! counts, and waits until half the bound is left, counting to half the bound at intervals
-//! doubling from 50 to 800 ms, or, once the interval has reached 800 ms, until a count to the
-//! bound finds it at or below the bound (so notifications that never drain, e.g. of an
-//! unobserved column, stall the loader only above the bound). With no join running, a loader
+//! rare, since each walks delete markers: between counts the loader follows an estimate in
+//! memory (the last count plus the notify keys its client put since, minus those its workers
+//! removed; counted again at least every second); once the estimate is above the bound it
+//! waits until half the bound is left, going on as soon as the estimate says so (its workers
+//! drained it) or a count does (workers elsewhere), or, after 750 ms, at the bound itself (so
+//! notifications that never drain, e.g. of an unobserved column, stall the loader only above
+//! the bound). With no join running, a loader
 //! stops at the bound (give or take one batch per file):
 //! `photon/tests/photon.rs::loader_waits_while_the_backlog_is_above_its_bound`.
 //!
