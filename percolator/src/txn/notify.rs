@@ -294,7 +294,13 @@ impl Shared {
             // duplicate (handled as one by the acknowledgment), never a gap.
             self.put_notify_keys(&entries).await?;
             relocated += old.len();
-            self.remove_notify_keys(old).await?;
+            // The old copies go in one batch delete, counted as removed (the put above
+            // counted the new ones).
+            let moved = old.len() as u64;
+            self.kv.batch_delete(old).await?;
+            self.notify_counts
+                .removed
+                .fetch_add(moved, Ordering::Relaxed);
         }
         if relocated > 0 {
             tracing::debug!(
