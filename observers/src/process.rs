@@ -419,14 +419,20 @@ impl Ctx<'_> {
             .iter()
             .map(|a| !matches!(a, Some((_, _, true))))
             .collect();
-        let cells: Vec<Cell> = runs
+        let (cells, commits): (Vec<Cell>, Vec<Option<u64>>) = runs
             .iter()
             .zip(&ran)
             .filter(|(_, ran)| **ran)
-            .map(|(r, _)| r.cell.clone())
-            .collect();
+            .map(|(r, _)| (r.cell.clone(), r.notification.commit_ts()))
+            .unzip();
         if !cells.is_empty() {
-            call_batch(self.registered.observer.clone(), txn.clone(), &cells).await?;
+            call_batch(
+                self.registered.observer.clone(),
+                txn.clone(),
+                &cells,
+                &commits,
+            )
+            .await?;
         }
         for (ack, ran) in acks.into_iter().zip(&ran) {
             if let (Some((ack_cell, m, _)), true) = (ack, ran) {
@@ -446,6 +452,7 @@ impl Ctx<'_> {
             self.registered,
             &run.cell,
             run.covered,
+            run.notification.commit_ts(),
             self.metrics,
             &labels,
         )
@@ -500,6 +507,7 @@ async fn run_observer(
     registered: &Registered,
     cell: &Cell,
     covered_ts: Option<u64>,
+    commit_ts: Option<u64>,
     metrics: &Metrics,
     labels: &ObserverLabels,
 ) -> Result<bool, ObserverError> {
@@ -517,7 +525,7 @@ async fn run_observer(
                 }
                 let Some(covered_ts) = covered_ts else {
                     // Weak: no acknowledgment check.
-                    return call(observer, txn, cell).await.map(|()| true);
+                    return call(observer, txn, cell, commit_ts).await.map(|()| true);
                 };
                 // Reading the cell rolls a committed writer's lock forward first.
                 let (_, latest) = txn.get_versioned(&cell).await?;
@@ -527,7 +535,7 @@ async fn run_observer(
                 if m <= ack {
                     return Ok(false);
                 }
-                call(observer, txn.clone(), cell).await?;
+                call(observer, txn.clone(), cell, commit_ts).await?;
                 txn.set(ack_cell, m.to_be_bytes().to_vec());
                 Ok(true)
             }
@@ -540,28 +548,31 @@ async fn run_observer(
     Ok(ran)
 }
 
-/// Calls the observer for one cell, turning its panic into an [`ObserverError::Failed`]
-/// (which `run` does not retry).
+/// Calls the observer for one cell (its change committed at `commit_ts`), turning its panic
+/// into an [`ObserverError::Failed`] (which `run` does not retry).
 async fn call(
     observer: std::sync::Arc<dyn crate::registry::Observer>,
     txn: Transaction,
     cell: Cell,
+    commit_ts: Option<u64>,
 ) -> Result<(), ObserverError> {
     caught(
-        AssertUnwindSafe(observer.observe(txn, cell))
+        AssertUnwindSafe(observer.observe_change(txn, cell, commit_ts))
             .catch_unwind()
             .await,
     )
 }
 
-/// Calls the observer for a batch of cells, turning its panic into a failure.
+/// Calls the observer for a batch of cells (their changes committed at `commit_ts`),
+/// turning its panic into a failure.
 async fn call_batch(
     observer: std::sync::Arc<dyn crate::registry::Observer>,
     txn: Transaction,
     cells: &[Cell],
+    commit_ts: &[Option<u64>],
 ) -> Result<(), ObserverError> {
     caught(
-        AssertUnwindSafe(observer.observe_batch(txn, cells))
+        AssertUnwindSafe(observer.observe_changes(txn, cells, commit_ts))
             .catch_unwind()
             .await,
     )

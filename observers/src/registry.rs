@@ -31,6 +31,35 @@ pub trait Observer: Send + Sync + 'static {
         }
         Ok(())
     }
+
+    /// What the worker calls for one cell: [`Observer::observe`], also told the commit
+    /// timestamp of the change behind the notification (`None` for a weak one). A cell
+    /// written again before its observer ran has a notification per write, and a run sees
+    /// the newest write: an observer that wants to tell a repeat of a change it already
+    /// handled from a later change overrides this (and [`Observer::observe_changes`]). The
+    /// default ignores the timestamp.
+    async fn observe_change(
+        &self,
+        txn: Transaction,
+        cell: Cell,
+        commit_ts: Option<u64>,
+    ) -> Result<(), ObserverError> {
+        let _ = commit_ts;
+        self.observe(txn, cell).await
+    }
+
+    /// What the worker calls for a batch: [`Observer::observe_batch`], also told the commit
+    /// timestamp of the change behind each cell's notification (`commit_ts[i]` for
+    /// `cells[i]`), as [`Observer::observe_change`] is. The default ignores the timestamps.
+    async fn observe_changes(
+        &self,
+        txn: Transaction,
+        cells: &[Cell],
+        commit_ts: &[Option<u64>],
+    ) -> Result<(), ObserverError> {
+        let _ = commit_ts;
+        self.observe_batch(txn, cells).await
+    }
 }
 
 struct FnObserver<F>(F);

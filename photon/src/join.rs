@@ -66,10 +66,13 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
     ObserverError::failed(format!("malformed {what} at {cell}: {e}"))
 }
 
-/// A click of a batch as read: the stored event and the commit_ts of its delivery.
+/// A click of a batch as read: the stored event, the commit_ts of its delivery (the newest
+/// write of the click's cell), and that of the write whose notification this run is for
+/// (`None` if unknown).
 struct ReadClick {
     stored: Stored<Click>,
     delivery_ts: Option<u64>,
+    notified_ts: Option<u64>,
 }
 
 /// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
@@ -83,11 +86,31 @@ struct ClickJoin {
 #[async_trait::async_trait]
 impl Observer for ClickJoin {
     async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
-        self.observe_batch(txn, std::slice::from_ref(&cell)).await
+        self.observe_change(txn, cell, None).await
     }
 
     async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
-        join_clicks(&txn, cells, &self.config, &self.stats).await
+        self.observe_changes(txn, cells, &vec![None; cells.len()])
+            .await
+    }
+
+    async fn observe_change(
+        &self,
+        txn: Transaction,
+        cell: Cell,
+        commit_ts: Option<u64>,
+    ) -> Result<(), ObserverError> {
+        let cells = std::slice::from_ref(&cell);
+        join_clicks(&txn, cells, &[commit_ts], &self.config, &self.stats).await
+    }
+
+    async fn observe_changes(
+        &self,
+        txn: Transaction,
+        cells: &[Cell],
+        commit_ts: &[Option<u64>],
+    ) -> Result<(), ObserverError> {
+        join_clicks(&txn, cells, commit_ts, &self.config, &self.stats).await
     }
 }
 
@@ -103,13 +126,15 @@ impl Observer for ClickJoin {
 async fn join_clicks(
     txn: &Transaction,
     cells: &[Cell],
+    notified_ts: &[Option<u64>],
     config: &JoinConfig,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
     let (clicks, boundary) =
         futures::future::try_join(txn.get_many_versioned(cells), boundary(txn)).await?;
     let mut read = Vec::with_capacity(cells.len());
-    for (cell, (bytes, delivery_ts)) in cells.iter().zip(clicks) {
+    let notified = notified_ts.iter().copied().chain(std::iter::repeat(None));
+    for ((cell, (bytes, delivery_ts)), notified_ts) in cells.iter().zip(clicks).zip(notified) {
         let Some(bytes) = bytes else {
             continue;
         };
@@ -118,6 +143,7 @@ async fn join_clicks(
         read.push(ReadClick {
             stored,
             delivery_ts,
+            notified_ts,
         });
     }
     // The boundary first: below it the IdRegistry may already be gone, so an entry's absence
@@ -192,6 +218,41 @@ impl Guard {
     }
 }
 
+/// What an IdRegistry token says: `pipeline/worker/pid/n<notified>/<start_ts>`, the join's
+/// pipeline, worker and process, the commit_ts of the click's write whose notification it
+/// ran for (`n-` if unknown; tokens written before it was recorded lack the part), and the
+/// joining transaction's start_ts. Only the join's counters read it back.
+struct JoinToken {
+    notified_ts: Option<u64>,
+    start_ts: Option<u64>,
+}
+
+impl JoinToken {
+    fn format(config: &JoinConfig, notified_ts: Option<u64>, start_ts: u64) -> String {
+        let notified = notified_ts.map_or("-".to_string(), |n| n.to_string());
+        format!(
+            "{}/{}/{}/n{notified}/{start_ts}",
+            config.pipeline,
+            config.worker,
+            std::process::id(),
+        )
+    }
+
+    fn parse(token: &[u8]) -> JoinToken {
+        let token = String::from_utf8_lossy(token);
+        let mut parts = token.rsplit('/');
+        let start_ts = parts.next().and_then(|ts| ts.parse::<u64>().ok());
+        let notified_ts = parts
+            .next()
+            .and_then(|n| n.strip_prefix('n'))
+            .and_then(|n| n.parse::<u64>().ok());
+        JoinToken {
+            notified_ts,
+            start_ts,
+        }
+    }
+}
+
 /// Joins one click given what was read for it: its guard (IdRegistry entry and outcome)
 /// and its query.
 async fn join_click(
@@ -205,6 +266,7 @@ async fn join_click(
     let ReadClick {
         stored,
         delivery_ts,
+        notified_ts,
     } = click;
     let click = stored.event;
     let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
@@ -215,13 +277,19 @@ async fn join_click(
         return Ok(());
     }
     if let Some(token) = guard.token {
-        // The token ends with the joining transaction's start_ts: a delivery committed after
-        // it was a duplicate line the join never saw; otherwise this run repeats its work.
-        let joined_at_ts = String::from_utf8_lossy(&token)
-            .rsplit('/')
-            .next()
-            .and_then(|ts| ts.parse::<u64>().ok());
-        if joined_at_ts.is_some_and(|ts| delivery_ts.unwrap_or(0) > ts) {
+        let token = JoinToken::parse(&token);
+        // A later delivery than the join read (a duplicate line loaded after it), or the
+        // notification of another delivery than the one the join ran for (a duplicate line
+        // loaded before it, which the join's snapshot already read): the IdRegistry turned
+        // a duplicate away. Otherwise this run repeats the join's work for the same change.
+        let later = token
+            .start_ts
+            .is_some_and(|ts| delivery_ts.unwrap_or(0) > ts);
+        let other_change = matches!(
+            (notified_ts, token.notified_ts),
+            (Some(n), Some(joined_for)) if n != joined_for
+        );
+        if later || other_change {
             bump(&stats.deduplicated);
         } else {
             bump(&stats.wasted);
@@ -233,13 +301,7 @@ async fn join_click(
             let q: Stored<Query> = serde_json::from_slice(&qbytes)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
             let joined_at = now_ms();
-            let token = format!(
-                "{}/{}/{}/{}",
-                config.pipeline,
-                config.worker,
-                std::process::id(),
-                txn.start_ts()
-            );
+            let token = JoinToken::format(config, notified_ts, txn.start_ts().0);
             let joined = Joined {
                 arrived_at: stored.loaded_at.max(q.loaded_at),
                 click,
@@ -512,6 +574,64 @@ mod tests {
         }
     }
 
+    /// A click logged twice, both deliveries loaded before its first run: that run (for the
+    /// first delivery's notification) reads the second and joins; the run for the second
+    /// delivery's notification is a duplicate turned away (`deduplicated`), and only a run
+    /// for the same notification again repeats work (`wasted`).
+    #[tokio::test]
+    async fn a_duplicate_delivery_read_by_the_join_is_deduplicated_not_wasted() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
+        let at = now_ms();
+        let config = JoinConfig {
+            pipeline: "A".to_string(),
+            worker: "w".to_string(),
+            horizon: Duration::from_secs(600),
+            adapter: None,
+        };
+        let stats = JoinStats::default();
+        let mut deliveries = Vec::new();
+        for n in 0..2 {
+            let load = client.begin().await.unwrap();
+            load.set(click_cell("c1"), stored(click("c1", "q", at)));
+            // A common ordinary cell, as the loader's offset: the primary.
+            load.set(Cell::new("loader", "f", "offset"), n.to_string());
+            if n == 0 {
+                load.set(
+                    query_cell("q"),
+                    stored(Query {
+                        query_id: "q".to_string(),
+                        event_time: at,
+                        fields: Default::default(),
+                    }),
+                );
+            }
+            deliveries.push(Some(load.commit().await.unwrap().0));
+        }
+        let run = |notified: Option<u64>| {
+            let (client, config, stats) = (&client, &config, &stats);
+            async move {
+                let txn = client.begin().await.unwrap();
+                join_clicks(&txn, &[click_cell("c1")], &[notified], config, stats)
+                    .await
+                    .unwrap();
+                txn.commit().await.unwrap();
+            }
+        };
+        run(deliveries[0]).await;
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+        run(deliveries[1]).await;
+        assert_eq!(stats.deduplicated.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.wasted.load(Ordering::Relaxed), 0);
+        run(deliveries[0]).await;
+        assert_eq!(
+            stats.wasted.load(Ordering::Relaxed),
+            1,
+            "the same change again"
+        );
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+    }
+
     /// One batch of four clicks: two park on the same missing query (both stay on its
     /// pending list: the second park reads the first one's write), two join their query.
     #[tokio::test]
@@ -546,7 +666,9 @@ mod tests {
         let stats = JoinStats::default();
         let cells: Vec<Cell> = ["c1", "c2", "c3", "c4"].map(click_cell).to_vec();
         let txn = client.begin().await.unwrap();
-        join_clicks(&txn, &cells, &config, &stats).await.unwrap();
+        join_clicks(&txn, &cells, &[], &config, &stats)
+            .await
+            .unwrap();
         txn.commit().await.unwrap();
         assert_eq!(stats.parked.load(Ordering::Relaxed), 2);
         assert_eq!(stats.joined.load(Ordering::Relaxed), 2);

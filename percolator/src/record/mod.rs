@@ -480,6 +480,15 @@ pub enum Notification {
 const NOTIFY_MAGIC: u8 = b'n';
 
 impl Notification {
+    /// The commit timestamp it states (`Committed`), `None` otherwise (a strong one not yet
+    /// decided, a weak one).
+    pub fn commit_ts(&self) -> Option<u64> {
+        match self {
+            Notification::Committed { commit_ts } => Some(*commit_ts),
+            _ => None,
+        }
+    }
+
     /// Encodes the notification.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer(Vec::with_capacity(48));

@@ -57,9 +57,11 @@
 //!   it: below);
 //! - a final outcome (`too_old`, `filtered`, `expired`) or an IdRegistry entry present →
 //!   nothing (counted `deduplicated` when the click version read is newer than the joining
-//!   transaction, i.e. a duplicate delivery, else `wasted`);
-//! - query present → write the IdRegistry token (`pipeline/worker/pid/start_ts`) and the joined
-//!   event together (and delete the outcome `waiting` of a parked click);
+//!   transaction, or the run is for the notification of another write of the click than
+//!   the join ran for: a duplicate delivery; else `wasted`, the same change run twice);
+//! - query present → write the IdRegistry token (`pipeline/worker/pid/n<notified>/start_ts`,
+//!   `notified` the commit_ts of the click write whose notification the run is for) and the
+//!   joined event together (and delete the outcome `waiting` of a parked click);
 //! - query absent, past the horizon → outcome `expired:<horizon secs>` and an IdRegistry entry
 //!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
