@@ -32,11 +32,13 @@ pub trait Observer: Send + Sync + 'static {
         Ok(())
     }
 
-    /// What the worker calls for one cell: [`Observer::observe`], also told the commit
-    /// timestamp of the change behind the notification (`None` for a weak one). A cell
-    /// written again before its observer ran has a notification per write, and a run sees
-    /// the newest write: an observer that wants to tell a repeat of a change it already
-    /// handled from a later change overrides this (and [`Observer::observe_changes`]). The
+    /// What the worker calls for one cell: [`Observer::observe`], also told the commit_ts
+    /// the notification states (the writer's, or that of a transaction that only notified;
+    /// `None` for a weak one). A cell written twice before its observer ran has a
+    /// notification per write and both runs read the newest write (a strong observer's
+    /// acknowledgment covers the second; a guarded or weak observer runs it): an observer
+    /// that wants to tell a repeat of a change from a later change overrides this and
+    /// [`Observer::observe_changes`] (batches of more than one cell call that one). The
     /// default ignores the timestamp.
     async fn observe_change(
         &self,

@@ -67,7 +67,8 @@ pub struct Joined {
     pub click: Click,
     /// The query it came from.
     pub query: Query,
-    /// The IdRegistry token of the join (pipeline, worker, process, time).
+    /// The IdRegistry token of the join (pipeline, worker, process, the notification it ran
+    /// for, its start_ts: `join::JoinToken`).
     pub token: String,
     /// Wall-clock time of the join transaction, ms since the epoch.
     pub joined_at: u64,

@@ -37,11 +37,12 @@ pub struct JoinConfig {
 pub struct JoinStats {
     /// Joins written.
     pub joined: AtomicU64,
-    /// Runs that found the click already registered by a join that had read this very
-    /// delivery of it (work done twice: wasted).
+    /// Runs that found the click already registered by a join of the same change (the same
+    /// click write's notification, or a delivery the join read when the run's notification
+    /// is unknown): work done twice.
     pub wasted: AtomicU64,
-    /// Runs on a later delivery of an already joined click (a duplicate click line): the
-    /// IdRegistry rejected it, as it is there to do.
+    /// Runs on another delivery of an already joined click (a duplicate click line, loaded
+    /// before or after the join): the IdRegistry rejected it, as it is there to do.
     pub deduplicated: AtomicU64,
     /// Runs on a click already settled without a join (expired, filtered, too old): nothing
     /// written (a sweep or wake-up that reached the click after it was settled).
@@ -67,8 +68,9 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
 }
 
 /// A click of a batch as read: the stored event, the commit_ts of its delivery (the newest
-/// write of the click's cell), and that of the write whose notification this run is for
-/// (`None` if unknown).
+/// write of the click's cell), and that of the click write whose notification this run is
+/// for (`None` if unknown, or if the notification was not a click write's: a wake-up, a
+/// sweep, a forced renotify, whose commit_ts is above the delivery's).
 struct ReadClick {
     stored: Stored<Click>,
     delivery_ts: Option<u64>,
@@ -140,6 +142,9 @@ async fn join_clicks(
         };
         let stored: Stored<Click> =
             serde_json::from_slice(&bytes).map_err(|e| bad_data("click", cell, e))?;
+        // A click write's notification is at or below the delivery read; a later one was
+        // made by a wake-up, a sweep or a renotify, and names no write.
+        let notified_ts = notified_ts.filter(|n| delivery_ts.is_some_and(|d| *n <= d));
         read.push(ReadClick {
             stored,
             delivery_ts,
@@ -219,17 +224,19 @@ impl Guard {
 }
 
 /// What an IdRegistry token says: `pipeline/worker/pid/n<notified>/<start_ts>`, the join's
-/// pipeline, worker and process, the commit_ts of the click's write whose notification it
-/// ran for (`n-` if unknown; tokens written before it was recorded lack the part), and the
-/// joining transaction's start_ts. Only the join's counters read it back.
+/// pipeline, worker and process, which click write's notification it ran for (the low 32
+/// bits of that write's commit_ts in hex; `n` alone if unknown; tokens written before it was
+/// recorded lack the part), and the joining transaction's start_ts. Only the join's
+/// counters read it back: 32 bits tell two writes of a click apart, and keep the entry and
+/// the output key short (19 decimal digits measurably cost CPU).
 struct JoinToken {
-    notified_ts: Option<u64>,
+    notified: Option<u32>,
     start_ts: Option<u64>,
 }
 
 impl JoinToken {
     fn format(config: &JoinConfig, notified_ts: Option<u64>, start_ts: u64) -> String {
-        let notified = notified_ts.map_or("-".to_string(), |n| n.to_string());
+        let notified = notified_ts.map_or(String::new(), |n| format!("{:x}", n as u32));
         format!(
             "{}/{}/{}/n{notified}/{start_ts}",
             config.pipeline,
@@ -242,14 +249,17 @@ impl JoinToken {
         let token = String::from_utf8_lossy(token);
         let mut parts = token.rsplit('/');
         let start_ts = parts.next().and_then(|ts| ts.parse::<u64>().ok());
-        let notified_ts = parts
+        let notified = parts
             .next()
             .and_then(|n| n.strip_prefix('n'))
-            .and_then(|n| n.parse::<u64>().ok());
-        JoinToken {
-            notified_ts,
-            start_ts,
-        }
+            .and_then(|n| u32::from_str_radix(n, 16).ok());
+        JoinToken { notified, start_ts }
+    }
+
+    /// Whether the join ran for the notification of the same click write as `notified_ts`
+    /// (`None` when either is unknown).
+    fn same_write(&self, notified_ts: Option<u64>) -> Option<bool> {
+        Some(notified_ts? as u32 == self.notified?)
     }
 }
 
@@ -278,18 +288,16 @@ async fn join_click(
     }
     if let Some(token) = guard.token {
         let token = JoinToken::parse(&token);
-        // A later delivery than the join read (a duplicate line loaded after it), or the
-        // notification of another delivery than the one the join ran for (a duplicate line
-        // loaded before it, which the join's snapshot already read): the IdRegistry turned
-        // a duplicate away. Otherwise this run repeats the join's work for the same change.
-        let later = token
-            .start_ts
-            .is_some_and(|ts| delivery_ts.unwrap_or(0) > ts);
-        let other_change = matches!(
-            (notified_ts, token.notified_ts),
-            (Some(n), Some(joined_for)) if n != joined_for
-        );
-        if later || other_change {
+        // Known on both sides, the notifications decide: another click write's than the
+        // join ran for is a duplicate line the IdRegistry turned away, the same one is a
+        // repeat. Else a delivery later than the join read is a duplicate (loaded after it).
+        let duplicate = match token.same_write(notified_ts) {
+            Some(same) => !same,
+            None => token
+                .start_ts
+                .is_some_and(|ts| delivery_ts.unwrap_or(0) > ts),
+        };
+        if duplicate {
             bump(&stats.deduplicated);
         } else {
             bump(&stats.wasted);
@@ -629,7 +637,22 @@ mod tests {
             1,
             "the same change again"
         );
+        // A wake-up's notification (committed after the delivery) names no click write:
+        // the delivery rule decides (the join read this delivery: a repeat).
+        let later = client.begin().await.unwrap().start_ts().0;
+        run(Some(later)).await;
+        assert_eq!(stats.wasted.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.deduplicated.load(Ordering::Relaxed), 1);
         assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+        let read = client.begin().await.unwrap();
+        let token = read
+            .get(&idregistry_cell(day_of(at), "c1"))
+            .await
+            .unwrap()
+            .unwrap();
+        let token = String::from_utf8(token).unwrap();
+        let first = deliveries[0].unwrap() as u32;
+        assert!(token.contains(&format!("/n{first:x}/")), "{token}");
     }
 
     /// One batch of four clicks: two park on the same missing query (both stay on its

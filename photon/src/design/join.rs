@@ -46,7 +46,8 @@
 //!
 //! ## Click observer (`join::ClickJoin`, guarded, on `clicks/event`)
 //!
-//! It implements `observe_batch`, so a batch of clicks is one transaction with two rounds of
+//! It implements `observe_changes` (`observe_batch` told each notification's commit_ts), so a
+//! batch of clicks is one transaction with two rounds of
 //! reads: every click and the IdRegistry boundary, then the IdRegistry entries and outcomes of
 //! the clicks at or above the boundary and every click's query in one `get_many`; then each
 //! click in turn, as follows. Two clicks of a batch that park on one query both stay on its list: `park_click`
@@ -56,12 +57,14 @@
 //! - below the IdRegistry boundary → outcome `too_old` (a click with a terminal outcome keeps
 //!   it: below);
 //! - a final outcome (`too_old`, `filtered`, `expired`) or an IdRegistry entry present →
-//!   nothing (counted `deduplicated` when the click version read is newer than the joining
-//!   transaction, or the run is for the notification of another write of the click than
-//!   the join ran for: a duplicate delivery; else `wasted`, the same change run twice);
+//!   nothing (counted `deduplicated` when the run is for the notification of another write
+//!   of the click than the join ran for, or, where either is unknown, when the click version
+//!   read is newer than the joining transaction: a duplicate delivery; else `wasted`, the
+//!   same change run twice);
 //! - query present → write the IdRegistry token (`pipeline/worker/pid/n<notified>/start_ts`,
-//!   `notified` the commit_ts of the click write whose notification the run is for) and the
-//!   joined event together (and delete the outcome `waiting` of a parked click);
+//!   `notified` the low 32 bits, in hex, of the commit_ts of the click write whose
+//!   notification the run is for, empty for a wake-up's or a sweep's) and the joined event
+//!   together (and delete the outcome `waiting` of a parked click);
 //! - query absent, past the horizon → outcome `expired:<horizon secs>` and an IdRegistry entry
 //!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
