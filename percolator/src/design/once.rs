@@ -16,10 +16,12 @@
 //!
 //! ## The contract
 //!
-//! A write-once column's cell is written by at most one *committed* transaction, and
-//! concurrent writers of one cell must also write a common ordinary cell (a head), so that
-//! all but one conflict there: a loader's offset cell, a join's registry entry. Records carry
-//! no write-write conflict check of their own. The API refuses what it can see: a
+//! A write-once column is meant for cells written once. Records carry no write-write conflict
+//! check of their own, so concurrent writers of one cell must also write a common ordinary
+//! cell (a head), so that all but one conflict there: a loader's offset cell, a join's
+//! registry entry. A later transaction may write the cell again (an event delivered twice
+//! through the same loader, a retention delete): reads answer the newest committed write,
+//! and GC keeps only that one below its safe point. The API refuses what it can see: a
 //! transaction that read a value in a write-once cell cannot write it
 //! ([`crate::TxnError::WrittenOnce`]). A column must be declared by every client that reads or
 //! writes it (as observed columns are), and a transaction needs at least one ordinary cell

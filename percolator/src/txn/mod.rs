@@ -293,9 +293,10 @@ impl Client {
 
     /// Declares `column` of `table` write-once (`percolator::design::once`): each write of
     /// one of its cells is an immutable record decided by the transaction's primary, with no
-    /// head and no CAS of its own. A cell of it must be written by at most one committed
-    /// transaction (concurrent writers must also write a common ordinary cell, where all but
-    /// one conflict). Every client that reads or writes the column must declare it.
+    /// head and no CAS of its own. Records have no write-write conflict check: concurrent
+    /// writers of one of its cells must also write a common ordinary cell, where all but one
+    /// conflict (a later write, such as a redelivery or a delete, reads as the newest). Every
+    /// client that reads or writes the column must declare it.
     pub fn write_once_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
         let mut tables = self
             .shared
