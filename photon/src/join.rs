@@ -91,11 +91,6 @@ impl Observer for ClickJoin {
         self.observe_change(txn, cell, None).await
     }
 
-    async fn observe_batch(&self, txn: Transaction, cells: &[Cell]) -> Result<(), ObserverError> {
-        self.observe_changes(txn, cells, &vec![None; cells.len()])
-            .await
-    }
-
     async fn observe_change(
         &self,
         txn: Transaction,
@@ -135,8 +130,9 @@ async fn join_clicks(
     let (clicks, boundary) =
         futures::future::try_join(txn.get_many_versioned(cells), boundary(txn)).await?;
     let mut read = Vec::with_capacity(cells.len());
-    let notified = notified_ts.iter().copied().chain(std::iter::repeat(None));
-    for ((cell, (bytes, delivery_ts)), notified_ts) in cells.iter().zip(clicks).zip(notified) {
+    for ((cell, (bytes, delivery_ts)), notified_ts) in
+        cells.iter().zip(clicks).zip(notified_ts.iter().copied())
+    {
         let Some(bytes) = bytes else {
             continue;
         };
@@ -573,6 +569,16 @@ mod tests {
         .unwrap_or_default()
     }
 
+    /// Pipeline `A`, worker `w`, a 10-minute horizon.
+    fn test_config() -> JoinConfig {
+        JoinConfig {
+            pipeline: "A".to_string(),
+            worker: "w".to_string(),
+            horizon: Duration::from_secs(600),
+            adapter: None,
+        }
+    }
+
     fn click(id: &str, query: &str, at: u64) -> Click {
         Click {
             click_id: id.to_string(),
@@ -591,12 +597,7 @@ mod tests {
         let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
         crate::schema::declare_columns(&client);
         let at = now_ms();
-        let config = JoinConfig {
-            pipeline: "A".to_string(),
-            worker: "w".to_string(),
-            horizon: Duration::from_secs(600),
-            adapter: None,
-        };
+        let config = test_config();
         let stats = JoinStats::default();
         let mut deliveries = Vec::new();
         for n in 0..2 {
@@ -680,16 +681,11 @@ mod tests {
             }),
         );
         setup.commit().await.unwrap();
-        let config = JoinConfig {
-            pipeline: "A".to_string(),
-            worker: "w".to_string(),
-            horizon: Duration::from_secs(600),
-            adapter: None,
-        };
+        let config = test_config();
         let stats = JoinStats::default();
         let cells: Vec<Cell> = ["c1", "c2", "c3", "c4"].map(click_cell).to_vec();
         let txn = client.begin().await.unwrap();
-        join_clicks(&txn, &cells, &[], &config, &stats)
+        join_clicks(&txn, &cells, &[None; 4], &config, &stats)
             .await
             .unwrap();
         txn.commit().await.unwrap();

@@ -262,6 +262,19 @@ mod tests {
         client
     }
 
+    /// A loader waiting at `backlog` in a task of its own; the task ends when it may go on,
+    /// with the time it went on.
+    fn spawn_waiter(
+        backlog: &Arc<Backlog>,
+        waits: &Arc<AtomicU64>,
+    ) -> tokio::task::JoinHandle<Instant> {
+        let (backlog, waits) = (backlog.clone(), waits.clone());
+        tokio::spawn(async move {
+            backlog.wait_below(&waits).await;
+            Instant::now()
+        })
+    }
+
     /// Puts `n` new notifications through `client`; returns their keys.
     async fn notify(client: &Client, n: usize) -> Vec<Vec<u8>> {
         static ROWS: AtomicU64 = AtomicU64::new(0);
@@ -289,10 +302,7 @@ mod tests {
         backlog.wait_below(&waits).await;
         assert_eq!(backlog.counts(), 1, "the first call counts");
         let keys = notify(&client, BOUND + 1).await;
-        let waiter = tokio::spawn({
-            let (backlog, waits) = (backlog.clone(), waits.clone());
-            async move { backlog.wait_below(&waits).await }
-        });
+        let waiter = spawn_waiter(&backlog, &waits);
         // Nothing drains: counts at 50, 150 and 350 ms (the pauses double); the next would be
         // at 750.
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -343,13 +353,7 @@ mod tests {
         backlog.wait_below(&waits).await;
         let keys = notify(&client, BOUND + 1).await;
         let start = Instant::now();
-        let waiter = tokio::spawn({
-            let (backlog, waits) = (backlog.clone(), waits.clone());
-            async move {
-                backlog.wait_below(&waits).await;
-                Instant::now()
-            }
-        });
+        let waiter = spawn_waiter(&backlog, &waits);
         tokio::time::sleep(Duration::from_millis(20)).await;
         // Three drain; eight stay (above half the bound, at most the bound).
         client

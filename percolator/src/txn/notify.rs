@@ -169,19 +169,21 @@ impl Shared {
     /// Deletes notify keys (handled, moved or dead-lettered), counting them in
     /// [`NotifyCounts::removed`].
     pub(crate) async fn remove_notify_keys(&self, keys: Vec<Vec<u8>>) -> TxnResult<()> {
-        let count = keys.len() as u64;
-        match keys.len() {
-            0 => return Ok(()),
-            1 => {
-                let key = keys.into_iter().next().unwrap_or_default();
-                self.kv.delete(key).await?
-            }
+        let count = keys.len();
+        match keys.as_slice() {
+            [] => return Ok(()),
+            [key] => self.kv.delete(key.clone()).await?,
             _ => self.kv.batch_delete(keys).await?,
         }
+        self.count_removed(count);
+        Ok(())
+    }
+
+    /// Counts `count` notify keys removed in [`NotifyCounts::removed`].
+    fn count_removed(&self, count: usize) {
         self.notify_counts
             .removed
-            .fetch_add(count, Ordering::Relaxed);
-        Ok(())
+            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// Reads the published notify floor record (zeros if none).
@@ -296,11 +298,9 @@ impl Shared {
             relocated += old.len();
             // The old copies go in one batch delete, counted as removed (the put above
             // counted the new ones).
-            let moved = old.len() as u64;
+            let moved = old.len();
             self.kv.batch_delete(old).await?;
-            self.notify_counts
-                .removed
-                .fetch_add(moved, Ordering::Relaxed);
+            self.count_removed(moved);
         }
         if relocated > 0 {
             tracing::debug!(
