@@ -5,13 +5,16 @@
 //! The backlog is counted in the store, so it works whether the workers run in this process
 //! or in others: a scan of the notify space from the notify floor (the floor keeps the keys
 //! the scan walks over to about the live ones), up to twice the bound. A count walks that
-//! many keys, so it is made rarely; between counts the loader follows the backlog in memory:
-//! - the *estimate* is the last count plus the notify keys the loader's client has put since
-//!   and minus those it has removed ([`percolator::Client::notify_counts`]). It follows the
-//!   backlog while the workers share the loader's client (`app::run`, `photon demo`); keys
-//!   other processes put are missed until the next count, and so are, rarely, removals of
-//!   keys already gone (a hint naming a key that was moved above the notify floor), which
-//!   make it low until then too;
+//! many keys, so it is made rarely; between counts the loader follows the backlog by counters
+//! (`percolator::design::notify`, "The backlog counters"):
+//! - the *estimate* is the last count, plus the notify keys the loader's client has put since
+//!   and minus those it has removed ([`percolator::Client::notify_counts`], exact, in memory:
+//!   workers sharing the loader's client, as in `app::run` and `photon demo`), plus and minus
+//!   the same of every other client, which add theirs to a record in the store within about
+//!   50 ms ([`percolator::Client::shared_notify_counts`], read at most every
+//!   [`SHARED_EVERY`]: workers and loaders in other processes). What a client that does not
+//!   publish moves is missed until the next count, and so are, rarely, removals of keys
+//!   already gone (a hint naming a key that was moved above the notify floor);
 //! - the loader passes without counting while the estimate is at most the bound and the
 //!   count younger than [`REFRESH_EVERY`] (the refresh catches what the estimate misses);
 //! - once the estimate is above the bound, the loader waits until at most half the bound is
@@ -19,8 +22,7 @@
 //! - while it waits, it looks at the estimate every [`ESTIMATE_EVERY`] and goes on as soon
 //!   as it is at most half the bound. It counts the store after a pause that doubles from
 //!   [`FIRST_RECHECK`] to [`MAX_RECHECK`], deferred while the estimate keeps reaching new
-//!   lows (the workers of this process are draining it) but never beyond [`MAX_RECHECK`]
-//!   after the last count (how it learns of workers elsewhere);
+//!   lows (workers are draining it) but never beyond [`MAX_RECHECK`] after the last count;
 //! - after [`LONG_WAIT`] it goes on at the bound itself (estimate or count), so
 //!   notifications that never drain (an unobserved column, keys backing off) stall it only
 //!   above the bound;
@@ -29,46 +31,73 @@
 //!
 //! Measured (`photon demo --clicks 200000`, 2026-11-26): counting in the store while the
 //! loader waited (150 counts of up to 10,000 keys, most of the walk delete markers) took 8 %
-//! of the process's CPU; following the estimate in memory leaves about one count a second.
+//! of the process's CPU; following the estimate leaves a count every few seconds.
 
 use percolator::kv::{RangePager, ScanOrder, MAX_SCAN_LIMIT};
-use percolator::txn::NotifyCounts;
+use percolator::txn::{NotifyCounts, SharedNotifyCounts};
 use percolator::{Client, TxnError};
 use std::time::Duration;
 // tokio's clock (the same as std's unless a test pauses it).
 use tokio::time::Instant;
 
 /// How long a count stands before the loader counts again anyway.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// The first wait before the loader counts again while it waits.
 pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
 
 /// The longest wait between two counts while the loader waits.
-pub const MAX_RECHECK: Duration = Duration::from_millis(800);
+pub const MAX_RECHECK: Duration = Duration::from_secs(5);
 
 /// After waiting this long, the loader goes on at the bound rather than half of it.
 pub const LONG_WAIT: Duration = Duration::from_millis(750);
 
-/// How often a waiting loader looks at its in-memory estimate.
+/// How often a waiting loader looks at its estimate.
 pub const ESTIMATE_EVERY: Duration = Duration::from_millis(5);
+
+/// How often the loader reads the other clients' counters from the store (one get).
+pub const SHARED_EVERY: Duration = Duration::from_millis(50);
 
 /// How long the loader waits before it warns that no worker may be running.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 
-/// The last count of the store, when it was made, and the client's notify counters then.
+/// The last count of the store, when it was made, and the counters then.
 struct Estimate {
     at: Option<Instant>,
     /// The count; `None` if it stopped at its limit (more than twice the bound waiting).
     count: Option<usize>,
-    counters: NotifyCounts,
+    /// This client's counters at the count (puts read before the scan, removals after).
+    own: NotifyCounts,
+    /// The other clients' published counters at the count (same order); `None` if they
+    /// could not be read then.
+    others: Option<NotifyCounts>,
+    /// The other clients' counters as last read, and when.
+    others_now: NotifyCounts,
+    others_read: Option<Instant>,
 }
 
 impl Estimate {
-    /// The backlog as the client's own puts and removals since the count moved it; `None`
-    /// while the count is not known (it stopped at its limit).
+    /// An estimate standing for `count` from now on.
+    fn at_count(count: Option<usize>, own: NotifyCounts, others: Option<NotifyCounts>) -> Self {
+        Estimate {
+            at: Some(Instant::now()),
+            count,
+            own,
+            others,
+            others_now: others.unwrap_or_default(),
+            others_read: Some(Instant::now()),
+        }
+    }
+
+    /// The backlog as the count and the puts and removals since moved it; `None` while the
+    /// count is not known (it stopped at its limit).
     fn now(&self, client: &Client) -> Option<usize> {
-        let (put, removed) = self.counters.since(client.notify_counts());
+        let (mut put, mut removed) = self.own.since(client.notify_counts());
+        if let Some(others) = self.others {
+            let (others_put, others_removed) = others.since(self.others_now);
+            put = put.saturating_add(others_put);
+            removed = removed.saturating_add(others_removed);
+        }
         let put = usize::try_from(put).unwrap_or(usize::MAX);
         let removed = usize::try_from(removed).unwrap_or(usize::MAX);
         Some(self.count?.saturating_add(put).saturating_sub(removed))
@@ -93,7 +122,10 @@ impl Backlog {
             estimate: tokio::sync::Mutex::new(Estimate {
                 at: None,
                 count: None,
-                counters: NotifyCounts::default(),
+                own: NotifyCounts::default(),
+                others: None,
+                others_now: NotifyCounts::default(),
+                others_read: None,
             }),
             counts: std::sync::atomic::AtomicU64::new(0),
         }
@@ -141,22 +173,59 @@ impl Backlog {
     }
 
     /// Counts the store into `estimate` (`None` above [`Backlog::count_limit`]): the count,
-    /// its time, and the client's counters: puts read before the scan and removals after it,
-    /// so a key put or removed while the scan runs is counted twice, never missed (the
-    /// estimate errs high, which costs a count, not a backlog above the bound).
+    /// its time, and the counters: puts read before the scan and removals after it, so a
+    /// key put or removed while the scan runs is counted twice, never missed (the estimate
+    /// errs high, which costs a count, not a backlog above the bound).
     async fn recount(&self, estimate: &mut Estimate) -> Result<Option<usize>, TxnError> {
         let put = self.client.notify_counts().put;
+        let others_before = self.read_others().await;
         let limit = self.count_limit();
         let count = self.count(limit.saturating_add(1)).await?;
-        *estimate = Estimate {
-            at: Some(Instant::now()),
-            count: (count <= limit).then_some(count),
-            counters: NotifyCounts {
-                put,
-                removed: self.client.notify_counts().removed,
-            },
+        let removed = self.client.notify_counts().removed;
+        let others_after = self.read_others().await;
+        let others = match (others_before, others_after) {
+            (Some(before), Some(after)) => Some(NotifyCounts {
+                put: before.put,
+                removed: after.removed,
+            }),
+            _ => None,
         };
+        *estimate = Estimate::at_count(
+            (count <= limit).then_some(count),
+            NotifyCounts { put, removed },
+            others,
+        );
+        if let Some(after) = others_after {
+            estimate.others_now = after;
+        }
         Ok(estimate.count)
+    }
+
+    /// The other clients' published counters, `None` if the store could not say.
+    async fn read_others(&self) -> Option<NotifyCounts> {
+        match self.client.shared_notify_counts().await {
+            Ok(shared) => Some(SharedNotifyCounts::others(&shared)),
+            Err(error) => {
+                tracing::debug!(%error, "reading the shared notify counts failed");
+                None
+            }
+        }
+    }
+
+    /// Reads the other clients' counters into `estimate` if the last read is older than
+    /// [`SHARED_EVERY`].
+    async fn follow_others(&self, estimate: &mut Estimate) {
+        if estimate.others.is_none()
+            || estimate
+                .others_read
+                .is_some_and(|read| read.elapsed() < SHARED_EVERY)
+        {
+            return;
+        }
+        estimate.others_read = Some(Instant::now());
+        if let Some(others) = self.read_others().await {
+            estimate.others_now = others;
+        }
     }
 
     /// Waits until the loader may commit another batch (see the module's doc), adding one to
@@ -165,6 +234,9 @@ impl Backlog {
     pub async fn wait_below(&self, waits: &std::sync::atomic::AtomicU64) {
         let mut estimate = self.estimate.lock().await;
         let fresh = estimate.at.is_some_and(|at| at.elapsed() < REFRESH_EVERY);
+        if fresh {
+            self.follow_others(&mut estimate).await;
+        }
         if fresh && estimate.now(&self.client).is_some_and(|n| n <= self.bound) {
             return;
         }
@@ -197,14 +269,15 @@ impl Backlog {
             } else {
                 self.resume_at()
             };
+            self.follow_others(&mut estimate).await;
             let now = estimate.now(&self.client);
             if now.is_some_and(|n| n <= resume_at) {
-                // The workers of this process took it down (the count stands as it was).
+                // Workers took it down (the count stands as it was).
                 return;
             }
             if now.is_some_and(|n| lowest.is_none_or(|low| n < low)) {
-                // A new low: workers of this process are draining it, so the count waits,
-                // but never longer than MAX_RECHECK after the last.
+                // A new low: workers are draining it, so the count waits, but never longer
+                // than MAX_RECHECK after the last.
                 lowest = now;
                 next_count = (Instant::now() + pause).min(counted_at + MAX_RECHECK);
             }
@@ -236,11 +309,7 @@ impl Backlog {
     /// A failed count: warn and let the loader on until the next refresh.
     fn let_through(&self, estimate: &mut Estimate, error: TxnError) {
         tracing::warn!(error = %error, "counting the notification backlog failed");
-        *estimate = Estimate {
-            at: Some(Instant::now()),
-            count: Some(0),
-            counters: self.client.notify_counts(),
-        };
+        *estimate = Estimate::at_count(Some(0), self.client.notify_counts(), None);
     }
 }
 
@@ -255,9 +324,20 @@ mod tests {
 
     const BOUND: usize = 10;
 
-    /// A client on `kv` that writes an observed column.
+    /// A client on `kv` that writes an observed column (and publishes its notify counts).
     fn client_on(kv: &Arc<MemoryKv>) -> Client {
         let client = Client::new(kv.clone(), Arc::new(LocalClock::new()));
+        client.observe_column("t", "c");
+        client
+    }
+
+    /// A client on `kv` that writes an observed column and never publishes its counts.
+    fn silent_client_on(kv: &Arc<MemoryKv>) -> Client {
+        let config = percolator::ClientConfig {
+            publish_notify_counts: None,
+            ..percolator::ClientConfig::default()
+        };
+        let client = Client::with_config(kv.clone(), Arc::new(LocalClock::new()), config);
         client.observe_column("t", "c");
         client
     }
@@ -408,14 +488,15 @@ mod tests {
             .expect("at the bound again (after long waits, the bound lets it on)");
     }
 
-    /// Workers in another process (another client) are seen only by counting the store: the
-    /// loader goes on at the first count after they drained, and a fresh estimate that the
-    /// other client's puts made wrong is corrected by the refresh.
+    /// Workers in another process (another client) that do not publish their counts are
+    /// seen only by counting the store: the loader goes on at the first count after they
+    /// drained, and a fresh estimate that the other client's puts made wrong is corrected by
+    /// the refresh.
     #[tokio::test(start_paused = true)]
-    async fn a_loader_learns_of_other_processes_by_counting_the_store() {
+    async fn a_loader_learns_of_silent_processes_by_counting_the_store() {
         let kv = Arc::new(MemoryKv::new());
         let client = client_on(&kv);
-        let elsewhere = client_on(&kv);
+        let elsewhere = silent_client_on(&kv);
         let backlog = Backlog::new(client.clone(), BOUND);
         let waits = AtomicU64::new(0);
         backlog.wait_below(&waits).await;
@@ -445,5 +526,42 @@ mod tests {
         // Counts: the refresh at 0, then 50 and 150 ms: the one at 150 ms saw the drain.
         assert!(resumed - drained <= Duration::from_millis(60));
         assert_eq!(backlog.counts(), 4);
+    }
+
+    /// Workers in another process that publish their counts are followed without counting
+    /// the store: their puts hold the loader before a count sees them, and the loader goes
+    /// on after their drain is published, before the next count.
+    #[tokio::test(start_paused = true)]
+    async fn a_loader_follows_other_processes_by_their_published_counts() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let elsewhere = client_on(&kv);
+        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
+        let waits = Arc::new(AtomicU64::new(0));
+        backlog.wait_below(&waits).await;
+        assert_eq!(backlog.counts(), 1, "the first call counts");
+        // Another process puts more than the bound: once published, the loader waits
+        // although its count is fresh.
+        let keys = notify(&elsewhere, BOUND + 1).await;
+        elsewhere.publish_notify_counts().await.expect("publish");
+        tokio::time::sleep(SHARED_EVERY).await;
+        let start = Instant::now();
+        let waiter = spawn_waiter(&backlog, &waits);
+        tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
+        assert!(!waiter.is_finished(), "above the bound the loader waits");
+        assert_eq!(backlog.counts(), 2, "the first recheck, at 50 ms");
+        // The other process drains and publishes it; the next count would be at 150 ms.
+        elsewhere.remove_notify_keys(keys).await.expect("remove");
+        elsewhere.publish_notify_counts().await.expect("publish");
+        let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the loader goes on")
+            .expect("waiter");
+        assert!(
+            resumed - start < FIRST_RECHECK * 3,
+            "before the next count, from the published counts"
+        );
+        assert_eq!(backlog.counts(), 2, "no count saw the drain");
+        assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

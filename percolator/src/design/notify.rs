@@ -93,6 +93,29 @@
 //! deleted if their writer rolled back (a plain put: a resurrected key is covered by its
 //! acknowledgment).
 //!
+//! ## The backlog counters
+//!
+//! How many notifications wait is a count of the notify space from the floor, which walks
+//! every waiting key: loaders that pace themselves on the backlog (`app::load::backlog`) make
+//! it rarely and follow the backlog between counts by counters. Each client counts the notify
+//! keys it puts (every put is followed by its settle, which counts it once) and removes
+//! ([`crate::Client::remove_notify_keys`]): [`crate::Client::notify_counts`], exact and in
+//! memory. Shortly after it moves them ([`crate::ClientConfig::publish_notify_counts`], 50 ms
+//! by default) it adds what it moved since its last publication to the meta record `M
+//! notify_counts` (two sums, put and removed, changed by a CAS that is repeated while other
+//! clients add theirs). A reader gets the record and this client's published share under one
+//! lock, so [`crate::txn::SharedNotifyCounts::others`] is exactly what the other clients added;
+//! the backlog between two counts moved by the differences of both.
+//!
+//! The counters are an estimate and only pace loaders, never decide what runs or what is
+//! deleted. They miss keys moved by a client that stopped before publishing, or by one that
+//! does not publish; a CAS whose reply was lost may add a client's counts twice, or (if another
+//! client wrote the same sums meanwhile) not at all; a removal made just before a count but
+//! published after it is subtracted again. Each of these errs by at most one publication and
+//! lasts until the next count of the notify space, which the loader makes at least every few
+//! seconds. The record's sums only grow (wrapping at 2^64, differences wrap with them): no
+//! reader compares them with the count itself.
+//!
 //! ## Tests
 //!
 //! `tests/tests/notify_floor.rs` fails every call of a raise in turn (each get, CAS, scan, put

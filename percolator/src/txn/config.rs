@@ -28,6 +28,12 @@ pub struct ClientConfig {
     /// cells written more than once are remembered (a first write guesses the head absent
     /// anyway). Never used for reads.
     pub head_cache_bytes: u64,
+    /// How soon after this client puts or removes notify keys it adds them to the store's
+    /// shared counters ([`crate::Client::shared_notify_counts`], one CAS of a meta record
+    /// per publication), which loaders in other processes follow the notification backlog
+    /// by; `None`: never (those loaders then see this client's keys only when they count
+    /// the notify space). Publications need a tokio runtime.
+    pub publish_notify_counts: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -42,6 +48,7 @@ impl Default for ClientConfig {
             max_attempts: 30,
             backoff: Duration::from_millis(2),
             head_cache_bytes: 16 * 1024 * 1024,
+            publish_notify_counts: Some(Duration::from_millis(50)),
         }
     }
 }

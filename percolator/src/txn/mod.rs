@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backlog;
 mod commit;
 mod config;
 mod error;
@@ -48,7 +49,8 @@ pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
 pub use locks::TxnStatus;
-pub use notify::{wall_bucket, FloorRaise, NotifyCounts, NotifyFloor, NOTIFY_FLOOR_META};
+pub use backlog::{NotifyCounts, SharedNotifyCounts, NOTIFY_COUNTS_META};
+pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
 pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
 
@@ -90,7 +92,9 @@ pub(crate) struct Shared {
     /// This client's commits in flight, which its readers wait on in memory.
     pub(crate) writers: writers::LocalWriters,
     /// Notify keys this client put and removed ([`Client::notify_counts`]).
-    pub(crate) notify_counts: notify::NotifyCounters,
+    pub(crate) notify_counts: backlog::NotifyCounters,
+    /// This, for tasks that outlive a call (the publication of the notify counts).
+    pub(crate) me: std::sync::Weak<Shared>,
 }
 
 /// Write-once columns by table; `None`: every column of the table.
@@ -239,7 +243,8 @@ impl Client {
         config: ClientConfig,
     ) -> Self {
         Client {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
+                me: me.clone(),
                 codec: KeyCodec::new(&config.namespace),
                 kv: store,
                 oracle,
@@ -398,9 +403,27 @@ impl Client {
     /// How many notify keys this client has put (commits, weak notifications, replays) and
     /// removed ([`Client::remove_notify_keys`]) so far. A loader whose workers share its
     /// client follows the notification backlog between counts of the store by these
-    /// ([`NotifyCounts::since`]); what other processes put or remove is not in them.
+    /// ([`NotifyCounts::since`]); what other processes put or remove is in
+    /// [`Client::shared_notify_counts`].
     pub fn notify_counts(&self) -> NotifyCounts {
         self.shared.notify_counts.read()
+    }
+
+    /// The notify keys put and removed by every client that publishes its counts
+    /// ([`ClientConfig::publish_notify_counts`]), as the store's record holds them, and this
+    /// client's share of them: [`SharedNotifyCounts::others`] is what the other clients
+    /// (other processes) have published. An estimate: a client that stopped before its
+    /// publication, or whose publication failed, is missing from it, and a lost reply can
+    /// add a client's counts twice or not at all.
+    pub async fn shared_notify_counts(&self) -> TxnResult<SharedNotifyCounts> {
+        self.shared.shared_notify_counts().await
+    }
+
+    /// Adds what this client put and removed since its last publication to the store's
+    /// counters now (they are added on their own shortly after every change, see
+    /// [`ClientConfig::publish_notify_counts`]); returns whether there was anything to add.
+    pub async fn publish_notify_counts(&self) -> TxnResult<bool> {
+        self.shared.publish_notify_counts().await
     }
 
     /// Where scans of the notify space start ([`NotifyFloor::scan_from`]): no notification

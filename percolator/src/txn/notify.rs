@@ -100,47 +100,6 @@ pub struct FloorRaise {
     pub relocated: usize,
 }
 
-/// How many notify keys this client has put and removed since it was made: two counters
-/// that only grow ([`crate::Client::notify_counts`]). Their difference between two reads is
-/// how much this process's own commits and workers moved the notification backlog in
-/// between; keys put or removed by other processes are not in it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NotifyCounts {
-    /// Notify keys put (by commits, weak notifications, replays; a key a writer moved above
-    /// the floor counts once, one a floor rescan moved as a put and a removal).
-    pub put: u64,
-    /// Notify keys removed through [`crate::Client::remove_notify_keys`] (handled,
-    /// dead-lettered, moved).
-    pub removed: u64,
-}
-
-impl NotifyCounts {
-    /// How many keys `self` (read earlier) and `now` say the backlog gained through this
-    /// client, and how many it lost.
-    pub fn since(self, now: NotifyCounts) -> (u64, u64) {
-        (
-            now.put.saturating_sub(self.put),
-            now.removed.saturating_sub(self.removed),
-        )
-    }
-}
-
-/// The live counters behind [`NotifyCounts`].
-#[derive(Debug, Default)]
-pub(crate) struct NotifyCounters {
-    put: std::sync::atomic::AtomicU64,
-    removed: std::sync::atomic::AtomicU64,
-}
-
-impl NotifyCounters {
-    pub(crate) fn read(&self) -> NotifyCounts {
-        NotifyCounts {
-            put: self.put.load(Ordering::Relaxed),
-            removed: self.removed.load(Ordering::Relaxed),
-        }
-    }
-}
-
 /// One notify key to put: the cell, the notification's timestamp and its record.
 pub(crate) type NotifyEntry = (Cell, u64, Vec<u8>);
 
@@ -167,7 +126,7 @@ impl Shared {
     }
 
     /// Deletes notify keys (handled, moved or dead-lettered), counting them in
-    /// [`NotifyCounts::removed`].
+    /// [`super::NotifyCounts::removed`].
     pub(crate) async fn remove_notify_keys(&self, keys: Vec<Vec<u8>>) -> TxnResult<()> {
         let count = keys.len();
         match keys.as_slice() {
@@ -177,13 +136,6 @@ impl Shared {
         }
         self.count_removed(count);
         Ok(())
-    }
-
-    /// Counts `count` notify keys removed in [`NotifyCounts::removed`].
-    fn count_removed(&self, count: usize) {
-        self.notify_counts
-            .removed
-            .fetch_add(count as u64, Ordering::Relaxed);
     }
 
     /// Reads the published notify floor record (zeros if none).
@@ -212,9 +164,7 @@ impl Shared {
         entries: &[NotifyEntry],
     ) -> TxnResult<u64> {
         // Every put of notify keys is followed by this call, once: it counts them.
-        self.notify_counts
-            .put
-            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        self.count_put(entries.len());
         loop {
             let floor = self.read_notify_floor().await?.floor;
             if floor <= bucket {
