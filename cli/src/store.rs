@@ -4,7 +4,9 @@
 //! `Arc<dyn RawKv>` or [`Client`].
 
 use crate::StoreSpec;
+use percolator::codec::TableIds;
 use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
+use percolator::txn::{declare_table_ids, stored_table_ids};
 use percolator::{Client, ClientConfig, TimestampSource};
 use percolator_tikv::{AtomicKeys, TikvConfig, TikvKv};
 use std::sync::Arc;
@@ -43,6 +45,14 @@ pub enum OpenError {
     /// The in-process oracle could not be started on the store.
     #[error("starting the in-process oracle: {0}")]
     LocalOracle(oracle::OracleError),
+    /// The namespace's table ids could not be read, or refused the declared ones.
+    #[error("namespace {namespace}: {error}")]
+    TableIds {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        error: percolator::TxnError,
+    },
 }
 
 /// Environment variable giving [`TikvConfig::cas_concurrency`] to every binary that opens a
@@ -141,7 +151,10 @@ fn embedded_options(durability: Durability) -> EmbeddedOptions {
 
 /// Opens the store (an embedded one with `durability`, see [`open_store`]) and a client on it
 /// in `namespace`, with timestamps from the oracle service at `oracle_addrs` if given, else
-/// from an in-process oracle persisted in the store ([`open_client_on`]).
+/// from an in-process oracle persisted in the store ([`open_client_on`]). The client keys
+/// tables by the namespace's table ids: `declared` ones, made the store's first
+/// ([`percolator::txn::declare_table_ids`]: an application that declares its tables), or
+/// else those the store holds (tools and other clients of the namespace).
 ///
 /// A shared (TiKV) store needs the shared oracle service: an in-process oracle there would
 /// hand out timestamps unrelated to the other processes' (their transactions could then see
@@ -151,6 +164,7 @@ pub async fn open_client(
     namespace: &str,
     oracle_addrs: &[String],
     durability: Durability,
+    declared: Option<&TableIds>,
 ) -> Result<Client, OpenError> {
     if spec.is_shared() && oracle_addrs.is_empty() {
         return Err(OpenError::SharedStoreNeedsOracle { spec: spec.clone() });
@@ -161,7 +175,7 @@ pub async fn open_client(
             spec: spec.clone(),
             error,
         })?;
-    client_for_store(kv, namespace, oracle_addrs).await
+    client_for_store(kv, namespace, oracle_addrs, declared).await
 }
 
 /// A client on an opened store `kv` (see [`open_client`]; a caller that wraps the store,
@@ -170,26 +184,30 @@ pub async fn client_for_store(
     kv: Arc<dyn RawKv>,
     namespace: &str,
     oracle_addrs: &[String],
+    declared: Option<&TableIds>,
 ) -> Result<Client, OpenError> {
     if oracle_addrs.is_empty() {
-        return open_client_on(kv, namespace).await;
+        return open_client_on(kv, namespace, declared).await;
     }
+    let config = client_config(kv.as_ref(), namespace, declared).await?;
     let client = oracle::OracleClient::new(oracle_addrs.to_vec(), oracle::ClientConfig::default())
         .map_err(|error| OpenError::OracleClient {
             addrs: oracle_addrs.to_vec(),
             error,
         })?;
     let ts: Arc<dyn TimestampSource> = Arc::new(client);
-    Ok(Client::with_config(
-        kv,
-        ts,
-        ClientConfig::with_namespace(namespace),
-    ))
+    Ok(Client::with_config(kv, ts, config))
 }
 
 /// A client in `namespace` on an already-open store, with the in-process oracle persisted in
-/// it (namespace `{namespace}-oracle`): one process per store.
-pub async fn open_client_on(kv: Arc<dyn RawKv>, namespace: &str) -> Result<Client, OpenError> {
+/// it (namespace `{namespace}-oracle`): one process per store. Table ids as in
+/// [`open_client`].
+pub async fn open_client_on(
+    kv: Arc<dyn RawKv>,
+    namespace: &str,
+    declared: Option<&TableIds>,
+) -> Result<Client, OpenError> {
+    let config = client_config(kv.as_ref(), namespace, declared).await?;
     let options = oracle::WindowOptions {
         namespace: format!("{namespace}-oracle"),
         ..oracle::WindowOptions::default()
@@ -197,11 +215,28 @@ pub async fn open_client_on(kv: Arc<dyn RawKv>, namespace: &str) -> Result<Clien
     let ts = oracle::LocalOracle::open(kv.clone(), options)
         .await
         .map_err(OpenError::LocalOracle)?;
-    Ok(Client::with_config(
-        kv,
-        Arc::new(ts),
-        ClientConfig::with_namespace(namespace),
-    ))
+    Ok(Client::with_config(kv, Arc::new(ts), config))
+}
+
+/// The configuration of a client of `namespace` on `kv`: the `declared` table ids once the
+/// store holds them, else the store's.
+async fn client_config(
+    kv: &dyn RawKv,
+    namespace: &str,
+    declared: Option<&TableIds>,
+) -> Result<ClientConfig, OpenError> {
+    let ids = match declared {
+        Some(declared) => declare_table_ids(kv, namespace.as_bytes(), declared).await,
+        None => stored_table_ids(kv, namespace.as_bytes()).await,
+    };
+    let table_ids = ids.map_err(|error| OpenError::TableIds {
+        namespace: namespace.to_string(),
+        error,
+    })?;
+    Ok(ClientConfig {
+        table_ids,
+        ..ClientConfig::with_namespace(namespace)
+    })
 }
 
 #[cfg(test)]
@@ -237,7 +272,7 @@ mod tests {
     #[tokio::test]
     async fn a_shared_store_without_the_oracle_service_is_refused() {
         let spec: StoreSpec = "tikv:127.0.0.1:1".parse().expect("spec");
-        match open_client(&spec, "app", &[], Durability::Process).await {
+        match open_client(&spec, "app", &[], Durability::Process, None).await {
             Err(OpenError::SharedStoreNeedsOracle { .. }) => {}
             Err(other) => panic!("expected SharedStoreNeedsOracle, got {other}"),
             Ok(_) => panic!("expected SharedStoreNeedsOracle, got a client"),

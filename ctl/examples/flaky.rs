@@ -47,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
         &args.namespace,
         &args.oracle,
         percolator::kv::Durability::Process,
+        None,
     )
     .await?;
     let flag = Arc::new(args.fail_while.clone());

@@ -52,6 +52,7 @@ async fn client(store: &StoreArgs) -> anyhow::Result<percolator::Client> {
         &store.namespace,
         &store.oracle,
         store.durability,
+        None,
     )
     .await?)
 }

@@ -30,6 +30,7 @@ async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
         &store.namespace,
         &store.oracle,
         store.durability,
+        Some(&photon::schema::table_ids()),
     )
     .await?;
     photon::schema::declare_columns(&client);
@@ -316,8 +317,13 @@ async fn main() -> anyhow::Result<()> {
                 kv,
                 percolator::kv::intercept::OpCounts::default(),
             ));
-            let client =
-                percolator_cli::store::client_for_store(counted.clone(), "photon", &oracle).await?;
+            let client = percolator_cli::store::client_for_store(
+                counted.clone(),
+                "photon",
+                &oracle,
+                Some(&photon::schema::table_ids()),
+            )
+            .await?;
             let backend = match &store {
                 StoreSpec::Embedded(_) => "embedded",
                 StoreSpec::Memory => "memory",

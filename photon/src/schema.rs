@@ -33,6 +33,28 @@ pub const WAKE_CHECKS: &str = "wakechecks";
 /// The observed column of a wake check: the batch's query ids (a JSON list).
 pub const QUERY_IDS: &str = "queries";
 
+/// Photon's tables and their ids (`percolator::design::layout`, "Table ids"): keys carry
+/// the id instead of the name. An id, once given, is never changed or reused; a new table
+/// takes a new id (a store extends its map, older builds then refuse the new id).
+pub const TABLES: [(&str, u16); 10] = [
+    (QUERIES, 1),
+    (CLICKS, 2),
+    (IDREGISTRY, 3),
+    (JOINED, 4),
+    (PENDING, 5),
+    (OUTCOMES, 6),
+    (LOADER, 7),
+    (CONTROL, 8),
+    (WAKE_CHECKS, 9),
+    (crate::parked::PARKED, 10),
+];
+
+/// [`TABLES`] as the key codec takes them.
+pub fn table_ids() -> percolator::codec::TableIds {
+    percolator::codec::TableIds::new(TABLES)
+        .expect("TABLES names each table once and gives each its own id")
+}
+
 /// Declares photon's columns to `client`: the observed ones (`clicks/event`,
 /// `wakechecks/queries`), so its writes of clicks and wake checks put notify keys, and the
 /// write-once ones (events, wake checks, joined outputs: `percolator::design::once`), so they
@@ -154,4 +176,17 @@ pub async fn purge_rows(
         }
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_has_its_own_id() {
+        let ids = table_ids();
+        for (name, id) in TABLES {
+            assert_eq!(ids.id(name.as_bytes()), Some(id));
+        }
+    }
 }

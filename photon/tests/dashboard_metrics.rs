@@ -302,6 +302,7 @@ async fn the_dashboard_queries_only_metrics_the_binaries_export() {
         &cli.store.namespace,
         &cli.store.oracle,
         cli.store.durability,
+        None,
     )
     .await
     .unwrap();

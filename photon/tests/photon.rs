@@ -313,7 +313,7 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
         Arc::new(percolator::txn::open_embedded(&store, Default::default()).unwrap());
     // The loaders' own oracle (persisted in the store): its timestamps may run ahead of the
     // wall clock, so a reader on another clock could miss their last commits.
-    let client = percolator_cli::store::open_client_on(kv.clone(), "photon")
+    let client = percolator_cli::store::open_client_on(kv.clone(), "photon", None)
         .await
         .unwrap();
     let txn = client.begin().await.unwrap();

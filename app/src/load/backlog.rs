@@ -31,7 +31,7 @@
 //!
 //! Measured (`photon demo --clicks 200000`, 2026-11-26): counting in the store while the
 //! loader waited (150 counts of up to 10,000 keys, most of the walk delete markers) took 8 %
-//! of the process's CPU; following the estimate leaves a count every few seconds.
+//! of the process's CPU; following the estimate leaves about a count every two seconds.
 
 use percolator::kv::{RangePager, ScanOrder, MAX_SCAN_LIMIT};
 use percolator::txn::{NotifyCounts, SharedNotifyCounts};
@@ -41,13 +41,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How long a count stands before the loader counts again anyway.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
 /// The first wait before the loader counts again while it waits.
 pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
 
 /// The longest wait between two counts while the loader waits.
-pub const MAX_RECHECK: Duration = Duration::from_secs(5);
+pub const MAX_RECHECK: Duration = Duration::from_secs(2);
 
 /// After waiting this long, the loader goes on at the bound rather than half of it.
 pub const LONG_WAIT: Duration = Duration::from_millis(750);

@@ -74,8 +74,8 @@ pub struct LoadStats {
 
 impl LoadStats {
     /// The line a loader prints at the end: records (called `noun`), batches, time taken,
-    /// and where rejected input went (the rejects file is only written when something is
-    /// rejected).
+    /// how often it waited for the observers, and where rejected input went (the rejects
+    /// file is only written when something is rejected).
     pub fn summary(&self, noun: &str, elapsed: Duration, rejects: &Path) -> String {
         let malformed = match self.rejected.load(Ordering::Relaxed) {
             0 => "no malformed lines".to_string(),
@@ -94,8 +94,16 @@ impl LoadStats {
             ),
         };
         let loaded = self.loaded.load(Ordering::Relaxed);
+        let waited = match self.backlog_waits.load(Ordering::Relaxed) {
+            0 => String::new(),
+            waits => format!(
+                "; waited for the observers {} times ({} counts of the notification backlog)",
+                crate::human::count(waits),
+                crate::human::count(self.backlog_counts.load(Ordering::Relaxed)),
+            ),
+        };
         format!(
-            "loaded {} {noun} in {} batches in {:.1?} ({} {noun}/s); {malformed}",
+            "loaded {} {noun} in {} batches in {:.1?} ({} {noun}/s); {malformed}{waited}",
             crate::human::count(loaded),
             crate::human::count(self.batches.load(Ordering::Relaxed)),
             elapsed,

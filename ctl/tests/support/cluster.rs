@@ -42,6 +42,7 @@ impl Env {
             namespace,
             std::slice::from_ref(&oracle_addr),
             Durability::Process,
+            None,
         )
         .await
         .expect("client");

@@ -10,8 +10,10 @@
 use crate::kv::KeyRange;
 
 mod split;
+mod tables;
 
 pub use split::{is_notify_key, notify_sides, notify_split, NotifySplit};
+pub use tables::{TableIds, TableIdsError, TABLE_IDS_META};
 
 /// Byte that escapes a `0x00` inside an encoded part.
 const ESCAPE: u8 = 0xFF;
@@ -149,6 +151,9 @@ pub enum CodecError {
     /// Bytes are left after a complete key.
     #[error("{0} trailing bytes after the key")]
     TrailingBytes(usize),
+    /// A table id this codec's [`TableIds`] do not have.
+    #[error("unknown table id {0}")]
+    UnknownTableId(u16),
 }
 
 /// Appends the memcomparable encoding of `part` to `out`.
@@ -213,14 +218,28 @@ fn take_u64(input: &[u8]) -> Result<(u64, &[u8]), CodecError> {
 pub struct KeyCodec {
     /// The encoded namespace, a prefix of every key of this codec.
     prefix: Vec<u8>,
+    /// Tables keyed by an id instead of their name.
+    tables: TableIds,
 }
 
 impl KeyCodec {
-    /// A codec for keys of the namespace `namespace` (any bytes, the empty name included).
+    /// A codec for keys of the namespace `namespace` (any bytes, the empty name included),
+    /// every table keyed by its name.
     pub fn new(namespace: impl AsRef<[u8]>) -> Self {
+        Self::with_table_ids(namespace, TableIds::default())
+    }
+
+    /// A codec for keys of `namespace` whose tables in `tables` are keyed by their ids
+    /// (`percolator::design::layout`, "Table ids").
+    pub fn with_table_ids(namespace: impl AsRef<[u8]>, tables: TableIds) -> Self {
         let mut prefix = Vec::new();
         encode_part(&mut prefix, namespace.as_ref());
-        KeyCodec { prefix }
+        KeyCodec { prefix, tables }
+    }
+
+    /// The table ids this codec keys tables by.
+    pub fn table_ids(&self) -> &TableIds {
+        &self.tables
     }
 
     /// The bytes every key of this namespace starts with.
@@ -245,7 +264,7 @@ impl KeyCodec {
 
     fn cell_key(&self, space: Space, cell: &Cell) -> Vec<u8> {
         let mut key = self.start(space);
-        encode_part(&mut key, &cell.table);
+        self.tables.encode_table(&mut key, &cell.table);
         encode_part(&mut key, &cell.row);
         encode_part(&mut key, &cell.column);
         key
@@ -273,7 +292,7 @@ impl KeyCodec {
             Key::Notify { bucket, cell, ts } => {
                 let mut k = self.start(Space::Notify);
                 k.extend_from_slice(&bucket.to_be_bytes());
-                encode_part(&mut k, &cell.table);
+                self.tables.encode_table(&mut k, &cell.table);
                 encode_part(&mut k, &cell.row);
                 encode_part(&mut k, &cell.column);
                 k.extend_from_slice(&ts.to_be_bytes());
@@ -383,7 +402,7 @@ impl KeyCodec {
         row_end: Option<&[u8]>,
     ) -> KeyRange {
         let mut table_prefix = self.start(space);
-        encode_part(&mut table_prefix, table);
+        self.tables.encode_table(&mut table_prefix, table);
         let mut start = table_prefix.clone();
         encode_part(&mut start, row_start);
         let end = match row_end {
@@ -414,7 +433,7 @@ impl KeyCodec {
         } else {
             (None, rest)
         };
-        let (table, rest) = decode_part(rest)?;
+        let (table, rest) = self.tables.decode_table(rest)?;
         let (row, rest) = decode_part(rest)?;
         let (column, rest) = decode_part(rest)?;
         let cell = Cell { table, row, column };
@@ -532,6 +551,53 @@ mod tests {
         }
 
         #[test]
+        fn keys_round_trip_with_table_ids(k in key(), named in bytes(), id in any::<u16>()) {
+            // The key's own table has an id in half the cases; `named` has one always.
+            let table = match &k {
+                Key::Head(c) | Key::Version(c, _) | Key::Data(c, _) | Key::Once(c, _) => {
+                    Some(c.table.clone())
+                }
+                Key::Notify { cell, .. } => Some(cell.table.clone()),
+                Key::Meta(_) => None,
+            };
+            let mut tables = vec![(named.clone(), id)];
+            if let Some(table) = table.filter(|t| *t != named && id % 2 == 0) {
+                tables.push((table, id.wrapping_add(1)));
+            }
+            let codec = KeyCodec::with_table_ids("ns", TableIds::new(tables).expect("ids"));
+            prop_assert_eq!(codec.decode(&codec.encode(&k)), Ok(k));
+        }
+
+        #[test]
+        fn table_ids_never_collide_with_names(
+            a in cell(), b in cell(), id in any::<u16>(), ts in any::<u64>()
+        ) {
+            // `a`'s table has an id, `b`'s is keyed by name: their keys never meet, and
+            // each table's rows stay in their own range.
+            prop_assume!(a.table != b.table);
+            let ids = TableIds::new([(a.table.clone(), id)]).expect("ids");
+            let codec = KeyCodec::with_table_ids("ns", ids);
+            prop_assert_ne!(codec.head(&a), codec.head(&b));
+            let a_rows = codec.rows_range(Space::Once, &a.table, b"", None);
+            let b_rows = codec.rows_range(Space::Once, &b.table, b"", None);
+            prop_assert!(a_rows.contains(&codec.once(&a, ts)));
+            prop_assert!(!a_rows.contains(&codec.once(&b, ts)));
+            prop_assert!(b_rows.contains(&codec.once(&b, ts)));
+            prop_assert!(!b_rows.contains(&codec.once(&a, ts)));
+            prop_assert!(codec.head(&a).len() <= KeyCodec::new("ns").head(&a).len() + 2);
+        }
+
+        #[test]
+        fn table_ids_records_round_trip(names in prop::collection::vec(bytes(), 0..6)) {
+            let mut names = names;
+            names.sort();
+            names.dedup();
+            let ids = TableIds::new(names.iter().enumerate().map(|(i, n)| (n, i as u16 * 7)))
+                .expect("ids");
+            prop_assert_eq!(TableIds::decode(&ids.encode()), Ok(ids));
+        }
+
+        #[test]
         fn garbage_never_panics(ns in bytes(), garbage in prop::collection::vec(any::<u8>(), 0..64)) {
             let codec = KeyCodec::new(&ns);
             let mut key = codec.namespace_prefix().to_vec();
@@ -539,6 +605,26 @@ mod tests {
             let _ = codec.decode(&key);
             let _ = codec.decode(&garbage);
         }
+    }
+
+    #[test]
+    fn table_ids_are_a_bijection_and_unknown_ids_are_refused() {
+        assert!(TableIds::new([("a", 1), ("b", 1)]).is_err());
+        assert!(TableIds::new([("a", 1), ("a", 2)]).is_err());
+        let ids = TableIds::new([("clicks", 1), ("idregistry", 2)]).expect("ids");
+        assert_eq!(ids.id(b"idregistry"), Some(2));
+        assert_eq!(ids.name(1), Some(&b"clicks"[..]));
+        let codec = KeyCodec::with_table_ids("ns", ids);
+        let cell = Cell::new("idregistry", "20261126/c1", "token");
+        let key = codec.head(&cell);
+        assert_eq!(key.len() + 8, KeyCodec::new("ns").head(&cell).len());
+        let other = KeyCodec::with_table_ids("ns", TableIds::new([("clicks", 1)]).expect("ids"));
+        assert_eq!(other.decode(&key), Err(CodecError::UnknownTableId(2)));
+        assert_eq!(TableIds::decode(b"\x02"), Err(TableIdsError::Malformed));
+        assert_eq!(
+            TableIds::decode(b"\x01\x00\x01\x00\x09ab"),
+            Err(TableIdsError::Malformed)
+        );
     }
 
     #[test]

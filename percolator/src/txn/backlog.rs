@@ -246,7 +246,10 @@ mod tests {
         let keys = notify(&b, "b", 2).await;
         assert!(a.publish_notify_counts().await.expect("publish"));
         assert!(b.publish_notify_counts().await.expect("publish"));
-        assert!(!a.publish_notify_counts().await.expect("publish"), "nothing new");
+        assert!(
+            !a.publish_notify_counts().await.expect("publish"),
+            "nothing new"
+        );
         let seen = a.shared_notify_counts().await.expect("read");
         assert_eq!(seen.all, NotifyCounts { put: 5, removed: 0 });
         assert_eq!(seen.own, NotifyCounts { put: 3, removed: 0 });

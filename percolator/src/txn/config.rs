@@ -34,6 +34,11 @@ pub struct ClientConfig {
     /// by; `None`: never (those loaders then see this client's keys only when they count
     /// the notify space). Publications need a tokio runtime.
     pub publish_notify_counts: Option<Duration>,
+    /// Tables keyed by an id instead of their name (`percolator::design::layout`, "Table
+    /// ids"): the store's map for the namespace ([`crate::txn::stored_table_ids`], or
+    /// what [`crate::txn::declare_table_ids`] made it). Every client of a namespace must
+    /// use the same map: a client with another one does not see the others' cells.
+    pub table_ids: crate::codec::TableIds,
 }
 
 impl Default for ClientConfig {
@@ -49,6 +54,7 @@ impl Default for ClientConfig {
             backoff: Duration::from_millis(2),
             head_cache_bytes: 16 * 1024 * 1024,
             publish_notify_counts: Some(Duration::from_millis(50)),
+            table_ids: Default::default(),
         }
     }
 }

@@ -70,6 +70,10 @@ pub enum TxnError {
     /// The caller passed an invalid argument (e.g. a GC safe point that is too recent).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The namespace's table ids in the store refuse this client's
+    /// ([`crate::txn::declare_table_ids`], `percolator::design::layout`).
+    #[error("table ids of the namespace: {0}")]
+    TableIds(#[from] crate::codec::TableIdsError),
     /// A crash was injected here by a test hook (feature `failpoints`); the transaction
     /// stopped dead, leaving whatever it had written.
     #[cfg(feature = "failpoints")]

@@ -33,6 +33,7 @@ mod error;
 mod failpoint;
 mod gc;
 mod heads;
+mod layout;
 mod locks;
 mod notify;
 mod once;
@@ -42,14 +43,15 @@ mod store;
 mod transaction;
 mod writers;
 
+pub use backlog::{NotifyCounts, SharedNotifyCounts, NOTIFY_COUNTS_META};
 pub use config::ClientConfig;
 pub use error::{RunError, TxnError, TxnResult};
 #[cfg(feature = "failpoints")]
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
 pub use gc::GcStats;
+pub use layout::{declare_table_ids, stored_table_ids};
 pub use locks::TxnStatus;
-pub use backlog::{NotifyCounts, SharedNotifyCounts, NOTIFY_COUNTS_META};
 pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
 pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
@@ -245,7 +247,7 @@ impl Client {
         Client {
             shared: Arc::new_cyclic(|me| Shared {
                 me: me.clone(),
-                codec: KeyCodec::new(&config.namespace),
+                codec: KeyCodec::with_table_ids(&config.namespace, config.table_ids.clone()),
                 kv: store,
                 oracle,
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
