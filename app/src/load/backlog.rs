@@ -43,8 +43,10 @@ use tokio::time::Instant;
 /// How long a count stands before the loader counts again anyway.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
-/// The first wait before the loader counts again while it waits.
-pub const FIRST_RECHECK: Duration = Duration::from_millis(50);
+/// The first wait before the loader counts again while it waits: twice [`SHARED_EVERY`], so
+/// that a drain by workers elsewhere, published within about 50 ms and read within
+/// [`SHARED_EVERY`], shows as a new low (which defers the count) before it is due.
+pub const FIRST_RECHECK: Duration = Duration::from_millis(100);
 
 /// The longest wait between two counts while the loader waits.
 pub const MAX_RECHECK: Duration = Duration::from_secs(2);
@@ -273,6 +275,12 @@ impl Backlog {
             let now = estimate.now(&self.client);
             if now.is_some_and(|n| n <= resume_at) {
                 // Workers took it down (the count stands as it was).
+                tracing::debug!(
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    estimate = now,
+                    counts = self.counts(),
+                    "the loader goes on: the backlog's estimate fell"
+                );
                 return;
             }
             if now.is_some_and(|n| lowest.is_none_or(|low| n < low)) {
@@ -283,8 +291,21 @@ impl Backlog {
             }
             if Instant::now() >= next_count {
                 match self.recount(&mut estimate).await {
-                    Ok(Some(count)) if count <= resume_at => return,
-                    Ok(_) => {}
+                    Ok(Some(count)) if count <= resume_at => {
+                        tracing::debug!(
+                            waited_ms = since.elapsed().as_millis() as u64,
+                            count,
+                            estimate_before = now,
+                            counts = self.counts(),
+                            "the loader goes on: a count of the backlog fell"
+                        );
+                        return;
+                    }
+                    Ok(count) => tracing::debug!(
+                        count,
+                        estimate_before = now,
+                        "the loader counted the backlog and waits on"
+                    ),
                     Err(e) => return self.let_through(&mut estimate, e),
                 }
                 lowest = estimate.now(&self.client);
@@ -383,13 +404,13 @@ mod tests {
         assert_eq!(backlog.counts(), 1, "the first call counts");
         let keys = notify(&client, BOUND + 1).await;
         let waiter = spawn_waiter(&backlog, &waits);
-        // Nothing drains: counts at 50, 150 and 350 ms (the pauses double); the next would be
-        // at 750.
+        // Nothing drains: counts at 100 and 300 ms (the pauses double); the next would be at
+        // 700 (before LONG_WAIT, after which the bound itself lets the loader on).
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(!waiter.is_finished(), "above the bound the loader waits");
         assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
         let counted = backlog.counts();
-        assert_eq!(counted, 4, "the first count, then 50, 150 and 350 ms");
+        assert_eq!(counted, 3, "the first count, then 100 and 300 ms");
         // Down to one above half the bound: still waiting.
         let (first, rest) = keys.split_at(BOUND - BOUND / 2);
         client
@@ -512,7 +533,7 @@ mod tests {
             Instant::now()
         };
         let drain = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
             elsewhere.remove_notify_keys(keys).await.expect("remove");
             Instant::now()
         };
@@ -523,8 +544,9 @@ mod tests {
             "it waited"
         );
         assert!(resumed >= drained, "not before the other workers drained");
-        // Counts: the refresh at 0, then 50 and 150 ms: the one at 150 ms saw the drain.
-        assert!(resumed - drained <= Duration::from_millis(60));
+        // Counts: the refresh at 0, then 100 and 300 ms: the one at 300 ms saw the drain
+        // at 150 ms.
+        assert!(resumed - drained <= Duration::from_millis(160));
         assert_eq!(backlog.counts(), 4);
     }
 
