@@ -46,8 +46,12 @@
 //!   `CodecError::UnknownTableId`, not a wrong name.
 //!
 //! A client built by hand ([`crate::ClientConfig::table_ids`]) must take the map from the
-//! store the same way. Measured on `photon demo --clicks 200000` (five rounds alternated,
-//! 2026-11-26): 5 % less CPU and 7 % more joined clicks/s than keys by name.
+//! store the same way. What it buys (`docs/benchmarks.md`, 2026-11-26, alternated with the
+//! build keyed by names): embedded, `photon demo --clicks 200000`, about 2 % less CPU and
+//! 2 % more joined clicks/s over five rounds, inside this machine's run-to-run noise
+//! (one-letter names, the most shorter table names can give, measured 5 %); through
+//! minitikv, where every key crosses gRPC, the same build (which also counts the backlog
+//! half as often) ran 30 % more joined clicks/s; the two are not measured apart there.
 //!
 //! Keys with the notify tag of an earlier layout (`N`, before buckets) are not read: drain a
 //! store before upgrading across that change.
