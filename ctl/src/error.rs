@@ -26,4 +26,16 @@ pub enum CtlError {
     /// The dashboard's HTTP server failed (`serve`).
     #[error("serving the dashboard: {0}")]
     Serve(Box<dyn std::error::Error + Send + Sync>),
+    /// The namespace's table ids changed after this process opened the store (an
+    /// application declared or extended them): its keys would be read with the old map.
+    #[error(
+        "the namespace's table ids changed after this process opened the store (now: {now}; \
+         this process: {opened}); restart it to read them"
+    )]
+    TableIdsChanged {
+        /// The map the process opened the store with.
+        opened: String,
+        /// The store's map now.
+        now: String,
+    },
 }

@@ -28,10 +28,20 @@ impl Env {
 
     /// Starts `percolator-ctl serve` on a free port; returns it and its address.
     async fn dashboard(&self) -> (tokio::process::Child, String) {
+        self.dashboard_with_stderr(std::process::Stdio::inherit())
+            .await
+    }
+
+    /// [`Env::dashboard`], its standard error going to `stderr`.
+    async fn dashboard_with_stderr(
+        &self,
+        stderr: std::process::Stdio,
+    ) -> (tokio::process::Child, String) {
         let mut child = self
             .ctl()
             .args(["serve", "--listen", "127.0.0.1:0", "--sample-ms", "1000"])
             .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .expect("starting percolator-ctl serve");
@@ -410,4 +420,32 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
     writer.await.expect("writer");
     stop(dashboard).await;
     drop(workers);
+}
+
+/// A dashboard started before the application declared its table ids stops with a clear
+/// error once they appear (its supervisor restarts it with them), rather than reading the
+/// application's keys with the old map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_stops_when_the_table_ids_change_under_it() {
+    let env = Env::start("dash-ids").await;
+    let (mut dashboard, _addr) = env
+        .dashboard_with_stderr(std::process::Stdio::piped())
+        .await;
+    let ids = percolator::codec::TableIds::new([("docs", 1)]).expect("ids");
+    percolator::txn::declare_table_ids(env.client.store().as_ref(), b"dash-ids", &ids)
+        .await
+        .expect("declare");
+    let mut stderr = dashboard.stderr.take().expect("stderr piped");
+    // Read to its end while waiting (the pipe must not fill up).
+    let mut text = String::new();
+    tokio::time::timeout(
+        PATIENCE,
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text),
+    )
+    .await
+    .expect("the dashboard stops once the map changed")
+    .expect("stderr");
+    let status = dashboard.wait().await.expect("wait");
+    assert!(!status.success(), "it stops with an error: {status}");
+    assert!(text.contains("table ids changed"), "{text}");
 }

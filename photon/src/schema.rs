@@ -35,7 +35,8 @@ pub const QUERY_IDS: &str = "queries";
 
 /// Photon's tables and their ids (`percolator::design::layout`, "Table ids"): keys carry
 /// the id instead of the name. An id, once given, is never changed or reused; a new table
-/// takes a new id (a store extends its map, older builds then refuse the new id).
+/// takes a new id (a store extends its map; an older build opening it then is refused, and
+/// one already running meets keys with an id it does not know).
 pub const TABLES: [(&str, u16); 10] = [
     (QUERIES, 1),
     (CLICKS, 2),
@@ -53,6 +54,18 @@ pub const TABLES: [(&str, u16); 10] = [
 pub fn table_ids() -> percolator::codec::TableIds {
     percolator::codec::TableIds::new(TABLES)
         .expect("TABLES names each table once and gives each its own id")
+}
+
+/// A client configuration for photon's tables in `namespace`: keyed by [`table_ids`]. The
+/// store must hold the same map: declare it first
+/// ([`percolator::txn::declare_table_ids`]; the binaries open their clients through
+/// `percolator_cli::store::open_client` with `Some(&table_ids())`, which does), or a tool
+/// reading the store with the store's map would not find these cells.
+pub fn client_config(namespace: &str) -> percolator::ClientConfig {
+    percolator::ClientConfig {
+        table_ids: table_ids(),
+        ..percolator::ClientConfig::with_namespace(namespace)
+    }
 }
 
 /// Declares photon's columns to `client`: the observed ones (`clicks/event`,

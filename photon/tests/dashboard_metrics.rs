@@ -302,7 +302,9 @@ async fn the_dashboard_queries_only_metrics_the_binaries_export() {
         &cli.store.namespace,
         &cli.store.oracle,
         cli.store.durability,
-        None,
+        // Photon's map, declared here too: the dashboard would otherwise race `photon run`
+        // for it (and stop when the map appears, for its supervisor to restart it).
+        Some(&photon::schema::table_ids()),
     )
     .await
     .unwrap();

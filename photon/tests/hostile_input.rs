@@ -6,7 +6,7 @@ mod common;
 use observers::{Registry, Worker};
 use percolator::kv::{MemoryKv, RawKv};
 use percolator::ts::LocalClock;
-use percolator::{Client, ClientConfig};
+use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
@@ -25,7 +25,7 @@ fn client_on(kv: Arc<dyn RawKv>) -> Client {
     Client::with_config(
         kv,
         Arc::new(LocalClock::new()),
-        ClientConfig::with_namespace("photon"),
+        photon::schema::client_config("photon"),
     )
 }
 

@@ -213,7 +213,7 @@ async fn client_with_oracle(kv: Arc<dyn RawKv>, skew_ms: i64, max_lifetime: Dura
         lock_ttl: Duration::from_millis(300),
         max_lifetime,
         gc_lag: Duration::from_secs(1),
-        ..percolator::ClientConfig::with_namespace("photon")
+        ..photon::schema::client_config("photon")
     };
     Client::with_config(kv, Arc::new(ts), config)
 }

@@ -4,7 +4,7 @@
 
 use percolator::kv::MemoryKv;
 use percolator::ts::LocalClock;
-use percolator::{Client, ClientConfig};
+use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::pipeline::{Pipeline, PipelineSpec};
@@ -177,7 +177,7 @@ async fn verify_until_retries_until_the_join_catches_up() {
     let client = Client::with_config(
         Arc::new(MemoryKv::new()),
         Arc::new(LocalClock::new()),
-        ClientConfig::with_namespace("photon"),
+        photon::schema::client_config("photon"),
     );
     let options = LoadOptions {
         batch: 100,

@@ -434,7 +434,7 @@ mod tests {
         notify(&client, 2).await;
         backlog.wait_below(&waits).await;
         assert_eq!(backlog.counts(), counted);
-        // A count a second old is refreshed.
+        // A count REFRESH_EVERY old is refreshed.
         tokio::time::sleep(REFRESH_EVERY).await;
         backlog.wait_below(&waits).await;
         assert_eq!(backlog.counts(), counted + 1, "a refresh");
@@ -571,8 +571,9 @@ mod tests {
         let waiter = spawn_waiter(&backlog, &waits);
         tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
         assert!(!waiter.is_finished(), "above the bound the loader waits");
-        assert_eq!(backlog.counts(), 2, "the first recheck, at 50 ms");
-        // The other process drains and publishes it; the next count would be at 150 ms.
+        assert_eq!(backlog.counts(), 2, "the first recheck, at FIRST_RECHECK");
+        // The other process drains and publishes it; the next count would be at three times
+        // FIRST_RECHECK.
         elsewhere.remove_notify_keys(keys).await.expect("remove");
         elsewhere.publish_notify_counts().await.expect("publish");
         let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)

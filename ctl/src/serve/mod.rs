@@ -71,7 +71,9 @@ struct App {
 
 /// Serves the dashboard on `listener` until `shutdown` resolves. Reads the store through
 /// `client` (as `percolator-ctl status` does, with `store`'s liveness horizon and oracle
-/// namespace).
+/// namespace). Stops with [`CtlError::TableIdsChanged`] when the namespace's table ids
+/// change under it (an application started after it on a new store): a supervisor restarts
+/// it with the new map.
 pub async fn serve(
     client: Client,
     store: StoreArgs,
@@ -97,6 +99,8 @@ pub async fn serve(
         None => None,
     };
     let sampler = tokio::spawn(sample(app.clone()));
+    let (stale_tx, stale_rx) = tokio::sync::oneshot::channel();
+    let watcher = tokio::spawn(watch_table_ids(app.clone(), stale_tx));
     let router = Router::new()
         .route(
             "/",
@@ -118,21 +122,62 @@ pub async fn serve(
         .with_state(app)
         .merge(percolator_metrics::router(render.clone()));
     listener.set_nonblocking(true).map_err(serve_error)?;
+    let stale = Arc::new(Mutex::new(None));
+    let stop = {
+        let stale = stale.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                Ok(changed) = stale_rx => {
+                    *stale.lock().expect("stale lock") = Some(changed);
+                }
+            }
+        }
+    };
     let result = axum::Server::from_tcp(listener)
         .map_err(serve_error)?
         .serve(router.into_make_service())
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(stop)
         .await
         .map_err(serve_error);
+    watcher.abort();
     sampler.abort();
     if let Some(endpoint) = endpoint {
         endpoint.abort();
     }
-    result
+    let changed = stale.lock().expect("stale lock").take();
+    match changed {
+        Some(changed) => Err(changed),
+        None => result,
+    }
 }
 
 fn serve_error(e: impl std::error::Error + Send + Sync + 'static) -> CtlError {
     CtlError::Serve(Box::new(e))
+}
+
+/// Compares the store's table ids with the client's every `sample_every`; sends the
+/// difference once they differ.
+async fn watch_table_ids(app: Arc<App>, stale: tokio::sync::oneshot::Sender<CtlError>) {
+    let mut tick = tokio::time::interval(app.config.sample_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let opened = app.client.codec().table_ids().clone();
+    let namespace = app.client.codec().namespace();
+    loop {
+        tick.tick().await;
+        match percolator::txn::stored_table_ids(app.client.store().as_ref(), &namespace).await {
+            Ok(now) if now != opened => {
+                tracing::error!(now = %now.describe_ids(), "the namespace's table ids changed; stopping");
+                let _ = stale.send(CtlError::TableIdsChanged {
+                    opened: opened.describe_ids(),
+                    now: now.describe_ids(),
+                });
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "reading the table ids failed"),
+        }
+    }
 }
 
 /// Reads the charts' figures every `sample_every`, for as long as the server runs.

@@ -27,7 +27,8 @@
 //! `idregistry` where the name took 12. The form never collides with an encoded name (inside
 //! `enc`, `0x00` is followed by `0xFF` or `0x01` only), is self-delimiting, and keeps each
 //! table's cells contiguous, so range scans of a table and everything above are unchanged;
-//! only the order *between* tables differs (ids before names), which nothing reads.
+//! only the order *between* tables differs (ids after the empty name, before every other
+//! name), which nothing reads.
 //!
 //! The ids must be the same in every client of a namespace: a client with another map writes
 //! and reads other keys, and would miss the others' cells. So the map is the store's, in the
@@ -35,7 +36,8 @@
 //! - the application declares its map when it opens the store
 //!   ([`crate::txn::declare_table_ids`]): written by a CAS if absent, accepted if equal,
 //!   extended (by a CAS) if it adds tables and keeps every stored id, refused otherwise
-//!   (`TableIdsError::Mismatch`), so two builds with different maps never run on one store;
+//!   (`TableIdsError::Mismatch`) when a build with another map opens the store (builds from
+//!   before table ids do not look: stop every process of the namespace across that upgrade);
 //! - a table that gains an id must hold no head, version, value or write-once record keyed by
 //!   its name, checked before the CAS (`TableIdsError::NamedTable`): a store written by a
 //!   build without ids is refused with that error, never misread (there is no migration: load

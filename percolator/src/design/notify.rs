@@ -113,7 +113,8 @@
 //! client wrote the same sums meanwhile) not at all; a removal made just before a count but
 //! published after it is subtracted again. Each of these errs by at most one publication and
 //! lasts until the next count of the notify space, which the loader makes at least every few
-//! seconds. The record's sums only grow (wrapping at 2^64, differences wrap with them): no
+//! seconds. The record's sums only grow (wrapping at 2^64; other clients' shares are taken with
+//! wrapping differences, and a reader's differences over time saturate at zero): no
 //! reader compares them with the count itself.
 //!
 //! ## Tests

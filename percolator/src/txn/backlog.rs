@@ -93,6 +93,20 @@ impl SharedNotifyCounts {
     }
 }
 
+/// Clears the client's `scheduled` flag when dropped.
+struct Unschedule(std::sync::Weak<Shared>);
+
+impl Drop for Unschedule {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared
+                .notify_counts
+                .scheduled
+                .store(false, Ordering::Release);
+        }
+    }
+}
+
 /// The live counters behind [`NotifyCounts`], and what of them this client has added to the
 /// store's.
 #[derive(Debug, Default)]
@@ -134,8 +148,9 @@ impl Shared {
 
     /// Publishes the counts [`crate::ClientConfig::publish_notify_counts`] after now, in a
     /// task of the current runtime, unless a publication is already scheduled (it will carry
-    /// these counts too). A failed publication is logged; the counts it did not add are added
-    /// by the next one.
+    /// these counts too). A failed publication is logged and scheduled again: the counts it
+    /// did not add are still owed. The task holds the client weakly while it sleeps, so a
+    /// dropped client (and its store) is not kept alive by it.
     fn schedule_count_publication(&self) {
         let Some(after) = self.config.publish_notify_counts else {
             return;
@@ -143,19 +158,24 @@ impl Shared {
         if self.notify_counts.scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
-        let runtime = tokio::runtime::Handle::try_current();
-        let (Some(shared), Ok(runtime)) = (self.me.upgrade(), runtime) else {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             self.notify_counts.scheduled.store(false, Ordering::Release);
             return;
         };
+        let me = self.me.clone();
         runtime.spawn(async move {
+            // Clears `scheduled` however the task ends, also when its runtime drops it
+            // during the sleep.
+            let unschedule = Unschedule(me.clone());
             tokio::time::sleep(after).await;
-            shared
-                .notify_counts
-                .scheduled
-                .store(false, Ordering::Release);
+            let Some(shared) = me.upgrade() else {
+                return;
+            };
+            // Changes from here on schedule the next publication.
+            drop(unschedule);
             if let Err(error) = shared.publish_notify_counts().await {
-                tracing::debug!(%error, "publishing the notify counts failed; the next one adds them");
+                tracing::debug!(%error, "publishing the notify counts failed; trying again");
+                shared.schedule_count_publication();
             }
         });
     }
@@ -289,6 +309,70 @@ mod tests {
             NotifyCounts { put: 3, removed: 3 },
             "the silent client's keys are not in it"
         );
+    }
+
+    /// Fails the first `left` CASes of the counts record.
+    struct FailCountsCas {
+        left: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::kv::intercept::Hooks for FailCountsCas {
+        async fn before(&self, call: crate::kv::intercept::Call<'_>) -> crate::kv::KvResult<()> {
+            let crate::kv::intercept::Call::CompareAndSwap { key, .. } = call else {
+                return Ok(());
+            };
+            let counts = crate::KeyCodec::new("default").meta(NOTIFY_COUNTS_META);
+            let fail = key == counts.as_slice()
+                && self
+                    .left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+            match fail {
+                true => Err(crate::kv::KvError::Unavailable {
+                    op: "compare_and_swap",
+                    message: "injected".to_string(),
+                }),
+                false => Ok(()),
+            }
+        }
+    }
+
+    /// A publication that fails is tried again on its own: an idle client's last counts
+    /// still reach the store.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_publication_is_tried_again() {
+        let kv = Arc::new(MemoryKv::new());
+        let failing = Arc::new(crate::kv::intercept::Intercepted::wrap(
+            kv.clone(),
+            FailCountsCas {
+                left: std::sync::atomic::AtomicUsize::new(3),
+            },
+        ));
+        let config = ClientConfig {
+            publish_notify_counts: Some(Duration::from_millis(50)),
+            ..ClientConfig::default()
+        };
+        let publishing = Client::with_config(failing, Arc::new(LocalClock::new()), config);
+        notify(&publishing, "p", 2).await;
+        // Three failures, 50 ms apart, then the fourth try.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let reader = client(&kv, None);
+        assert_eq!(
+            reader.shared_notify_counts().await.expect("read").all,
+            NotifyCounts { put: 2, removed: 0 }
+        );
+    }
+
+    /// A dropped client's scheduled publication does not keep its store alive.
+    #[tokio::test(start_paused = true)]
+    async fn a_scheduled_publication_does_not_hold_a_dropped_client() {
+        let kv = Arc::new(MemoryKv::new());
+        let publishing = client(&kv, Some(Duration::from_millis(50)));
+        notify(&publishing, "p", 1).await;
+        let weak = Arc::downgrade(&kv);
+        drop((publishing, kv));
+        assert!(weak.upgrade().is_none(), "the task holds the client weakly");
     }
 
     /// A record that is not a counts record is reported as corrupt, not read as zeros.

@@ -17,7 +17,7 @@ pub fn client_living(kv: Arc<dyn RawKv>, max_lifetime: Duration, gc_lag: Duratio
         lock_ttl: Duration::from_millis(300),
         max_lifetime,
         gc_lag,
-        ..ClientConfig::with_namespace("photon")
+        ..photon::schema::client_config("photon")
     };
     let client = Client::with_config(kv, Arc::new(LocalClock::new()), config);
     photon::schema::declare_columns(&client);
