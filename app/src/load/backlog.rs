@@ -22,7 +22,10 @@
 //! - while it waits, it looks at the estimate every [`ESTIMATE_EVERY`] and goes on as soon
 //!   as it is at most half the bound. It counts the store after a pause that doubles from
 //!   [`FIRST_RECHECK`] to [`MAX_RECHECK`], deferred while the estimate keeps reaching new
-//!   lows (workers are draining it) but never beyond [`MAX_RECHECK`] after the last count;
+//!   lows (workers are draining it) but never beyond [`MAX_RECHECK`] after the last count,
+//!   and made only [`MAX_RECHECK`] after it once other clients have published removals
+//!   since (their drains are in the estimate; in a split deployment a count every 100-300
+//!   ms of waiting was a scan of up to twice the bound each time);
 //! - after [`LONG_WAIT`] it goes on at the bound itself (estimate or count), so
 //!   notifications that never drain (an unobserved column, keys backing off) stall it only
 //!   above the bound;
@@ -89,6 +92,12 @@ impl Estimate {
             others_now: others.unwrap_or_default(),
             others_read: Some(Instant::now()),
         }
+    }
+
+    /// Whether other clients have published removals since the count.
+    fn others_removed_since_count(&self) -> bool {
+        self.others
+            .is_some_and(|at_count| self.others_now.removed > at_count.removed)
     }
 
     /// The backlog as the count and the puts and removals since moved it; `None` while the
@@ -288,6 +297,11 @@ impl Backlog {
                 // than MAX_RECHECK after the last.
                 lowest = now;
                 next_count = (Instant::now() + pause).min(counted_at + MAX_RECHECK);
+            }
+            if estimate.others_removed_since_count() {
+                // Workers elsewhere publish their drains: the estimate follows them, and the
+                // count (a scan of up to twice the bound) is only the periodic correction.
+                next_count = next_count.max(counted_at + MAX_RECHECK);
             }
             if Instant::now() >= next_count {
                 match self.recount(&mut estimate).await {
@@ -586,5 +600,44 @@ mod tests {
         );
         assert_eq!(backlog.counts(), 2, "no count saw the drain");
         assert_eq!(waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// Once workers elsewhere have published a drain, a waiting loader stops counting at
+    /// the doubling pace (their drains are in its estimate): a drain that leaves the backlog
+    /// at the bound lets it on at [`LONG_WAIT`] without another count.
+    #[tokio::test(start_paused = true)]
+    async fn published_drains_elsewhere_defer_the_counts_of_a_waiting_loader() {
+        let kv = Arc::new(MemoryKv::new());
+        let client = client_on(&kv);
+        let elsewhere = client_on(&kv);
+        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
+        let waits = Arc::new(AtomicU64::new(0));
+        backlog.wait_below(&waits).await;
+        let keys = notify(&elsewhere, BOUND + 1).await;
+        elsewhere.publish_notify_counts().await.expect("publish");
+        tokio::time::sleep(SHARED_EVERY).await;
+        let start = Instant::now();
+        let waiter = spawn_waiter(&backlog, &waits);
+        tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
+        assert_eq!(backlog.counts(), 2, "the first recheck");
+        // One drains elsewhere and is published: ten left, at the bound, above half of it.
+        elsewhere
+            .remove_notify_keys(keys[..1].to_vec())
+            .await
+            .expect("remove");
+        elsewhere.publish_notify_counts().await.expect("publish");
+        let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the loader goes on")
+            .expect("waiter");
+        assert!(
+            resumed - start >= LONG_WAIT,
+            "at the bound: after the long wait"
+        );
+        assert_eq!(
+            backlog.counts(),
+            2,
+            "no count between the first recheck and the long wait"
+        );
     }
 }
