@@ -6,17 +6,10 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-const PHOTON: &str = env!("CARGO_BIN_EXE_photon");
-
-fn photon(args: &[&str]) -> Output {
-    Command::new(PHOTON)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("photon runs")
-}
+mod common;
+use common::photon;
 
 /// `photon run --store STORE --input LOGS --rejects DIR/rejects.txt` and `more` arguments.
 fn run(store: &str, logs: &Path, dir: &Path, more: &[&str]) -> Output {

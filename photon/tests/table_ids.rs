@@ -5,31 +5,31 @@
 
 use percolator::kv::RawKv;
 use percolator::{Cell, Client, ClientConfig};
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const PHOTON: &str = env!("CARGO_BIN_EXE_photon");
+mod common;
+use common::photon;
 
-fn photon(args: &[&str]) -> Output {
-    Command::new(PHOTON)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("photon runs")
+/// `photon gen --queries QUERIES` into `DIR/logs`; returns the logs' directory, the store's
+/// path `DIR/store` and its `--store` spec.
+fn logs_and_store(dir: &Path, queries: &str) -> (PathBuf, PathBuf, String) {
+    let logs = dir.join("logs");
+    let store = dir.join("store");
+    let spec = format!("embedded:{}", store.display());
+    let gen = photon(&["gen", "--out", logs.to_str().unwrap(), "--queries", queries]);
+    assert!(gen.status.success(), "{gen:?}");
+    (logs, store, spec)
 }
 
-fn open(path: &std::path::Path) -> Arc<dyn RawKv> {
+fn open(path: &Path) -> Arc<dyn RawKv> {
     Arc::new(percolator::txn::open_embedded(path, Default::default()).expect("store"))
 }
 
 #[tokio::test]
 async fn photon_keys_its_tables_by_the_stores_ids() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = dir.path().join("logs");
-    let store = dir.path().join("store");
-    let spec = format!("embedded:{}", store.display());
-    let gen = photon(&["gen", "--out", logs.to_str().unwrap(), "--queries", "200"]);
-    assert!(gen.status.success(), "{gen:?}");
+    let (logs, store, spec) = logs_and_store(dir.path(), "200");
     let load = photon(&["load", "--store", &spec, logs.to_str().unwrap()]);
     assert!(load.status.success(), "{load:?}");
 
@@ -71,11 +71,7 @@ fn on_own_runtime<F: std::future::Future>(body: F) -> F::Output {
 #[test]
 fn a_store_written_by_name_is_refused_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = dir.path().join("logs");
-    let store = dir.path().join("store");
-    let spec = format!("embedded:{}", store.display());
-    let gen = photon(&["gen", "--out", logs.to_str().unwrap(), "--queries", "20"]);
-    assert!(gen.status.success(), "{gen:?}");
+    let (logs, store, spec) = logs_and_store(dir.path(), "20");
     on_own_runtime(async {
         // A build before table ids: clicks keyed by their table's name.
         let client = Client::with_config(

@@ -564,36 +564,80 @@ mod tests {
         assert_eq!(backlog.counts(), 4);
     }
 
+    /// A loader waiting because workers in another process (`elsewhere`) put more than the
+    /// bound and published it: past its first recheck, so counted twice.
+    struct WaitingOnElsewhere {
+        backlog: Arc<Backlog>,
+        waits: Arc<AtomicU64>,
+        elsewhere: Client,
+        /// The keys `elsewhere` put.
+        keys: Vec<Vec<u8>>,
+        /// When the wait began.
+        start: Instant,
+        waiter: tokio::task::JoinHandle<Instant>,
+    }
+
+    impl WaitingOnElsewhere {
+        async fn start() -> Self {
+            let kv = Arc::new(MemoryKv::new());
+            let client = client_on(&kv);
+            let elsewhere = client_on(&kv);
+            let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
+            let waits = Arc::new(AtomicU64::new(0));
+            backlog.wait_below(&waits).await;
+            assert_eq!(backlog.counts(), 1, "the first call counts");
+            // Once published, the other process's puts hold the loader although its count
+            // is fresh.
+            let keys = notify(&elsewhere, BOUND + 1).await;
+            elsewhere.publish_notify_counts().await.expect("publish");
+            tokio::time::sleep(SHARED_EVERY).await;
+            let start = Instant::now();
+            let waiter = spawn_waiter(&backlog, &waits);
+            tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
+            assert!(!waiter.is_finished(), "above the bound the loader waits");
+            assert_eq!(backlog.counts(), 2, "the first recheck, at FIRST_RECHECK");
+            WaitingOnElsewhere {
+                backlog,
+                waits,
+                elsewhere,
+                keys,
+                start,
+                waiter,
+            }
+        }
+
+        /// `elsewhere` removes `keys` and publishes it; returns when the loader went on.
+        async fn drain(self, keys: Vec<Vec<u8>>) -> Instant {
+            self.elsewhere
+                .remove_notify_keys(keys)
+                .await
+                .expect("remove");
+            self.elsewhere
+                .publish_notify_counts()
+                .await
+                .expect("publish");
+            tokio::time::timeout(Duration::from_secs(5), self.waiter)
+                .await
+                .expect("the loader goes on")
+                .expect("waiter")
+        }
+    }
+
     /// Workers in another process that publish their counts are followed without counting
     /// the store: their puts hold the loader before a count sees them, and the loader goes
     /// on after their drain is published, before the next count.
     #[tokio::test(start_paused = true)]
     async fn a_loader_follows_other_processes_by_their_published_counts() {
-        let kv = Arc::new(MemoryKv::new());
-        let client = client_on(&kv);
-        let elsewhere = client_on(&kv);
-        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
-        let waits = Arc::new(AtomicU64::new(0));
-        backlog.wait_below(&waits).await;
-        assert_eq!(backlog.counts(), 1, "the first call counts");
-        // Another process puts more than the bound: once published, the loader waits
-        // although its count is fresh.
-        let keys = notify(&elsewhere, BOUND + 1).await;
-        elsewhere.publish_notify_counts().await.expect("publish");
-        tokio::time::sleep(SHARED_EVERY).await;
-        let start = Instant::now();
-        let waiter = spawn_waiter(&backlog, &waits);
-        tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
-        assert!(!waiter.is_finished(), "above the bound the loader waits");
-        assert_eq!(backlog.counts(), 2, "the first recheck, at FIRST_RECHECK");
-        // The other process drains and publishes it; the next count would be at three times
+        let waiting = WaitingOnElsewhere::start().await;
+        let (backlog, waits, start) = (
+            waiting.backlog.clone(),
+            waiting.waits.clone(),
+            waiting.start,
+        );
+        // The other process drains all; the next count would be at three times
         // FIRST_RECHECK.
-        elsewhere.remove_notify_keys(keys).await.expect("remove");
-        elsewhere.publish_notify_counts().await.expect("publish");
-        let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the loader goes on")
-            .expect("waiter");
+        let keys = waiting.keys.clone();
+        let resumed = waiting.drain(keys).await;
         assert!(
             resumed - start < FIRST_RECHECK * 3,
             "before the next count, from the published counts"
@@ -607,29 +651,11 @@ mod tests {
     /// at the bound lets it on at [`LONG_WAIT`] without another count.
     #[tokio::test(start_paused = true)]
     async fn published_drains_elsewhere_defer_the_counts_of_a_waiting_loader() {
-        let kv = Arc::new(MemoryKv::new());
-        let client = client_on(&kv);
-        let elsewhere = client_on(&kv);
-        let backlog = Arc::new(Backlog::new(client.clone(), BOUND));
-        let waits = Arc::new(AtomicU64::new(0));
-        backlog.wait_below(&waits).await;
-        let keys = notify(&elsewhere, BOUND + 1).await;
-        elsewhere.publish_notify_counts().await.expect("publish");
-        tokio::time::sleep(SHARED_EVERY).await;
-        let start = Instant::now();
-        let waiter = spawn_waiter(&backlog, &waits);
-        tokio::time::sleep(FIRST_RECHECK + Duration::from_millis(10)).await;
-        assert_eq!(backlog.counts(), 2, "the first recheck");
-        // One drains elsewhere and is published: ten left, at the bound, above half of it.
-        elsewhere
-            .remove_notify_keys(keys[..1].to_vec())
-            .await
-            .expect("remove");
-        elsewhere.publish_notify_counts().await.expect("publish");
-        let resumed = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("the loader goes on")
-            .expect("waiter");
+        let waiting = WaitingOnElsewhere::start().await;
+        let (backlog, start) = (waiting.backlog.clone(), waiting.start);
+        // One drains: ten left, at the bound, above half of it.
+        let one = waiting.keys[..1].to_vec();
+        let resumed = waiting.drain(one).await;
         assert!(
             resumed - start >= LONG_WAIT,
             "at the bound: after the long wait"

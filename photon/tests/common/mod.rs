@@ -10,6 +10,15 @@ use percolator::{Client, ClientConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Runs the photon binary with `args` (no `RUST_LOG` from the caller); waits for it.
+pub fn photon(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("photon runs")
+}
+
 /// A client of namespace `photon` on `kv` with a local clock, a 300 ms lock TTL, and the
 /// given transaction lifetime and GC lag.
 pub fn client_living(kv: Arc<dyn RawKv>, max_lifetime: Duration, gc_lag: Duration) -> Client {
