@@ -32,14 +32,20 @@ fn seen(cell: &Cell) -> Cell {
     Cell::new("seen", &cell.row, "v")
 }
 
+/// One committed write: (commit_ts, value; `None` a delete).
+type Write = (u64, Option<Vec<u8>>);
+
+/// One read to check: (cell, snapshot, what it returned).
+type Read = (Cell, u64, Result<Option<Vec<u8>>, String>);
+
 /// The committed history: per event, each committed write (commit_ts, value; `None` a
 /// delete); events whose last write's outcome is unknown are not checked.
 #[derive(Default)]
 struct History {
-    writes: BTreeMap<Cell, Vec<(u64, Option<Vec<u8>>)>>,
+    writes: BTreeMap<Cell, Vec<Write>>,
     unknown: HashSet<Cell>,
-    /// Reads to check at the end: (cell, snapshot, what it returned).
-    reads: Vec<(Cell, u64, Result<Option<Vec<u8>>, String>)>,
+    /// Reads to check at the end.
+    reads: Vec<Read>,
 }
 
 impl History {
