@@ -62,7 +62,7 @@ pub enum OpenError {
 pub const CAS_CONCURRENCY_ENV: &str = "PERCOLATOR_TIKV_CAS_CONCURRENCY";
 
 /// The adapter settings binaries open `tikv:PD,...` with: the atomic keys derived from the key
-/// codec ([`AtomicKeys::PercolatorLayout`]: heads and meta records of every namespace go
+/// codec ([`AtomicKeys::PercolatorLayout`]: heads, meta and write-once records of every namespace go
 /// through the atomic client, versions, data and notify keys through the plain one) and
 /// `cas_concurrency` from [`CAS_CONCURRENCY_ENV`] if set (a positive integer), else from the
 /// configuration file's `[tikv]` table ([`crate::config::store_knobs`]).

@@ -287,6 +287,37 @@ async fn two_gc_passes_keep_a_committed_notification(scene: Scene) {
     );
 }
 
+/// Found by the simulator (`percolator-sim`, seed 9): GC-B reads s1's pending record and is
+/// held in its fate check; GC-A rewrites the record as committed, collects it under the
+/// cell's newer head delete and shrinks that head to a tombstone; GC-B's check answers
+/// "committed" (the evidence is still there). Its rewrite must not put the collected record
+/// back: the deleted value would read again.
+async fn two_gc_passes_do_not_bring_back_a_deleted_record(scene: Scene) {
+    scene
+        .commit(&[(event(1), Some("gone")), (offset(), Some("1"))])
+        .await;
+    scene.commit(&[(event(1), None)]).await;
+    let sp = scene.safe_point().await;
+    let (gc_b, held) = scene.held(gc_config());
+    held.hooks().arm(head_get(&offset()));
+    let pass_b = tokio::spawn(async move { Scene::gc_with(&gc_b, sp).await });
+    held.hooks().reached().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(
+        (stats.records_deleted, stats.heads_tombstoned),
+        (1, 1),
+        "{stats:?}"
+    );
+    held.hooks().release();
+    pass_b.await.unwrap();
+    assert_eq!(
+        scene.records().await,
+        vec![],
+        "the collected record stays gone"
+    );
+    assert_eq!(scene.read(&event(1)).await, None);
+}
+
 /// Hole 2: a record put at c1, deleted through the cell's head at c2 (a transaction of
 /// write-once cells only writes its first through the head), GC at or above c2: the value
 /// must stay deleted for `get`, `get_many`, `scan` and `scan_page`.
@@ -452,6 +483,10 @@ macro_rules! scenarios {
             #[$flavor]
             async fn two_gc_passes_keep_a_committed_notification() {
                 super::two_gc_passes_keep_a_committed_notification(scene().await).await;
+            }
+            #[$flavor]
+            async fn two_gc_passes_do_not_bring_back_a_deleted_record() {
+                super::two_gc_passes_do_not_bring_back_a_deleted_record(scene().await).await;
             }
             #[$flavor]
             async fn a_head_delete_stays_deleted_after_gc() {

@@ -44,8 +44,10 @@ pub type KeyPredicate = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 /// Whether keys of `space` are ever CASed (and so must be written in atomic mode).
 pub fn space_is_atomic(space: Space) -> bool {
     match space {
-        Space::Head | Space::Meta => true,
-        Space::Version | Space::Data | Space::Notify | Space::Once => false,
+        // Write-once records: GC rewrites a pending record as committed by a CAS from the
+        // pending bytes (`percolator::design::once`).
+        Space::Head | Space::Meta | Space::Once => true,
+        Space::Version | Space::Data | Space::Notify => false,
     }
 }
 
@@ -56,12 +58,13 @@ pub fn layout_space(key: &[u8]) -> Option<Space> {
 }
 
 impl AtomicKeys {
-    /// The CAS-only spaces of the percolator key layout for one namespace: heads (`H`) and
-    /// meta records (`M`).
+    /// The CASed spaces of the percolator key layout for one namespace: heads (`H`), meta
+    /// records (`M`) and write-once records (`W`).
     pub fn percolator_spaces(codec: &KeyCodec) -> Self {
         AtomicKeys::Prefixes(vec![
             codec.space_range(Space::Head).start,
             codec.space_range(Space::Meta).start,
+            codec.space_range(Space::Once).start,
         ])
     }
 

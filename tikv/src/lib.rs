@@ -8,8 +8,8 @@
 //!   atomic client, or TiKV's latches do not cover the plain writes and a CAS can interleave
 //!   with them. [`AtomicKeys`] names those keys: [`AtomicKeys::All`] (the default, always
 //!   safe, slower writes), [`AtomicKeys::PercolatorLayout`] (derived from the key codec:
-//!   the `H` and `M` spaces of every namespace; what the binaries use), a list of prefixes
-//!   (e.g. [`AtomicKeys::percolator_spaces`]: the `H` and `M` spaces of one namespace) or a
+//!   the `H`, `M` and `W` spaces of every namespace; what the binaries use), a list of
+//!   prefixes (e.g. [`AtomicKeys::percolator_spaces`]: the same spaces of one namespace) or a
 //!   predicate. Writes of other keys use the plain
 //!   client. A CAS of a key outside the atomic set is refused with
 //!   [`KvError::InvalidArgument`]. Reads use the plain client (reads take no latches).

@@ -38,12 +38,15 @@
 //! worker decides again on what it found: `Committed { c }` runs the observer). If the key
 //! still holds the bytes, the answer was exact, a rolled-back writer never commits, and nothing
 //! rewrites the key as committed between the re-read and the delete. (The store has no
-//! conditional delete, a CAS never deletes, and `W` and `Q` keys are written by plain puts; the
-//! only write that could restore the old bytes is a late repeat of the writer's own put, which
-//! lands within the store's request deadline, far inside `gc_lag`.) A put of `Committed { c }`
-//! is never wrong and stays a plain put: a key it puts back after a worker or a collection
-//! removed it is covered by the acknowledgment, or is an older committed record under a newer
-//! one, which no read prefers and the next pass collects.
+//! conditional delete, a CAS never deletes; the only write that could restore the old bytes is
+//! a late repeat of the writer's own put, which lands within the store's request deadline, far
+//! inside `gc_lag`.) The rewrite as `Committed { c }` is never wrong about the fate, but it
+//! must not bring back a key another pass rewrote and then removed: a write-once record is
+//! rewritten by a CAS from the pending bytes read (a record collected under a head's delete,
+//! whose head that pass then shrank to a tombstone, would otherwise read again; found by the
+//! simulator, `percolator-sim`). A notify key is rewritten by a plain put (`Q` keys are plain
+//! on TiKV): a key it puts back after a worker removed it is covered by the acknowledgment
+//! (a guarded observer's guard), so the observer does not run again with effects.
 //!
 //! ## Snapshots and GC
 //!

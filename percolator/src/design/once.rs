@@ -53,7 +53,8 @@
 //! A `Pending` record is decided by the primary's version with its start_ts, which GC may
 //! delete once a newer version of the primary is below the safe point. So GC, in the pass
 //! that resolves locks (before it deletes anything), rewrites every `Pending` record below
-//! its safe point as `Committed { c }` or, if its writer rolled back, deletes it when a
+//! its safe point as `Committed { c }` (by a CAS from the pending bytes, so a record another
+//! pass rewrote and collected meanwhile stays gone) or, if its writer rolled back, deletes it when a
 //! re-read finds it still pending (a "rolled back" answer read after another pass trimmed the
 //! evidence is wrong, and that pass rewrote the record first: [`super::gc`], "Decisions on a
 //! rolled-back fate"). Then it deletes, per cell, the committed records older than the

@@ -374,12 +374,18 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                 .await?
             {
                 TxnStatus::Committed(c) => {
-                    // A plain put: if another pass rewrote and then collected this record
-                    // meanwhile (a newer committed write of the cell below its safe point),
-                    // the record put back is an older committed write under that newer one,
-                    // which no read prefers and the next pass collects again.
+                    // A CAS from the pending record read above, never a plain put: another
+                    // pass may have rewritten this record and collected it meanwhile (hidden
+                    // under a newer write of the cell, maybe a delete through the cell's head,
+                    // which that pass then shrank to a tombstone), and a put would bring the
+                    // deleted value back. Not swapped: the record was rewritten (the same
+                    // bytes: two passes write equal `Committed` records, S3's exemption) or
+                    // is gone, and either way it is decided.
                     let record = OnceRecord::Committed { commit_ts: c.0, op };
-                    shared.kv.put(key.clone(), record.encode()).await?;
+                    shared
+                        .kv
+                        .compare_and_swap(key.clone(), Some(raw.clone()), record.encode())
+                        .await?;
                 }
                 _ => {
                     // Only if the record is still the pending one read above: "rolled back"
