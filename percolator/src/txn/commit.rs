@@ -15,7 +15,8 @@ use crate::ts::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How many times the commit-point CAS is retried on storage errors before the outcome is
 /// reported as unknown.

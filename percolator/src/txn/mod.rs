@@ -59,10 +59,11 @@ pub use transaction::Transaction;
 use crate::codec::KeyCodec;
 use crate::kv::RawKv;
 use crate::ts::TimestampSource;
-use rand::Rng;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
+use tokio::time::Instant;
 
 /// What every transaction of a client shares.
 pub(crate) struct Shared {
@@ -198,6 +199,10 @@ impl Shared {
     /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
     /// (a crashed writer's locks never block readers much longer than a TTL would).
     pub(crate) fn lease(&self) -> Duration {
+        #[cfg(feature = "planted")]
+        if crate::planted::active(crate::planted::Bug::LeaseIgnoresRoundTrips) {
+            return self.config.lock_ttl;
+        }
         self.config.lock_ttl
             + self
                 .round_trips
@@ -272,6 +277,18 @@ impl Client {
     /// The raw store.
     pub fn store(&self) -> &Arc<dyn RawKv> {
         &self.shared.kv
+    }
+
+    /// The current second of this client's wall clock ([`ClientConfig::wall_clock`]): the
+    /// bucket its new notify keys go to, unless the notify floor is above it.
+    pub fn wall_bucket(&self) -> u64 {
+        self.shared.config.wall_clock.now_secs()
+    }
+
+    /// Milliseconds since the Unix epoch on this client's wall clock
+    /// ([`ClientConfig::wall_clock`]).
+    pub fn wall_ms(&self) -> u64 {
+        self.shared.config.wall_clock.now_ms()
     }
 
     /// The timestamp source.
@@ -539,7 +556,7 @@ impl Client {
                     // than a lock TTL, so a conflict with a crashed writer's live lock outlasts
                     // it instead of failing the caller.
                     let base = config.backoff * 2u32.saturating_pow(attempt.min(8));
-                    let jitter = rand::thread_rng().gen_range(0.5..1.5);
+                    let jitter = config.random.range_f64(0.5, 1.5);
                     tracing::debug!(attempt, error = %e, "transaction retry");
                     tokio::time::sleep(base.mul_f64(jitter)).await;
                 }
