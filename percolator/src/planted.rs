@@ -29,13 +29,8 @@ pub enum Bug {
     ScanPageShort,
     /// `commit`: the `WrittenOnce` check skips the head path (issue 38, hole 6).
     WrittenOnceSkipsHead,
-    /// The worker's liveness rule: a worker whose heartbeat is held up keeps owning its
-    /// share, so two workers own one share.
-    TwoOwnersOfAShare,
     /// The worker counts store outages towards dead letters.
     OutageCountsTowardsDeadLetter,
-    /// A lock's lease ignores the client's slow round trips, so readers fence live commits.
-    LeaseIgnoresRoundTrips,
 }
 
 thread_local! {

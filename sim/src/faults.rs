@@ -32,6 +32,17 @@ impl Default for FaultRates {
     }
 }
 
+/// What an outage takes down.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every call.
+    All,
+    /// The calls whose (first) key holds these bytes: the region of one table, as when a
+    /// TiKV region has no leader while the rest of the store serves (the notify space,
+    /// whose scans start at the floor, stays up).
+    Region(Vec<u8>),
+}
+
 /// The fault state of one run.
 #[derive(Debug)]
 pub struct Faults {
@@ -40,7 +51,7 @@ pub struct Faults {
     /// Store fault rates while chaos is on.
     pub rates: FaultRates,
     chaos: AtomicBool,
-    outage_until: Mutex<Option<Instant>>,
+    outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
 }
 
@@ -69,20 +80,29 @@ impl Faults {
         }
     }
 
-    /// Starts a store outage until `until`.
-    pub fn outage(&self, until: Instant) {
-        *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    /// Starts a store outage of `scope` until `until`.
+    pub fn outage(&self, until: Instant, scope: Scope) {
+        *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = Some((until, scope));
         self.count();
     }
 
-    /// Whether the store is out now.
-    pub fn in_outage(&self) -> bool {
+    /// Whether a call on `key` meets an outage now.
+    pub fn in_outage(&self, key: &[u8]) -> bool {
         self.chaos()
             && self
                 .outage_until
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .is_some_and(|until| Instant::now() < until)
+                .as_ref()
+                .is_some_and(|(until, scope)| {
+                    Instant::now() < *until
+                        && match scope {
+                            Scope::All => true,
+                            Scope::Region(part) => {
+                                key.windows(part.len()).any(|w| w == part.as_slice())
+                            }
+                        }
+                })
     }
 
     /// Counts one injected fault.

@@ -14,9 +14,7 @@ pub const BUGS: &[(&str, Bug)] = &[
     ("record_gone_is_rolled_back", Bug::RecordGoneIsRolledBack),
     ("scan_page_short", Bug::ScanPageShort),
     ("written_once_skips_head", Bug::WrittenOnceSkipsHead),
-    ("two_owners_of_a_share", Bug::TwoOwnersOfAShare),
     ("outage_counts_towards_dead_letter", Bug::OutageCountsTowardsDeadLetter),
-    ("lease_ignores_round_trips", Bug::LeaseIgnoresRoundTrips),
 ];
 
 /// Seeds tried per planted bug by default.

@@ -139,7 +139,8 @@ impl Hooks for FaultHooks {
     async fn before(&self, call: Call<'_>) -> KvResult<()> {
         self.life.stop_if_dead().await;
         let op = call.op();
-        self.record("call", op, first_key(&call));
+        let key = first_key(&call);
+        self.record("call", op, key);
         if matches!(call, Call::BatchCompareAndSwap { .. }) {
             // Its requests are seen one by one next; faults go there.
             return Ok(());
@@ -154,7 +155,7 @@ impl Hooks for FaultHooks {
                 tokio::time::sleep(rng.millis(0, 3)).await;
             }
             self.life.stop_if_dead().await;
-            if f.in_outage() {
+            if f.in_outage(key) {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }

@@ -6,7 +6,7 @@
 use crate::check;
 use crate::clock::{HostClock, SimTime};
 use crate::error::SimError;
-use crate::faults::{FaultRates, Faults};
+use crate::faults::{FaultRates, Faults, Scope};
 use crate::model::Shared;
 use crate::oracle::{ProcessOracle, SimOracle};
 use crate::report::{SeedReport, Stats};
@@ -178,7 +178,7 @@ fn crash(proc: Proc) {
 /// The fault schedule of a seed.
 #[derive(Debug)]
 enum Event {
-    Outage(Duration),
+    Outage(Duration, Scope),
     Takeover(Duration),
     Crash(usize),
     Restart(usize),
@@ -190,7 +190,14 @@ fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     let at = |low: u64, high: u64| Duration::from_millis(rng.range(ms * low / 100, ms * high / 100));
     let mut events = Vec::new();
     for _ in 0..rng.range(1, 3) {
-        events.push((at(10, 85), Event::Outage(rng.millis(1_000, 4_000))));
+        events.push((at(10, 85), Event::Outage(rng.millis(1_000, 4_000), Scope::All)));
+    }
+    for _ in 0..rng.range(1, 3) {
+        let table = ["events", "runs", "derived", "ring"][rng.index(4)];
+        events.push((
+            at(10, 85),
+            Event::Outage(rng.millis(1_000, 5_000), Scope::Region(table.as_bytes().to_vec())),
+        ));
     }
     for _ in 0..rng.range(1, 4) {
         events.push((at(5, 90), Event::Takeover(rng.millis(100, 1_500))));
@@ -285,7 +292,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         tokio::time::sleep_until(began + at).await;
         tracing::debug!(?at, ?event, "fault");
         match event {
-            Event::Outage(d) => faults.outage(tokio::time::Instant::now() + d),
+            Event::Outage(d, scope) => faults.outage(tokio::time::Instant::now() + d, scope),
             Event::Takeover(gap) => env.oracle.takeover(rng.index(PROCESSES), gap),
             Event::Crash(p) => {
                 if let Some(proc) = procs[p].take() {
@@ -354,6 +361,16 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         proc.worker.shutdown().await;
     }
 
+    // What every seed must have exercised (a seed that did not is a gap of the schedule).
+    let (crashes, overlaps) = model.with(|m| (m.crashes, m.gc_overlaps));
+    if options.sim_secs >= 60
+        && (crashes == 0 || env.oracle.takeovers() == 0 || overlaps < 2)
+    {
+        model.violation(format!(
+            "coverage: {crashes} crashes, {} takeovers, {overlaps} overlapping GC passes",
+            env.oracle.takeovers()
+        ));
+    }
     let violations = model.with(|m| std::mem::take(&mut m.violations));
     let stats = model.with(|m| Stats {
         sim_seconds: time.elapsed_ms() as f64 / 1000.0,

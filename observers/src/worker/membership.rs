@@ -147,12 +147,7 @@ impl Membership {
     /// fenced: its last completed heartbeat started [`FENCE_AFTER_BEATS`] periods ago).
     pub(super) fn owns(&self, cell: &Cell) -> bool {
         let split = lock(&self.split);
-        #[cfg(feature = "planted")]
-        let fenced = split.fenced()
-            && !percolator::planted::active(percolator::planted::Bug::TwoOwnersOfAShare);
-        #[cfg(not(feature = "planted"))]
-        let fenced = split.fenced();
-        if !split.settled() || fenced {
+        if !split.settled() || split.fenced() {
             return false;
         }
         let (index, live) = split.share;

@@ -199,10 +199,6 @@ impl Shared {
     /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
     /// (a crashed writer's locks never block readers much longer than a TTL would).
     pub(crate) fn lease(&self) -> Duration {
-        #[cfg(feature = "planted")]
-        if crate::planted::active(crate::planted::Bug::LeaseIgnoresRoundTrips) {
-            return self.config.lock_ttl;
-        }
         self.config.lock_ttl
             + self
                 .round_trips
