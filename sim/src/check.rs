@@ -43,8 +43,14 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
     let mut expected_scan = BTreeMap::new();
     for &id in &ids {
         let row = schema::event_row(id);
-        let seen = txn.get(&schema::seen(id)).await.map_err(harness("final seen"))?;
-        let body = txn.get(&schema::event(id)).await.map_err(harness("final event"))?;
+        let seen = txn
+            .get(&schema::seen(id))
+            .await
+            .map_err(harness("final seen"))?;
+        let body = txn
+            .get(&schema::event(id))
+            .await
+            .map_err(harness("final event"))?;
         let strong = number(&txn, &schema::runs(row.as_bytes(), "strong")).await?;
         let guarded = number(&txn, &schema::runs(row.as_bytes(), "guarded")).await?;
         let derived = txn
@@ -74,13 +80,17 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
                     ));
                 }
                 if strong != 1 {
-                    bad(format!("strong observer committed {strong} runs for one change"));
+                    bad(format!(
+                        "strong observer committed {strong} runs for one change"
+                    ));
                 }
                 if derived.as_deref() != Some(want.len().to_string().as_bytes()) {
                     bad(format!("chained output is {derived:?}"));
                 }
                 if guarded != 1 {
-                    bad(format!("guarded observer committed {guarded} runs for one output"));
+                    bad(format!(
+                        "guarded observer committed {guarded} runs for one output"
+                    ));
                 }
                 expected_scan.insert(row.clone(), want.clone());
             }
@@ -193,7 +203,10 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
     Ok(runs_total)
 }
 
-fn first_difference(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) -> Option<String> {
+fn first_difference(
+    a: &BTreeMap<String, Vec<u8>>,
+    b: &BTreeMap<String, Vec<u8>>,
+) -> Option<String> {
     a.keys()
         .chain(b.keys())
         .filter(|k| a.get(*k) != b.get(*k))

@@ -25,7 +25,7 @@ impl Default for FaultRates {
     fn default() -> Self {
         FaultRates {
             delay: 0.5,
-            hold: 0.01,
+            hold: 0.02,
             fail_before: 0.003,
             fail_after: 0.003,
         }

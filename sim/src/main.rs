@@ -8,7 +8,10 @@ use percolator_sim::{run_seed, RunOptions, SeedReport};
 use std::io::Write;
 
 #[derive(Parser, Debug)]
-#[command(name = "percolator-sim", about = "Deterministic simulation of the whole system")]
+#[command(
+    name = "percolator-sim",
+    about = "Deterministic simulation of the whole system"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

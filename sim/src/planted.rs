@@ -14,7 +14,10 @@ pub const BUGS: &[(&str, Bug)] = &[
     ("record_gone_is_rolled_back", Bug::RecordGoneIsRolledBack),
     ("scan_page_short", Bug::ScanPageShort),
     ("written_once_skips_head", Bug::WrittenOnceSkipsHead),
-    ("outage_counts_towards_dead_letter", Bug::OutageCountsTowardsDeadLetter),
+    (
+        "outage_counts_towards_dead_letter",
+        Bug::OutageCountsTowardsDeadLetter,
+    ),
 ];
 
 /// Seeds tried per planted bug by default.

@@ -45,7 +45,10 @@ pub fn run_seeds(
                 match run_seed(seed, options) {
                     Ok(report) => {
                         each(&report);
-                        reports.lock().unwrap_or_else(|p| p.into_inner()).push(report);
+                        reports
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(report);
                     }
                     Err(e) => {
                         *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);

@@ -173,7 +173,10 @@ impl Hooks for FaultHooks {
         if f.chaos() && is_write(op) && f.rng.chance(f.rates.fail_after) {
             f.count();
             self.record("reply-lost", op, &[]);
-            return Err(unavailable(op.name(), "simulated lost reply of an applied write"));
+            return Err(unavailable(
+                op.name(),
+                "simulated lost reply of an applied write",
+            ));
         }
         self.record("ok", op, &[]);
         Ok(())

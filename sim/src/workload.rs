@@ -106,17 +106,83 @@ pub async fn retention(ctx: Ctx) {
             continue;
         }
         let id = candidates[ctx.rng.index(candidates.len())];
-        ctx.model.with(|m| m.delete_tried.insert(id, Instant::now()));
+        ctx.model
+            .with(|m| m.delete_tried.insert(id, Instant::now()));
+        // Half the deletes in the marking transaction (the delete is a write-once record),
+        // half in a transaction of their own (a transaction of write-once cells only writes
+        // through the head: a head delete). A crash between the two leaves the delete to
+        // the liveness phase ([`finish_deletes`]).
+        let alone = ctx.rng.chance(0.5);
         let done = commit_retrying(&ctx, "retention", |txn| async move {
             if txn.get(&schema::seen(id)).await?.as_deref() == Some(b"L") {
                 txn.set(schema::seen(id), "D");
-                txn.delete(schema::event(id));
+                if !alone {
+                    txn.delete(schema::event(id));
+                }
             }
             Ok(())
         })
         .await;
         if done.is_none() {
             return;
+        }
+        if alone && delete_alone(&ctx, id).await.is_none() {
+            return;
+        }
+    }
+}
+
+/// Deletes event `id` in a transaction that writes nothing else (the head path).
+async fn delete_alone(ctx: &Ctx, id: u64) -> Option<()> {
+    commit_retrying(ctx, "retention delete", |txn| async move {
+        txn.delete(schema::event(id));
+        Ok(())
+    })
+    .await
+}
+
+/// The liveness phase's end of deletes a crash cut short: every event marked deleted is
+/// deleted (again, harmlessly, where it already was).
+pub async fn finish_deletes(ctx: &Ctx, ids: impl IntoIterator<Item = u64>) {
+    for id in ids {
+        let seen = ctx
+            .client
+            .run(|txn| async move { txn.get(&schema::seen(id)).await })
+            .await;
+        if let Ok(Some(b)) = seen {
+            if b == b"D" {
+                delete_alone(ctx, id).await;
+            }
+        }
+    }
+}
+
+/// Now and then a transaction reads an event and writes it again (nothing else): the
+/// store must refuse it (`TxnError::WrittenOnce`), a write-once cell read by a
+/// transaction is never written by it.
+pub async fn rewriter(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(ctx.rng.millis(1_000, 4_000)).await;
+        let candidates: Vec<u64> = ctx.model.with(|m| m.loaded.keys().copied().collect());
+        if candidates.is_empty() {
+            continue;
+        }
+        let id = candidates[ctx.rng.index(candidates.len())];
+        let outcome = ctx
+            .client
+            .run(|txn| async move {
+                let body = txn.get(&schema::event(id)).await?;
+                if let Some(body) = &body {
+                    txn.set(schema::event(id), body.clone());
+                }
+                Ok::<_, TxnError>(body.is_some())
+            })
+            .await;
+        if let Ok(true) = outcome {
+            ctx.model.violation(format!(
+                "p{} a transaction read event {id} and wrote it again, and committed",
+                ctx.process
+            ));
         }
     }
 }

@@ -156,6 +156,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     if i != 1 {
         actors.spawn(workload::stalled_reader(ctx.clone()));
     }
+    if i == 2 {
+        actors.spawn(workload::rewriter(ctx.clone()));
+    }
     actors.spawn(workload::cycle(ctx.clone()));
     actors.spawn(workload::gc(ctx, GC_LAG));
     Proc {
@@ -187,16 +190,23 @@ enum Event {
 
 fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     let ms = secs * 1000;
-    let at = |low: u64, high: u64| Duration::from_millis(rng.range(ms * low / 100, ms * high / 100));
+    let at =
+        |low: u64, high: u64| Duration::from_millis(rng.range(ms * low / 100, ms * high / 100));
     let mut events = Vec::new();
     for _ in 0..rng.range(1, 3) {
-        events.push((at(10, 85), Event::Outage(rng.millis(1_000, 4_000), Scope::All)));
+        events.push((
+            at(10, 85),
+            Event::Outage(rng.millis(1_000, 4_000), Scope::All),
+        ));
     }
     for _ in 0..rng.range(1, 3) {
         let table = ["events", "runs", "derived", "ring"][rng.index(4)];
         events.push((
             at(10, 85),
-            Event::Outage(rng.millis(1_000, 5_000), Scope::Region(table.as_bytes().to_vec())),
+            Event::Outage(
+                rng.millis(1_000, 5_000),
+                Scope::Region(table.as_bytes().to_vec()),
+            ),
         ));
     }
     for _ in 0..rng.range(1, 4) {
@@ -336,6 +346,14 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             }
         }
     }
+    let harness_ctx = Ctx {
+        process: PROCESSES,
+        client: harness.clone(),
+        model: model.clone(),
+        rng: rng.clone(),
+    };
+    let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
+    workload::finish_deletes(&harness_ctx, marked).await;
     let drained = {
         let worker = &procs[0].as_ref().expect("all up").worker;
         tokio::time::timeout(LIVENESS_LIMIT, worker.wait_until_quiescent()).await
@@ -349,13 +367,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     }
     // A last GC past everything written, then the final checks read after it.
     tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
-    let gc_ctx = Ctx {
-        process: PROCESSES,
-        client: harness.clone(),
-        model: model.clone(),
-        rng: rng.clone(),
-    };
-    workload::gc_pass(&gc_ctx, GC_LAG).await;
+    workload::gc_pass(&harness_ctx, GC_LAG).await;
     let observer_runs = check::final_checks(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         proc.worker.shutdown().await;
@@ -363,9 +375,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
 
     // What every seed must have exercised (a seed that did not is a gap of the schedule).
     let (crashes, overlaps) = model.with(|m| (m.crashes, m.gc_overlaps));
-    if options.sim_secs >= 60
-        && (crashes == 0 || env.oracle.takeovers() == 0 || overlaps < 2)
-    {
+    if options.sim_secs >= 60 && (crashes == 0 || env.oracle.takeovers() == 0 || overlaps < 2) {
         model.violation(format!(
             "coverage: {crashes} crashes, {} takeovers, {overlaps} overlapping GC passes",
             env.oracle.takeovers()
