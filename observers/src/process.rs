@@ -16,7 +16,7 @@ use crate::registry::{ObserverKind, Registered, Registry};
 use crate::telemetry::ObserverLabels;
 use futures::FutureExt;
 use percolator::record::Notification;
-use percolator::txn::{RunError, TxnStatus};
+use percolator::txn::{KeyRecheck, RunError, TxnStatus};
 use percolator::{Cell, Client, Timestamp, Transaction, TxnError};
 use std::panic::AssertUnwindSafe;
 use tokio::time::Instant;
@@ -171,15 +171,34 @@ async fn resolve(
             .await
         {
             Ok(TxnStatus::Committed(commit_ts)) => Some(commit_ts.0),
+            // The key goes only if it still holds the strong record: "rolled back" is wrong
+            // when GC rewrote the key as committed and then trimmed the evidence of the
+            // commit while this check was under way, and then the key says so
+            // (`observers::design::processing`).
             Ok(TxnStatus::RolledBack) => {
-                if let Err(e) = client.remove_notify_keys(vec![item.key.clone()]).await {
-                    return Resolved::Done(Err(e));
+                match client
+                    .remove_rolled_back_notification(&item.key, notification)
+                    .await
+                {
+                    Ok(KeyRecheck::Deleted) => {
+                        metrics.count(
+                            Event::RolledBack,
+                            Some(&metrics.labels(&item.cell, &registered.name)),
+                        );
+                        return Resolved::Done(Ok(Outcome::RolledBack));
+                    }
+                    Ok(KeyRecheck::Changed(Some(bytes))) => match Notification::decode(&bytes) {
+                        Ok(Notification::Committed { commit_ts }) => Some(commit_ts),
+                        // Anything else is left for the next scan to decide afresh.
+                        _ => return Resolved::Done(Ok(Outcome::Pending)),
+                    },
+                    // Gone: handled by another worker or deleted by GC meanwhile.
+                    Ok(KeyRecheck::Changed(None)) => {
+                        return Resolved::Done(Ok(Outcome::RolledBack))
+                    }
+                    Ok(_) => return Resolved::Done(Ok(Outcome::Pending)),
+                    Err(e) => return Resolved::Done(Err(e)),
                 }
-                metrics.count(
-                    Event::RolledBack,
-                    Some(&metrics.labels(&item.cell, &registered.name)),
-                );
-                return Resolved::Done(Ok(Outcome::RolledBack));
             }
             Ok(TxnStatus::Pending) => return Resolved::Done(Ok(Outcome::Pending)),
             Err(e) => return Resolved::Done(Err(e)),

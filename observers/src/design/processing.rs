@@ -7,7 +7,12 @@
 //!
 //! - `Strong` → the writer's status via its primary (`Client::txn_status_with_ttl`, the TTL from
 //!   the key; `percolator::design::locks`): pending → keep, retry later; rolled back → delete
-//!   the key, run nothing; committed at `c` (or a `Committed { c }` key written by GC, or a
+//!   the key if it still holds that strong record, read again after the answer
+//!   (`Client::remove_rolled_back_notification`), run nothing: the answer is wrong only when a
+//!   GC pass trimmed the evidence of the commit, and GC rewrites the key as `Committed { c }`
+//!   before it trims (`percolator::design::gc`, "Decisions on a rolled-back fate"), so a key
+//!   found changed is decided again on what it holds now (`Committed { c }` runs the
+//!   observer; gone: handled elsewhere); committed at `c` (or a `Committed { c }` key written by GC, or a
 //!   hint's `Committed { c }`: the committer knows its fate) → in a fresh transaction (start_ts
 //!   drawn after the status, so above `c`): read the cell (rolling a still-locked secondary
 //!   forward), read the acknowledgment cell `(table, row, "_ack/<observer>/<column>")`, `m =

@@ -46,6 +46,17 @@ pub enum TableIdsError {
         /// The declared map, as text.
         declared: String,
     },
+    /// The store holds keys of a table id this client's map does not have: the map grew
+    /// after the client opened the store. A pass that must see every key (GC) refuses to go
+    /// on rather than skip them.
+    #[error(
+        "the store holds keys of table id {id}, which this client's table ids do not have (the \
+         namespace's map grew after it opened the store): restart it to read the new map"
+    )]
+    UnknownId {
+        /// The table id found in a key.
+        id: u16,
+    },
     /// A declared table already holds cells keyed by its name (written by a build without
     /// table ids): its id would hide them.
     #[error(

@@ -10,10 +10,40 @@
 //! `ts` below the published safe point. GC also resolves strong notify keys below the safe point
 //! ([`super::notify`]).
 //!
-//! Concurrent GCs are safe (an application's lease that takes turns saves work only): the safe
-//! point is published by CAS and never moves back, lock resolution is idempotent, heads change
-//! only by CAS from the exact head read, and each pass deletes only versions invisible at every
-//! snapshot at or above its own safe point, which is at or below the published one.
+//! Concurrent GCs are safe and supported (two passes at once are expected: the GC lease is
+//! taken on each process's wall clock, and `percolator-ctl gc` runs beside the periodic pass;
+//! `tests/tests/txn_gc_races.rs` and `txn_gc_concurrent.rs` run them): the safe point is
+//! published by CAS and never moves back, lock resolution is idempotent, heads change only by
+//! CAS from the exact head read, each pass deletes only versions invisible at every snapshot
+//! at or above its own safe point, which is at or below the published one, and every removal
+//! decided on a "rolled back" fate is conditional on the bytes it was decided on (below).
+//! A pass refuses a key of a table id its client does not know
+//! ([`crate::codec::TableIdsError::UnknownId`]: the namespace's map grew after the client
+//! opened the store) rather than skip it: a record left unresolved would read as
+//! `CommitUnknown` once its primary's evidence is trimmed.
+//!
+//! ## Decisions on a "rolled back" fate
+//!
+//! A fate check answers "rolled back" exactly unless the evidence of the writer's commit (its
+//! primary's version with that start_ts) was trimmed by GC; then it fences the primary and
+//! answers "rolled back" wrongly. GC trims that evidence only after a pass at a safe point
+//! above the commit rewrote, first, every strong notify key and write-once record of the
+//! writer as `Committed { c }` (resolution before deletion, in every pass). Hence the rule for
+//! every client that acts on "rolled back" for a key it read (GC's notification and record
+//! passes, a worker's notify key): **re-read the key after the answer, and delete it only if it
+//! still holds the bytes the decision was taken on** (`Shared::delete_if_unchanged`;
+//! `Client::remove_rolled_back_notification` for workers). If the answer was wrong, the
+//! evidence was gone when it was read, so the key had already been rewritten (or collected
+//! under a newer committed write): the re-read sees other bytes, and the caller leaves it (a
+//! worker decides again on what it found: `Committed { c }` runs the observer). If the key
+//! still holds the bytes, the answer was exact, a rolled-back writer never commits, and nothing
+//! rewrites the key as committed between the re-read and the delete. (The store has no
+//! conditional delete, a CAS never deletes, and `W` and `Q` keys are written by plain puts; the
+//! only write that could restore the old bytes is a late repeat of the writer's own put, which
+//! lands within the store's request deadline, far inside `gc_lag`.) A put of `Committed { c }`
+//! is never wrong and stays a plain put: a key it puts back after a worker or a collection
+//! removed it is covered by the acknowledgment, or is an older committed record under a newer
+//! one, which no read prefers and the next pass collects.
 //!
 //! ## Snapshots and GC
 //!
@@ -39,6 +69,11 @@
 //!   after) is above `start_ts`, and `Corrupt` only otherwise: `D` keys are immutable, and GC
 //!   deletes the value of a version only when a newer version at or below its safe point
 //!   exists.
+//! - A write-once record whose fate reads "rolled back" while the safe point (read after) is
+//!   above the writer's start_ts is read again: rewritten as committed, it is used; gone (rolled
+//!   back, or collected under a newer committed write) it is skipped only if the safe point is
+//!   at or below `start_ts` (the newer write is then visible too and is the answer), else the
+//!   read fails with `SnapshotTooOld` ([`super::once`]).
 //! - A commit whose primary lock is gone and whose status reads "rolled back" reports
 //!   `Aborted` only if the safe point, read after the status check, is still `<= start_ts`;
 //!   otherwise GC may have removed the evidence of its commit and the outcome is

@@ -89,9 +89,12 @@
 //! and never reads a drained region's delete markers; RocksDB drops those markers at
 //! compaction.
 //!
-//! **GC** resolves strong notify keys below its safe point: rewritten as `Committed { c }` or
-//! deleted if their writer rolled back (a plain put: a resurrected key is covered by its
-//! acknowledgment).
+//! **GC** resolves strong notify keys below its safe point: rewritten as `Committed { c }` (a
+//! plain put: a resurrected key is covered by its acknowledgment) or, if their writer rolled
+//! back, deleted only if a re-read finds the strong record still there (a "rolled back" read
+//! after another pass trimmed the evidence is wrong, and that pass rewrote the key first:
+//! [`super::gc`], "Decisions on a rolled-back fate"). A worker removes a rolled-back writer's
+//! key by the same rule.
 //!
 //! ## The backlog counters
 //!

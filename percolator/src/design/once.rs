@@ -22,8 +22,8 @@
 //! registry entry. A later transaction may write the cell again (an event delivered twice
 //! through the same loader, a retention delete): reads answer the newest committed write,
 //! and GC keeps only that one below its safe point. The API refuses what it can see: a
-//! transaction that read a value in a write-once cell cannot write it
-//! ([`crate::TxnError::WrittenOnce`]). A column must be declared by every client that reads or
+//! transaction that read a value in a write-once cell cannot write it, through a record or
+//! through the cell's head ([`crate::TxnError::WrittenOnce`]). A column must be declared by every client that reads or
 //! writes it (as observed columns are), and a transaction needs at least one ordinary cell
 //! (its primary); when it writes only write-once cells, the first one is written through its
 //! head instead. Reads of a write-once cell therefore look at both its head and its records.
@@ -53,14 +53,30 @@
 //! A `Pending` record is decided by the primary's version with its start_ts, which GC may
 //! delete once a newer version of the primary is below the safe point. So GC, in the pass
 //! that resolves locks (before it deletes anything), rewrites every `Pending` record below
-//! its safe point as `Committed { c }` or deletes it (rolled back). Then it deletes, per
-//! cell, the committed records older than the newest one at or below the safe point; that
-//! one stays, a delete too (a tombstone, as a head's), so a cell with no record was never
-//! written. A reader that decided "rolled back" for a record below the published safe point
-//! (read after the status) re-reads the record: GC rewrote it meanwhile, or it is a late
-//! repeat of the writer's own put (a write repeated after a transient error; it lands within
-//! the store's request deadline, far inside `gc_lag`), which the reader reports as
-//! `CommitUnknown` rather than guess.
+//! its safe point as `Committed { c }` or, if its writer rolled back, deletes it when a
+//! re-read finds it still pending (a "rolled back" answer read after another pass trimmed the
+//! evidence is wrong, and that pass rewrote the record first: [`super::gc`], "Decisions on a
+//! rolled-back fate"). Then it deletes, per cell, the committed records older than the
+//! cell's newest committed write at or below the safe point. That write is the newest such
+//! record, which stays, a delete too (a tombstone, as a head's: a cell with no record was
+//! never written), or a version in the cell's head (a transaction of write-once cells only
+//! writes its first through the head), and then every record below it goes. Records are
+//! collected before heads in a pass, so a record hidden under a head's delete is gone before
+//! that head may shrink to a tombstone, which would otherwise show the record again; a
+//! concurrent pass that finds the head already a tombstone finds those records already
+//! gone (they lay below that pass's safe point).
+//!
+//! A reader that decided "rolled back" for a record below the published safe point (read
+//! after the status) re-reads the record. Rewritten as committed: GC rewrote it meanwhile, and
+//! the reader uses it. Gone: rolled back and deleted, or committed and collected under a
+//! newer committed write at or below the safe point. If the safe point is at or below the
+//! reader's start_ts, that newer write is visible to the reader too and is the answer (its
+//! record existed before its commit_ts was drawn, so before the reader's scan, or it is a
+//! head version the reader read), so skipping the gone record is exact; otherwise the reader
+//! cannot tell and refuses with `SnapshotTooOld`. Still pending: a late repeat of the
+//! writer's own put (a write repeated after a transient error; it lands within the store's
+//! request deadline, far inside `gc_lag`), which the reader reports as `CommitUnknown` rather
+//! than guess.
 //!
 //! **Snapshots under GC.** GC deletes a record only below a newer committed one that it keeps.
 //! So a snapshot at `R` whose answer GC changed sees that newer record, committed above `R`:

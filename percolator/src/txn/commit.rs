@@ -110,20 +110,21 @@ impl Transaction {
         // Write-once cells become records decided by the primary (`percolator::design::once`);
         // the primary is an ordinary cell: the first one, or the first write-once cell
         // written through its head when there is no other.
+        // The guard covers every write-once cell written, the one that goes through its head
+        // below included.
+        {
+            let state = self.state();
+            if let Some((cell, _)) = writes.iter().find(|(cell, value)| {
+                value.is_some() && state.once_read.contains(*cell) && shared.is_write_once(cell)
+            }) {
+                return Err(TxnError::WrittenOnce { cell: cell.clone() });
+            }
+        }
         let (mut cells, mut once_cells): (Vec<_>, Vec<_>) = writes
             .into_iter()
             .partition(|(cell, _)| !shared.is_write_once(cell));
         if cells.is_empty() {
             cells.push(once_cells.remove(0));
-        }
-        {
-            let state = self.state();
-            if let Some((cell, _)) = once_cells
-                .iter()
-                .find(|(cell, value)| value.is_some() && state.once_read.contains(cell))
-            {
-                return Err(TxnError::WrittenOnce { cell: cell.clone() });
-            }
         }
         let primary = cells[0].0.clone();
         // Invariant 5: a transaction already past its lifetime must not lock anything, and no

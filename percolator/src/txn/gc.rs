@@ -2,6 +2,7 @@
 
 use super::heads::HeadSnapshot;
 use super::locks::TxnStatus;
+use super::notify::KeyRecheck;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
 use crate::kv::{KeyRange, RangePager, ScanOrder};
@@ -70,7 +71,14 @@ pub(crate) async fn resolve_notifications_below(
                     // already covers commit_ts and the observer will not run again.
                     shared.kv.put(key.clone(), record).await?;
                 }
-                _ => shared.kv.delete(key.clone()).await?,
+                _ => {
+                    // Only if the key still holds the strong record read above: a "rolled
+                    // back" answer is wrong once another pass rewrote the key as committed and
+                    // trimmed the evidence of the commit (`percolator::design::gc`).
+                    if shared.delete_if_unchanged(&key, &raw).await? == KeyRecheck::Deleted {
+                        shared.count_removed(1);
+                    }
+                }
             }
             resolved += 1;
         }
@@ -78,12 +86,17 @@ pub(crate) async fn resolve_notifications_below(
     Ok(resolved)
 }
 
+/// The decoded `key` met by a GC pass; a key of a table id this client does not know is
+/// refused with [`crate::codec::TableIdsError::UnknownId`] (GC must see every key).
 fn cell_of(shared: &Shared, key: &[u8]) -> TxnResult<Key> {
-    shared.codec.decode(key).map_err(|e| {
-        TxnError::Storage(crate::kv::KvError::Engine {
+    shared.codec.decode(key).map_err(|e| match e {
+        crate::codec::CodecError::UnknownTableId(id) => {
+            crate::codec::TableIdsError::UnknownId { id }.into()
+        }
+        e => TxnError::Storage(crate::kv::KvError::Engine {
             op: "gc",
             message: format!("undecodable key {}: {e}", key.escape_ascii()),
-        })
+        }),
     })
 }
 
@@ -174,6 +187,9 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     stats.records_resolved = super::once::resolve_below(shared, safe_point).await?;
     // Below, sp is compared with the timestamps inside records.
     let sp = safe_point.0;
+    // Records before heads: a record hidden under a head's delete goes before that head may
+    // shrink to a tombstone (`percolator::design::once`).
+    stats.records_deleted = super::once::collect(shared, sp).await?;
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
@@ -186,7 +202,6 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
             collect_cell(shared, &cell, snap, sp, &mut stats).await?;
         }
     }
-    stats.records_deleted = super::once::collect(shared, sp).await?;
     // Orphan out-of-line values (no lock, no version refers to them) below sp.
     collect_orphan_data(shared, sp, &mut stats).await?;
     tracing::info!(safe_point = sp, ?stats, "gc pass complete");

@@ -52,7 +52,7 @@ pub use failpoint::CrashPoint;
 pub use gc::GcStats;
 pub use layout::{declare_table_ids, stored_table_ids};
 pub use locks::TxnStatus;
-pub use notify::{wall_bucket, FloorRaise, NotifyFloor, NOTIFY_FLOOR_META};
+pub use notify::{wall_bucket, FloorRaise, KeyRecheck, NotifyFloor, NOTIFY_FLOOR_META};
 pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
 
@@ -415,6 +415,25 @@ impl Client {
         self.shared.remove_notify_keys(keys).await
     }
 
+    /// Deletes the strong notify key `key` whose writer was found rolled back, if it still
+    /// holds `read` (the notification that status was asked for), read again now; counted
+    /// in [`Client::notify_counts`] when deleted. A "rolled back" answer can be wrong only
+    /// after GC trimmed the evidence of the writer's commit, and GC rewrites the key as
+    /// committed before it trims (`percolator::design::gc`): so a key that still holds the
+    /// strong record after the answer was rolled back indeed. Otherwise the key is left
+    /// alone and what it holds now is returned ([`KeyRecheck::Changed`]), to be decided again.
+    pub async fn remove_rolled_back_notification(
+        &self,
+        key: &[u8],
+        read: &crate::record::Notification,
+    ) -> TxnResult<KeyRecheck> {
+        let recheck = self.shared.delete_if_unchanged(key, &read.encode()).await?;
+        if recheck == KeyRecheck::Deleted {
+            self.shared.count_removed(1);
+        }
+        Ok(recheck)
+    }
+
     /// How many notify keys this client has put (commits, weak notifications, replays) and
     /// removed ([`Client::remove_notify_keys`]) so far. A loader whose workers share its
     /// client follows the notification backlog between counts of the store by these
@@ -475,9 +494,19 @@ impl Client {
     }
 
     /// Begins a read-only snapshot at a chosen timestamp (time-travel reads, verification).
-    /// Fails with `SnapshotTooOld` if `ts` is below the published GC safe point; committing
+    /// Fails with `InvalidArgument` if `ts` is ahead of the oracle (one timestamp is drawn to
+    /// tell), with `SnapshotTooOld` if `ts` is below the published GC safe point; committing
     /// it with writes fails with `InvalidArgument`.
     pub async fn snapshot_at(&self, ts: crate::ts::Timestamp) -> TxnResult<Transaction> {
+        // A timestamp the oracle has not issued yet would read a snapshot that commits
+        // drawing timestamps below it can still change (an unrepeatable read): refused.
+        let now = self.shared.oracle.get_timestamp().await?;
+        if ts > now {
+            return Err(TxnError::InvalidArgument(format!(
+                "snapshot timestamp {ts} is ahead of the oracle ({now}): only a timestamp \
+                 the oracle has issued names a snapshot"
+            )));
+        }
         let safe_point = gc::read_safe_point(&self.shared).await?;
         if ts < safe_point {
             return Err(TxnError::SnapshotTooOld {

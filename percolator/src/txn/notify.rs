@@ -99,6 +99,16 @@ pub struct FloorRaise {
     pub relocated: usize,
 }
 
+/// What a removal conditional on the bytes read found ([`super::Client::remove_rolled_back_notification`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyRecheck {
+    /// The key still held what was read, and is deleted.
+    Deleted,
+    /// The key holds something else now (`None`: it is gone), and was left alone.
+    Changed(Option<Vec<u8>>),
+}
+
 /// One notify key to put: the cell, the notification's timestamp and its record.
 pub(crate) type NotifyEntry = (Cell, u64, Vec<u8>);
 
@@ -125,6 +135,27 @@ impl Shared {
         self.notify_floor_seen
             .fetch_max(record.floor, Ordering::Relaxed);
         Ok(FloorRead { raw, record })
+    }
+
+    /// Deletes the value at `key` only if it still holds `expected`, read again now: the
+    /// step that makes a removal decided on bytes read earlier conditional on them
+    /// (`percolator::design::gc`, "decisions on a rolled-back fate"). The store has no
+    /// conditional delete (a CAS never deletes), so this is a re-read and a delete; it is
+    /// exact because nothing rewrites a key holding `expected` between the two unless the
+    /// decision taken on `expected` was wrong, and the callers' decisions ("rolled back") can
+    /// only be wrong once the key was already rewritten (which the re-read sees).
+    pub(crate) async fn delete_if_unchanged(
+        &self,
+        key: &[u8],
+        expected: &[u8],
+    ) -> TxnResult<KeyRecheck> {
+        match self.kv.get(key).await? {
+            Some(current) if current == expected => {
+                self.kv.delete(key.to_vec()).await?;
+                Ok(KeyRecheck::Deleted)
+            }
+            current => Ok(KeyRecheck::Changed(current)),
+        }
     }
 
     /// Deletes notify keys (handled, moved or dead-lettered), counting them in

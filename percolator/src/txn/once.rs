@@ -202,6 +202,13 @@ impl Transaction {
                         return Ok(None);
                     }
                     match shared.kv.get(key).await? {
+                        // Gone: rolled back and deleted, or committed and collected under a
+                        // newer committed write of the cell at or below the safe point. Past
+                        // our snapshot (safe point above start_ts) that newer write may be
+                        // above it, and this record our answer: refuse. At or below it, the
+                        // newer write is visible to us too and is the answer, so skipping
+                        // this record is exact (`percolator::design::once`).
+                        None if safe_point > self.inner.start_ts => return Err(self.too_old()),
                         None => return Ok(None),
                         Some(raw) => {
                             match OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(key, e))? {
@@ -225,8 +232,8 @@ impl Transaction {
 
     /// The write-once cells of `table` with rows in `[row_start, row_end)`, after `after`
     /// if given, with their visible write (deletes included, so a caller merging heads can
-    /// drop them), in cell order; stops once `limit` cells hold a value. The flag says
-    /// whether the answer needs the safe point check ([`OnceRead::newer_commit`]).
+    /// drop them), in cell order; stops once `limit` cells hold a value
+    /// ([`OnceRows::exhausted`] says whether it stopped early).
     pub(super) async fn once_rows(
         &self,
         table: &[u8],
@@ -234,7 +241,7 @@ impl Transaction {
         row_end: Option<&[u8]>,
         after: Option<&Cell>,
         limit: usize,
-    ) -> TxnResult<(Vec<(Cell, OnceVersion)>, bool)> {
+    ) -> TxnResult<OnceRows> {
         let shared = self.shared();
         let mut range = shared
             .codec
@@ -251,6 +258,7 @@ impl Transaction {
         let mut out: Vec<(Cell, OnceVersion)> = Vec::new();
         let mut newer_commit = false;
         let mut values = 0;
+        let mut exhausted = true;
         let mut group: Option<(Cell, Vec<KvPair>)> = None;
         'pages: loop {
             let page = pager.next_page().await?;
@@ -289,6 +297,7 @@ impl Transaction {
                         values += usize::from(matches!(version.1, Op::Put(_)));
                         out.push((g, version));
                         if values >= limit {
+                            exhausted = false;
                             break 'pages;
                         }
                     }
@@ -301,7 +310,40 @@ impl Transaction {
                 break;
             }
         }
-        Ok((out, newer_commit))
+        Ok(OnceRows {
+            rows: out,
+            newer_commit,
+            exhausted,
+        })
+    }
+}
+
+/// What [`Transaction::once_rows`] found.
+pub(super) struct OnceRows {
+    /// Cells with their visible write, in cell order.
+    pub(super) rows: Vec<(Cell, OnceVersion)>,
+    /// Whether the answer needs the safe point check ([`OnceRead::newer_commit`]).
+    pub(super) newer_commit: bool,
+    /// Whether every record of the range was read; if not, every cell up to the last of
+    /// `rows` was (the read stopped once `limit` cells held a value).
+    pub(super) exhausted: bool,
+}
+
+/// The cell and writer of a `W` key met by a GC pass. A key of a table id this client does
+/// not know is refused, not skipped: GC must resolve every record below its safe point before
+/// it trims the evidence of their commits (`percolator::design::once`).
+fn once_key(shared: &Shared, key: &[u8]) -> TxnResult<(Cell, u64)> {
+    match shared.codec.decode(key) {
+        Ok(Key::Once(cell, s)) => Ok((cell, s)),
+        Err(crate::codec::CodecError::UnknownTableId(id)) => {
+            Err(crate::codec::TableIdsError::UnknownId { id }.into())
+        }
+        _ => Err(TxnError::corrupt(
+            key,
+            crate::record::RecordError::Truncated {
+                field: "write-once record key",
+            },
+        )),
     }
 }
 
@@ -314,9 +356,7 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page().await? {
         for (key, raw) in page {
-            let Ok(Key::Once(_, s)) = shared.codec.decode(&key) else {
-                continue;
-            };
+            let (_, s) = once_key(shared, &key)?;
             if s >= below.0 {
                 continue;
             }
@@ -334,10 +374,19 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                 .await?
             {
                 TxnStatus::Committed(c) => {
+                    // A plain put: if another pass rewrote and then collected this record
+                    // meanwhile (a newer committed write of the cell below its safe point),
+                    // the record put back is an older committed write under that newer one,
+                    // which no read prefers and the next pass collects again.
                     let record = OnceRecord::Committed { commit_ts: c.0, op };
                     shared.kv.put(key.clone(), record.encode()).await?;
                 }
-                _ => shared.kv.delete(key.clone()).await?,
+                _ => {
+                    // Only if the record is still the pending one read above: "rolled back"
+                    // is wrong once another pass rewrote it as committed and trimmed the
+                    // evidence of the commit (`percolator::design::once`).
+                    shared.delete_if_unchanged(&key, &raw).await?;
+                }
             }
             resolved += 1;
         }
@@ -346,21 +395,25 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
 }
 
 /// Deletes, per write-once cell, the records no snapshot at or above `sp` can see: those
-/// older than the newest committed one at or below `sp` (which stays, a delete too). Runs
-/// after [`resolve_below`]. Returns how many it deleted.
+/// older than the newest committed write of the cell at or below `sp`, which is its newest
+/// committed record (that one stays, a delete too) or a version in the cell's head (a
+/// transaction of write-once cells only writes its first through the head: then every
+/// record below it goes). Runs after [`resolve_below`] and before the head pass, which may
+/// shrink a head whose newest version is a delete to a tombstone: the records hidden under
+/// that delete must be gone first, or they would be visible again. Returns how many it
+/// deleted.
 pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     let mut deleted = 0;
     let mut group: Option<(Cell, Vec<CommittedRecord>)> = None;
-    let mut doomed: Vec<Vec<u8>> = Vec::new();
+    // Cells whose records are all read, waiting for one batched read of their heads.
+    let mut cells: Vec<(Cell, Vec<CommittedRecord>)> = Vec::new();
     loop {
         let page = pager.next_page().await?;
         let done = page.is_none();
         for (key, raw) in page.into_iter().flatten() {
-            let Ok(Key::Once(cell, _)) = shared.codec.decode(&key) else {
-                continue;
-            };
+            let (cell, _) = once_key(shared, &key)?;
             // Only committed records at or below sp matter here (resolve_below decided the
             // rest below sp; records of later writers are left alone).
             let committed = match OnceRecord::decode(&raw) {
@@ -368,9 +421,7 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
                 _ => None,
             };
             if !matches!(&group, Some((g, _)) if *g == cell) {
-                if let Some((_, records)) = group.take() {
-                    doomed.extend(hidden_records(records));
-                }
+                cells.extend(group.take().filter(|(_, records)| !records.is_empty()));
                 group = Some((cell, Vec::new()));
             }
             if let (Some((_, records)), Some(c)) = (group.as_mut(), committed) {
@@ -378,13 +429,14 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
             }
         }
         if done {
-            if let Some((_, records)) = group.take() {
-                doomed.extend(hidden_records(records));
-            }
+            cells.extend(group.take().filter(|(_, records)| !records.is_empty()));
         }
-        if doomed.len() >= 1024 || (done && !doomed.is_empty()) {
-            deleted += doomed.len();
-            shared.kv.batch_delete(std::mem::take(&mut doomed)).await?;
+        if cells.len() >= 1024 || (done && !cells.is_empty()) {
+            let doomed = hidden_records(shared, std::mem::take(&mut cells), sp).await?;
+            if !doomed.is_empty() {
+                deleted += doomed.len();
+                shared.kv.batch_delete(doomed).await?;
+            }
         }
         if done {
             return Ok(deleted);
@@ -395,11 +447,37 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
 /// A committed record at or below the safe point: (key, commit_ts).
 type CommittedRecord = (Vec<u8>, u64);
 
-/// Of one cell's committed records at or below the safe point, those no snapshot at or above
-/// it sees: all but the newest. The newest stays even when it is a delete (a tombstone, as a
-/// head's): a cell with no record at all was never written, and a reader that GC could have
-/// misled always sees the record that made GC delete the older ones.
-fn hidden_records(mut records: Vec<CommittedRecord>) -> Vec<Vec<u8>> {
-    records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
-    records.into_iter().skip(1).map(|(key, _)| key).collect()
+/// Of each cell's committed records at or below the safe point `sp`, those no snapshot at or
+/// above it sees: all but the newest, and the newest too when the cell's head holds a newer
+/// version at or below `sp`. The newest record otherwise stays even when it is a delete (a
+/// tombstone, as a head's): a cell with no record at all was never written, and a reader
+/// that GC could have misled always sees the write that made GC delete the older ones.
+async fn hidden_records(
+    shared: &Shared,
+    cells: Vec<(Cell, Vec<CommittedRecord>)>,
+    sp: u64,
+) -> TxnResult<Vec<Vec<u8>>> {
+    let keys: Vec<Vec<u8>> = cells
+        .iter()
+        .map(|(cell, _)| shared.codec.head(cell))
+        .collect();
+    let heads = shared.kv.batch_get(&keys).await?;
+    let mut doomed = Vec::new();
+    for (((cell, mut records), key), raw) in cells.into_iter().zip(keys).zip(heads) {
+        records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+        let newest = records.first().map_or(0, |(_, c)| *c);
+        let head_newer = match raw {
+            None => false,
+            Some(raw) => {
+                let snap = super::heads::HeadSnapshot::decode(&key, Some(raw))?;
+                shared
+                    .visible_version(&cell, &snap.head, Timestamp(sp))
+                    .await?
+                    .is_some_and(|v| v.commit_ts > newest)
+            }
+        };
+        let keep = usize::from(!head_newer);
+        doomed.extend(records.into_iter().skip(keep).map(|(key, _)| key));
+    }
+    Ok(doomed)
 }

@@ -315,11 +315,11 @@ impl Transaction {
         }
         // Records are merged whether or not this client declared a column of the table
         // write-once: one more range scan, and scans see every cell however they were written.
-        let (once, newer_commit) = self
+        let once = self
             .once_rows(table, row_start, row_end, None, usize::MAX)
             .await?;
-        beyond_head |= newer_commit;
-        merge_once(&mut result, &head_ts, once);
+        beyond_head |= once.newer_commit;
+        merge_once(&mut result, &head_ts, once.rows);
         for (cell, write) in self.state().writes.iter() {
             let in_range = cell.table == table
                 && cell.row.as_slice() >= row_start
@@ -342,9 +342,11 @@ impl Transaction {
     /// One page of a scan of a read-only snapshot ([`super::Client::snapshot_at`]): at most
     /// `limit` cells of `table` with rows in `[row_start, row_end)` that hold a value, in
     /// (row, column) order, starting after cell `after` if given (the last cell of the
-    /// previous page). Memory stays bounded by the page however large the table; each page
-    /// is checked against GC like [`Transaction::scan`]. A transaction that is not a
-    /// read-only snapshot gets `InvalidArgument` (its own writes are not paged).
+    /// previous page). A page holds fewer than `limit` cells only when the range is
+    /// exhausted, whatever mix of heads and write-once records it meets. Memory stays bounded
+    /// by the page however large the table; each page is checked against GC like
+    /// [`Transaction::scan`]. A transaction that is not a read-only snapshot gets
+    /// `InvalidArgument` (its own writes are not paged).
     pub async fn scan_page(
         &self,
         table: &[u8],
@@ -353,13 +355,78 @@ impl Transaction {
         after: Option<&Cell>,
         limit: usize,
     ) -> TxnResult<Vec<(Cell, Vec<u8>)>> {
-        use crate::codec::{Key, Space};
         self.check_open()?;
         if !self.inner.read_only {
             return Err(TxnError::InvalidArgument(
                 "scan_page needs a read-only snapshot (Client::snapshot_at)".to_string(),
             ));
         }
+        let limit = limit.max(1);
+        let mut out: Vec<(Cell, Vec<u8>)> = Vec::with_capacity(limit.min(4096));
+        let mut beyond_head = false;
+        let mut cursor = after.cloned();
+        // Each round reads, from the cursor on, the first `want` cells with a value of each
+        // side (heads, records). Up to the smaller of the two sides' last cells (a side that
+        // was exhausted sets no bound) both sides are known in full, so the merge is exact
+        // there; a cell a side held but the other side's newer write hides (a delete) is
+        // dropped, and the next round goes on from that bound until the page is full.
+        loop {
+            let want = limit - out.len();
+            let heads = self
+                .head_rows(table, row_start, row_end, cursor.as_ref(), want)
+                .await?;
+            let once = self
+                .once_rows(table, row_start, row_end, cursor.as_ref(), want)
+                .await?;
+            beyond_head |= heads.beyond_head || once.newer_commit;
+            let head_last = (!heads.exhausted).then(|| heads.rows.last().map(|r| r.0.clone()));
+            let once_last = (!once.exhausted).then(|| once.rows.last().map(|r| r.0.clone()));
+            // `None`: both sides exhausted. A side that stopped early stopped on a cell.
+            let bound: Option<Cell> = match (head_last.flatten(), once_last.flatten()) {
+                (Some(h), Some(o)) => Some(h.min(o)),
+                (h, o) => h.or(o),
+            };
+            let within = |cell: &Cell| bound.as_ref().is_none_or(|b| cell <= b);
+            let mut merged: BTreeMap<Cell, Vec<u8>> = BTreeMap::new();
+            let mut head_ts: BTreeMap<Cell, u64> = BTreeMap::new();
+            for (cell, commit_ts, value) in heads.rows.into_iter().filter(|r| within(&r.0)) {
+                if let Some(c) = commit_ts {
+                    head_ts.insert(cell.clone(), c);
+                }
+                if let Some(value) = value {
+                    merged.insert(cell, value);
+                }
+            }
+            let once_rows = once.rows.into_iter().filter(|r| within(&r.0)).collect();
+            merge_once(&mut merged, &head_ts, once_rows);
+            out.extend(merged);
+            if out.len() >= limit {
+                out.truncate(limit);
+                break;
+            }
+            match bound {
+                Some(bound) => cursor = Some(bound),
+                None => break,
+            }
+        }
+        if beyond_head {
+            self.ensure_not_collected().await?;
+        }
+        Ok(out)
+    }
+
+    /// The cells of `table` with rows in `[row_start, row_end)` that have a head, after
+    /// `after` if given, with what each head shows at start_ts (commit_ts and value, deletes
+    /// included), in cell order; stops once `limit` cells hold a value.
+    async fn head_rows(
+        &self,
+        table: &[u8],
+        row_start: &[u8],
+        row_end: Option<&[u8]>,
+        after: Option<&Cell>,
+        limit: usize,
+    ) -> TxnResult<HeadRows> {
+        use crate::codec::{Key, Space};
         let mut range = self
             .shared()
             .codec
@@ -369,12 +436,19 @@ impl Transaction {
             next.push(0);
             range.start = range.start.max(next);
         }
-        let limit = limit.max(1);
-        let mut out = Vec::with_capacity(limit.min(4096));
-        let mut head_ts: BTreeMap<Cell, u64> = BTreeMap::new();
-        let mut beyond_head = false;
+        let mut rows = HeadRows {
+            rows: Vec::new(),
+            beyond_head: false,
+            exhausted: true,
+        };
+        let mut values = 0;
         let kv = self.shared().kv.clone();
-        let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, limit.min(1024));
+        let mut pager = RangePager::new(
+            kv.as_ref(),
+            range,
+            ScanOrder::Forward,
+            limit.clamp(16, 1024),
+        );
         'pages: while let Some(page) = pager.next_page().await? {
             for (key, raw) in page {
                 let Ok(Key::Head(cell)) = self.shared().codec.decode(&key) else {
@@ -388,34 +462,31 @@ impl Transaction {
                 };
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
                 let read = self.read_versioned(&cell, key, snap).await?;
-                beyond_head |= read.beyond_head;
-                if let Some(c) = read.commit_ts {
-                    head_ts.insert(cell.clone(), c);
-                }
-                if let Some(value) = read.value {
-                    out.push((cell, value));
-                    if out.len() >= limit {
+                rows.beyond_head |= read.beyond_head;
+                let has_value = read.value.is_some();
+                rows.rows.push((cell, read.commit_ts, read.value));
+                if has_value {
+                    values += 1;
+                    if values >= limit {
+                        rows.exhausted = false;
                         break 'pages;
                     }
                 }
             }
         }
-        // Each side's first `limit` cells with a value, merged: the merged first `limit`
-        // cells are exact (a cell beyond either side's page has `limit` cells before it).
-        let (once, newer_commit) = self
-            .once_rows(table, row_start, row_end, after, limit)
-            .await?;
-        beyond_head |= newer_commit;
-        if !once.is_empty() {
-            let mut merged: BTreeMap<Cell, Vec<u8>> = out.into_iter().collect();
-            merge_once(&mut merged, &head_ts, once);
-            out = merged.into_iter().take(limit).collect();
-        }
-        if beyond_head {
-            self.ensure_not_collected().await?;
-        }
-        Ok(out)
+        Ok(rows)
     }
+}
+
+/// What [`Transaction::head_rows`] found.
+struct HeadRows {
+    /// (cell, commit_ts of what the head shows, value), in cell order.
+    rows: Vec<(Cell, Option<u64>, Option<Vec<u8>>)>,
+    /// Whether an answer came from beyond a head.
+    beyond_head: bool,
+    /// Whether every head of the range was read; if not, every cell up to the last of
+    /// `rows` was.
+    exhausted: bool,
 }
 
 /// Merges write-once cells' visible writes into `result` (what the heads showed, with the

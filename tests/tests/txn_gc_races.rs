@@ -1,0 +1,561 @@
+//! Races between GC, readers and workers over write-once records and notify keys
+//! (`percolator::design::gc`, `percolator::design::once`, `observers::design::processing`).
+//! Each scenario places its race with the kv intercept, holding one store call of one
+//! client while another runs (no sleep places a race; sleeps only let the oracle's clock
+//! pass a TTL or the GC lag), and checks what snapshot isolation or exactly-once promises:
+//! a committed write or notification is never lost, a read is its snapshot's value or
+//! `SnapshotTooOld`, a scan page is full unless the range is exhausted. Every scenario runs
+//! on the in-memory store, the embedded store and minitikv.
+
+mod common;
+
+use common::test_config;
+use percolator::codec::Space;
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::{KvResult, MemoryKv, RawKv, ScanOrder};
+use percolator::record::{Notification, OnceRecord};
+use percolator::ts::{LocalClock, Timestamp};
+use percolator::txn::{Client, ClientConfig, TxnError};
+use percolator::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const EVENTS: &str = "events";
+
+fn event(id: u64) -> Cell {
+    Cell::new(EVENTS, format!("e{id:06}"), "body")
+}
+
+fn offset() -> Cell {
+    Cell::new("loader", "file", "offset")
+}
+
+/// An ordinary observed cell (its notify key carries the strong record).
+fn watched() -> Cell {
+    Cell::new("watched", "r", "v")
+}
+
+/// Which calls a [`Hold`] holds back.
+type Matcher = Box<dyn for<'a> Fn(&Call<'a>) -> bool + Send + Sync>;
+
+/// Hooks that, once armed, hold back the first call matching a predicate until released.
+struct Hold {
+    armed: Mutex<Option<Matcher>>,
+    reached: tokio::sync::Semaphore,
+    release: tokio::sync::Semaphore,
+}
+
+impl Default for Hold {
+    fn default() -> Self {
+        Hold {
+            armed: Mutex::new(None),
+            reached: tokio::sync::Semaphore::new(0),
+            release: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+impl Hold {
+    fn arm(&self, matcher: impl for<'a> Fn(&Call<'a>) -> bool + Send + Sync + 'static) {
+        *self.armed.lock().unwrap() = Some(Box::new(matcher));
+    }
+
+    /// Waits until the held call arrived (a 60 s hang guard, not a timing claim).
+    async fn reached(&self) {
+        tokio::time::timeout(Duration::from_secs(60), self.reached.acquire())
+            .await
+            .expect("the held call never came")
+            .expect("open")
+            .forget();
+    }
+
+    fn release(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
+    }
+}
+
+#[async_trait::async_trait]
+impl Hooks for Hold {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        let hit = {
+            let mut armed = self.armed.lock().unwrap();
+            match armed.as_ref() {
+                Some(matcher) if matcher(&call) => {
+                    *armed = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if hit {
+            self.reached.add_permits(1);
+            self.release.acquire().await.expect("open").forget();
+        }
+        Ok(())
+    }
+}
+
+/// The matcher of a point read of `cell`'s head (a fate check reads its primary's head).
+fn head_get(cell: &Cell) -> impl for<'a> Fn(&Call<'a>) -> bool + Send + Sync + 'static {
+    let key = percolator::KeyCodec::new(test_config().namespace).head(cell);
+    move |call: &Call<'_>| matches!(call, Call::Get { key: k } if *k == key.as_slice())
+}
+
+/// The clients of one scenario on one store: all share one oracle.
+struct Scene {
+    kv: Arc<dyn RawKv>,
+    clock: Arc<LocalClock>,
+    /// Writes the history: short lock TTL, so a fate check may fence a stale writer soon.
+    writer: Client,
+    /// Collects garbage with a short lag.
+    gc: Client,
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+impl Scene {
+    fn new(kv: Arc<dyn RawKv>, keep: Box<dyn std::any::Any + Send>) -> Scene {
+        let clock = Arc::new(LocalClock::new());
+        let writer = Self::client_with(&kv, &clock, writer_config());
+        let gc = Self::client_with(&kv, &clock, gc_config());
+        Scene {
+            kv,
+            clock,
+            writer,
+            gc,
+            _keep: keep,
+        }
+    }
+
+    fn client_with(kv: &Arc<dyn RawKv>, clock: &Arc<LocalClock>, config: ClientConfig) -> Client {
+        let client = Client::with_config(kv.clone(), clock.clone(), config);
+        client.write_once_column(EVENTS, "body");
+        client.observe_column("watched", "v");
+        client
+    }
+
+    /// A client on this store whose calls go through a [`Hold`].
+    fn held(&self, config: ClientConfig) -> (Client, Arc<Intercepted<Hold>>) {
+        let kv = Arc::new(Intercepted::wrap(self.kv.clone(), Hold::default()));
+        let client = Self::client_with(&(kv.clone() as Arc<dyn RawKv>), &self.clock, config);
+        (client, kv)
+    }
+
+    async fn now(&self) -> Timestamp {
+        let txn = self.writer.begin().await.unwrap();
+        let ts = txn.start_ts();
+        txn.rollback();
+        ts
+    }
+
+    /// Commits `cells` (None: a delete) in one transaction of the writer.
+    async fn commit(&self, cells: &[(Cell, Option<&str>)]) -> Timestamp {
+        let txn = self.writer.begin().await.unwrap();
+        for (cell, value) in cells {
+            match value {
+                Some(v) => txn.set(cell.clone(), *v),
+                None => txn.delete(cell.clone()),
+            }
+        }
+        txn.commit().await.unwrap()
+    }
+
+    /// Moves the offset on a few times, so that a GC pass past them trims the versions of
+    /// the offset that prove earlier commits (the evidence of a record's fate).
+    async fn bury_evidence(&self) {
+        for i in 0..4 {
+            self.commit(&[(offset(), Some(&format!("bury {i}")))]).await;
+        }
+    }
+
+    /// A safe point above everything committed so far, once the GC lag allows it.
+    async fn safe_point(&self) -> Timestamp {
+        let sp = self.now().await;
+        tokio::time::sleep(gc_config().gc_lag + Duration::from_millis(20)).await;
+        sp
+    }
+
+    /// A whole GC pass of `client` at `sp`.
+    async fn gc_with(client: &Client, sp: Timestamp) -> percolator::txn::GcStats {
+        client.gc(sp).await.expect("gc pass")
+    }
+
+    async fn records(&self) -> Vec<(Vec<u8>, OnceRecord)> {
+        let range = self.writer.codec().space_range(Space::Once);
+        self.kv
+            .scan(range, 10_000, ScanOrder::Forward)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, OnceRecord::decode(&v).unwrap()))
+            .collect()
+    }
+
+    async fn notify_keys(&self) -> Vec<Notification> {
+        let range = self.writer.codec().space_range(Space::Notify);
+        self.kv
+            .scan(range, 10_000, ScanOrder::Forward)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, v)| Notification::decode(&v).unwrap())
+            .collect()
+    }
+
+    async fn read(&self, cell: &Cell) -> Option<Vec<u8>> {
+        let txn = self.writer.begin().await.unwrap();
+        txn.get(cell).await.unwrap()
+    }
+}
+
+fn writer_config() -> ClientConfig {
+    ClientConfig {
+        lock_ttl: Duration::from_millis(50),
+        ..test_config()
+    }
+}
+
+fn gc_config() -> ClientConfig {
+    ClientConfig {
+        max_lifetime: Duration::from_millis(20),
+        gc_lag: Duration::from_millis(30),
+        ..test_config()
+    }
+}
+
+/// A reader whose snapshot may outlive the GC lag of [`gc_config`].
+fn stalled_reader_config() -> ClientConfig {
+    ClientConfig {
+        max_lifetime: Duration::from_secs(600),
+        gc_lag: Duration::from_secs(601),
+        ..test_config()
+    }
+}
+
+/// Hole 1 (records): GC-B reads writer s1's pending record and is held in its fate check;
+/// GC-A runs a whole pass (rewrites the record as committed, trims the evidence from the
+/// primary); GC-B's fate check then finds no evidence and answers "rolled back". It must
+/// not delete the record GC-A rewrote.
+async fn two_gc_passes_keep_a_committed_record(scene: Scene) {
+    scene
+        .commit(&[(event(1), Some("kept")), (offset(), Some("1"))])
+        .await;
+    scene.bury_evidence().await;
+    let sp = scene.safe_point().await;
+    let (gc_b, held) = scene.held(gc_config());
+    held.hooks().arm(head_get(&offset()));
+    let pass_b = tokio::spawn(async move { Scene::gc_with(&gc_b, sp).await });
+    held.hooks().reached().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.records_resolved, 1, "{stats:?}");
+    held.hooks().release();
+    pass_b.await.unwrap();
+    let records = scene.records().await;
+    assert!(
+        matches!(records.as_slice(), [(_, OnceRecord::Committed { .. })]),
+        "the committed record is kept: {records:?}"
+    );
+    assert_eq!(scene.read(&event(1)).await, Some(b"kept".to_vec()));
+}
+
+/// Hole 1 (notify keys): as above, for a strong notify key GC-A rewrote as committed: GC-B
+/// must not delete it (that change's observer would never run).
+async fn two_gc_passes_keep_a_committed_notification(scene: Scene) {
+    scene
+        .commit(&[(offset(), Some("1")), (watched(), Some("change"))])
+        .await;
+    scene.bury_evidence().await;
+    let sp = scene.safe_point().await;
+    let (gc_b, held) = scene.held(gc_config());
+    held.hooks().arm(head_get(&offset()));
+    let pass_b = tokio::spawn(async move { Scene::gc_with(&gc_b, sp).await });
+    held.hooks().reached().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.notifications_resolved, 1, "{stats:?}");
+    held.hooks().release();
+    pass_b.await.unwrap();
+    let keys = scene.notify_keys().await;
+    assert!(
+        matches!(keys.as_slice(), [Notification::Committed { .. }]),
+        "the notification rewritten as committed is kept: {keys:?}"
+    );
+}
+
+/// Hole 2: a record put at c1, deleted through the cell's head at c2 (a transaction of
+/// write-once cells only writes its first through the head), GC at or above c2: the value
+/// must stay deleted for `get`, `get_many`, `scan` and `scan_page`.
+async fn a_head_delete_stays_deleted_after_gc(scene: Scene) {
+    scene
+        .commit(&[
+            (event(1), Some("gone")),
+            (event(2), Some("stays")),
+            (offset(), Some("1")),
+        ])
+        .await;
+    scene.commit(&[(event(1), None)]).await;
+    assert_eq!(scene.read(&event(1)).await, None);
+    let sp = scene.safe_point().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.heads_tombstoned, 1, "{stats:?}");
+    assert_eq!(scene.read(&event(1)).await, None, "get after GC");
+    let txn = scene.writer.begin().await.unwrap();
+    assert_eq!(
+        txn.get_many(&[event(1), event(2)]).await.unwrap(),
+        vec![None, Some(b"stays".to_vec())]
+    );
+    assert_eq!(
+        txn.scan(EVENTS.as_bytes(), b"", None).await.unwrap(),
+        vec![(event(2), b"stays".to_vec())],
+        "scan after GC"
+    );
+    let snap = scene.writer.snapshot_at(scene.now().await).await.unwrap();
+    assert_eq!(
+        snap.scan_page(EVENTS.as_bytes(), b"", None, None, 10)
+            .await
+            .unwrap(),
+        vec![(event(2), b"stays".to_vec())],
+        "scan_page after GC"
+    );
+    // A second pass changes nothing.
+    Scene::gc_with(&scene.gc, scene.safe_point().await).await;
+    assert_eq!(scene.read(&event(1)).await, None, "get after a second pass");
+}
+
+/// Hole 3: a worker reads a strong notify key and is held in its fate check; GC rewrites the
+/// key as committed and trims the evidence; the check fences and answers "rolled back". The
+/// worker must run the observer for that change (once), not delete its key.
+async fn a_worker_racing_gc_runs_the_committed_change(scene: Scene) {
+    scene
+        .commit(&[(offset(), Some("1")), (watched(), Some("change"))])
+        .await;
+    scene.bury_evidence().await;
+    let sp = scene.safe_point().await;
+    let (client, held) = scene.held(writer_config());
+    held.hooks().arm(head_get(&offset()));
+    let runs = Arc::new(AtomicU64::new(0));
+    let observer = observers::observer_fn_with(runs.clone(), |runs, _txn, _cell| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let registry = common::strong_registry("watched", "v", "count", observer);
+    let worker = observers::Worker::start(client, registry, common::quick());
+    held.hooks().reached().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.notifications_resolved, 1, "{stats:?}");
+    held.hooks().release();
+    common::quiesce([&worker]).await;
+    worker.shutdown().await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the committed change is observed once"
+    );
+    assert!(scene.notify_keys().await.is_empty());
+}
+
+/// Hole 4: a reader at R scans s1's committed (pending) record and is held in its fate
+/// check; s2 (after R) writes the cell again; GC deletes s1's record under s2's and trims
+/// s1's evidence. The reader must answer s1's value or `SnapshotTooOld`, never "absent".
+async fn a_stalled_reader_is_refused_not_answered_absent(scene: Scene) {
+    scene
+        .commit(&[(event(1), Some("first")), (offset(), Some("1"))])
+        .await;
+    let (reader, held) = scene.held(stalled_reader_config());
+    let snapshot = reader.begin().await.unwrap();
+    held.hooks().arm(head_get(&offset()));
+    let read = tokio::spawn(async move { snapshot.get(&event(1)).await });
+    held.hooks().reached().await;
+    scene
+        .commit(&[(event(1), Some("second")), (offset(), Some("2"))])
+        .await;
+    scene.bury_evidence().await;
+    let sp = scene.safe_point().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    held.hooks().release();
+    match read.await.unwrap() {
+        Ok(Some(value)) => assert_eq!(value, b"first"),
+        Err(TxnError::SnapshotTooOld { .. }) => {}
+        other => panic!("the snapshot's value or SnapshotTooOld, not {other:?}"),
+    }
+}
+
+/// Hole 5: pages over a mix of heads and records are full unless the range is exhausted.
+async fn scan_pages_are_full_over_heads_and_records(scene: Scene) {
+    scene
+        .commit(&[
+            (event(1), Some("1")),
+            (event(2), Some("2")),
+            (event(3), Some("3")),
+            (offset(), Some("1")),
+        ])
+        .await;
+    // e1 deleted through its head: its record's value is hidden.
+    scene.commit(&[(event(1), None)]).await;
+    let snap = scene.writer.snapshot_at(scene.now().await).await.unwrap();
+    let page = |after: Option<Cell>, limit| {
+        let snap = snap.clone();
+        async move {
+            snap.scan_page(EVENTS.as_bytes(), b"", None, after.as_ref(), limit)
+                .await
+                .unwrap()
+        }
+    };
+    let cells = |page: Vec<(Cell, Vec<u8>)>| page.into_iter().map(|(c, _)| c).collect::<Vec<_>>();
+    assert_eq!(cells(page(None, 2).await), vec![event(2), event(3)]);
+    assert_eq!(cells(page(None, 1).await), vec![event(2)]);
+    assert_eq!(cells(page(Some(event(2)), 1).await), vec![event(3)]);
+    assert_eq!(cells(page(Some(event(3)), 1).await), Vec::<Cell>::new());
+}
+
+/// Hole 6: a transaction of write-once cells only that read a value of one may not write
+/// it again (the guard must cover the cell written through its head).
+async fn the_written_once_guard_covers_the_head_path(scene: Scene) {
+    scene
+        .commit(&[(event(1), Some("once")), (offset(), Some("1"))])
+        .await;
+    let txn = scene.writer.begin().await.unwrap();
+    assert_eq!(txn.get(&event(1)).await.unwrap(), Some(b"once".to_vec()));
+    txn.set(event(1), "twice");
+    match txn.commit().await {
+        Err(TxnError::WrittenOnce { cell }) => assert_eq!(cell, event(1)),
+        other => panic!("expected WrittenOnce, got {other:?}"),
+    }
+    assert_eq!(scene.read(&event(1)).await, Some(b"once".to_vec()));
+}
+
+/// `snapshot_at` refuses a timestamp the oracle has not issued.
+async fn a_snapshot_in_the_future_is_refused(scene: Scene) {
+    let ahead = Timestamp(scene.now().await.0 + (3_600_000 << 18));
+    match scene.writer.snapshot_at(ahead).await {
+        Err(TxnError::InvalidArgument(_)) => {}
+        Err(other) => panic!("expected InvalidArgument, got {other:?}"),
+        Ok(_) => panic!("expected InvalidArgument, got a snapshot"),
+    }
+    assert!(scene.writer.snapshot_at(scene.now().await).await.is_ok());
+}
+
+macro_rules! scenarios {
+    ($store:ident, $flavor:meta) => {
+        mod $store {
+            use super::*;
+            #[$flavor]
+            async fn two_gc_passes_keep_a_committed_record() {
+                super::two_gc_passes_keep_a_committed_record(scene().await).await;
+            }
+            #[$flavor]
+            async fn two_gc_passes_keep_a_committed_notification() {
+                super::two_gc_passes_keep_a_committed_notification(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_head_delete_stays_deleted_after_gc() {
+                super::a_head_delete_stays_deleted_after_gc(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_worker_racing_gc_runs_the_committed_change() {
+                super::a_worker_racing_gc_runs_the_committed_change(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_stalled_reader_is_refused_not_answered_absent() {
+                super::a_stalled_reader_is_refused_not_answered_absent(scene().await).await;
+            }
+            #[$flavor]
+            async fn scan_pages_are_full_over_heads_and_records() {
+                super::scan_pages_are_full_over_heads_and_records(scene().await).await;
+            }
+            #[$flavor]
+            async fn the_written_once_guard_covers_the_head_path() {
+                super::the_written_once_guard_covers_the_head_path(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_snapshot_in_the_future_is_refused() {
+                super::a_snapshot_in_the_future_is_refused(scene().await).await;
+            }
+        }
+    };
+}
+
+mod on_memory {
+    use super::*;
+    async fn scene() -> Scene {
+        Scene::new(Arc::new(MemoryKv::new()), Box::new(()))
+    }
+    scenarios!(s, tokio::test(flavor = "multi_thread", worker_threads = 2));
+}
+
+mod on_embedded {
+    use super::*;
+    async fn scene() -> Scene {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kv = percolator::txn::open_embedded(dir.path(), Default::default())
+            .expect("open embedded store");
+        Scene::new(Arc::new(kv), Box::new(dir))
+    }
+    scenarios!(s, tokio::test(flavor = "multi_thread", worker_threads = 2));
+}
+
+mod on_minitikv {
+    use super::*;
+    async fn scene() -> Scene {
+        let store = common::tikv_store().await;
+        let kv = store.kv.clone();
+        Scene::new(kv, Box::new(store))
+    }
+    scenarios!(s, tokio::test(flavor = "multi_thread", worker_threads = 2));
+}
+
+/// GC refuses `W` keys of a table id its client does not know (the map grew after it
+/// opened the store) instead of skipping them: their records would read as
+/// `CommitUnknown` once their primaries' evidence is trimmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_refuses_records_of_a_table_id_it_does_not_know() {
+    use percolator::codec::{TableIds, TableIdsError};
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let ns = test_config().namespace;
+    let old = TableIds::new([("loader", 1u16)]).unwrap();
+    let old = percolator::txn::declare_table_ids(kv.as_ref(), &ns, &old)
+        .await
+        .unwrap();
+    let grown = TableIds::new([("loader", 1u16), (EVENTS, 2u16)]).unwrap();
+    let grown = percolator::txn::declare_table_ids(kv.as_ref(), &ns, &grown)
+        .await
+        .unwrap();
+    let clock = Arc::new(LocalClock::new());
+    let writer = Scene::client_with(
+        &kv,
+        &clock,
+        ClientConfig {
+            table_ids: grown,
+            ..writer_config()
+        },
+    );
+    let stale = Scene::client_with(
+        &kv,
+        &clock,
+        ClientConfig {
+            table_ids: old,
+            ..gc_config()
+        },
+    );
+    let txn = writer.begin().await.unwrap();
+    txn.set(event(1), "x");
+    txn.set(offset(), "1");
+    txn.commit().await.unwrap();
+    let sp = {
+        let t = writer.begin().await.unwrap();
+        let ts = t.start_ts();
+        t.rollback();
+        ts
+    };
+    tokio::time::sleep(gc_config().gc_lag + Duration::from_millis(20)).await;
+    match stale.gc(sp).await {
+        Err(TxnError::TableIds(TableIdsError::UnknownId { id: 2 })) => {}
+        other => panic!("expected UnknownId, got {other:?}"),
+    }
+}
