@@ -132,13 +132,41 @@ pub async fn retention(ctx: Ctx) {
     }
 }
 
-/// Deletes event `id` in a transaction that writes nothing else (the head path).
+/// Deletes event `id` in a transaction that writes nothing else (the head path), once:
+/// before each attempt a transaction of its own reads whether it is still there (a
+/// transaction that read a write-once cell may not write it), so an attempt whose outcome
+/// was unknown is not repeated once it applied. Only this caller deletes the event.
 async fn delete_alone(ctx: &Ctx, id: u64) -> Option<()> {
-    commit_retrying(ctx, "retention delete", |txn| async move {
-        txn.delete(schema::event(id));
-        Ok(())
-    })
-    .await
+    loop {
+        let present = commit_retrying(ctx, "retention read", |txn| async move {
+            Ok(txn.get(&schema::event(id)).await?.is_some())
+        })
+        .await?;
+        if !present {
+            return Some(());
+        }
+        let outcome = ctx
+            .client
+            .run(|txn| async move {
+                txn.delete(schema::event(id));
+                Ok::<_, TxnError>(())
+            })
+            .await;
+        match outcome {
+            Ok(()) => {
+                ctx.model.with(|m| m.transactions += 1);
+                return Some(());
+            }
+            Err(e) if e.is_transient() => tokio::time::sleep(ctx.rng.millis(5, 100)).await,
+            Err(e) => {
+                ctx.model.violation(format!(
+                    "p{} retention delete of event {id}: unexpected error {e}",
+                    ctx.process
+                ));
+                return None;
+            }
+        }
+    }
 }
 
 /// The liveness phase's end of deletes a crash cut short: every event marked deleted is
