@@ -427,6 +427,12 @@ impl Client {
         key: &[u8],
         read: &crate::record::Notification,
     ) -> TxnResult<KeyRecheck> {
+        #[cfg(feature = "planted")]
+        if crate::planted::active(crate::planted::Bug::WorkerDeletesRolledBack) {
+            self.shared.kv.delete(key.to_vec()).await?;
+            self.shared.count_removed(1);
+            return Ok(KeyRecheck::Deleted);
+        }
         let recheck = self.shared.delete_if_unchanged(key, &read.encode()).await?;
         if recheck == KeyRecheck::Deleted {
             self.shared.count_removed(1);
