@@ -61,5 +61,6 @@ pub fn registry() -> Arc<Registry> {
 /// Declares the application's columns to a client (every client of the namespace does).
 pub fn declare(client: &Client, registry: &Registry) {
     client.write_once_column("events", "body");
+    client.write_once_column("archive", "body");
     registry.declare(client);
 }

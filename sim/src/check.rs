@@ -168,7 +168,7 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
         let mut after: Option<Cell> = None;
         loop {
             let page = snapshot
-                .scan_page(b"events", b"", None, after.as_ref(), limit)
+                .scan_page(b"archive", b"", None, after.as_ref(), limit)
                 .await
                 .map_err(harness("final scan_page"))?;
             let full = page.len() >= limit;
@@ -184,7 +184,7 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
         }
         if paged != expected_scan {
             model.violation(format!(
-                "pages of {limit} over the events return {} cells, cell reads {} \
+                "pages of {limit} over the archive return {} cells, event reads {} \
                  (first difference at {:?})",
                 paged.len(),
                 expected_scan.len(),

@@ -24,6 +24,12 @@ pub fn event(id: u64) -> Cell {
     Cell::new("events", event_row(id), "body")
 }
 
+/// The event's copy in the archive (write-once, unobserved: its rows hold nothing else,
+/// so pages over it are pages of events alone).
+pub fn archive(id: u64) -> Cell {
+    Cell::new("archive", event_row(id), "body")
+}
+
 /// The body every delivery of event `id` carries.
 pub fn event_body(id: u64) -> Vec<u8> {
     format!("event {id} {}", "x".repeat((id % 7) as usize)).into_bytes()

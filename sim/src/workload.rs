@@ -67,6 +67,7 @@ pub async fn loader(ctx: Ctx, j: usize) {
                     if txn.get(&schema::seen(id)).await?.is_none() && !written.contains(&id) {
                         txn.set(schema::seen(id), "L");
                         txn.set(schema::event(id), schema::event_body(id));
+                        txn.set(schema::archive(id), schema::event_body(id));
                         written.push(id);
                     }
                 }
@@ -118,6 +119,7 @@ pub async fn retention(ctx: Ctx) {
                 txn.set(schema::seen(id), "D");
                 if !alone {
                     txn.delete(schema::event(id));
+                    txn.delete(schema::archive(id));
                 }
             }
             Ok(())
@@ -137,9 +139,15 @@ pub async fn retention(ctx: Ctx) {
 /// transaction that read a write-once cell may not write it), so an attempt whose outcome
 /// was unknown is not repeated once it applied. Only this caller deletes the event.
 async fn delete_alone(ctx: &Ctx, id: u64) -> Option<()> {
+    delete_cell_alone(ctx, id, schema::event(id)).await?;
+    delete_cell_alone(ctx, id, schema::archive(id)).await
+}
+
+async fn delete_cell_alone(ctx: &Ctx, id: u64, cell: percolator::Cell) -> Option<()> {
     loop {
+        let cell = &cell;
         let present = commit_retrying(ctx, "retention read", |txn| async move {
-            Ok(txn.get(&schema::event(id)).await?.is_some())
+            Ok(txn.get(cell).await?.is_some())
         })
         .await?;
         if !present {
@@ -148,7 +156,7 @@ async fn delete_alone(ctx: &Ctx, id: u64) -> Option<()> {
         let outcome = ctx
             .client
             .run(|txn| async move {
-                txn.delete(schema::event(id));
+                txn.delete(cell.clone());
                 Ok::<_, TxnError>(())
             })
             .await;
@@ -344,7 +352,11 @@ pub async fn stalled_reader(ctx: Ctx) {
 /// allows; now and then two passes at once from this process.
 pub async fn gc(ctx: Ctx, lag: Duration) {
     loop {
-        tokio::time::sleep(ctx.rng.millis(1_000, 4_000)).await;
+        // Passes start near whole seconds of simulated time, so the periodic passes of
+        // different processes overlap often (as leases taken on skewed clocks let them).
+        let period = ctx.rng.range(1, 4) * 1_000;
+        let wait = period - (ctx.client.wall_ms() % 1_000) + ctx.rng.range(0, 30);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
         let passes = if ctx.rng.chance(0.15) { 2 } else { 1 };
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..passes {

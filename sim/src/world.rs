@@ -221,6 +221,16 @@ fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     for _ in 0..2 {
         events.push((at(20, 90), Event::GcBurst));
     }
+    if rng.chance(0.5) {
+        // A power failure: every process down past the GC lag, so the backlog is older
+        // than the safe point when they come back (workers then race GC on it).
+        let t = at(10, 60);
+        let back = t + GC_LAG + rng.millis(500, 3_000);
+        for p in 0..PROCESSES {
+            events.push((t, Event::Crash(p)));
+            events.push((back, Event::Restart(p)));
+        }
+    }
     events.sort_by_key(|(t, _)| *t);
     events
 }
@@ -253,7 +263,12 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let time = SimTime::start();
     let rng = SimRng::new(seed);
     let trace = Trace::new(options.keep_trace);
-    let faults = Arc::new(Faults::new(rng.clone(), FaultRates::default()));
+    // Swarm testing: each seed draws how often calls are held.
+    let rates = FaultRates {
+        hold: [0.01, 0.02, 0.05, 0.1][rng.index(4)],
+        ..FaultRates::default()
+    };
+    let faults = Arc::new(Faults::new(rng.clone(), rates));
     faults.set_chaos(false);
     let hosts: Vec<HostClock> = (0..PROCESSES)
         .map(|i| HostClock {
