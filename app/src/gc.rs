@@ -58,14 +58,6 @@ pub fn lease_cell(table: &str) -> Cell {
     Cell::new(table, "gc", "lease")
 }
 
-/// Wall-clock now in ms since the epoch.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
-}
-
 /// Takes `lease` for `ttl` if it is free, expired or ours. Returns whether we hold it.
 pub async fn take_lease(
     client: &Client,
@@ -75,7 +67,8 @@ pub async fn take_lease(
 ) -> Result<bool, TxnError> {
     client
         .run(|txn| async move {
-            let now = now_ms();
+            // The client's wall clock (the system clock unless configured otherwise).
+            let now = client.wall_ms();
             if let Some(bytes) = txn.get(lease).await? {
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let (who, until) = text.split_once(' ').unwrap_or(("", "0"));

@@ -19,7 +19,7 @@ use percolator::record::Notification;
 use percolator::txn::{KeyRecheck, RunError, TxnStatus};
 use percolator::{Cell, Client, Timestamp, Transaction, TxnError};
 use std::panic::AssertUnwindSafe;
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// The value of a notify key, decoded once where it was read (a scan) or made (a commit
 /// hint), and passed on typed.

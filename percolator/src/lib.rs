@@ -12,9 +12,13 @@
 //! See `ARCHITECTURE.md` at the repository root for the map and the invariants, and
 //! [`design`] for the protocol's arguments.
 
+pub mod clock;
 pub mod codec;
 pub mod design;
 pub mod kv;
+#[cfg(feature = "planted")]
+pub mod planted;
+pub mod random;
 pub mod record;
 pub mod ts;
 pub mod txn;

@@ -47,7 +47,9 @@ pub(super) async fn hint_loop(inner: Arc<Inner>) {
     let mut hints = inner.client.notify_hints();
     let mut shutdown = inner.shutdown.clone();
     while !inner.stopping() {
+        // Biased: polled in this order, so a run is repeatable under one seed (simulation).
         let hint = tokio::select! {
+            biased;
             hint = hints.recv() => hint,
             _ = shutdown.changed() => return,
         };

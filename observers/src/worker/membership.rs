@@ -34,7 +34,9 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
+use tokio::time::Instant;
 
 /// Meta-name prefix of the worker registry: one record `workers/<id>` per worker.
 pub(crate) const WORKERS_META: &[u8] = b"workers/";
@@ -177,7 +179,9 @@ pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {
         if let Err(e) = heartbeat_once(&inner).await {
             tracing::warn!(error = %e, "worker heartbeat failed");
         }
+        // Biased: polled in this order, so a run is repeatable under one seed (simulation).
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(inner.config.heartbeat) => {}
             _ = shutdown.changed() => return,
         }
@@ -374,7 +378,8 @@ mod tests {
     #[test]
     fn a_worker_whose_heartbeat_is_held_up_stops_owning_before_others_take_over() {
         use super::{Membership, FENCE_AFTER_BEATS};
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
+        use tokio::time::Instant;
         let m = Membership::new();
         let cell = percolator::Cell::new("t", "r", "c");
         let beat = Duration::from_millis(100);

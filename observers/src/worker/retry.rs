@@ -23,7 +23,9 @@ use crate::telemetry::ObserverLabels;
 use percolator::codec::Key;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
+use tokio::time::Instant;
 
 /// How long a handled notify key is remembered.
 const RECENT_FOR: Duration = Duration::from_secs(5);
@@ -173,6 +175,12 @@ pub(super) async fn after_handle(
         // An outage met by the observer's transaction: retried with backoff, keeping the
         // failure count it had.
         Ok(Outcome::Transient { error }) => {
+            #[cfg(feature = "planted")]
+            if percolator::planted::active(percolator::planted::Bug::OutageCountsTowardsDeadLetter)
+            {
+                fail(inner, key, payload.to_bytes(), error.to_string()).await;
+                return;
+            }
             inner
                 .metrics
                 .count(Event::Retry, labels(inner, key).as_ref());
@@ -193,6 +201,12 @@ pub(super) async fn after_handle(
         // A busy or unreachable store or oracle is not the observer's fault: retry with
         // backoff, without counting towards the dead letter.
         Err(e) if e.is_transient() => {
+            #[cfg(feature = "planted")]
+            if percolator::planted::active(percolator::planted::Bug::OutageCountsTowardsDeadLetter)
+            {
+                fail(inner, key, payload.to_bytes(), e.to_string()).await;
+                return;
+            }
             inner
                 .metrics
                 .count(Event::Retry, labels(inner, key).as_ref());

@@ -78,7 +78,9 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
 /// Waits `period`, or less if hints were lost or the worker stops. Returns whether it was
 /// woken before the period ran out.
 async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) -> bool {
+    // Biased: polled in this order, so a run is repeatable under one seed (simulation).
     tokio::select! {
+        biased;
         _ = inner.hints.rescan.notified() => true,
         _ = tokio::time::sleep(period) => false,
         _ = shutdown.changed() => true,
@@ -99,10 +101,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     let kv = inner.client.store().clone();
     let mut dispatched = 0;
     let mut backlog = Backlog::default();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64;
+    let now_ms = inner.client.wall_ms();
     inner.ledger.prune();
     {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
@@ -191,7 +190,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     // Keys still being put in the current second stay above the floor.
     let to = oldest_left
         .unwrap_or(u64::MAX)
-        .min(percolator::txn::wall_bucket().saturating_sub(1));
+        .min(inner.client.wall_bucket().saturating_sub(1));
     // A raise cut short (here or in another process) left its rescan owed: any pass ends it.
     if to > floor || record.owes_rescan() {
         let raise = inner.client.raise_notify_floor(floor, to).await?;

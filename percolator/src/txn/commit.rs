@@ -15,7 +15,8 @@ use crate::ts::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How many times the commit-point CAS is retried on storage errors before the outcome is
 /// reported as unknown.
@@ -113,8 +114,20 @@ impl Transaction {
         // below included.
         {
             let state = self.state();
+            // Planted bug `WrittenOnceSkipsHead` (`crate::planted`): the cell written through
+            // its head (the first, when every cell is write-once) is not checked.
+            #[cfg(feature = "planted")]
+            let head_path = (crate::planted::active(crate::planted::Bug::WrittenOnceSkipsHead)
+                && writes.keys().all(|c| shared.is_write_once(c)))
+            .then(|| writes.keys().next().cloned())
+            .flatten();
+            #[cfg(not(feature = "planted"))]
+            let head_path: Option<Cell> = None;
             if let Some((cell, _)) = writes.iter().find(|(cell, value)| {
-                value.is_some() && state.once_read.contains(*cell) && shared.is_write_once(cell)
+                value.is_some()
+                    && state.once_read.contains(*cell)
+                    && shared.is_write_once(cell)
+                    && head_path.as_ref() != Some(*cell)
             }) {
                 return Err(TxnError::WrittenOnce { cell: cell.clone() });
             }

@@ -39,6 +39,13 @@ pub struct ClientConfig {
     /// what [`crate::txn::declare_table_ids`] made it). Every client of a namespace must
     /// use the same map: a client with another one does not see the others' cells.
     pub table_ids: crate::codec::TableIds,
+    /// The wall clock of this process ([`crate::clock`]): the bucket of new notify keys,
+    /// and whatever else built on the client reads wall time (scanners' ages, GC leases).
+    /// Default: the system clock. A simulation gives each simulated host its own.
+    pub wall_clock: std::sync::Arc<dyn crate::clock::WallClock>,
+    /// Where retry jitter comes from ([`crate::random`]). Default: the thread-local
+    /// generator. A simulation draws it from its seed.
+    pub random: std::sync::Arc<dyn crate::random::RandomSource>,
 }
 
 impl Default for ClientConfig {
@@ -55,6 +62,8 @@ impl Default for ClientConfig {
             head_cache_bytes: 16 * 1024 * 1024,
             publish_notify_counts: Some(Duration::from_millis(50)),
             table_ids: Default::default(),
+            wall_clock: std::sync::Arc::new(crate::clock::SystemClock),
+            random: std::sync::Arc::new(crate::random::ThreadRandom),
         }
     }
 }

@@ -75,6 +75,13 @@ pub(crate) async fn resolve_notifications_below(
                     // Only if the key still holds the strong record read above: a "rolled
                     // back" answer is wrong once another pass rewrote the key as committed and
                     // trimmed the evidence of the commit (`percolator::design::gc`).
+                    #[cfg(feature = "planted")]
+                    if crate::planted::active(crate::planted::Bug::GcUnconditionalDelete) {
+                        shared.kv.delete(key.clone()).await?;
+                        shared.count_removed(1);
+                        resolved += 1;
+                        continue;
+                    }
                     if shared.delete_if_unchanged(&key, &raw).await? == KeyRecheck::Deleted {
                         shared.count_removed(1);
                     }

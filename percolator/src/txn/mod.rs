@@ -59,10 +59,11 @@ pub use transaction::Transaction;
 use crate::codec::KeyCodec;
 use crate::kv::RawKv;
 use crate::ts::TimestampSource;
-use rand::Rng;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
+use tokio::time::Instant;
 
 /// What every transaction of a client shares.
 pub(crate) struct Shared {
@@ -274,6 +275,18 @@ impl Client {
         &self.shared.kv
     }
 
+    /// The current second of this client's wall clock ([`ClientConfig::wall_clock`]): the
+    /// bucket its new notify keys go to, unless the notify floor is above it.
+    pub fn wall_bucket(&self) -> u64 {
+        self.shared.config.wall_clock.now_secs()
+    }
+
+    /// Milliseconds since the Unix epoch on this client's wall clock
+    /// ([`ClientConfig::wall_clock`]).
+    pub fn wall_ms(&self) -> u64 {
+        self.shared.config.wall_clock.now_ms()
+    }
+
     /// The timestamp source.
     pub fn oracle(&self) -> &Arc<dyn TimestampSource> {
         &self.shared.oracle
@@ -414,6 +427,12 @@ impl Client {
         key: &[u8],
         read: &crate::record::Notification,
     ) -> TxnResult<KeyRecheck> {
+        #[cfg(feature = "planted")]
+        if crate::planted::active(crate::planted::Bug::WorkerDeletesRolledBack) {
+            self.shared.kv.delete(key.to_vec()).await?;
+            self.shared.count_removed(1);
+            return Ok(KeyRecheck::Deleted);
+        }
         let recheck = self.shared.delete_if_unchanged(key, &read.encode()).await?;
         if recheck == KeyRecheck::Deleted {
             self.shared.count_removed(1);
@@ -568,7 +587,7 @@ impl Client {
                     // than a lock TTL, so a conflict with a crashed writer's live lock outlasts
                     // it instead of failing the caller.
                     let base = config.backoff * 2u32.saturating_pow(attempt.min(8));
-                    let jitter = rand::thread_rng().gen_range(0.5..1.5);
+                    let jitter = config.random.range_f64(0.5, 1.5);
                     tracing::debug!(attempt, error = %e, "transaction retry");
                     tokio::time::sleep(base.mul_f64(jitter)).await;
                 }

@@ -24,13 +24,12 @@ pub const NOTIFY_FLOOR_META: &[u8] = b"notify_floor";
 /// endian u64 each). The first layout was the floor alone (8 bytes).
 const FLOOR_RECORD_V2: u8 = 2;
 
-/// The current wall-clock second: the bucket new notify keys go to (unless the floor is
-/// already above it).
+/// The current second of the system clock: the bucket new notify keys go to (unless the
+/// floor is already above it) in a client on the default
+/// [`crate::ClientConfig::wall_clock`]; [`crate::Client::wall_bucket`] reads the client's.
 pub fn wall_bucket() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+    use crate::clock::WallClock;
+    crate::clock::SystemClock.now_secs()
 }
 
 /// The notify floor record.
@@ -123,7 +122,10 @@ impl Shared {
     /// The bucket for notify keys put now: this second, or the floor last seen if this
     /// process's clock is behind it.
     pub(crate) fn notify_bucket(&self) -> u64 {
-        wall_bucket().max(self.notify_floor_seen.load(Ordering::Relaxed))
+        self.config
+            .wall_clock
+            .now_secs()
+            .max(self.notify_floor_seen.load(Ordering::Relaxed))
     }
 
     async fn read_floor(&self) -> TxnResult<FloorRead> {

@@ -208,7 +208,9 @@ impl Transaction {
                         // above it, and this record our answer: refuse. At or below it, the
                         // newer write is visible to us too and is the answer, so skipping
                         // this record is exact (`percolator::design::once`).
-                        None if safe_point > self.inner.start_ts => return Err(self.too_old()),
+                        None if safe_point > self.inner.start_ts && !planted_gone() => {
+                            return Err(self.too_old())
+                        }
                         None => return Ok(None),
                         Some(raw) => {
                             match OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(key, e))? {
@@ -391,6 +393,12 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                     // Only if the record is still the pending one read above: "rolled back"
                     // is wrong once another pass rewrote it as committed and trimmed the
                     // evidence of the commit (`percolator::design::once`).
+                    #[cfg(feature = "planted")]
+                    if crate::planted::active(crate::planted::Bug::GcUnconditionalDelete) {
+                        shared.kv.delete(key.clone()).await?;
+                        resolved += 1;
+                        continue;
+                    }
                     shared.delete_if_unchanged(&key, &raw).await?;
                 }
             }
@@ -472,6 +480,9 @@ async fn hidden_records(
     for (((cell, mut records), key), raw) in cells.into_iter().zip(keys).zip(heads) {
         records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
         let newest = records.first().map_or(0, |(_, c)| *c);
+        #[cfg(feature = "planted")]
+        let raw =
+            raw.filter(|_| !crate::planted::active(crate::planted::Bug::GcCollectIgnoresHead));
         let head_newer = match raw {
             None => false,
             Some(raw) => {
@@ -486,4 +497,12 @@ async fn hidden_records(
         doomed.extend(records.into_iter().skip(keep).map(|(key, _)| key));
     }
     Ok(doomed)
+}
+
+/// Planted bug `RecordGoneIsRolledBack` (`crate::planted`): a gone record read as rolled back.
+fn planted_gone() -> bool {
+    #[cfg(feature = "planted")]
+    return crate::planted::active(crate::planted::Bug::RecordGoneIsRolledBack);
+    #[cfg(not(feature = "planted"))]
+    false
 }

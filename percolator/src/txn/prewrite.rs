@@ -229,7 +229,7 @@ impl Transaction {
         // 2. Extra writes, durable (and notify keys settled above the floor) before any lock
         //    of the batch exists: invariant 4 and the notify-floor argument.
         wrote.store(true, Ordering::SeqCst);
-        let step = std::time::Instant::now();
+        let step = tokio::time::Instant::now();
         if !puts.is_empty() {
             shared.kv.batch_put(puts).await?;
         }
@@ -265,7 +265,7 @@ impl Transaction {
             .collect();
         let news: Vec<Vec<u8>> = requests.iter().map(|r| r.new.clone()).collect();
         let mut confirmed = Vec::with_capacity(batched.len());
-        let step = std::time::Instant::now();
+        let step = tokio::time::Instant::now();
         let swapped = shared.kv.batch_compare_and_swap(requests).await;
         if swapped.is_ok() {
             shared.round_trips.note(step.elapsed());

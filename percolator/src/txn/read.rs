@@ -404,6 +404,10 @@ impl Transaction {
                 out.truncate(limit);
                 break;
             }
+            #[cfg(feature = "planted")]
+            if crate::planted::active(crate::planted::Bug::ScanPageShort) {
+                break;
+            }
             match bound {
                 Some(bound) => cursor = Some(bound),
                 None => break,

@@ -9,7 +9,7 @@ use crate::codec::Cell;
 use crate::ts::Timestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// A transaction. Cheap to clone (clones share the transaction), so it can be moved into
 /// the closure of [`super::Client::run`].

@@ -1,0 +1,48 @@
+//! Planted bugs (feature `planted`, compiled only into the simulator `percolator-sim`): each
+//! is a real bug this project once had, put back at the place it was, behind a runtime
+//! switch that is off unless a simulation turns it on for its own thread. The simulator
+//! proves it can find each class of bug by finding these (`percolator-sim planted`).
+//!
+//! The switch is thread-local: a simulated seed runs on one thread (a current-thread
+//! runtime), so seeds on other threads, and every other caller, see no bug. Without the
+//! feature this module does not exist and no call site is compiled.
+
+use std::cell::Cell;
+
+/// A bug that can be planted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Bug {
+    /// `once::resolve_below` / `gc::resolve_notifications_below`: a "rolled back" fate
+    /// deletes the record or notify key unconditionally (issue 38, hole 1).
+    GcUnconditionalDelete,
+    /// `once::collect` keeps the newest committed record without looking at the head: a
+    /// head delete of a write-once cell comes back after GC (issue 38, hole 2).
+    GcCollectIgnoresHead,
+    /// `observers::process` deletes a strong notify key on "rolled back" without re-reading
+    /// it (issue 38, hole 3).
+    WorkerDeletesRolledBack,
+    /// `once::record_fate` takes a gone record for rolled back (issue 38, hole 4).
+    RecordGoneIsRolledBack,
+    /// `read::scan_page` stops each side after `limit` cells with a value: short pages
+    /// (issue 38, hole 5).
+    ScanPageShort,
+    /// `commit`: the `WrittenOnce` check skips the head path (issue 38, hole 6).
+    WrittenOnceSkipsHead,
+    /// The worker counts store outages towards dead letters.
+    OutageCountsTowardsDeadLetter,
+}
+
+thread_local! {
+    static ACTIVE: Cell<Option<Bug>> = const { Cell::new(None) };
+}
+
+/// Plants `bug` (or none) for the calling thread.
+pub fn set(bug: Option<Bug>) {
+    ACTIVE.with(|a| a.set(bug));
+}
+
+/// Whether `bug` is planted on the calling thread.
+pub fn active(bug: Bug) -> bool {
+    ACTIVE.with(|a| a.get()) == Some(bug)
+}

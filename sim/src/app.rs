@@ -1,0 +1,66 @@
+//! The simulated application's observers: a strong observer on the events (recording each
+//! committed run in its own transaction) whose output is observed by a guarded one (a
+//! chain), and a weak observer on pings.
+
+use crate::schema;
+use observers::{observer_fn, ObserverError, Registry};
+use percolator::{Cell, Client};
+use std::sync::Arc;
+
+/// The registry every process runs.
+pub fn registry() -> Arc<Registry> {
+    let mut r = Registry::new();
+    r.strong(
+        "events",
+        "body",
+        "count",
+        observer_fn(|txn, cell: Cell| async move {
+            let body = txn.get(&cell).await?;
+            let runs = schema::runs(&cell.row, "strong");
+            let n = schema::number(txn.get(&runs).await?).unwrap_or(0);
+            txn.set(runs, (n + 1).to_string());
+            if let Some(body) = body {
+                txn.set(schema::derived(&cell.row), body.len().to_string());
+            }
+            Ok::<_, ObserverError>(())
+        }),
+    )
+    .expect("one observer per column");
+    r.guarded(
+        "derived",
+        "len",
+        "total",
+        observer_fn(|txn, cell: Cell| async move {
+            let guard = schema::guard(&cell.row);
+            if txn.get(&guard).await?.is_some() {
+                return Ok(());
+            }
+            let runs = schema::runs(&cell.row, "guarded");
+            let n = schema::number(txn.get(&runs).await?).unwrap_or(0);
+            txn.set(runs, (n + 1).to_string());
+            txn.set(guard, "1");
+            Ok::<_, ObserverError>(())
+        }),
+    )
+    .expect("one observer per column");
+    r.weak(
+        "pings",
+        "hit",
+        "pinged",
+        observer_fn(|txn, cell: Cell| async move {
+            let runs = schema::runs(&cell.row, "weak");
+            let n = schema::number(txn.get(&runs).await?).unwrap_or(0);
+            txn.set(runs, (n + 1).to_string());
+            Ok::<_, ObserverError>(())
+        }),
+    )
+    .expect("one observer per column");
+    Arc::new(r)
+}
+
+/// Declares the application's columns to a client (every client of the namespace does).
+pub fn declare(client: &Client, registry: &Registry) {
+    client.write_once_column("events", "body");
+    client.write_once_column("archive", "body");
+    registry.declare(client);
+}

@@ -1,0 +1,117 @@
+//! What the seed's faults are at each moment: whether chaos is on, the current store
+//! outage, and counters of what was injected. Shared by the store's fault layer
+//! ([`crate::store`]) and the oracle ([`crate::oracle`]); the fault schedule
+//! ([`crate::world`]) switches them.
+
+use crate::rng::SimRng;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use tokio::time::Instant;
+
+/// Rates of the store's faults while chaos is on (per call).
+#[derive(Clone, Copy, Debug)]
+pub struct FaultRates {
+    /// A short delay (0-3 ms) before the call reaches the store.
+    pub delay: f64,
+    /// A call held back for 50 ms to 1.5 s while others run.
+    pub hold: f64,
+    /// A call that fails before it reaches the store.
+    pub fail_before: f64,
+    /// A write that applies and then fails (its reply lost).
+    pub fail_after: f64,
+}
+
+impl Default for FaultRates {
+    fn default() -> Self {
+        FaultRates {
+            delay: 0.5,
+            hold: 0.02,
+            fail_before: 0.003,
+            fail_after: 0.003,
+        }
+    }
+}
+
+/// What an outage takes down.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every call.
+    All,
+    /// The calls whose (first) key holds these bytes: the region of one table, as when a
+    /// TiKV region has no leader while the rest of the store serves (the notify space,
+    /// whose scans start at the floor, stays up).
+    Region(Vec<u8>),
+}
+
+/// The fault state of one run.
+#[derive(Debug)]
+pub struct Faults {
+    /// The seed's generator.
+    pub rng: SimRng,
+    /// Store fault rates while chaos is on.
+    pub rates: FaultRates,
+    chaos: AtomicBool,
+    outage_until: Mutex<Option<(Instant, Scope)>>,
+    injected: AtomicU64,
+}
+
+impl Faults {
+    /// Faults drawn from `rng` at `rates`, chaos on.
+    pub fn new(rng: SimRng, rates: FaultRates) -> Self {
+        Faults {
+            rng,
+            rates,
+            chaos: AtomicBool::new(true),
+            outage_until: Mutex::new(None),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether faults are injected now.
+    pub fn chaos(&self) -> bool {
+        self.chaos.load(Ordering::Relaxed)
+    }
+
+    /// Turns every fault off (the liveness phase) or on.
+    pub fn set_chaos(&self, on: bool) {
+        self.chaos.store(on, Ordering::Relaxed);
+        if !on {
+            *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    /// Starts a store outage of `scope` until `until`.
+    pub fn outage(&self, until: Instant, scope: Scope) {
+        *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = Some((until, scope));
+        self.count();
+    }
+
+    /// Whether a call on `key` meets an outage now.
+    pub fn in_outage(&self, key: &[u8]) -> bool {
+        self.chaos()
+            && self
+                .outage_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(|(until, scope)| {
+                    Instant::now() < *until
+                        && match scope {
+                            Scope::All => true,
+                            Scope::Region(part) => {
+                                key.windows(part.len()).any(|w| w == part.as_slice())
+                            }
+                        }
+                })
+    }
+
+    /// Counts one injected fault.
+    pub fn count(&self) {
+        self.injected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Faults injected so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+}

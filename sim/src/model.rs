@@ -1,0 +1,53 @@
+//! What the harness knows outside the simulated processes (it survives their crashes): the
+//! loaders' input, which writes were acknowledged, which deletes were tried, the
+//! violations found along the way, and the run's counters.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
+
+/// The harness's record of one run.
+#[derive(Debug, Default)]
+pub struct Model {
+    /// Each loader's input: the event ids at each offset (with duplicates and ids other
+    /// loaders deliver too).
+    pub sources: Vec<Vec<u64>>,
+    /// Events whose loading commit was acknowledged (they are in the store from then on,
+    /// until a retention delete).
+    pub loaded: BTreeMap<u64, Instant>,
+    /// When a retention delete of an event was first tried.
+    pub delete_tried: BTreeMap<u64, Instant>,
+    /// Rows of weak notifications acknowledged.
+    pub pings: BTreeSet<u64>,
+    /// Violations found along the way.
+    pub violations: Vec<String>,
+    /// Transactions the workload committed.
+    pub transactions: u64,
+    /// GC passes started.
+    pub gc_passes: u64,
+    /// GC passes started while another was running.
+    pub gc_overlaps: u64,
+    /// GC passes running now.
+    pub gc_running: u64,
+    /// Crashes.
+    pub crashes: u64,
+    /// Reads of stalled snapshots answered `SnapshotTooOld`.
+    pub too_old: u64,
+}
+
+/// The model, shared by the run's tasks.
+#[derive(Clone, Debug, Default)]
+pub struct Shared(Arc<Mutex<Model>>);
+
+impl Shared {
+    /// Runs `f` on the model.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Model) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Records a violation.
+    pub fn violation(&self, what: String) {
+        tracing::warn!(%what, "violation");
+        self.with(|m| m.violations.push(what));
+    }
+}

@@ -1,0 +1,74 @@
+//! The search for planted bugs (`percolator::planted`): for each, seeds are run with the bug
+//! planted until one fails; the bug is found if one does within the budget.
+
+use crate::error::SimError;
+use crate::world::{run_seed, RunOptions};
+use percolator::planted::Bug;
+use serde::Serialize;
+
+/// Every planted bug, with its name.
+pub const BUGS: &[(&str, Bug)] = &[
+    ("gc_unconditional_delete", Bug::GcUnconditionalDelete),
+    ("gc_collect_ignores_head", Bug::GcCollectIgnoresHead),
+    ("worker_deletes_rolled_back", Bug::WorkerDeletesRolledBack),
+    ("record_gone_is_rolled_back", Bug::RecordGoneIsRolledBack),
+    ("scan_page_short", Bug::ScanPageShort),
+    ("written_once_skips_head", Bug::WrittenOnceSkipsHead),
+    (
+        "outage_counts_towards_dead_letter",
+        Bug::OutageCountsTowardsDeadLetter,
+    ),
+];
+
+/// Seeds tried per planted bug by default.
+pub const DEFAULT_BUDGET: u64 = 20;
+
+/// The search's result for one bug.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// The bug's name.
+    pub name: String,
+    /// Whether a seed failed with it planted.
+    pub found: bool,
+    /// The first failing seed.
+    pub seed: Option<u64>,
+    /// Simulated seconds run until it failed (or in all, if not found).
+    pub sim_seconds_to_find: f64,
+    /// Seeds run.
+    pub seeds_run: u64,
+    /// The first violation of the failing seed.
+    pub violation: Option<String>,
+}
+
+/// Searches seeds `from..from + budget` for `bug`: the first seed that fails with it
+/// planted and passes without it.
+pub fn search(name: &str, bug: Bug, from: u64, budget: u64) -> Result<Finding, SimError> {
+    let options = RunOptions {
+        planted: Some(bug),
+        ..RunOptions::default()
+    };
+    let mut sim_seconds = 0.0;
+    for (n, seed) in (from..from + budget).enumerate() {
+        let report = run_seed(seed, &options)?;
+        sim_seconds += report.stats.sim_seconds;
+        // A seed that fails without the bug too found something else (reported by `run`).
+        if !report.passed() && run_seed(seed, &RunOptions::default())?.passed() {
+            return Ok(Finding {
+                name: name.to_string(),
+                found: true,
+                seed: Some(seed),
+                sim_seconds_to_find: sim_seconds,
+                seeds_run: n as u64 + 1,
+                violation: report.violations.first().cloned(),
+            });
+        }
+    }
+    Ok(Finding {
+        name: name.to_string(),
+        found: false,
+        seed: None,
+        sim_seconds_to_find: sim_seconds,
+        seeds_run: budget,
+        violation: None,
+    })
+}

@@ -1,0 +1,69 @@
+//! What a seed's run reports, and the totals of many.
+
+use serde::Serialize;
+
+/// Counters of one run (or, summed, of many).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    /// Simulated seconds (chaos and liveness).
+    pub sim_seconds: f64,
+    /// Real seconds the run took.
+    pub wall_seconds: f64,
+    /// Faults injected (store faults, outages, takeovers, crashes).
+    pub faults_injected: u64,
+    /// Process crashes.
+    pub crashes: u64,
+    /// Oracle takeovers.
+    pub takeovers: u64,
+    /// GC passes.
+    pub gc_passes: u64,
+    /// GC passes that started while another was running.
+    pub gc_overlaps: u64,
+    /// Workload transactions committed.
+    pub transactions: u64,
+    /// Committed observer runs (strong, guarded with effect, weak).
+    pub observer_runs: u64,
+    /// Stalled reads answered `SnapshotTooOld`.
+    pub stalled_reads_too_old: u64,
+    /// Events in the trace.
+    pub trace_events: u64,
+}
+
+impl Stats {
+    /// Adds `other` to these.
+    pub fn add(&mut self, other: &Stats) {
+        self.sim_seconds += other.sim_seconds;
+        self.wall_seconds += other.wall_seconds;
+        self.faults_injected += other.faults_injected;
+        self.crashes += other.crashes;
+        self.takeovers += other.takeovers;
+        self.gc_passes += other.gc_passes;
+        self.gc_overlaps += other.gc_overlaps;
+        self.transactions += other.transactions;
+        self.observer_runs += other.observer_runs;
+        self.stalled_reads_too_old += other.stalled_reads_too_old;
+        self.trace_events += other.trace_events;
+    }
+}
+
+/// The outcome of one seed.
+#[derive(Clone, Debug)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Every check that failed (empty: the seed passed).
+    pub violations: Vec<String>,
+    /// Its counters.
+    pub stats: Stats,
+    /// The hash of its trace.
+    pub trace_hash: u64,
+    /// The trace as text, if it was kept.
+    pub trace_lines: Vec<String>,
+}
+
+impl SeedReport {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}

@@ -1,0 +1,193 @@
+//! The store every simulated process shares: one [`MemoryKv`] seen by each process (each
+//! incarnation of it) through its own [`Intercepted`] fault layer. The layer traces every
+//! call, injects the seed's faults while chaos is on (delays, calls held while others run,
+//! failures before a call applies, lost replies of applied writes, outages), and stops a
+//! crashed incarnation dead: its calls never return, so no task it left behind (a
+//! publication, a heartbeat) acts after its crash.
+
+use crate::faults::Faults;
+use crate::trace::Trace;
+use async_trait::async_trait;
+use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
+use percolator::kv::{CasOutcome, KvError, KvResult, MemoryKv};
+use percolator::RawKv;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// One incarnation of a process: dead once crashed.
+#[derive(Debug)]
+pub struct Life {
+    /// The process's index.
+    pub process: usize,
+    /// Which incarnation (0 first, +1 per restart).
+    pub incarnation: u32,
+    dead: AtomicBool,
+}
+
+impl Life {
+    /// A live incarnation.
+    pub fn new(process: usize, incarnation: u32) -> Arc<Self> {
+        Arc::new(Life {
+            process,
+            incarnation,
+            dead: AtomicBool::new(false),
+        })
+    }
+
+    /// Marks it crashed.
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it crashed.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    /// Never returns once crashed (a dead process makes no more calls).
+    pub async fn stop_if_dead(&self) {
+        if self.is_dead() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The shared memory store.
+pub fn shared_store() -> Arc<dyn RawKv> {
+    Arc::new(MemoryKv::new())
+}
+
+/// The hooks of one incarnation's view of the store.
+#[derive(Debug)]
+pub struct FaultHooks {
+    life: Arc<Life>,
+    faults: Arc<Faults>,
+    trace: Trace,
+}
+
+/// One incarnation's store: the shared store behind its fault layer.
+pub fn process_store(
+    inner: Arc<dyn RawKv>,
+    life: Arc<Life>,
+    faults: Arc<Faults>,
+    trace: Trace,
+) -> Arc<dyn RawKv> {
+    Arc::new(Intercepted::wrap(
+        inner,
+        FaultHooks {
+            life,
+            faults,
+            trace,
+        },
+    ))
+}
+
+fn unavailable(op: &'static str, message: &str) -> KvError {
+    KvError::Unavailable {
+        op,
+        message: message.to_string(),
+    }
+}
+
+fn first_key<'a>(call: &'a Call<'a>) -> &'a [u8] {
+    match call {
+        Call::Get { key }
+        | Call::Put { key, .. }
+        | Call::Delete { key }
+        | Call::CompareAndSwap { key, .. } => key,
+        Call::BatchGet { keys } | Call::BatchDelete { keys } => {
+            keys.first().map(|k| k.as_slice()).unwrap_or_default()
+        }
+        Call::BatchPut { pairs } => pairs.first().map(|p| p.0.as_slice()).unwrap_or_default(),
+        Call::Scan { range, .. } => &range.start,
+        Call::ScanMany { ranges, .. } => ranges
+            .first()
+            .map(|r| r.start.as_slice())
+            .unwrap_or_default(),
+        Call::BatchCompareAndSwap { requests } => requests
+            .first()
+            .map(|r| r.key.as_slice())
+            .unwrap_or_default(),
+        Call::Sync => &[],
+    }
+}
+
+fn is_write(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Put | Op::BatchPut | Op::Delete | Op::BatchDelete | Op::CompareAndSwap
+    )
+}
+
+impl FaultHooks {
+    fn record(&self, what: &str, op: Op, key: &[u8]) {
+        let p = [self.life.process as u8];
+        self.trace
+            .record(&[&p, what.as_bytes(), op.name().as_bytes(), key], || {
+                format!(
+                    "p{} {what} {} {}",
+                    self.life.process,
+                    op.name(),
+                    key.escape_ascii()
+                )
+            });
+    }
+}
+
+#[async_trait]
+impl Hooks for FaultHooks {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        self.life.stop_if_dead().await;
+        let op = call.op();
+        let key = first_key(&call);
+        self.record("call", op, key);
+        if matches!(call, Call::BatchCompareAndSwap { .. }) {
+            // Its requests are seen one by one next; faults go there.
+            return Ok(());
+        }
+        let f = &self.faults;
+        if f.chaos() {
+            let rng = &f.rng;
+            if rng.chance(f.rates.hold) {
+                f.count();
+                tokio::time::sleep(rng.millis(50, 1500)).await;
+            } else if rng.chance(f.rates.delay) {
+                tokio::time::sleep(rng.millis(0, 3)).await;
+            }
+            self.life.stop_if_dead().await;
+            if f.in_outage(key) {
+                self.record("outage", op, &[]);
+                return Err(unavailable(op.name(), "simulated outage"));
+            }
+            if rng.chance(f.rates.fail_before) {
+                f.count();
+                self.record("fail-before", op, &[]);
+                return Err(unavailable(op.name(), "simulated failure before the call"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn after(&self, op: Op) -> KvResult<()> {
+        let f = &self.faults;
+        if f.chaos() && is_write(op) && f.rng.chance(f.rates.fail_after) {
+            f.count();
+            self.record("reply-lost", op, &[]);
+            return Err(unavailable(
+                op.name(),
+                "simulated lost reply of an applied write",
+            ));
+        }
+        self.record("ok", op, &[]);
+        Ok(())
+    }
+
+    async fn swapped(&self, key: &[u8], _new: &[u8], outcome: CasOutcome) -> KvResult<CasOutcome> {
+        self.record(
+            if outcome.swapped { "swapped" } else { "kept" },
+            Op::CompareAndSwap,
+            key,
+        );
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,420 @@
+//! One seed, one run: the processes (each a client and a worker on the faulty store and the
+//! simulated oracle, plus its workload actors), the fault schedule (outages, oracle
+//! takeovers, crashes and restarts, bursts of concurrent GC passes), then a liveness phase
+//! (faults off, every process up, observers drain, a last GC) and the final checks.
+
+use crate::check;
+use crate::clock::{HostClock, SimTime};
+use crate::error::SimError;
+use crate::faults::{FaultRates, Faults, Scope};
+use crate::model::Shared;
+use crate::oracle::{ProcessOracle, SimOracle};
+use crate::report::{SeedReport, Stats};
+use crate::rng::{SeededRandom, SimRng};
+use crate::store::{process_store, shared_store, Life};
+use crate::trace::Trace;
+use crate::workload::{self, Ctx};
+use crate::{app, schema};
+use observers::{Registry, Worker, WorkerConfig};
+use percolator::{Client, ClientConfig, RawKv};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// Simulated processes (hosts).
+pub const PROCESSES: usize = 3;
+/// Loaders (processes 0 and 1 run one each).
+pub const LOADERS: usize = 2;
+/// How far GC safe points lag the oracle in the simulation.
+pub const GC_LAG: Duration = Duration::from_secs(8);
+/// The longest liveness phase before the run counts as stuck.
+const LIVENESS_LIMIT: Duration = Duration::from_secs(120);
+
+/// How to run a seed.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Simulated seconds of chaos (the liveness phase comes on top).
+    pub sim_secs: u64,
+    /// Keep the trace's text lines (for `replay --trace`).
+    pub keep_trace: bool,
+    /// The bug planted for this run, if any.
+    #[cfg(feature = "planted")]
+    pub planted: Option<percolator::planted::Bug>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            sim_secs: 60,
+            keep_trace: false,
+            #[cfg(feature = "planted")]
+            planted: None,
+        }
+    }
+}
+
+/// Runs `seed` on the calling thread (its own current-thread runtime, paused time).
+pub fn run_seed(seed: u64, options: &RunOptions) -> Result<SeedReport, SimError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|source| SimError::Runtime { seed, source })?;
+    #[cfg(feature = "planted")]
+    percolator::planted::set(options.planted);
+    let started = std::time::Instant::now();
+    let out = runtime.block_on(simulate(seed, options));
+    // Tasks still parked (dead processes' calls) are dropped with the runtime.
+    drop(runtime);
+    #[cfg(feature = "planted")]
+    percolator::planted::set(None);
+    let mut report = out?;
+    report.stats.wall_seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The things every incarnation is built from.
+struct Env {
+    store: Arc<dyn RawKv>,
+    oracle: Arc<SimOracle>,
+    faults: Arc<Faults>,
+    trace: Trace,
+    hosts: Vec<HostClock>,
+    rng: SimRng,
+    model: Shared,
+    registry: Arc<Registry>,
+}
+
+/// A running incarnation of a process.
+struct Proc {
+    life: Arc<Life>,
+    client: Client,
+    worker: Worker,
+    actors: JoinSet<()>,
+}
+
+fn client_config(env: &Env, host: usize) -> ClientConfig {
+    ClientConfig {
+        lock_ttl: Duration::from_secs(1),
+        max_lifetime: Duration::from_secs(5),
+        gc_lag: GC_LAG,
+        wall_clock: Arc::new(env.hosts[host]),
+        random: Arc::new(SeededRandom(env.rng.clone())),
+        ..ClientConfig::with_namespace("sim")
+    }
+}
+
+fn client_for(env: &Env, life: &Arc<Life>, host: usize) -> Client {
+    let store = process_store(
+        env.store.clone(),
+        life.clone(),
+        env.faults.clone(),
+        env.trace.clone(),
+    );
+    let oracle = Arc::new(ProcessOracle::new(env.oracle.clone(), life.clone()));
+    let client = Client::with_config(store, oracle, client_config(env, host));
+    app::declare(&client, &env.registry);
+    client
+}
+
+/// Starts incarnation `incarnation` of process `i` with empty memory: the factory a
+/// restart re-runs.
+fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
+    let life = Life::new(i, incarnation);
+    let client = client_for(env, &life, i);
+    let worker = Worker::start(
+        client.clone(),
+        env.registry.clone(),
+        WorkerConfig {
+            id: format!("p{i}-{incarnation}"),
+            scanners: 1,
+            max_in_flight: 16,
+            idle_interval: Duration::from_millis(200),
+            max_idle_interval: Duration::from_secs(1),
+            max_failures: 5,
+            retry_backoff: Duration::from_millis(20),
+            heartbeat: Duration::from_millis(500),
+            sweep_every: 4,
+            orphan_age: Duration::from_secs(4),
+            hint_grace: Duration::from_millis(250),
+            batch_size: 8,
+        },
+    );
+    let ctx = Ctx {
+        process: i,
+        client: client.clone(),
+        model: env.model.clone(),
+        rng: env.rng.clone(),
+    };
+    let mut actors = JoinSet::new();
+    if i < LOADERS {
+        actors.spawn(workload::loader(ctx.clone(), i));
+    }
+    if i == 1 {
+        actors.spawn(workload::retention(ctx.clone()));
+    }
+    if i != 1 {
+        actors.spawn(workload::stalled_reader(ctx.clone()));
+    }
+    if i == 2 {
+        actors.spawn(workload::rewriter(ctx.clone()));
+    }
+    actors.spawn(workload::cycle(ctx.clone()));
+    actors.spawn(workload::gc(ctx, GC_LAG));
+    Proc {
+        life,
+        client,
+        worker,
+        actors,
+    }
+}
+
+/// Crashes a process: every task it runs stops where it is, and calls it left behind
+/// never return.
+fn crash(proc: Proc) {
+    proc.life.kill();
+    proc.worker.kill();
+    drop(proc.actors);
+    drop(proc.client);
+}
+
+/// The fault schedule of a seed.
+#[derive(Debug)]
+enum Event {
+    Outage(Duration, Scope),
+    Takeover(Duration),
+    Crash(usize),
+    Restart(usize),
+    GcBurst,
+}
+
+fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
+    let ms = secs * 1000;
+    let at =
+        |low: u64, high: u64| Duration::from_millis(rng.range(ms * low / 100, ms * high / 100));
+    let mut events = Vec::new();
+    for _ in 0..rng.range(1, 3) {
+        events.push((
+            at(10, 85),
+            Event::Outage(rng.millis(1_000, 4_000), Scope::All),
+        ));
+    }
+    for _ in 0..rng.range(1, 3) {
+        let table = ["events", "runs", "derived", "ring"][rng.index(4)];
+        events.push((
+            at(10, 85),
+            Event::Outage(
+                rng.millis(1_000, 5_000),
+                Scope::Region(table.as_bytes().to_vec()),
+            ),
+        ));
+    }
+    for _ in 0..rng.range(1, 4) {
+        events.push((at(5, 90), Event::Takeover(rng.millis(100, 1_500))));
+    }
+    for _ in 0..rng.range(2, 5) {
+        let p = rng.index(PROCESSES);
+        let t = at(3, 90);
+        events.push((t, Event::Crash(p)));
+        events.push((t + rng.millis(200, 3_000), Event::Restart(p)));
+    }
+    for _ in 0..2 {
+        events.push((at(20, 90), Event::GcBurst));
+    }
+    if rng.chance(0.5) {
+        // A power failure: every process down past the GC lag, so the backlog is older
+        // than the safe point when they come back (workers then race GC on it).
+        let t = at(10, 60);
+        let back = t + GC_LAG + rng.millis(500, 3_000);
+        for p in 0..PROCESSES {
+            events.push((t, Event::Crash(p)));
+            events.push((back, Event::Restart(p)));
+        }
+    }
+    events.sort_by_key(|(t, _)| *t);
+    events
+}
+
+/// A loader's input: its own events in order, with duplicates of its own and
+/// redeliveries of the other loader's.
+fn sources(rng: &SimRng) -> Vec<Vec<u64>> {
+    let len = 200;
+    (0..LOADERS as u64)
+        .map(|j| {
+            let mut out: Vec<u64> = Vec::with_capacity(len);
+            let mut next = 0u64;
+            for _ in 0..len {
+                let id = if !out.is_empty() && rng.chance(0.1) {
+                    out[rng.index(out.len())]
+                } else if rng.chance(0.08) {
+                    (1 - j) * 10_000 + rng.range(0, next + 2)
+                } else {
+                    next += 1;
+                    j * 10_000 + next - 1
+                };
+                out.push(id);
+            }
+            out
+        })
+        .collect()
+}
+
+async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimError> {
+    let time = SimTime::start();
+    let rng = SimRng::new(seed);
+    let trace = Trace::new(options.keep_trace);
+    // Swarm testing: each seed draws how often calls are held.
+    let rates = FaultRates {
+        hold: [0.01, 0.02, 0.05, 0.1][rng.index(4)],
+        ..FaultRates::default()
+    };
+    let faults = Arc::new(Faults::new(rng.clone(), rates));
+    faults.set_chaos(false);
+    let hosts: Vec<HostClock> = (0..PROCESSES)
+        .map(|i| HostClock {
+            time,
+            skew_ms: if i == 0 {
+                0
+            } else {
+                rng.range(0, 801) as i64 - 400
+            },
+        })
+        .collect();
+    let model = Shared::default();
+    model.with(|m| m.sources = sources(&rng));
+    let env = Env {
+        store: shared_store(),
+        oracle: SimOracle::new(hosts.clone(), faults.clone(), trace.clone()),
+        faults: faults.clone(),
+        trace: trace.clone(),
+        hosts,
+        rng: rng.clone(),
+        model: model.clone(),
+        registry: app::registry(),
+    };
+    // The harness's own client (never crashed; faults are off whenever it is used).
+    let harness_life = Life::new(PROCESSES, 0);
+    let harness = client_for(&env, &harness_life, 0);
+    harness
+        .run(|txn| async move {
+            for i in 0..schema::RING {
+                txn.set(schema::ring(i), ((i + 1) % schema::RING).to_string());
+            }
+            Ok::<_, percolator::TxnError>(())
+        })
+        .await
+        .map_err(|source| SimError::Harness {
+            step: "ring set-up",
+            source,
+        })?;
+
+    faults.set_chaos(true);
+    let mut procs: Vec<Option<Proc>> = (0..PROCESSES).map(|i| Some(start(&env, i, 0))).collect();
+    let mut incarnations = [0u32; PROCESSES];
+    let chaos = Duration::from_secs(options.sim_secs);
+    let began = tokio::time::Instant::now();
+    for (at, event) in schedule(&rng, options.sim_secs) {
+        tokio::time::sleep_until(began + at).await;
+        tracing::debug!(?at, ?event, "fault");
+        match event {
+            Event::Outage(d, scope) => faults.outage(tokio::time::Instant::now() + d, scope),
+            Event::Takeover(gap) => env.oracle.takeover(rng.index(PROCESSES), gap),
+            Event::Crash(p) => {
+                if let Some(proc) = procs[p].take() {
+                    crash(proc);
+                    model.with(|m| m.crashes += 1);
+                    faults.count();
+                }
+            }
+            Event::Restart(p) => {
+                if procs[p].is_none() {
+                    incarnations[p] += 1;
+                    procs[p] = Some(start(&env, p, incarnations[p]));
+                }
+            }
+            Event::GcBurst => {
+                for proc in procs.iter_mut().flatten().take(2) {
+                    let ctx = Ctx {
+                        process: proc.life.process,
+                        client: proc.client.clone(),
+                        model: model.clone(),
+                        rng: rng.clone(),
+                    };
+                    proc.actors
+                        .spawn(async move { workload::gc_pass(&ctx, GC_LAG).await });
+                }
+            }
+        }
+    }
+    tokio::time::sleep_until(began + chaos).await;
+
+    // Liveness: faults off, the workload stopped, every process up; observers must drain.
+    faults.set_chaos(false);
+    for (p, slot) in procs.iter_mut().enumerate() {
+        match slot {
+            Some(proc) => proc.actors.abort_all(),
+            None => {
+                incarnations[p] += 1;
+                let mut proc = start(&env, p, incarnations[p]);
+                proc.actors.abort_all();
+                *slot = Some(proc);
+            }
+        }
+    }
+    let harness_ctx = Ctx {
+        process: PROCESSES,
+        client: harness.clone(),
+        model: model.clone(),
+        rng: rng.clone(),
+    };
+    let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
+    workload::finish_deletes(&harness_ctx, marked).await;
+    let drained = {
+        let worker = &procs[0].as_ref().expect("all up").worker;
+        tokio::time::timeout(LIVENESS_LIMIT, worker.wait_until_quiescent()).await
+    };
+    match drained {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => model.violation(format!("liveness: waiting for the observers failed: {e}")),
+        Err(_) => model.violation(format!(
+            "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
+        )),
+    }
+    // A last GC past everything written, then the final checks read after it.
+    tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
+    workload::gc_pass(&harness_ctx, GC_LAG).await;
+    let observer_runs = check::final_checks(&harness, &model).await?;
+    for proc in procs.into_iter().flatten() {
+        proc.worker.shutdown().await;
+    }
+
+    // What every seed must have exercised (a seed that did not is a gap of the schedule).
+    let (crashes, overlaps) = model.with(|m| (m.crashes, m.gc_overlaps));
+    if options.sim_secs >= 60 && (crashes == 0 || env.oracle.takeovers() == 0 || overlaps < 2) {
+        model.violation(format!(
+            "coverage: {crashes} crashes, {} takeovers, {overlaps} overlapping GC passes",
+            env.oracle.takeovers()
+        ));
+    }
+    let violations = model.with(|m| std::mem::take(&mut m.violations));
+    let stats = model.with(|m| Stats {
+        sim_seconds: time.elapsed_ms() as f64 / 1000.0,
+        wall_seconds: 0.0,
+        faults_injected: faults.injected(),
+        crashes: m.crashes,
+        takeovers: env.oracle.takeovers(),
+        gc_passes: m.gc_passes,
+        gc_overlaps: m.gc_overlaps,
+        transactions: m.transactions,
+        observer_runs,
+        stalled_reads_too_old: m.too_old,
+        trace_events: trace.events(),
+    });
+    Ok(SeedReport {
+        seed,
+        violations,
+        stats,
+        trace_hash: trace.hash(),
+        trace_lines: trace.take_lines(),
+    })
+}
