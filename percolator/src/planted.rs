@@ -24,6 +24,10 @@ pub enum Bug {
     WorkerDeletesRolledBack,
     /// `once::record_fate` takes a gone record for rolled back (issue 38, hole 4).
     RecordGoneIsRolledBack,
+    /// `once::resolve_below` rewrites a record decided committed by a plain put: a record
+    /// another pass rewrote and collected under a head delete comes back (found by the
+    /// simulator in the first fix of issue 38).
+    GcRewriteByPut,
     /// `read::scan_page` stops each side after `limit` cells with a value: short pages
     /// (issue 38, hole 5).
     ScanPageShort,

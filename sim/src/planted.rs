@@ -10,6 +10,7 @@ use serde::Serialize;
 pub const BUGS: &[(&str, Bug)] = &[
     ("gc_unconditional_delete", Bug::GcUnconditionalDelete),
     ("gc_collect_ignores_head", Bug::GcCollectIgnoresHead),
+    ("gc_rewrite_by_put", Bug::GcRewriteByPut),
     ("worker_deletes_rolled_back", Bug::WorkerDeletesRolledBack),
     ("record_gone_is_rolled_back", Bug::RecordGoneIsRolledBack),
     ("scan_page_short", Bug::ScanPageShort),

@@ -384,6 +384,12 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                     // bytes: two passes write equal `Committed` records, S3's exemption) or
                     // is gone, and either way it is decided.
                     let record = OnceRecord::Committed { commit_ts: c.0, op };
+                    #[cfg(feature = "planted")]
+                    if crate::planted::active(crate::planted::Bug::GcRewriteByPut) {
+                        shared.kv.put(key.clone(), record.encode()).await?;
+                        resolved += 1;
+                        continue;
+                    }
                     shared
                         .kv
                         .compare_and_swap(key.clone(), Some(raw.clone()), record.encode())
