@@ -213,7 +213,9 @@ mod tests {
     fn a_post_needs_its_own_origin() {
         let p = policy("127.0.0.1:7780", &[]);
         let host = (header::HOST, "127.0.0.1:7780");
-        assert!(p.check(&Method::GET, &headers(&[host.clone()])).is_ok());
+        assert!(p
+            .check(&Method::GET, &headers(std::slice::from_ref(&host)))
+            .is_ok());
         assert!(p
             .check(
                 &Method::POST,

@@ -144,7 +144,9 @@ pub async fn scan(
             Some(found) => {
                 found.lock = found.lock.take().or(view.lock);
                 found.versions.extend(view.versions);
-                found.versions.sort_by(|a, b| b.commit_ts.cmp(&a.commit_ts));
+                found
+                    .versions
+                    .sort_by_key(|v| std::cmp::Reverse(v.commit_ts));
                 found.versions.dedup_by_key(|v| v.commit_ts);
                 if !history {
                     found.versions.truncate(1);
@@ -177,7 +179,7 @@ async fn once_cells(
     let mut current: Option<(Cell, Vec<CellVersion>, Option<LockInfo>)> = None;
     let finish = |(cell, mut versions, lock): (Cell, Vec<CellVersion>, Option<LockInfo>),
                   out: &mut Vec<CellView>| {
-        versions.sort_by(|a, b| b.commit_ts.cmp(&a.commit_ts));
+        versions.sort_by_key(|v| std::cmp::Reverse(v.commit_ts));
         if !history {
             versions.retain(|v| v.commit_ts <= at);
             versions.truncate(1);

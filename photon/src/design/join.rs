@@ -160,8 +160,8 @@
 //! the day) is joined once whatever GC does; while its entry is within the retention any skew
 //! is. Deliveries further apart than that, arriving after GC dropped the first one's day, are
 //! the registry's retention limit (as an event older than the retention is, below).
-//! `photon/tests/exactly_once.rs` is the repro (c1 at midnight - 1 ms, then at midnight
-//! + 1 ms in another file: one join, verify OK); `photon/tests/maintenance.rs` checks the
+//! `photon/tests/exactly_once.rs` is the repro (c1 1 ms before midnight, then 1 ms
+//! after it in another file: one join, verify OK); `photon/tests/maintenance.rs` checks the
 //! margin.
 //!
 //! *Against J5.* The entries deleted are those of days below `B - 1 <= B`, deleted only after
