@@ -9,6 +9,7 @@
 //!   a future that resolves on the first of them. Binaries call it before they announce
 //!   readiness, so a supervisor (or test) that signals the instant it sees the readiness
 //!   line always gets the graceful shutdown, never the default action of the signal.
+//! - [`exit`]: the binaries' exit statuses, one per kind of failure.
 //! - [`init_tracing`] sets up logging to stderr, with ANSI colours only when stderr is a
 //!   terminal (redirected logs stay plain text).
 
@@ -16,6 +17,7 @@ use std::future::Future;
 use std::io::IsTerminal;
 
 pub mod config;
+pub mod exit;
 pub mod spec;
 pub mod store;
 #[cfg(feature = "testkit")]

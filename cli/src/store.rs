@@ -45,6 +45,18 @@ pub enum OpenError {
     /// The in-process oracle could not be started on the store.
     #[error("starting the in-process oracle: {0}")]
     LocalOracle(oracle::OracleError),
+    /// A command that only uses an existing store (`percolator-ctl`, `photon verify`) was
+    /// given an embedded store's path that holds none ([`open_existing_client`]): a mistyped
+    /// path, which opening would have created.
+    #[error(
+        "no store at {}: the directory does not hold an embedded store (a mistyped path?); \
+         this command reads an existing store and does not create one",
+        path.display()
+    )]
+    NoStore {
+        /// The path given.
+        path: std::path::PathBuf,
+    },
     /// The namespace's table ids could not be read, or refused the declared ones.
     #[error("namespace {namespace}: {error}")]
     TableIds {
@@ -178,6 +190,32 @@ pub async fn open_client(
     client_for_store(kv, namespace, oracle_addrs, declared).await
 }
 
+/// Refuses an embedded store's path that holds no store (a directory the embedded backend
+/// opened holds its `fjall/` engine directory: `percolator::kv::EmbeddedKv`'s layout), so
+/// that a command meant for an existing store does not create one at a mistyped path.
+/// Memory and TiKV stores pass (a memory store is always new, TiKV's clusters exist apart).
+pub fn require_existing(spec: &StoreSpec) -> Result<(), OpenError> {
+    match spec {
+        StoreSpec::Embedded(path) if !path.join("fjall").is_dir() => {
+            Err(OpenError::NoStore { path: path.clone() })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`open_client`] for a command that reads or operates an existing store: refuses an
+/// embedded path that holds no store ([`require_existing`]) instead of creating one.
+pub async fn open_existing_client(
+    spec: &StoreSpec,
+    namespace: &str,
+    oracle_addrs: &[String],
+    durability: Durability,
+    declared: Option<&TableIds>,
+) -> Result<Client, OpenError> {
+    require_existing(spec)?;
+    open_client(spec, namespace, oracle_addrs, durability, declared).await
+}
+
 /// A client on an opened store `kv` (see [`open_client`]; a caller that wraps the store,
 /// e.g. to count its calls, opens it with [`open_store`] and comes here).
 pub async fn client_for_store(
@@ -267,6 +305,27 @@ mod tests {
                 "{bad:?} accepted"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn an_existing_store_is_required_where_asked_and_not_created() {
+        let dir = tempfile::tempdir().expect("dir");
+        let typo = dir.path().join("photon-dta");
+        let spec = StoreSpec::Embedded(typo.clone());
+        match open_existing_client(&spec, "app", &[], Durability::Process, None).await {
+            Err(OpenError::NoStore { path }) => assert_eq!(path, typo),
+            Err(other) => panic!("expected NoStore, got {other}"),
+            Ok(_) => panic!("expected NoStore, got a client"),
+        }
+        assert!(!typo.exists(), "nothing created at the mistyped path");
+        let real = StoreSpec::Embedded(dir.path().join("store"));
+        drop(
+            open_store(&real, Durability::Process)
+                .await
+                .expect("created"),
+        );
+        require_existing(&real).expect("an existing store passes");
+        require_existing(&StoreSpec::Memory).expect("memory passes");
     }
 
     #[tokio::test]

@@ -11,8 +11,8 @@ pub struct Answer {
     pub text: String,
     /// The same answer as one JSON document.
     pub json: Value,
-    /// The process exit status: 0, or a verb-specific code (`wait` timed out: 2; `dead-letters
-    /// drop` without `--yes`: 1).
+    /// The process exit status: 0, or a verb-specific code (`wait` timed out: 3; `dead-letters
+    /// drop` without `--yes`: 1; `docs/operating.md`, "Exit status").
     pub status: i32,
 }
 

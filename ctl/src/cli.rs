@@ -49,7 +49,7 @@ pub struct StoreArgs {
     pub oracle_namespace: Option<String>,
     /// A worker counts as live this long after its last heartbeat, in milliseconds (three
     /// heartbeats of the default worker configuration).
-    #[arg(long, global = true, default_value_t = 1500)]
+    #[arg(long, global = true, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..=MAX_SECS * 1000))]
     pub liveness_ms: u64,
 }
 
@@ -102,13 +102,13 @@ pub enum Command {
     /// the oracle), and print what was removed.
     Gc,
     /// Wait until no notification is left and no observer run is in flight in any worker.
-    /// Exit status 0 when drained, 2 when the timeout passed first.
+    /// Exit status 0 when drained, 3 when the timeout passed first.
     Wait {
-        /// Give up after this many seconds (default: wait forever).
-        #[arg(long)]
+        /// Give up after this many seconds (default: wait forever; at most ten years).
+        #[arg(long, value_parser = timeout_secs)]
         timeout: Option<f64>,
         /// Pause between checks, in milliseconds.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=MAX_SECS * 1000))]
         poll_ms: u64,
     },
     /// Serve the live dashboard: a web page (workers, backlog, throughput, dead letters with
@@ -124,7 +124,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7780")]
     pub listen: std::net::SocketAddr,
     /// How often the charts' figures are read from the store, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=MAX_SECS * 1000))]
     pub sample_ms: u64,
     /// Samples kept for the charts (the oldest are dropped).
     #[arg(long, default_value_t = 300)]
@@ -133,6 +133,14 @@ pub struct ServeArgs {
     /// binary on its metrics port (the dashboard's own `/metrics` serves the same).
     #[arg(long)]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// A `Host` name (optionally with `:PORT`) the dashboard answers besides its listen
+    /// address and localhost, e.g. the name of a proxy in front of it (repeat for more).
+    /// Other names are refused (DNS rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
+    /// Milliseconds a connection may take to send a request's headers before it is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub header_timeout_ms: u64,
 }
 
 /// Arguments of `scan`.
@@ -217,4 +225,21 @@ pub enum DeadLetterCommand {
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// The longest duration a flag takes, in seconds: ten years (longer ones are refused when the
+/// command line is parsed).
+pub const MAX_SECS: u64 = 10 * 365 * 86_400;
+
+/// `wait --timeout`: seconds, a finite number from 0 to [`MAX_SECS`].
+fn timeout_secs(text: &str) -> Result<f64, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}`: expected a number of seconds"))?;
+    if secs.is_finite() && (0.0..=MAX_SECS as f64).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!("`{text}`: from 0 to {MAX_SECS} seconds"))
+    }
 }

@@ -28,6 +28,7 @@ pub enum CtlError {
     Serve(Box<dyn std::error::Error + Send + Sync>),
     /// The namespace's table ids changed after this process opened the store (an
     /// application declared or extended them): its keys would be read with the old map.
+    /// (The dashboard no longer stops with it: it reloads the map, `serve::reload`.)
     #[error(
         "the namespace's table ids changed after this process opened the store (now: {now}; \
          this process: {opened}); restart it to read them"

@@ -3,11 +3,12 @@
 //! answer as text or JSON.
 
 use anyhow::Context;
-use percolator_cli::store::open_client;
+use percolator_cli::exit;
+use percolator_cli::store::open_existing_client;
 use percolator_ctl::cli::{Cli, Command, ServeArgs, StoreArgs};
 use percolator_ctl::serve::ServeConfig;
 use percolator_ctl::verbs;
-use percolator_ctl::Answer;
+use percolator_ctl::{Answer, CtlError};
 use serde_json::json;
 use std::time::Duration;
 
@@ -16,12 +17,17 @@ use std::time::Duration;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     percolator_cli::init_tracing("warn");
-    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    // Flags over environment over the configuration file (`--config`, `--print-config`); a
+    // wrong command line exits with clap's status, `exit::USAGE`.
     let cli: Cli = percolator_cli::config::parse("ctl");
     if let Command::Serve(args) = &cli.command {
-        return serve(&cli, args).await;
+        if let Err(e) = serve(&cli, args).await {
+            eprintln!("Error: {e:#}");
+            std::process::exit(exit_code(&e));
+        }
+        return;
     }
     let answer = match run(&cli).await {
         Ok(answer) => answer,
@@ -31,23 +37,45 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", json!({"error": format!("{e:#}")}));
             }
             eprintln!("Error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(exit_code(&e));
         }
     };
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&answer.json)?);
+        match serde_json::to_string_pretty(&answer.json) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("Error: {e}");
+                std::process::exit(exit::FAILED);
+            }
+        }
     } else {
         print!("{}", answer.text);
     }
-    if answer.status != 0 {
-        std::process::exit(answer.status);
-    }
-    Ok(())
+    std::process::exit(answer.status);
 }
 
-/// A client of the store the flags name, as the other binaries open it.
+/// The exit status of a failed verb (`percolator_cli::exit`): a name or value the store
+/// refuses is a usage error, a store that cannot be opened has its own status, anything
+/// else is a failure.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if cause
+            .downcast_ref::<percolator_cli::store::OpenError>()
+            .is_some()
+        {
+            return exit::STORE_UNAVAILABLE;
+        }
+        if let Some(CtlError::Usage(_)) = cause.downcast_ref::<CtlError>() {
+            return exit::USAGE;
+        }
+    }
+    exit::FAILED
+}
+
+/// A client of the store the flags name, as the other binaries open it; an embedded path
+/// that holds no store is refused, not created (every verb reads an existing store).
 async fn client(store: &StoreArgs) -> anyhow::Result<percolator::Client> {
-    Ok(open_client(
+    Ok(open_existing_client(
         &store.store,
         &store.namespace,
         &store.oracle,
@@ -90,6 +118,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         sample_every: Duration::from_millis(args.sample_ms.max(100)),
         history: args.history,
         metrics_addr: args.metrics_addr,
+        allowed_hosts: args.allow_hosts.clone(),
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
     };
     println!("dashboard listening on http://{addr}/");
     tracing::info!(%addr, "dashboard listening");

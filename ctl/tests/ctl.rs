@@ -192,7 +192,7 @@ async fn wait_times_out_on_a_backlog_and_returns_once_the_chain_is_drained() {
     }
 
     let timed_out = env.ctl(&["wait", "--timeout", "0.5"]).await;
-    assert_eq!(timed_out.status, 2, "{}", timed_out.json);
+    assert_eq!(timed_out.status, 3, "{}", timed_out.json);
     assert_eq!(timed_out.json["drained"], false);
 
     let listed = env.ok(&["notifications", "--limit", "10"]).await;
@@ -420,4 +420,56 @@ async fn renotify_processes_cells_written_before_their_observer() {
         );
     }
     worker.shutdown().await;
+}
+
+/// `scan` and `renotify` see write-once cells (records without heads, as Photon's events
+/// are), and refuse a table the namespace's table ids do not name and a column no cell is
+/// in (issue 39, item 11).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_and_renotify_cover_write_once_cells_and_refuse_unknown_names() {
+    let env = Env::start("once").await;
+    let ids = percolator::codec::TableIds::new([("clicks", 1), ("loader", 2)]).expect("ids");
+    let client = percolator_cli::store::open_client(
+        &env.spec,
+        &env.namespace,
+        std::slice::from_ref(&env.oracle_addr),
+        percolator::kv::Durability::Process,
+        Some(&ids),
+    )
+    .await
+    .expect("client with table ids");
+    client.write_once_column("clicks", "event");
+    let txn = client.begin().await.expect("begin");
+    for i in 0..3 {
+        txn.set(
+            Cell::new("clicks", format!("c{i}"), "event"),
+            format!("click {i}"),
+        );
+    }
+    // An ordinary cell: the primary (a loader's offset).
+    txn.set(Cell::new("loader", "f", "offset"), "3");
+    txn.commit().await.expect("commit");
+
+    let scanned = env.ok(&["scan", "clicks"]).await;
+    let cells = scanned["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 3, "{scanned}");
+    assert_eq!(cells[1]["row"], "c1", "{scanned}");
+    assert_eq!(cells[1]["versions"][0]["value"], "click 1", "{scanned}");
+
+    let done = env.ok(&["renotify", "clicks", "event"]).await;
+    assert_eq!(done["finished"], true, "{done}");
+    assert_eq!(done["rows_done"], 3, "{done}");
+    assert_eq!(done["notified"], 3, "{done}");
+    let pending = env.ok(&["notifications"]).await;
+    assert!(pending.to_string().contains("c2"), "{pending}");
+
+    for args in [
+        &["scan", "clickz"][..],
+        &["renotify", "clickz", "event"],
+        &["renotify", "clicks", "evnt"],
+    ] {
+        let run = env.ctl(args).await;
+        assert_ne!(run.status, 0, "{args:?}: {}", run.json);
+        assert!(run.json["error"].is_string(), "{args:?}: {}", run.json);
+    }
 }

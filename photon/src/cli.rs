@@ -126,9 +126,14 @@ pub enum Command {
         /// Retry until the report is OK or this many seconds have passed (clicks still in
         /// flight count as lost until they are joined). Each try prints one line to stderr.
         /// Exit status: 0 OK, 1 duplicates or unexpected joins (waiting cannot fix those),
-        /// 3 clicks still missing at the deadline.
-        #[arg(long, value_name = "SECS")]
+        /// 3 clicks still missing (at the deadline), 4 input that cannot be read, 5 a store
+        /// that cannot be opened, 6 another failure (docs/operating.md).
+        #[arg(long, value_name = "SECS", value_parser = secs(0))]
         wait: Option<u64>,
+        /// Verify what can be read: a log file that cannot be opened, or a directory without
+        /// logs, is a warning (listed in the report) instead of a failure (exit status 4).
+        #[arg(long)]
+        partial_input: bool,
     },
     /// Write the joined events as JSON lines to stdout or a file.
     Export {
@@ -144,7 +149,7 @@ pub enum Command {
         store: StoreArgs,
         /// Days of IdRegistry entries to keep (counted back from today by the oracle's clock,
         /// UTC).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = days())]
         retention_days: u64,
         /// Move the boundary even by more than a day at once (e.g. after a shorter retention,
         /// or when no GC ran for days); without it such a move is refused, since a clock
@@ -190,7 +195,7 @@ pub enum Command {
         #[arg(long, value_parser = parse_duration, requires = "rate")]
         duration: Option<std::time::Duration>,
         /// Period of the progress lines printed when stderr is not a terminal, ms.
-        #[arg(long, default_value_t = 5000, hide = true)]
+        #[arg(long, default_value_t = 5000, hide = true, value_parser = millis(1))]
         progress_ms: u64,
         /// Clicks (of one pipeline) joined per transaction at most; 1: one per transaction.
         #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
@@ -205,7 +210,27 @@ pub enum Command {
 /// The default of `--batch-size` (the worker's default, [`observers::WorkerConfig`]).
 pub const DEFAULT_BATCH_SIZE: usize = 32;
 
-/// Parses `90`, `90s`, `30m` or `1h`.
+/// The longest duration a flag takes, in seconds: ten years. Longer ones are refused when the
+/// command line is parsed (they overflowed timestamp and clock arithmetic in background tasks,
+/// which died while the process went on).
+pub const MAX_SECS: u64 = 10 * 365 * 86_400;
+
+/// A flag in seconds, from `min` to [`MAX_SECS`].
+fn secs(min: u64) -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(min..=MAX_SECS)
+}
+
+/// A flag in milliseconds, from `min` to [`MAX_SECS`] in ms.
+fn millis(min: u64) -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(min..=MAX_SECS * 1000)
+}
+
+/// A flag in days, up to [`MAX_SECS`] in days.
+fn days() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(0..=MAX_SECS / 86_400)
+}
+
+/// Parses `90`, `90s`, `30m` or `1h` (up to [`MAX_SECS`]).
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
@@ -215,12 +240,15 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         .parse()
         .map_err(|_| format!("`{text}`: expected a number with s, m or h"))?;
     let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
         _ => return Err(format!("`{text}`: unit must be s, m or h")),
     };
-    Ok(std::time::Duration::from_secs(secs))
+    match secs {
+        Some(secs) if secs <= MAX_SECS => Ok(std::time::Duration::from_secs(secs)),
+        _ => Err(format!("`{text}`: at most {MAX_SECS} s (ten years)")),
+    }
 }
 
 /// Arguments of `photon work` that describe its pipeline.
@@ -234,7 +262,7 @@ pub struct WorkArgs {
     pub worker: Option<String>,
     /// Clicks whose query has not arrived this long after their event time are reported as
     /// expired, not silently dropped (seconds).
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = secs(0))]
     pub horizon_secs: u64,
     /// Observer runs in flight at most.
     #[arg(long, default_value_t = 64)]
@@ -248,19 +276,19 @@ pub struct WorkArgs {
     pub batch_size: usize,
     /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
     /// a crash, and for clicks whose query passed the horizon).
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = millis(1))]
     pub sweep_ms: u64,
     /// Period of version GC (and of IdRegistry GC with --registry-retention-days), seconds;
     /// 0: off. One worker of the namespace runs a pass at a time (a lease).
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = secs(0))]
     pub gc_every_secs: u64,
     /// How far GC's safe point lags the oracle, seconds (at least the client's GC lag, 600 s:
     /// no snapshot that old can still be read).
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = secs(1))]
     pub gc_lag_secs: u64,
     /// With it, periodic GC also drops IdRegistry days older than this many days (as
     /// `photon gc --retention-days`); clicks of those days are then reported too old.
-    #[arg(long)]
+    #[arg(long, value_parser = days())]
     pub registry_retention_days: Option<u64>,
 }
 
@@ -277,10 +305,10 @@ pub struct LoadArgs {
     #[arg(long)]
     pub follow: bool,
     /// Poll period of --follow, ms.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = millis(1))]
     pub poll_ms: u64,
     /// Period of the progress lines printed when stderr is not a terminal, ms.
-    #[arg(long, default_value_t = 5000, hide = true)]
+    #[arg(long, default_value_t = 5000, hide = true, value_parser = millis(1))]
     pub progress_ms: u64,
     /// Backpressure: before each batch, wait while more notifications than this wait
     /// for the join (counted in the store, so it works with workers in other
@@ -318,6 +346,11 @@ pub struct UntilArgs {
     /// clicks*.jsonl); waits until every one of them is loaded.
     #[arg(long, requires = "until_drained")]
     pub input: Option<PathBuf>,
+    /// The longest the shutdown may take after SIGTERM/SIGINT (or the drain), seconds: the
+    /// runs in flight finish and the worker leaves the registry, or the process exits with
+    /// status 7 (the store is down, say). Under Kubernetes' default 30 s grace period.
+    #[arg(long, default_value_t = 20, value_parser = secs(1))]
+    pub shutdown_timeout_secs: u64,
 }
 
 /// Arguments of `photon run`.

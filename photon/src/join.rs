@@ -160,10 +160,16 @@ async fn join_clicks(
     if current.is_empty() {
         return Ok(());
     }
-    let mut wanted = Vec::with_capacity(3 * current.len());
+    // The entry is the click id's, whatever the delivery's event time; an entry of the
+    // earlier layout (keyed by the event day) is read too.
+    let mut wanted = Vec::with_capacity(4 * current.len());
     for click in &current {
         let event = &click.stored.event;
-        wanted.push(idregistry_cell(day_of(event.event_time), &event.click_id));
+        wanted.push(idregistry_cell(&event.click_id));
+        wanted.push(legacy_idregistry_cell(
+            day_of(event.event_time),
+            &event.click_id,
+        ));
         wanted.push(query_cell(&event.query_id));
         wanted.push(outcome_cell(&event.click_id));
     }
@@ -172,11 +178,13 @@ async fn join_clicks(
     let read: Vec<(ReadClick, Guard, Option<Vec<u8>>)> = current
         .into_iter()
         .map(|click| {
-            let (token, query, outcome) = (
+            let (token, legacy, query, outcome) = (
+                values.next().unwrap_or_default(),
                 values.next().unwrap_or_default(),
                 values.next().unwrap_or_default(),
                 values.next().unwrap_or_default(),
             );
+            let token = token.or(legacy);
             (click, Guard { token, outcome }, query)
         })
         .collect();
@@ -275,7 +283,7 @@ async fn join_click(
         notified_ts,
     } = click;
     let click = stored.event;
-    let registry_cell = idregistry_cell(day_of(click.event_time), &click.click_id);
+    let day = day_of(click.event_time);
     let outcome = guard.outcome();
     if outcome.is_some_and(Outcome::is_final) {
         // A final outcome: an earlier run (or the boundary's settling) decided this click.
@@ -314,7 +322,7 @@ async fn join_click(
                 joined_at,
             };
             let click_id = joined.click.click_id.clone();
-            txn.set(registry_cell, token.clone());
+            crate::registry::write_entry(txn, day, &click_id, token.clone());
             if outcome == Some(Outcome::Waiting) {
                 // Parked before: the join clears it, and so conflicts with a run that
                 // expires the click from an older snapshot (both write the outcome).
@@ -342,8 +350,10 @@ async fn join_click(
             if age > config.horizon.as_millis() as u64 {
                 // The IdRegistry entry too: a run joining the click from a newer snapshot
                 // (its query arrived meanwhile) writes it as well, so only one commits.
-                txn.set(
-                    registry_cell,
+                crate::registry::write_entry(
+                    txn,
+                    day,
+                    &click.click_id,
                     format!("expired/{}/{}", config.pipeline, txn.start_ts()),
                 );
                 // With the horizon, for verify to name it.
@@ -646,14 +656,57 @@ mod tests {
         assert_eq!(stats.deduplicated.load(Ordering::Relaxed), 1);
         assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
         let read = client.begin().await.unwrap();
-        let token = read
-            .get(&idregistry_cell(day_of(at), "c1"))
-            .await
-            .unwrap()
-            .unwrap();
+        let token = read.get(&idregistry_cell("c1")).await.unwrap().unwrap();
         let token = String::from_utf8(token).unwrap();
         let first = deliveries[0].unwrap() as u32;
         assert!(token.contains(&format!("/n{first:x}/")), "{token}");
+    }
+
+    /// A click delivered twice with event times on two UTC days (1 ms before and after
+    /// midnight), the second delivery loaded after the first was joined: one join, the second
+    /// run turned away by the IdRegistry (issue 39, item 1).
+    #[tokio::test]
+    async fn deliveries_of_one_click_on_two_days_are_joined_once() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
+        let midnight = now_ms() / 86_400_000 * 86_400_000;
+        let config = test_config();
+        let stats = JoinStats::default();
+        let setup = client.begin().await.unwrap();
+        setup.set(
+            query_cell("q"),
+            stored(Query {
+                query_id: "q".to_string(),
+                event_time: midnight - 5_000,
+                fields: Default::default(),
+            }),
+        );
+        setup.commit().await.unwrap();
+        for (n, at) in [midnight - 1, midnight + 1].into_iter().enumerate() {
+            let load = client.begin().await.unwrap();
+            load.set(click_cell("c1"), stored(click("c1", "q", at)));
+            load.set(Cell::new("loader", "f", "offset"), n.to_string());
+            let delivery = load.commit().await.unwrap().0;
+            let txn = client.begin().await.unwrap();
+            join_clicks(
+                &txn,
+                &[click_cell("c1")],
+                &[Some(delivery)],
+                &config,
+                &stats,
+            )
+            .await
+            .unwrap();
+            txn.commit().await.unwrap();
+        }
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.deduplicated.load(Ordering::Relaxed), 1);
+        let read = client.begin().await.unwrap();
+        let outputs = read
+            .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+            .await
+            .unwrap();
+        assert_eq!(outputs.len(), 1, "one joined event");
     }
 
     /// One batch of four clicks: two park on the same missing query (both stay on its
@@ -698,10 +751,7 @@ mod tests {
         assert_eq!(pending, vec!["c1".to_string(), "c3".to_string()]);
         for id in ["c2", "c4"] {
             assert!(
-                r.get(&idregistry_cell(day_of(at), id))
-                    .await
-                    .unwrap()
-                    .is_some(),
+                r.get(&idregistry_cell(id)).await.unwrap().is_some(),
                 "{id} registered"
             );
         }

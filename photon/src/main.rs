@@ -23,8 +23,22 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Opens the store and a client on it (a shared TiKV store needs `--oracle`).
+/// Opens the store and a client on it (a shared TiKV store needs `--oracle`), creating an
+/// embedded store where none is.
 async fn client(store: &StoreArgs) -> anyhow::Result<Client> {
+    client_of(store, false).await
+}
+
+/// [`client`] for a command that reads an existing store (`verify`, `export`, `gc`): an
+/// embedded path that holds no store is refused, not created.
+async fn existing_client(store: &StoreArgs) -> anyhow::Result<Client> {
+    client_of(store, true).await
+}
+
+async fn client_of(store: &StoreArgs, existing: bool) -> anyhow::Result<Client> {
+    if existing {
+        percolator_cli::store::require_existing(&store.store)?;
+    }
     let client = open_client(
         &store.store,
         &store.namespace,
@@ -111,10 +125,45 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
     percolator_cli::init_tracing("warn");
-    // Flags over environment over the configuration file (`--config`, `--print-config`).
+    // Flags over environment over the configuration file (`--config`, `--print-config`);
+    // a wrong command line exits with clap's status, `exit::USAGE`.
     let cli: Cli = percolator_cli::config::parse("photon");
+    let code = match command(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            exit_code(&e)
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The exit status of a failed command (`percolator_cli::exit`): the store could not be
+/// opened, the input could not be read, or anything else.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    use percolator_cli::exit;
+    for cause in e.chain() {
+        if cause
+            .downcast_ref::<percolator_cli::store::OpenError>()
+            .is_some()
+        {
+            return exit::STORE_UNAVAILABLE;
+        }
+        if let Some(v) = cause.downcast_ref::<photon::verify::VerifyError>() {
+            if v.is_input() {
+                return exit::INPUT;
+            }
+        }
+    }
+    exit::FAILED
+}
+
+/// Runs the command; returns the exit status of a command that ran (a failed check, a
+/// shutdown cut short), or the error that stopped it.
+async fn command(cli: Cli) -> anyhow::Result<i32> {
+    use percolator_cli::exit;
     match cli.command {
         Command::Gen(args) => {
             let summary = photon::gen::generate(&args.out, &args.options())
@@ -217,19 +266,35 @@ async fn main() -> anyhow::Result<()> {
                 )
                 .await
             };
-            let mut outcome = None;
-            pipelines[0]
-                .worker
-                .run_until(async {
-                    tokio::select! {
-                        signal = shutdown => tracing::info!(%signal, "shutting down"),
-                        result = drained => outcome = Some(result),
-                    }
-                })
-                .await;
+            let outcome = tokio::select! {
+                signal = shutdown => {
+                    tracing::info!(%signal, "shutting down");
+                    None
+                }
+                result = drained => Some(result),
+            };
             sweeper.abort();
             if let Some(gc) = gc {
                 gc.abort();
+            }
+            // The shutdown is bounded (under Kubernetes' 30 s grace period by default): with
+            // the store down it could wait on it for as long as the outage lasts.
+            let bound = Duration::from_secs(until.shutdown_timeout_secs);
+            let left =
+                match tokio::time::timeout(bound, pipelines[0].worker.shutdown_checked()).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(format!("leaving the worker registry failed: {e}")),
+                    Err(_) => Some(format!(
+                        "the shutdown did not finish within --shutdown-timeout-secs {}",
+                        until.shutdown_timeout_secs
+                    )),
+                };
+            if let Some(why) = left {
+                eprintln!(
+                    "photon worker: {why}; stopping anyway (other workers take its share once \
+                     its heartbeat is stale)"
+                );
+                return Ok(exit::SHUTDOWN_INCOMPLETE);
             }
             match outcome {
                 Some(Ok(())) => eprintln!("photon worker: loaded and drained; exiting"),
@@ -242,33 +307,38 @@ async fn main() -> anyhow::Result<()> {
             input,
             json,
             wait,
+            partial_input,
         } => {
-            let client = client(&store).await?;
-            let report = match wait {
-                None => photon::verify::verify(&client, &input).await?,
-                Some(secs) => {
-                    let deadline = Instant::now() + Duration::from_secs(secs);
-                    photon::verify::verify_until(&client, &input, deadline, |report, left| {
-                        eprintln!("{}", photon::verify::retry_line(report, left))
-                    })
-                    .await?
-                }
-            };
+            let client = existing_client(&store).await?;
+            let options = photon::verify::VerifyOptions { partial_input };
+            // Without --wait: one check (a deadline already passed).
+            let deadline = Instant::now() + Duration::from_secs(wait.unwrap_or(0));
+            let report = photon::verify::verify_until_with(
+                &client,
+                &input,
+                options,
+                deadline,
+                |report, left| eprintln!("{}", photon::verify::retry_line(report, left)),
+            )
+            .await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{report}");
             }
-            if wait.is_some() && photon::verify::may_still_pass(&report) {
-                // Only clicks not joined yet are missing, and the deadline passed.
-                std::process::exit(3);
+            if report.ok() {
+                return Ok(exit::OK);
             }
-            if !report.ok() {
-                std::process::exit(1);
-            }
+            // Duplicates and unexpected joins are never undone; only missing joins (still
+            // missing at the deadline with --wait) may be in flight.
+            return Ok(if photon::verify::may_still_pass(&report) {
+                exit::INCOMPLETE
+            } else {
+                exit::CHECK_FAILED
+            });
         }
         Command::Export { store, out } => {
-            let client = client(&store).await?;
+            let client = existing_client(&store).await?;
             let mut w: Box<dyn std::io::Write> = match &out {
                 Some(path) => Box::new(std::io::BufWriter::new(
                     std::fs::File::create(path)
@@ -284,7 +354,7 @@ async fn main() -> anyhow::Result<()> {
             retention_days,
             force,
         } => {
-            let client = client(&store).await?;
+            let client = existing_client(&store).await?;
             // Today by the oracle, not by this host's clock.
             let today = registry::today(&client).await?;
             let (boundary, deleted) =
@@ -345,9 +415,9 @@ async fn main() -> anyhow::Result<()> {
                 store_calls: Some(counted),
             };
             if !photon::demo::run(&client, &dir, &options).await?.ok() {
-                std::process::exit(1);
+                return Ok(exit::CHECK_FAILED);
             }
         }
     }
-    Ok(())
+    Ok(exit::OK)
 }

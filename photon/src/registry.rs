@@ -8,17 +8,38 @@
 //!   deletes the registry's days below it.
 //! - `settle_below_boundary`: what the join does with a click below the boundary (its first
 //!   terminal outcome stays).
+//! - [`write_entry`]: an entry is keyed by click id alone (one join per click id, whatever the
+//!   event times of its deliveries) and filed in a day index, through which GC deletes it
+//!   once the boundary is more than [`MAX_SKEW_DAYS`] past that day.
 
 use crate::event::day_of;
 use crate::join::JoinStats;
 use crate::outcome::Outcome;
-use crate::schema::{boundary_cell, outcome_cell, IDREGISTRY, JOINED};
+use crate::schema::{
+    boundary_cell, idregistry_cell, idregistry_day_cell, outcome_cell, IDREGISTRY, JOINED,
+    REGISTRY_DAY_PREFIX, REGISTRY_ENTRY_PREFIX,
+};
 use percolator::{Client, Timestamp, Transaction, TxnError};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The most the boundary moves in one raise without `force`, in days.
 pub const MAX_STEP_DAYS: u64 = 1;
+
+/// How many days apart the event times of two deliveries of one click may be for the
+/// IdRegistry to turn the later one away after GC moved the boundary past the earlier one's
+/// day: an entry filed under day `d` is deleted once the boundary is above `d +
+/// MAX_SKEW_DAYS` (until then, deliveries of any event time find it). The argument:
+/// `photon::design::join`, "IdRegistry".
+pub const MAX_SKEW_DAYS: u64 = 1;
+
+/// Writes `click_id`'s IdRegistry entry (`token`) in `txn`, filed in the day index under
+/// `day`, the event day of the delivery the run read. Every run that writes the entry of a
+/// click writes the same cell, so two of them conflict whatever their deliveries' days.
+pub fn write_entry(txn: &Transaction, day: u64, click_id: &str, token: String) {
+    txn.set(idregistry_cell(click_id), token);
+    txn.set(idregistry_day_cell(day, click_id), day.to_string());
+}
 
 /// Errors of [`gc_registry`] (and of the periodic GC pass that calls it).
 #[derive(Debug, thiserror::Error)]
@@ -109,15 +130,65 @@ pub async fn gc_registry(
         .map_err(TxnError::from)?;
     let lifetime = client.config().max_lifetime;
     wait_for_oracle_past(client, written.physical_ms() + lifetime.as_millis() as u64).await?;
-    let end = format!("{boundary:08}");
-    // The registry's column is never observed, so it has no notify keys.
-    let deleted = crate::schema::purge_rows(client, IDREGISTRY, b"", end.as_bytes()).await?;
+    let deleted = purge_below(client, boundary).await?;
     tracing::info!(
         boundary,
         deleted,
         "IdRegistry days below the boundary deleted"
     );
     Ok((boundary, deleted))
+}
+
+/// Deletes the IdRegistry behind `boundary`: the entries filed under days below `boundary -
+/// MAX_SKEW_DAYS` (each through its index cell: the entry first, so a crash leaves an index
+/// cell that the next pass finds again) and then those index cells, and the entries of the
+/// earlier layout keyed by days below `boundary`. The registry is never observed, so it has
+/// no notify keys. Returns the keys deleted.
+async fn purge_below(client: &Client, boundary: u64) -> Result<usize, TxnError> {
+    use percolator::codec::{Key, Space};
+    use percolator::kv::{RangePager, ScanOrder};
+    /// Index cells read per store call.
+    const PAGE: usize = 1000;
+    let legacy_end = format!("{boundary:08}");
+    let mut deleted =
+        crate::schema::purge_rows(client, IDREGISTRY, b"", legacy_end.as_bytes()).await?;
+    let (start, end) = (
+        REGISTRY_DAY_PREFIX.to_string(),
+        format!(
+            "{REGISTRY_DAY_PREFIX}{:08}",
+            boundary.saturating_sub(MAX_SKEW_DAYS)
+        ),
+    );
+    let range = client.codec().rows_range(
+        Space::Head,
+        IDREGISTRY.as_bytes(),
+        start.as_bytes(),
+        Some(end.as_bytes()),
+    );
+    let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
+    while let Some(page) = pager.next_page().await? {
+        for (key, _) in page {
+            let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
+                continue;
+            };
+            // `day/<day:08>/<click_id>`.
+            let Some(click_id) = cell
+                .row
+                .strip_prefix(REGISTRY_DAY_PREFIX.as_bytes())
+                .and_then(|rest| rest.get(9..))
+            else {
+                continue;
+            };
+            let mut row = REGISTRY_ENTRY_PREFIX.as_bytes().to_vec();
+            row.extend_from_slice(click_id);
+            let mut row_end = row.clone();
+            row_end.push(0);
+            deleted += crate::schema::purge_rows(client, IDREGISTRY, &row, &row_end).await?;
+        }
+    }
+    deleted +=
+        crate::schema::purge_rows(client, IDREGISTRY, start.as_bytes(), end.as_bytes()).await?;
+    Ok(deleted)
 }
 
 /// Waits until the oracle hands out a timestamp whose physical time is past `physical_ms`.

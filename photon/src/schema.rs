@@ -6,8 +6,12 @@ use percolator::{Cell, Client};
 pub const QUERIES: &str = "queries";
 /// Clicks: `clicks/<click_id>/event` (observed).
 pub const CLICKS: &str = "clicks";
-/// The IdRegistry: `idregistry/<day:08>/<click_id>/token`, keyed by event day so whole days
-/// can be dropped behind the GC boundary.
+/// The IdRegistry: one entry per click id, `idregistry/id/<click_id>/token` (whatever the
+/// event times of the click's deliveries), and its index by event day,
+/// `idregistry/day/<day:08>/<click_id>/entry`, by which GC finds the entries of the days
+/// behind its boundary (`photon::design::join`, "IdRegistry"). Stores written before hold
+/// entries keyed `idregistry/<day:08>/<click_id>/token` (read by the join and purged by day
+/// until they fall behind the boundary).
 pub const IDREGISTRY: &str = "idregistry";
 /// Joined output: `joined/<click_id>/<token>` (one column per join: duplicates are visible).
 pub const JOINED: &str = "joined";
@@ -111,10 +115,37 @@ pub fn click_cell(click_id: &str) -> Cell {
     Cell::new(CLICKS, click_id, EVENT)
 }
 
-/// The IdRegistry entry of `click_id` on event day `day`.
-pub fn idregistry_cell(day: u64, click_id: &str) -> Cell {
+/// The IdRegistry entry of `click_id` (one per click id, whatever its event times).
+pub fn idregistry_cell(click_id: &str) -> Cell {
+    Cell::new(
+        IDREGISTRY,
+        format!("{REGISTRY_ENTRY_PREFIX}{click_id}"),
+        "token",
+    )
+}
+
+/// The IdRegistry's index cell of `click_id`'s entry, filed under event day `day` (the day of
+/// the delivery whose run wrote the entry): GC deletes the entry through it.
+pub fn idregistry_day_cell(day: u64, click_id: &str) -> Cell {
+    Cell::new(
+        IDREGISTRY,
+        format!("{REGISTRY_DAY_PREFIX}{day:08}/{click_id}"),
+        "entry",
+    )
+}
+
+/// The IdRegistry entry of `click_id` on event day `day` as stores written before entries
+/// were keyed by click id alone hold it (read by the join, purged by day).
+pub fn legacy_idregistry_cell(day: u64, click_id: &str) -> Cell {
     Cell::new(IDREGISTRY, format!("{day:08}/{click_id}"), "token")
 }
+
+/// The row prefix of IdRegistry entries (after every legacy `<day:08>/` row: letters sort
+/// after digits).
+pub const REGISTRY_ENTRY_PREFIX: &str = "id/";
+
+/// The row prefix of the IdRegistry's day index.
+pub const REGISTRY_DAY_PREFIX: &str = "day/";
 
 /// The joined-output cell of `click_id` written by the join with `token`.
 pub fn joined_cell(click_id: &str, token: &str) -> Cell {

@@ -40,12 +40,34 @@ pub struct Report {
     pub low_watermark_ms: Option<u64>,
     /// Malformed input lines skipped.
     pub malformed_lines: u64,
+    /// Log files (named like logs) that could not be read, with why: verify fails on them
+    /// unless told to verify the rest ([`VerifyOptions::partial_input`]), and then they are
+    /// listed here and printed as a warning.
+    pub unread: Vec<String>,
 }
 
 impl Report {
     /// Whether the output is exactly-once with nothing lost.
     pub fn ok(&self) -> bool {
         self.duplicates == 0 && self.lost == 0 && self.unexpected == 0
+    }
+
+    /// What made the report fail, as the summary line says it (empty when it is OK).
+    pub fn failures(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.duplicates > 0 {
+            why.push(format!("{} clicks joined more than once", self.duplicates));
+        }
+        if self.unexpected > 0 {
+            why.push(format!(
+                "{} joins of clicks that are not joinable",
+                self.unexpected
+            ));
+        }
+        if self.lost > 0 {
+            why.push(format!("{} joinable clicks not joined", self.lost));
+        }
+        why
     }
 }
 
@@ -58,6 +80,11 @@ impl std::fmt::Display for Report {
         writeln!(f, "joined once       {}", r.joined)?;
         writeln!(f, "duplicates        {}", r.duplicates)?;
         writeln!(f, "lost              {}", r.lost)?;
+        writeln!(f, "unexpected        {}", r.unexpected)?;
+        writeln!(f, "malformed lines   {}", r.malformed_lines)?;
+        for unread in &r.unread {
+            writeln!(f, "WARNING: not read (--partial-input): {unread}")?;
+        }
         for (reason, n) in &r.reasons {
             writeln!(f, "not joinable      {n:>8}  {reason}")?;
         }
@@ -70,15 +97,11 @@ impl std::fmt::Display for Report {
             Some(w) => writeln!(f, "join low watermark {w} (oldest unjoined joinable click)")?,
             None => writeln!(f, "join low watermark: none (every joinable click joined)")?,
         }
-        writeln!(
-            f,
-            "{}",
-            if r.ok() {
-                "OK: every joinable click joined exactly once"
-            } else {
-                "FAILED"
-            }
-        )?;
+        if r.ok() {
+            writeln!(f, "OK: every joinable click joined exactly once")?;
+        } else {
+            writeln!(f, "FAILED: {}", r.failures().join(", "))?;
+        }
         Ok(())
     }
 }
@@ -135,6 +158,99 @@ pub enum VerifyError {
     /// Listing the input failed.
     #[error(transparent)]
     Load(#[from] crate::load::LoadError),
+    /// Log files of the input could not be read (without [`VerifyOptions::partial_input`]).
+    #[error(
+        "{} log file(s) of the input could not be read, so the report would miss their \
+         clicks: {} (--partial-input verifies the rest with a warning)",
+        files.len(),
+        files.join("; ")
+    )]
+    Unreadable {
+        /// Each file with why.
+        files: Vec<String>,
+    },
+    /// The input directory holds no log (without [`VerifyOptions::partial_input`]).
+    #[error(
+        "no queries*.jsonl or clicks*.jsonl in {dir}: nothing to verify against \
+         (--partial-input accepts it with a warning)"
+    )]
+    NoLogs {
+        /// The directory.
+        dir: String,
+    },
+}
+
+impl VerifyError {
+    /// Whether the error is about the input logs (not the store).
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            VerifyError::Io { .. }
+                | VerifyError::Load(_)
+                | VerifyError::Unreadable { .. }
+                | VerifyError::NoLogs { .. }
+        )
+    }
+}
+
+/// How verify treats its input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Verify what can be read: a log file that cannot be read, or a directory without logs,
+    /// is a warning in the report ([`Report::unread`]) instead of an error.
+    pub partial_input: bool,
+}
+
+/// The logs of `input` verify reads, after checking that every file named like a log is
+/// among them and that there is one at all; what is missing is an error, or with
+/// `partial_input` a warning (returned).
+async fn input_files(
+    client: &Client,
+    input: &Path,
+    options: VerifyOptions,
+) -> Result<(Vec<LogFile>, Vec<String>), VerifyError> {
+    let files = files_to_load(client, input).await?;
+    let mut unread = Vec::new();
+    let entries = std::fs::read_dir(input).map_err(|source| VerifyError::Io {
+        path: input.display().to_string(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if Kind::of_file(&path).is_none() || files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        // Named like a log, left out by the listing: say why.
+        let why = match std::fs::metadata(&path) {
+            Err(e) => e.to_string(),
+            Ok(m) if m.is_dir() => "a directory".to_string(),
+            Ok(m) if !m.is_file() => "not a regular file".to_string(),
+            Ok(_) => match std::fs::File::open(&path) {
+                Err(e) => e.to_string(),
+                Ok(_) => "left out by the loader's listing".to_string(),
+            },
+        };
+        unread.push(format!("{}: {why}", path.display()));
+    }
+    unread.sort();
+    if !unread.is_empty() && !options.partial_input {
+        return Err(VerifyError::Unreadable { files: unread });
+    }
+    if files.is_empty() {
+        if !options.partial_input {
+            return Err(VerifyError::NoLogs {
+                dir: input.display().to_string(),
+            });
+        }
+        unread.push(format!(
+            "{}: no queries*.jsonl or clicks*.jsonl",
+            input.display()
+        ));
+    }
+    for u in &unread {
+        tracing::warn!(file = %u, "not read (--partial-input)");
+    }
+    Ok((files, unread))
 }
 
 /// The reason verify gives for clicks that expired.
@@ -217,9 +333,10 @@ pub async fn verify_with(
     input: &Path,
     minutes: Option<&mut crate::timeline::Minutes>,
 ) -> Result<Report, VerifyError> {
-    Input::read(&files_to_load(client, input).await?)?
-        .check(client, minutes)
-        .await
+    let (files, unread) = input_files(client, input, VerifyOptions::default()).await?;
+    let mut report = Input::read(&files)?.check(client, minutes).await?;
+    report.unread = unread;
+    Ok(report)
 }
 
 /// How often [`verify_until`] tries again.
@@ -238,11 +355,24 @@ pub async fn verify_until(
     client: &Client,
     input: &Path,
     deadline: std::time::Instant,
+    on_retry: impl FnMut(&Report, std::time::Duration),
+) -> Result<Report, VerifyError> {
+    verify_until_with(client, input, VerifyOptions::default(), deadline, on_retry).await
+}
+
+/// [`verify_until`] with `options` (a deadline already passed: one check).
+pub async fn verify_until_with(
+    client: &Client,
+    input: &Path,
+    options: VerifyOptions,
+    deadline: std::time::Instant,
     mut on_retry: impl FnMut(&Report, std::time::Duration),
 ) -> Result<Report, VerifyError> {
-    let mut logs = Input::read(&files_to_load(client, input).await?)?;
+    let (files, unread) = input_files(client, input, options).await?;
+    let mut logs = Input::read(&files)?;
     loop {
-        let report = logs.check(client, None).await?;
+        let mut report = logs.check(client, None).await?;
+        report.unread = unread.clone();
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if !may_still_pass(&report) || left.is_zero() {
             return Ok(report);

@@ -10,7 +10,7 @@ use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
 use percolator::{Cell, Client, TxnError};
 use photon::maintenance::{gc_pass, spawn_gc, GcMetrics, GcSpec};
 use photon::registry::{self, RegistryError};
-use photon::schema::{boundary_cell, idregistry_cell, now_ms};
+use photon::schema::{boundary_cell, idregistry_cell, legacy_idregistry_cell, now_ms};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,8 +66,8 @@ async fn periodic_gc_drops_old_versions_and_registry_days() {
     let today = photon::event::day_of(now_ms());
     let t = client.begin().await.unwrap();
     for i in 0..50 {
-        t.set(idregistry_cell(today - 10, &format!("old{i}")), "token");
-        t.set(idregistry_cell(today, &format!("new{i}")), "token");
+        registry::write_entry(&t, today - 10, &format!("old{i}"), "token".into());
+        registry::write_entry(&t, today, &format!("new{i}"), "token".into());
     }
     t.commit().await.unwrap();
     let before = keys(&client, Space::Version, "loader").await;
@@ -96,23 +96,26 @@ async fn periodic_gc_drops_old_versions_and_registry_days() {
         "old versions of the offset cell left"
     );
     // The old day's keys are gone, today's stay.
-    let registry = client.codec().rows_range(
-        Space::Head,
-        b"idregistry",
-        format!("{:08}", today - 10).as_bytes(),
-        Some(format!("{:08}", today - 9).as_bytes()),
+    assert_eq!(
+        registry_entries(&client, today - 10).await,
+        0,
+        "old day left"
     );
-    let old = scan_all(client.store().as_ref(), registry, ScanOrder::Forward)
-        .await
-        .unwrap();
-    assert!(old.is_empty(), "{} old registry heads left", old.len());
+    for i in 0..50 {
+        let entry = idregistry_cell(&format!("old{i}"));
+        let heads = client.codec().cell_range(Space::Head, &entry);
+        let left = scan_all(client.store().as_ref(), heads, ScanOrder::Forward)
+            .await
+            .unwrap();
+        assert!(left.is_empty(), "old entry {i} left");
+    }
     let t = client.begin().await.unwrap();
     assert_eq!(
         t.get(&counter).await.unwrap().as_deref(),
         Some(b"200".as_slice())
     );
     for i in 0..50 {
-        let cell = idregistry_cell(today, &format!("new{i}"));
+        let cell = idregistry_cell(&format!("new{i}"));
         assert!(t.get(&cell).await.unwrap().is_some(), "today's entry {i}");
     }
     assert_eq!(
@@ -218,12 +221,13 @@ async fn client_with_oracle(kv: Arc<dyn RawKv>, skew_ms: i64, max_lifetime: Dura
     Client::with_config(kv, Arc::new(ts), config)
 }
 
+/// Index cells of the IdRegistry filed under `day`.
 async fn registry_entries(client: &Client, day: u64) -> usize {
     let range = client.codec().rows_range(
         Space::Head,
         b"idregistry",
-        format!("{day:08}").as_bytes(),
-        Some(format!("{:08}", day + 1).as_bytes()),
+        format!("day/{day:08}").as_bytes(),
+        Some(format!("day/{:08}", day + 1).as_bytes()),
     );
     scan_all(client.store().as_ref(), range, ScanOrder::Forward)
         .await
@@ -257,8 +261,8 @@ async fn the_registry_day_comes_from_the_oracle_not_the_local_clock() {
     );
     let t = client.begin().await.unwrap();
     for i in 0..10 {
-        t.set(idregistry_cell(today - 2, &format!("recent{i}")), "token");
-        t.set(idregistry_cell(today - 10, &format!("old{i}")), "token");
+        registry::write_entry(&t, today - 2, &format!("recent{i}"), "token".into());
+        registry::write_entry(&t, today - 10, &format!("old{i}"), "token".into());
     }
     t.commit().await.unwrap();
     let metrics = GcMetrics::default();
@@ -288,7 +292,7 @@ async fn a_boundary_jump_of_more_than_a_day_needs_force() {
     assert_eq!(current_boundary(&client).await, today - 3);
     let t = client.begin().await.unwrap();
     for i in 0..10 {
-        t.set(idregistry_cell(today - 2, &format!("c{i}")), "token");
+        registry::write_entry(&t, today - 2, &format!("c{i}"), "token".into());
     }
     t.commit().await.unwrap();
     // Takes over the oracle record with a clock two days ahead.
@@ -337,7 +341,7 @@ async fn the_purge_waits_for_the_oracle_not_the_local_clock() {
     assert!(ahead.physical_ms() > now_ms() + 50_000, "the oracle leads");
     let today = registry::today(&client).await.unwrap();
     let t = client.begin().await.unwrap();
-    t.set(idregistry_cell(today - 10, "old"), "token");
+    registry::write_entry(&t, today - 10, "old", "token".into());
     t.commit().await.unwrap();
     registry::gc_registry(&client, today - 3, false)
         .await
@@ -352,4 +356,33 @@ async fn the_purge_waits_for_the_oracle_not_the_local_clock() {
         "purged {} ms (oracle time) after the boundary's commit, within the lifetime {lifetime_ms} ms",
         after.physical_ms() - percolator::Timestamp(written).physical_ms()
     );
+}
+
+/// An entry filed under the day just below the boundary stays (a delivery of the click up to
+/// a day later may still be joinable: `registry::MAX_SKEW_DAYS`); one two days below goes,
+/// with its index cell; an entry of the earlier layout goes with its day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_gc_keeps_the_day_below_the_boundary() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = client_with_oracle(kv, 0, Duration::from_millis(500)).await;
+    let today = registry::today(&client).await.unwrap();
+    let boundary = today - 3;
+    let t = client.begin().await.unwrap();
+    registry::write_entry(&t, boundary - 1, "kept", "token".into());
+    registry::write_entry(&t, boundary - 2, "gone", "token".into());
+    t.set(legacy_idregistry_cell(boundary - 1, "legacy"), "token");
+    t.commit().await.unwrap();
+    registry::gc_registry(&client, boundary, false)
+        .await
+        .unwrap();
+    let t = client.begin().await.unwrap();
+    assert!(t.get(&idregistry_cell("kept")).await.unwrap().is_some());
+    assert!(t.get(&idregistry_cell("gone")).await.unwrap().is_none());
+    assert!(t
+        .get(&legacy_idregistry_cell(boundary - 1, "legacy"))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(registry_entries(&client, boundary - 1).await, 1);
+    assert_eq!(registry_entries(&client, boundary - 2).await, 0);
 }

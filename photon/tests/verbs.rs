@@ -162,9 +162,14 @@ fn verify_wait_exits_3_when_clicks_are_still_missing_at_the_deadline() {
         "{stderr}"
     );
     assert!(text(&out.stdout).contains("FAILED"));
-    // Without --wait, the same report is a plain failure.
+    // Without --wait, the same report: missing joins (3), not duplicates (1).
     let once = photon(&["verify", "--store", &store, &logs]);
-    assert_eq!(once.status.code(), Some(1));
+    assert_eq!(once.status.code(), Some(3));
+    assert!(
+        text(&once.stdout).contains("joinable clicks not joined"),
+        "{}",
+        text(&once.stdout)
+    );
 }
 
 /// `verify_until` keeps trying while clicks are missing and returns OK once a pipeline,

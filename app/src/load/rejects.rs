@@ -1,5 +1,8 @@
 //! The rejects report: malformed input (`file:line: error: text`) and sources that cannot
-//! be opened (`file: error`), each also logged.
+//! be opened (`file: error`), each also logged. Everything written is escaped as the log's
+//! echo is ([`escape`]): control characters (terminal escapes included) and bytes that are
+//! not UTF-8 appear as `\u{1b}`, `\n`, `\xff`, and a backslash as `\\`, so `cat` of the
+//! file cannot retitle or clear the operator's terminal, and each entry is one line.
 
 use super::{LoadError, LoadStats};
 use std::io::Write;
@@ -30,14 +33,25 @@ pub struct Rejects {
 /// Bytes of a rejected line echoed to the log (the rejects file keeps the whole line).
 pub const ECHO_PREFIX: usize = 200;
 
-/// The first [`ECHO_PREFIX`] bytes of `text`, printable: control characters and bytes that
-/// are not UTF-8 escaped (`\n`, `\xff`), with the length of the rest if cut.
+/// The first [`ECHO_PREFIX`] bytes of `text`, escaped ([`escape`]), with the length of the
+/// rest if cut.
 fn echo(text: &[u8]) -> String {
     let shown = &text[..text.len().min(ECHO_PREFIX)];
-    let mut out = String::new();
-    for chunk in shown.utf8_chunks() {
+    let mut out = escape(shown);
+    if text.len() > shown.len() {
+        out.push_str(&format!("... ({} more bytes)", text.len() - shown.len()));
+    }
+    out
+}
+
+/// `text` made printable on one line: control characters (`\n`, `\u{1b}`: terminal escape
+/// sequences are inert) and bytes that are not UTF-8 (`\xff`) escaped, and a backslash
+/// doubled, so an escape in the text is told from one made here.
+pub fn escape(text: &[u8]) -> String {
+    let mut out = String::with_capacity(text.len());
+    for chunk in text.utf8_chunks() {
         for c in chunk.valid().chars() {
-            if c.is_control() {
+            if c.is_control() || c == '\\' {
                 out.extend(c.escape_default());
             } else {
                 out.push(c);
@@ -46,9 +60,6 @@ fn echo(text: &[u8]) -> String {
         for b in chunk.invalid() {
             out.push_str(&format!("\\x{b:02x}"));
         }
-    }
-    if text.len() > shown.len() {
-        out.push_str(&format!("... ({} more bytes)", text.len() - shown.len()));
     }
     out
 }
@@ -90,12 +101,16 @@ impl Rejects {
         }
         let mut entries = Vec::new();
         for r in bad {
-            let at = format!("{name}:{}: {}", r.line, r.error);
-            // The log gets a bounded, escaped prefix; the rejects file the whole line.
+            let at = format!(
+                "{}:{}: {}",
+                escape(name.as_bytes()),
+                r.line,
+                escape(r.error.as_bytes())
+            );
+            // The log gets a bounded, escaped prefix; the rejects file the whole line,
+            // escaped too.
             tracing::warn!("rejected {at}: {}", echo(&r.text));
-            entries.extend_from_slice(format!("{at}: ").as_bytes());
-            entries.extend_from_slice(&r.text);
-            entries.push(b'\n');
+            entries.extend_from_slice(format!("{at}: {}\n", escape(&r.text)).as_bytes());
         }
         self.append(&entries)?;
         stats
@@ -112,7 +127,11 @@ impl Rejects {
         name: &str,
         error: &std::io::Error,
     ) -> Result<(), LoadError> {
-        let entry = format!("{name}: cannot be loaded: {error}");
+        let entry = format!(
+            "{}: cannot be loaded: {}",
+            escape(name.as_bytes()),
+            escape(error.to_string().as_bytes())
+        );
         let new = stats
             .unreadable_seen
             .lock()
@@ -124,5 +143,40 @@ impl Rejects {
         tracing::warn!("skipping {entry}");
         stats.unreadable.fetch_add(1, Ordering::Relaxed);
         self.append(format!("{entry}\n").as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rejected line holding terminal escape sequences (retitle, clear), a carriage return,
+    /// a backslash and bytes that are not UTF-8 is written escaped, one entry a line: `cat`
+    /// of the file prints it inert (issue 39, item 10).
+    #[test]
+    fn rejected_lines_are_written_escaped() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("rejects.txt");
+        let rejects = Rejects::new(&path);
+        let hostile = b"\x1b]0;pwned\x07\x1b[2J\rx\\u{1b}\xff{".to_vec();
+        let bad = [Reject {
+            line: 7,
+            error: "expected value".to_string(),
+            text: hostile,
+        }];
+        rejects
+            .lines(&LoadStats::default(), "clicks\x1b[31m.jsonl", &bad)
+            .expect("written");
+        let written = std::fs::read(&path).expect("read");
+        assert!(
+            !written.iter().any(|b| b.is_ascii_control() && *b != b'\n'),
+            "control bytes written: {written:?}"
+        );
+        assert_eq!(written.iter().filter(|b| **b == b'\n').count(), 1);
+        let text = String::from_utf8(written).expect("UTF-8");
+        assert_eq!(
+            text,
+            "clicks\\u{1b}[31m.jsonl:7: expected value: \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\rx\\\\u{1b}\\xff{\n"
+        );
     }
 }

@@ -12,10 +12,16 @@
 //! - `POST /api/dead-letters/prepare` and `/confirm`: the only writes, in two steps with a
 //!   confirmation token ([`actions`]). Both take JSON only (`content-type:
 //!   application/json`), which a cross-site form cannot send.
+//!
+//! Every route is behind [`guard`]: a `Host` that is not the dashboard's address, localhost
+//! or an `--allow-host` name is refused (DNS rebinding), so is a `POST` whose `Origin` is not
+//! that `Host`; responses forbid framing; slow clients time out.
 
 pub mod actions;
+pub mod guard;
 pub mod history;
 pub mod prom;
+pub mod reload;
 
 use crate::cli::{DeadLetterCommand, StoreArgs};
 use crate::verbs::{dead_letters::dead_letters, status::status};
@@ -29,6 +35,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use history::History;
 use percolator::Client;
+use reload::CurrentClient;
 use serde_json::{json, Value};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -43,6 +50,11 @@ pub struct ServeConfig {
     pub history: usize,
     /// Also serve `/metrics` (only) on this address, as every long-running binary does.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `Host` names answered besides the listen address and localhost
+    /// ([`guard::HostPolicy`]).
+    pub allowed_hosts: Vec<String>,
+    /// How long a connection may take to send a request's headers before it is closed.
+    pub header_timeout: Duration,
 }
 
 impl Default for ServeConfig {
@@ -51,6 +63,8 @@ impl Default for ServeConfig {
             sample_every: Duration::from_secs(2),
             history: 300,
             metrics_addr: None,
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -60,7 +74,8 @@ const APP_JS: &str = include_str!("assets/app.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
 
 struct App {
-    client: Client,
+    /// The client of this moment ([`reload`]: rebuilt when the table ids change).
+    client: CurrentClient,
     store: StoreArgs,
     config: ServeConfig,
     history: Mutex<History>,
@@ -71,9 +86,8 @@ struct App {
 
 /// Serves the dashboard on `listener` until `shutdown` resolves. Reads the store through
 /// `client` (as `percolator-ctl status` does, with `store`'s liveness horizon and oracle
-/// namespace). Stops with [`CtlError::TableIdsChanged`] when the namespace's table ids
-/// change under it (an application started after it on a new store): a supervisor restarts
-/// it with the new map.
+/// namespace). When the namespace's table ids change under it (an application started
+/// after it on a new store), it goes on with a client keyed by the new map ([`reload`]).
 pub async fn serve(
     client: Client,
     store: StoreArgs,
@@ -81,15 +95,27 @@ pub async fn serve(
     listener: std::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), CtlError> {
+    let listen = listener.local_addr().map_err(serve_error)?;
+    if !listen.ip().is_loopback() {
+        tracing::warn!(
+            %listen,
+            "the dashboard listens on an address that is not loopback: anyone who can reach it \
+             reads the store's status and can replay or drop dead letters (there is no \
+             authentication); listen on 127.0.0.1 or put an authenticating proxy in front"
+        );
+    }
+    let policy = Arc::new(guard::HostPolicy::new(listen, config.allowed_hosts.clone()));
+    let header_timeout = config.header_timeout;
+    let client = CurrentClient::new(client);
     let app = Arc::new(App {
-        client,
+        client: client.clone(),
         store,
         history: Mutex::new(History::new(config.history)),
         config,
         last_error: Mutex::new(None),
         confirmations: Confirmations::default(),
     });
-    let render = metrics_render(app.client.clone(), app.store.clone());
+    let render = metrics_render(client.clone(), app.store.clone());
     let endpoint = match app.config.metrics_addr {
         Some(addr) => Some(
             percolator_metrics::spawn(addr, render.clone())
@@ -99,8 +125,7 @@ pub async fn serve(
         None => None,
     };
     let sampler = tokio::spawn(sample(app.clone()));
-    let (stale_tx, stale_rx) = tokio::sync::oneshot::channel();
-    let watcher = tokio::spawn(watch_table_ids(app.clone(), stale_tx));
+    let watcher = tokio::spawn(reload::watch(client, app.config.sample_every));
     let router = Router::new()
         .route(
             "/",
@@ -120,24 +145,14 @@ pub async fn serve(
         .route("/api/dead-letters/prepare", post(api_prepare))
         .route("/api/dead-letters/confirm", post(api_confirm))
         .with_state(app)
-        .merge(percolator_metrics::router(render.clone()));
+        .merge(percolator_metrics::router(render.clone()))
+        .layer(axum::middleware::from_fn_with_state(policy, guard::guard));
     listener.set_nonblocking(true).map_err(serve_error)?;
-    let stale = Arc::new(Mutex::new(None));
-    let stop = {
-        let stale = stale.clone();
-        async move {
-            tokio::select! {
-                _ = shutdown => {}
-                Ok(changed) = stale_rx => {
-                    *stale.lock().expect("stale lock") = Some(changed);
-                }
-            }
-        }
-    };
     let result = axum::Server::from_tcp(listener)
         .map_err(serve_error)?
+        .http1_header_read_timeout(header_timeout)
         .serve(router.into_make_service())
-        .with_graceful_shutdown(stop)
+        .with_graceful_shutdown(shutdown)
         .await
         .map_err(serve_error);
     watcher.abort();
@@ -145,39 +160,11 @@ pub async fn serve(
     if let Some(endpoint) = endpoint {
         endpoint.abort();
     }
-    let changed = stale.lock().expect("stale lock").take();
-    match changed {
-        Some(changed) => Err(changed),
-        None => result,
-    }
+    result
 }
 
 fn serve_error(e: impl std::error::Error + Send + Sync + 'static) -> CtlError {
     CtlError::Serve(Box::new(e))
-}
-
-/// Compares the store's table ids with the client's every `sample_every`; sends the
-/// difference once they differ.
-async fn watch_table_ids(app: Arc<App>, stale: tokio::sync::oneshot::Sender<CtlError>) {
-    let mut tick = tokio::time::interval(app.config.sample_every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let opened = app.client.codec().table_ids().clone();
-    let namespace = app.client.codec().namespace();
-    loop {
-        tick.tick().await;
-        match percolator::txn::stored_table_ids(app.client.store().as_ref(), &namespace).await {
-            Ok(now) if now != opened => {
-                tracing::error!(now = %now.describe_ids(), "the namespace's table ids changed; stopping");
-                let _ = stale.send(CtlError::TableIdsChanged {
-                    opened: opened.describe_ids(),
-                    now: now.describe_ids(),
-                });
-                return;
-            }
-            Ok(_) => {}
-            Err(error) => tracing::debug!(%error, "reading the table ids failed"),
-        }
-    }
 }
 
 /// Reads the charts' figures every `sample_every`, for as long as the server runs.
@@ -186,7 +173,7 @@ async fn sample(app: Arc<App>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match status(&app.client, &app.store).await {
+        match status(&app.client.get(), &app.store).await {
             Ok(answer) => {
                 let t = history::now_ms();
                 app.history
@@ -235,7 +222,7 @@ fn error_response(e: &CtlError) -> Response {
 }
 
 async fn api_status(State(app): State<Arc<App>>) -> Response {
-    match status(&app.client, &app.store).await {
+    match status(&app.client.get(), &app.store).await {
         Ok(answer) => json_response(StatusCode::OK, &answer.json),
         Err(e) => error_response(&e),
     }
@@ -263,7 +250,7 @@ async fn api_history(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn api_dead_letters(State(app): State<Arc<App>>) -> Response {
-    match dead_letters(&app.client, &DeadLetterCommand::List).await {
+    match dead_letters(&app.client.get(), &DeadLetterCommand::List).await {
         Ok(answer) => json_response(StatusCode::OK, &answer.json),
         Err(e) => error_response(&e),
     }
@@ -271,9 +258,9 @@ async fn api_dead_letters(State(app): State<Arc<App>>) -> Response {
 
 /// `/metrics`: the status read at each scrape ([`prom::render`]); a store that cannot be
 /// read answers 503.
-fn metrics_render(client: Client, store: StoreArgs) -> percolator_metrics::Render {
+fn metrics_render(client: CurrentClient, store: StoreArgs) -> percolator_metrics::Render {
     Arc::new(move || {
-        let (client, store) = (client.clone(), store.clone());
+        let (client, store) = (client.get(), store.clone());
         Box::pin(async move {
             status(&client, &store)
                 .await
@@ -324,7 +311,7 @@ async fn api_prepare(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
     }
     match app
         .confirmations
-        .prepare(&app.client, action, id, all)
+        .prepare(&app.client.get(), action, id, all)
         .await
     {
         Ok(prepared) => json_response(StatusCode::OK, &prepared),
@@ -343,7 +330,7 @@ async fn api_confirm(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
             &json!({"error": "\"token\" missing: prepare the action first"}),
         );
     };
-    match app.confirmations.confirm(&app.client, token).await {
+    match app.confirmations.confirm(&app.client.get(), token).await {
         Ok(answers) => json_response(
             StatusCode::OK,
             &json!({"done": answers.into_iter().map(|a| a.json).collect::<Vec<_>>()}),

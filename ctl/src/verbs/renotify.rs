@@ -10,7 +10,11 @@ use percolator::Client;
 use serde_json::{json, Value};
 
 /// Runs (or resumes) the pass `args` name, up to `--pages` pages.
+/// Write-once cells are covered ([`observers::renotify`]); a table the namespace's table ids
+/// do not name is refused, and so is a column no cell of a table with cells is in (after a
+/// pass that found nothing).
 pub async fn renotify(client: &Client, args: &RenotifyArgs) -> Result<Answer, CtlError> {
+    super::known_table(client, &args.table)?;
     if args.abandon {
         return abandon(client, args).await;
     }
@@ -28,6 +32,9 @@ pub async fn renotify(client: &Client, args: &RenotifyArgs) -> Result<Answer, Ct
     )
     .await?;
     let p = &report.progress;
+    if report.finished && p.rows_done == 0 && options.prefix.is_empty() {
+        unknown_column(client, &args.table, &args.column).await?;
+    }
     let mut text = format!(
         "renotify {}/{}{}: {} {} pages: {} rows done, {} notified{}\n",
         render::text(&p.table),
@@ -61,6 +68,33 @@ pub async fn renotify(client: &Client, args: &RenotifyArgs) -> Result<Answer, Ct
     json["resumed"] = json!(report.resumed);
     json["pages"] = json!(report.pages);
     Ok(Answer::ok(text, json))
+}
+
+/// After a pass over every row found no cell of `column`: refuses it if the table has cells
+/// (of other columns: a mistyped column), naming the columns of its first cells. An empty
+/// table is not an error (nothing to do).
+async fn unknown_column(client: &Client, table: &str, column: &str) -> Result<(), CtlError> {
+    /// Cells looked at for column names.
+    const SAMPLE: usize = 100;
+    let cells = observers::admin::scan(
+        client,
+        table.as_bytes(),
+        &observers::admin::RowRange::all(),
+        None,
+        true,
+        SAMPLE,
+    )
+    .await?;
+    if cells.is_empty() {
+        return Ok(());
+    }
+    let mut columns: Vec<String> = cells.iter().map(|c| render::text(&c.cell.column)).collect();
+    columns.sort();
+    columns.dedup();
+    Err(CtlError::Usage(format!(
+        "table {table:?} has no cell in column {column:?} (columns of its first cells: {})",
+        columns.join(", ")
+    )))
 }
 
 /// `--abandon`: forgets the pass in progress, if any.

@@ -9,7 +9,10 @@ use percolator::{Client, Timestamp};
 use serde_json::json;
 
 /// The cells `args` select (raw: locks are shown, not resolved).
+/// Write-once cells (records without heads) are shown too; a table the namespace's table ids
+/// do not name is refused.
 pub async fn scan(client: &Client, args: &ScanArgs) -> Result<Answer, CtlError> {
+    super::known_table(client, &args.table)?;
     let rows = match (&args.prefix, &args.from, &args.to) {
         (Some(prefix), _, _) => RowRange::prefix(prefix.as_bytes()),
         (None, from, to) => RowRange {

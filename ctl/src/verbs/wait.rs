@@ -1,4 +1,5 @@
-//! `wait`: until the work is drained (exit status 2 if the timeout passed first).
+//! `wait`: until the work is drained (exit status 3, `percolator_cli::exit::INCOMPLETE`, if
+//! the timeout passed first: 2 is clap's, for a wrong command line).
 
 use super::ms;
 use crate::cli::StoreArgs;
@@ -8,6 +9,9 @@ use observers::admin;
 use percolator::Client;
 use serde_json::json;
 use std::time::Duration;
+
+/// The exit status when the timeout passed first.
+pub const TIMED_OUT: i32 = percolator_cli::exit::INCOMPLETE;
 
 /// Waits until no notification is left and no run is in flight, or `timeout` seconds.
 pub async fn wait(
@@ -39,7 +43,7 @@ pub async fn wait(
                 render::duration(waited),
                 backlog.total()
             ),
-            2,
+            TIMED_OUT,
         )
     };
     let json = json!({"drained": drained, "waited_ms": ms(waited)});

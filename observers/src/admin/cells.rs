@@ -1,12 +1,16 @@
 //! Cells of a table as stored: each with its lock (shown, not resolved) and its visible
-//! version or every version still stored.
+//! version or every version still stored. Cells of write-once columns
+//! (`percolator::design::once`) have records in the `W` space instead of (or besides) a
+//! head: their committed records are their versions and a pending record is shown as their
+//! lock, whether or not this client declared the column.
 
 use super::locks::{decode_head, LockInfo};
 use super::oracle_ms;
 use crate::error::WorkerError;
 use percolator::codec::{Key, Space};
 use percolator::kv::{scan_all, RangePager, ScanOrder};
-use percolator::record::{Head, Op, Version};
+use percolator::record::{Head, Lock, OnceRecord, Op, Version};
+use percolator::txn::TxnStatus;
 use percolator::{Cell, Client, Timestamp, TxnError};
 use std::collections::BTreeMap;
 
@@ -123,6 +127,145 @@ pub async fn scan(
                     versions,
                 });
             }
+        }
+    }
+    // The write-once records of the same rows, merged in (row, column) order: the first
+    // `limit` of both lists are the first `limit` cells of the table.
+    let once = once_cells(client, table, rows, at, history, limit, now).await?;
+    if once.is_empty() {
+        return Ok(out);
+    }
+    let mut all: BTreeMap<Cell, CellView> = out.into_iter().map(|v| (v.cell.clone(), v)).collect();
+    for view in once {
+        match all.get_mut(&view.cell) {
+            None => {
+                all.insert(view.cell.clone(), view);
+            }
+            Some(found) => {
+                found.lock = found.lock.take().or(view.lock);
+                found.versions.extend(view.versions);
+                found
+                    .versions
+                    .sort_by_key(|v| std::cmp::Reverse(v.commit_ts));
+                found.versions.dedup_by_key(|v| v.commit_ts);
+                if !history {
+                    found.versions.truncate(1);
+                }
+            }
+        }
+    }
+    Ok(all.into_values().take(limit).collect())
+}
+
+/// The cells of `table` in `rows` that have write-once records, at most `limit` of them
+/// shown: their committed records as versions (with `history` all, else the newest at or
+/// below `at`; a record still marked pending whose primary committed counts as committed),
+/// the newest record of an undecided writer as their lock (not resolved).
+async fn once_cells(
+    client: &Client,
+    table: &[u8],
+    rows: &RowRange,
+    at: u64,
+    history: bool,
+    limit: usize,
+    now: u64,
+) -> Result<Vec<CellView>, WorkerError> {
+    let range = client
+        .codec()
+        .rows_range(Space::Once, table, &rows.start, rows.end.as_deref());
+    let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, 256);
+    let mut out: Vec<CellView> = Vec::new();
+    // The cell whose records are being read, its committed versions and its pending lock.
+    let mut current: Option<(Cell, Vec<CellVersion>, Option<LockInfo>)> = None;
+    let finish = |(cell, mut versions, lock): (Cell, Vec<CellVersion>, Option<LockInfo>),
+                  out: &mut Vec<CellView>| {
+        versions.sort_by_key(|v| std::cmp::Reverse(v.commit_ts));
+        if !history {
+            versions.retain(|v| v.commit_ts <= at);
+            versions.truncate(1);
+        }
+        let shown = lock.is_some()
+            || if history {
+                !versions.is_empty()
+            } else {
+                versions
+                    .first()
+                    .is_some_and(|v| v.value != StoredValue::Deleted)
+            };
+        if shown {
+            out.push(CellView {
+                cell,
+                lock,
+                versions,
+            });
+        }
+    };
+    'pages: while let Some(page) = pager.next_page().await? {
+        for (key, raw) in page {
+            let Ok(Key::Once(cell, start_ts)) = client.codec().decode(&key) else {
+                continue;
+            };
+            if current.as_ref().is_none_or(|(c, _, _)| *c != cell) {
+                if let Some(done) = current.take() {
+                    finish(done, &mut out);
+                    if out.len() >= limit {
+                        break 'pages;
+                    }
+                }
+                current = Some((cell.clone(), Vec::new(), None));
+            }
+            let Some((_, versions, lock)) = current.as_mut() else {
+                continue;
+            };
+            let record = OnceRecord::decode(&raw).map_err(|why| TxnError::corrupt(&key, why))?;
+            match record {
+                OnceRecord::Committed { commit_ts, op } => {
+                    let version = Version {
+                        commit_ts,
+                        start_ts,
+                        op,
+                    };
+                    versions.push(value_of(client, &cell, &version).await?);
+                }
+                OnceRecord::Pending {
+                    primary,
+                    ttl_ms,
+                    op,
+                } => {
+                    // Records stay pending until a reader or GC rewrites them: their fate is
+                    // their primary's, read here without fencing anyone (an infinite TTL).
+                    let status = client
+                        .txn_status_with_ttl(&primary, Timestamp(start_ts), u64::MAX)
+                        .await?;
+                    match status {
+                        TxnStatus::Committed(commit_ts) => {
+                            let version = Version {
+                                commit_ts: commit_ts.0,
+                                start_ts,
+                                op,
+                            };
+                            versions.push(value_of(client, &cell, &version).await?);
+                            continue;
+                        }
+                        TxnStatus::RolledBack => continue,
+                        _ => {}
+                    }
+                    if lock.as_ref().is_none_or(|l| l.lock.start_ts < start_ts) {
+                        let pending = Lock {
+                            start_ts,
+                            primary: Some(primary),
+                            op,
+                            ttl_ms,
+                        };
+                        *lock = Some(LockInfo::new(cell.clone(), pending, now));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(done) = current.take() {
+        if out.len() < limit {
+            finish(done, &mut out);
         }
     }
     Ok(out)

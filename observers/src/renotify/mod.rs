@@ -34,6 +34,13 @@
 //! cell's first forced run sets `ack = F`). Weak observers run without acknowledgments: a
 //! redone page may run them again (at least once, as always).
 //!
+//! **Write-once cells** (`percolator::design::once`) have records in the `W` space and no
+//! head (or a head and records): a page lists the column's cells from both spaces, merged in
+//! row order. Once it met a record, the pass declares the column write-once on `client`
+//! ([`Client::write_once_column`]) before reading, so its snapshot reads the records (the
+//! declaration only adds the records to what the client reads; a column with records must be
+//! declared by every client that reads it anyway).
+//!
 //! Keys carry the version's commit_ts, so operators see old ages in the backlog (`status`,
 //! `notifications`) for them; scanners take them at once (they are older than `hint_grace`).
 //! A redone page's key that a worker handled (and deleted) less than a few seconds before,
@@ -125,6 +132,9 @@ pub async fn renotify(
             None => options.prefix.clone(),
         };
         let page = column_page(client, table, column, &start, end.as_deref(), options).await?;
+        if page.written_once {
+            client.write_once_column(table, column);
+        }
         let notified = notify_page(client, &page.cells, progress.force_ts).await?;
         pages += 1;
         let mut next = progress.clone();
@@ -247,10 +257,13 @@ struct Page {
     cells: Vec<Cell>,
     /// Whether no row of the range is left after these.
     last: bool,
+    /// Whether some of them have write-once records.
+    written_once: bool,
 }
 
-/// Up to `page_size` cells of `column` in rows `[start, end)` of `table`, from the head
-/// space (every column of a row has a head there; the others are passed over).
+/// Up to `page_size` cells of `column` in rows `[start, end)` of `table`: those with a head
+/// and those with write-once records, merged in row order (one cell per row: the column is
+/// fixed).
 async fn column_page(
     client: &Client,
     table: &[u8],
@@ -260,28 +273,56 @@ async fn column_page(
     options: &RenotifyOptions,
 ) -> Result<Page, WorkerError> {
     let want = options.page_size.max(1);
-    let range = client.codec().rows_range(Space::Head, table, start, end);
+    let (heads, heads_done) =
+        column_cells(client, Space::Head, table, column, start, end, want).await?;
+    let (once, once_done) =
+        column_cells(client, Space::Once, table, column, start, end, want).await?;
+    let written_once = !once.is_empty();
+    let all: std::collections::BTreeSet<Cell> = heads.into_iter().chain(once).collect();
+    let last = heads_done && once_done && all.len() <= want;
+    Ok(Page {
+        cells: all.into_iter().take(want).collect(),
+        last,
+        written_once,
+    })
+}
+
+/// Up to `want` distinct cells of `column` in rows `[start, end)` of `table` with keys in
+/// `space` (heads, or write-once records: several per cell), in row order, and whether the
+/// range holds no more.
+async fn column_cells(
+    client: &Client,
+    space: Space,
+    table: &[u8],
+    column: &[u8],
+    start: &[u8],
+    end: Option<&[u8]>,
+    want: usize,
+) -> Result<(Vec<Cell>, bool), WorkerError> {
+    let range = client.codec().rows_range(space, table, start, end);
     let mut pager = RangePager::new(
         client.store().as_ref(),
         range,
         ScanOrder::Forward,
         want.min(1024),
     );
-    let mut cells = Vec::new();
+    let mut cells: Vec<Cell> = Vec::new();
     while let Some(keys) = pager.next_page().await? {
         for (key, _) in keys {
-            match client.codec().decode(&key) {
-                Ok(Key::Head(cell)) if cell.column == column => {
-                    cells.push(cell);
-                    if cells.len() >= want {
-                        return Ok(Page { cells, last: false });
-                    }
-                }
-                _ => {}
+            let cell = match client.codec().decode(&key) {
+                Ok(Key::Head(cell) | Key::Once(cell, _)) if cell.column == column => cell,
+                _ => continue,
+            };
+            if cells.last() == Some(&cell) {
+                continue;
             }
+            if cells.len() >= want {
+                return Ok((cells, false));
+            }
+            cells.push(cell);
         }
     }
-    Ok(Page { cells, last: true })
+    Ok((cells, true))
 }
 
 /// Reads `cells` in a snapshot at a fresh timestamp and puts a `Committed` notification for

@@ -199,6 +199,16 @@ impl Worker {
 
     /// Stops scanning, waits for the observer runs in flight, leaves the worker registry.
     pub async fn shutdown(&self) {
+        if let Err(error) = self.shutdown_checked().await {
+            tracing::warn!(id = %self.inner.config.id, %error, "leaving the worker registry failed");
+        }
+    }
+
+    /// [`Worker::shutdown`], saying whether the worker left the registry: an error when its
+    /// record could not be deleted (the store is down; others take its share once its
+    /// heartbeat is stale). It can take as long as the runs in flight and the store do:
+    /// binaries bound it with a timeout.
+    pub async fn shutdown_checked(&self) -> Result<(), WorkerError> {
         let _ = self.stop.send(true);
         let tasks: Vec<_> = std::mem::take(&mut *lock(&self.tasks));
         for t in tasks {
@@ -209,8 +219,9 @@ impl Worker {
             .drain(self.inner.config.max_in_flight)
             .await;
         let key = self.inner.worker_key();
-        let _ = self.inner.client.store().delete(key).await;
+        self.inner.client.store().delete(key).await?;
         tracing::info!(id = %self.inner.config.id, "worker stopped");
+        Ok(())
     }
 
     /// Stops the worker dead, as a crash would: scanners and observer runs in flight are

@@ -7,8 +7,9 @@
 //!   `percolator::design::notify`).
 //! - **Pending clicks**: bounded by the parked-click index, below.
 //! - **Version GC**: below.
-//! - **IdRegistry**: one day per key prefix; `photon gc --retention-days N` drops whole days
-//!   below a boundary that never moves back ([`super::join`]).
+//! - **IdRegistry**: one entry per click id and an index row per entry by event day; `photon gc
+//!   --retention-days N` drops, through the index, the entries of whole days below a boundary
+//!   that never moves back, one day later than the boundary ([`super::join`]).
 //! - **Wake checks** (`wakechecks/<file>@<offset>/queries`): one per loaded batch of queries
 //!   (about one per 500 lines), deleted transactionally by its observer, which leaves a head
 //!   (shrunk to a tombstone head by GC). Nothing scans the table (checks are found through their

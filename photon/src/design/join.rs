@@ -18,7 +18,8 @@
 //! (`LoadError::Changed`) instead of being read from the middle of a line (offsets without a
 //! fingerprint, from earlier versions, are only checked against the size). Lines are read as
 //! bytes: malformed lines, invalid UTF-8 included, go to the rejects file (`file:line: error:
-//! text`, the line byte for byte) before the batch commits (reported twice at worst, never
+//! text`, the whole line escaped as the log's echo is: control characters, terminal escapes
+//! included, and bytes that are not UTF-8 as `\u{1b}`, `\xff`) before the batch commits (reported twice at worst, never
 //! lost); the log echoes the first 200 bytes, escaped. The loader declares the observed columns
 //! it writes (`photon::schema::declare_columns`), since a declaration lives in the client
 //! (`percolator::design::notify`).
@@ -134,6 +135,46 @@
 //! click observer checks the boundary first. A click below the boundary keeps its first terminal
 //! outcome (joined, filtered, expired); only one with none (or still waiting) is marked
 //! `too_old`.
+//!
+//! ### One entry per click id, GC by day
+//!
+//! A repeated `click_id` is the same click, whatever event times its deliveries carry
+//! (redundant loggers with skewed clocks, a producer that re-stamps on retry). The entry is
+//! therefore keyed by the click id alone, `idregistry/id/<click_id>/token`: every run that
+//! joins or expires a click reads and writes that one cell, so a later delivery finds it
+//! (deduplicated) and two concurrent runs on deliveries of different days conflict on it (a
+//! Percolator transaction sees write-write conflicts only: keying by day, two runs for
+//! deliveries on two days wrote two cells and both committed, the bug of issue 39).
+//!
+//! GC still works by day through an index written in the same transaction:
+//! `idregistry/day/<d:08>/<click_id>/entry`, `d` the event day of the delivery the run read
+//! (`registry::write_entry`). A pass that moves the boundary to `B` (after the J5 wait below)
+//! reads the index rows of days below `B - MAX_SKEW_DAYS` (1), deletes each one's entry, then
+//! the index rows (a crash between leaves index rows that the next pass finds again).
+//!
+//! *Why the margin.* A delivery is admitted (looked up, maybe joined) only if its own event day
+//! `e >= B`. Let the entry have been written for a delivery of day `d`, and a later delivery of
+//! the same click carry day `e`. If the entry is gone, its day was below `B - 1`, so `d + 1 <
+//! B <= e`: the two deliveries are more than a day apart. So a click whose deliveries' event
+//! times lie within a day of each other (midnight skew of a few ms, a retry re-stamped within
+//! the day) is joined once whatever GC does; while its entry is within the retention any skew
+//! is. Deliveries further apart than that, arriving after GC dropped the first one's day, are
+//! the registry's retention limit (as an event older than the retention is, below).
+//! `photon/tests/exactly_once.rs` is the issue's repro (c1 1 ms before midnight, then 1 ms
+//! after it in another file: one join, verify OK); `photon/tests/maintenance.rs` checks the
+//! margin.
+//!
+//! *Against J5.* The entries deleted are those of days below `B - 1 <= B`, deleted only after
+//! no transaction that read an older boundary can commit; a transaction that read `B` admits
+//! only deliveries of days `>= B`, and for those the argument above says whether the entry it
+//! needs is still there. Raw deletes never meet a lock of an entry being deleted: a run that
+//! could write the entry of a click reads it first, and it is present until deleted.
+//!
+//! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
+//! the join reads that cell too (the delivery's own day, in the same batched read), and GC
+//! deletes those rows below `B` as before (the new rows start with letters, which sort after
+//! the digits of the old ones, so the old range delete cannot reach them). Stop builds of the
+//! earlier layout across the upgrade: one of each would each write its own cell.
 //!
 //! ## Verify and the drain
 //!

@@ -10,7 +10,7 @@
 //! | `queries/<query_id>/event` | a query (not observed; its row's `wake` cell is only notified) |
 //! | `clicks/<click_id>/event` | a click (observed by the click join) |
 //! | `wakechecks/<file>@<offset>/queries` | the query ids of one loaded batch (observed) |
-//! | `idregistry/<day:08>/<click_id>/token` | the IdRegistry |
+//! | `idregistry/id/<click_id>/token`, `idregistry/day/<day:08>/<click_id>/entry` | the IdRegistry: one entry per click id, and its index by event day for GC |
 //! | `joined/<click_id>/<token>` | the output |
 //! | `pending/<query_id>/clicks` | clicks parked on a query that has not arrived |
 //! | `parked/<bucket:012>/<query_id>/<click_id>` | the index of parked clicks by due second |
