@@ -126,9 +126,14 @@ async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
     let rejects = std::fs::read(dir.path().join("rejects.txt")).unwrap();
     let text = String::from_utf8_lossy(&rejects);
     assert!(text.contains("clicks-000.jsonl:7:"), "{text}");
+    // The whole line, escaped (issue 39, item 10): bytes that are not UTF-8 as `\xff`.
     assert!(
-        rejects.windows(bad.len()).any(|w| w == bad),
-        "the rejects file keeps the line as it was: {text}"
+        text.contains(r#"{"click_id":"c\xff\xfe","query_id":"q","event_time":1}"#),
+        "the rejects file keeps the line, escaped: {text}"
+    );
+    assert!(
+        !rejects.windows(bad.len()).any(|w| w == bad),
+        "no raw bytes: {text}"
     );
     drain(&client, &worker).await;
     let report = verify(&client, &logs)
