@@ -310,15 +310,28 @@ async fn a_line_longer_than_the_limit_is_rejected_and_skipped_while_following() 
     assert_eq!(stats.loaded.load(Ordering::Relaxed), 1);
     assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
     assert_eq!(stats.long_lines.load(Ordering::Relaxed), 1);
-    let status = photon::load::status::dir_status(&client, &logs).await.unwrap();
-    assert_eq!(status[0].loaded, text.len() as u64, "skipped as far as it goes");
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let status = photon::load::status::dir_status(&client, &logs)
+        .await
+        .unwrap();
+    assert_eq!(
+        status[0].loaded,
+        text.len() as u64,
+        "skipped as far as it goes"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     f.write_all(&[b'x'; 20_000]).unwrap();
     f.write_all(b"\n{\"query_id\":\"after\",\"event_time\":2}\n")
         .unwrap();
     drop(f);
     load_dir(&client, &logs, &options, &stats).await.unwrap();
-    assert_eq!(stats.loaded.load(Ordering::Relaxed), 2, "the line after it loads");
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        2,
+        "the line after it loads"
+    );
     assert_eq!(stats.rejected.load(Ordering::Relaxed), 1, "reported once");
     let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
     assert!(

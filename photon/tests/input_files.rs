@@ -70,10 +70,7 @@ fn photon_within(args: &[&str], limit: Duration) -> Output {
         if started.elapsed() > limit {
             child.kill().unwrap();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "photon {args:?} hung for {limit:?}: {}",
-                text(&out.stderr)
-            );
+            panic!("photon {args:?} hung for {limit:?}: {}", text(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -150,9 +147,7 @@ fn fifo_named_like_a_log_is_reported_and_run_and_verify_finish() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     let logs_arg = logs.to_str().unwrap();
-    let gen = photon(&[
-        "gen", "--out", logs_arg, "--queries", "100", "--files", "1",
-    ]);
+    let gen = photon(&["gen", "--out", logs_arg, "--queries", "100", "--files", "1"]);
     assert!(gen.status.success(), "{gen:?}");
     let fifo = logs.join("clicks-fifo.jsonl");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();

@@ -68,7 +68,10 @@ pub(super) async fn discover(
     let targets: Vec<PathBuf> = logs.iter().map(|(f, _)| canonical(&f.path)).collect();
     for (f, _) in &logs {
         let linked = std::fs::symlink_metadata(&f.path).is_ok_and(|m| m.file_type().is_symlink());
-        let Some(target_dir) = linked.then(|| canonical(&f.path)).and_then(|t| t.parent().map(Path::to_path_buf)) else {
+        let Some(target_dir) = linked
+            .then(|| canonical(&f.path))
+            .and_then(|t| t.parent().map(Path::to_path_buf))
+        else {
             continue;
         };
         if dirs.contains(&target_dir) {

@@ -155,7 +155,9 @@ impl Input {
         let mut trailer = [0u8; 4];
         self.file.seek(SeekFrom::Start(len - 4))?;
         self.file.read_exact(&mut trailer)?;
-        Ok(Some(u64::from(u32::from_le_bytes(trailer)) == offset & 0xffff_ffff))
+        Ok(Some(
+            u64::from(u32::from_le_bytes(trailer)) == offset & 0xffff_ffff,
+        ))
     }
 
     /// The length of the plain file (`None` for a compressed one).

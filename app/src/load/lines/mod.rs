@@ -259,8 +259,7 @@ impl<M: LineMapping> Lines<M> {
                 align: Some((&frontier, i)),
                 pace,
             };
-            let (mut source, sink, frontier) =
-                (self.source(path, tag, options), &sink, &frontier);
+            let (mut source, sink, frontier) = (self.source(path, tag, options), &sink, &frontier);
             async move {
                 let result = load_source(client, &mut source, sink, &ctx).await;
                 frontier.finish(i);
@@ -378,7 +377,10 @@ impl<M> LineFile<M> {
         if other == identity::canonical(&self.path) {
             return error;
         }
-        let progress = found.as_ref().map(|f| f.record.progress).unwrap_or_default();
+        let progress = found
+            .as_ref()
+            .map(|f| f.record.progress)
+            .unwrap_or_default();
         let holds_it = identity::open(&other).is_ok_and(|(mut input, head)| {
             resume(&mut input, &other, &progress, head.skipped).is_ok()
         });
@@ -433,8 +435,7 @@ impl<M: LineMapping> Source for LineFile<M> {
         };
         let progress = from.as_ref().map(|f| f.record.progress).unwrap_or_default();
         // A compressed log loaded to the end its trailer records is not read again.
-        if progress.offset > 0 && input.ends_at(progress.offset).map_err(self.io())? == Some(true)
-        {
+        if progress.offset > 0 && input.ends_at(progress.offset).map_err(self.io())? == Some(true) {
             return Ok(None);
         }
         // The reader at the offset, and the loaded bytes just before it, checked against the
