@@ -124,6 +124,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         batch: 500,
         rejects: dir.path().join("rejects.txt"),
         max_backlog: app::load::DEFAULT_MAX_BACKLOG,
+        ..LoadOptions::default()
     };
     let stats = LoadStats::default();
     let started = std::time::Instant::now();
@@ -197,6 +198,7 @@ mod tests {
             batch: 1,
             rejects: dir.path().join("rejects.txt"),
             max_backlog: 0,
+            ..LoadOptions::default()
         };
         let loader = Lines::new(mapping());
         let stats = LoadStats::default();

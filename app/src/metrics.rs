@@ -44,7 +44,7 @@ where
 
 /// Registers the loader's counters (`stats`, labelled with `namespace`) in `metrics`.
 pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>) {
-    let counters: [CounterRow<LoadStats>; 6] = [
+    let counters: [CounterRow<LoadStats>; 9] = [
         (
             "percolator_loader_lines",
             "Input lines behind the loader's committed batches (records, rejects and blanks).",
@@ -74,6 +74,23 @@ pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>
             "percolator_loader_unreadable_sources",
             "Input sources (files) the loader could not open.",
             |s| get(&s.unreadable),
+        ),
+        (
+            "percolator_loader_quarantined_sources",
+            "Input files quarantined (loaded bytes changed or cut short, taken for another log, \
+             read errors): skipped, with their lines after the offset not loaded.",
+            |s| get(&s.quarantined),
+        ),
+        (
+            "percolator_loader_long_lines",
+            "Input lines longer than the line limit, rejected and skipped (also in rejects).",
+            |s| get(&s.long_lines),
+        ),
+        (
+            "percolator_loader_nul_bytes_skipped",
+            "NUL bytes skipped before lines (holes of copytruncate under a writer without \
+             O_APPEND).",
+            |s| get(&s.nul_bytes),
         ),
     ];
     metrics.register_sampled(namespace_counters(namespace, stats, |s| s, counters));

@@ -95,6 +95,11 @@ impl<M: LineMapping> Run<'_, M> {
         RF: Future<Output = Result<u64, TxnError>>,
     {
         let options = &self.options;
+        // Following, a last line waits for its line break; otherwise the input is bounded.
+        let load_options = LoadOptions {
+            follow: options.follow.is_some(),
+            ..options.load.clone()
+        };
         let loaded = tokio::sync::Notify::new();
         let load = async {
             loop {
@@ -102,7 +107,7 @@ impl<M: LineMapping> Run<'_, M> {
                     .load_dir_paced(
                         self.client,
                         self.input,
-                        &options.load,
+                        &load_options,
                         self.stats,
                         options.pace.as_ref(),
                     )

@@ -119,6 +119,7 @@ fn options(dir: &Path) -> LoadOptions {
         batch: 7,
         rejects: dir.join("rejects.txt"),
         max_backlog: 0,
+        ..LoadOptions::default()
     }
 }
 

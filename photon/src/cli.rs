@@ -315,6 +315,10 @@ pub struct LoadArgs {
     /// processes); 0: no bound.
     #[arg(long, default_value_t = crate::load::DEFAULT_MAX_BACKLOG)]
     pub max_backlog: usize,
+    /// Longest line loaded, bytes: a longer line is rejected (file:line, its first bytes in
+    /// the rejects file) and skipped without being held in memory.
+    #[arg(long, default_value_t = crate::load::DEFAULT_MAX_LINE_BYTES)]
+    pub max_line_bytes: usize,
 }
 
 impl LoadArgs {
@@ -324,6 +328,8 @@ impl LoadArgs {
             batch: self.batch,
             rejects: self.rejects.clone(),
             max_backlog: self.max_backlog,
+            max_line_bytes: self.max_line_bytes,
+            follow: self.follow,
         }
     }
 

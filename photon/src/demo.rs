@@ -153,6 +153,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
                 batch,
                 rejects: dir.join("rejects.txt"),
                 max_backlog,
+                ..LoadOptions::default()
             },
             follow: None,
             until_drained: true,

@@ -6,8 +6,8 @@
 
 pub use app::load::lines::{FileStatus, ALIGN_SLACK_MS, FINGERPRINT_WINDOW};
 pub use app::load::{
-    Backlog, Frontier, LoadError, LoadOptions, LoadStats, Pace, DEFAULT_MAX_BACKLOG, ECHO_PREFIX,
-    TRANSIENT_RETRY_FOR,
+    Backlog, Frontier, LoadError, LoadOptions, LoadStats, Pace, DEFAULT_MAX_BACKLOG,
+    DEFAULT_MAX_LINE_BYTES, ECHO_PREFIX, TRANSIENT_RETRY_FOR,
 };
 
 use crate::event::{Click, Kind, Query};

@@ -423,7 +423,8 @@ impl Input {
         }
         let mut clicks: HashMap<String, ClickState> = HashMap::new();
         for LogFile { path, kind } in files {
-            let file = std::fs::File::open(path).map_err(|source| VerifyError::Io {
+            // Never `File::open`: a FIFO named like a log would block it forever.
+            let file = app::load::lines::open_regular(path).map_err(|source| VerifyError::Io {
                 path: path.display().to_string(),
                 source,
             })?;

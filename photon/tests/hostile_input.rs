@@ -70,6 +70,7 @@ fn options(dir: &Path) -> LoadOptions {
         batch: 50,
         rejects: dir.join("rejects.txt"),
         max_backlog: 0,
+        ..LoadOptions::default()
     }
 }
 
@@ -146,12 +147,13 @@ async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
 }
 
 /// A log rewritten in place after it was loaded, its first bytes (what identifies it) kept,
-/// is refused with an error naming the file and what to do, instead of being read from the
-/// middle of a line; so is one truncated below the stored offset. Appending to a loaded log
-/// still loads, and a file with other first bytes at the path (`photon gen` with another
-/// seed) is another log, loaded from its start.
+/// is quarantined (not read from the middle of a line): reported with the file, the cause
+/// and what to do (rejects file, counter), while the other logs load on; so is one cut short
+/// below the stored offset, with that cause. Loading again (a restart) reports it again
+/// instead of failing. Appending to a loaded log still loads, and a file with other first
+/// bytes at the path (`photon gen` with another seed) is another log, loaded from its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn log_rewritten_in_place_after_loading_is_refused() {
+async fn log_rewritten_in_place_after_loading_is_quarantined_and_the_rest_loads() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     let gen = |seed| GenOptions {
@@ -178,33 +180,61 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
         .await
         .unwrap();
     assert_eq!(appended.loaded.load(Ordering::Relaxed), 1);
-    // Rewritten in place past its first bytes (a line near the end changed): refused.
+    // Rewritten in place past its first bytes (a line near the end changed): quarantined,
+    // and a line appended to the other log still loads.
     let loaded = std::fs::read(&queries).unwrap();
     assert!(loaded.len() > 2 * photon::load::FINGERPRINT_WINDOW);
     let mut rewritten = loaded.clone();
     let at = rewritten.len() - 10;
     rewritten[at] = if rewritten[at] == b'1' { b'2' } else { b'1' };
     std::fs::write(&queries, &rewritten).unwrap();
-    let stats = LoadStats::default();
-    let err = load_dir(&client, &logs, &options(dir.path()), &stats)
-        .await
-        .expect_err("a rewritten log must be refused");
-    let msg = err.to_string();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(logs.join("clicks-000.jsonl"))
+        .unwrap();
+    writeln!(
+        f,
+        "{{\"click_id\":\"late\",\"query_id\":\"appended\",\"event_time\":2}}"
+    )
+    .unwrap();
+    drop(f);
+    for restart in 0..2 {
+        let stats = LoadStats::default();
+        load_dir(&client, &logs, &options(dir.path()), &stats)
+            .await
+            .expect("a rewritten log is quarantined, not a failure of the load");
+        assert_eq!(stats.quarantined.load(Ordering::Relaxed), 1, "{restart}");
+        assert_eq!(stats.rejected.load(Ordering::Relaxed), 0, "no fragments");
+        assert_eq!(
+            stats.loaded.load(Ordering::Relaxed),
+            1 - restart,
+            "the other log loads"
+        );
+        let summary = stats.summary("events", Duration::from_secs(1), Path::new("r.txt"));
+        assert!(summary.contains("1 file quarantined"), "{summary}");
+    }
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    let entry = rejects
+        .lines()
+        .find(|l| l.contains("queries-000.jsonl: quarantined"))
+        .expect("a rejects entry");
     assert!(
-        msg.contains("queries-000.jsonl") && msg.contains("changed"),
-        "the error names the file and says what happened: {msg}"
+        entry.contains("changed in place"),
+        "names the cause: {entry}"
     );
     assert!(
-        msg.contains("new file") || msg.contains("fresh store"),
-        "the error says what to do: {msg}"
+        entry.contains("new file") || entry.contains("fresh store"),
+        "says what to do: {entry}"
     );
-    assert_eq!(stats.rejected.load(Ordering::Relaxed), 0, "no fragments");
-    // Truncated below the stored offset: refused too.
+    // Cut short below the stored offset: quarantined with that cause.
     std::fs::write(&queries, &loaded[..loaded.len() / 2]).unwrap();
-    let err = load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
         .await
-        .expect_err("a truncated log must be refused");
-    assert!(err.to_string().contains("changed"), "{err}");
+        .expect("a truncated log is quarantined");
+    assert_eq!(stats.quarantined.load(Ordering::Relaxed), 1);
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    assert!(rejects.contains("cut short"), "{rejects}");
     // Other logs at the same paths: new logs.
     let summary = generate(&logs, &gen(2)).unwrap();
     let replaced = LoadStats::default();
@@ -215,6 +245,105 @@ async fn log_rewritten_in_place_after_loading_is_refused() {
         replaced.loaded.load(Ordering::Relaxed),
         summary.queries + summary.clicks + summary.duplicate_lines
     );
+    assert_eq!(replaced.quarantined.load(Ordering::Relaxed), 0);
+}
+
+/// Two different logs that begin with the same bytes (more than the window that identifies
+/// a log) are taken for one log: the second is quarantined with that cause, naming the
+/// first, and the first keeps loading; a restart does the same instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_logs_sharing_their_first_bytes_quarantine_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let line = |id: &str| format!("{{\"query_id\":\"{id}\",\"event_time\":1}}\n");
+    let common: String = (0..150).map(|i| line(&format!("common-{i:04}"))).collect();
+    assert!(common.len() > photon::load::FINGERPRINT_WINDOW);
+    let a = logs.join("queries-a.jsonl");
+    std::fs::write(&a, format!("{common}{}", line("a-1"))).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .unwrap();
+    assert_eq!(stats.loaded.load(Ordering::Relaxed), 151);
+    let b = logs.join("queries-b.jsonl");
+    std::fs::write(&b, format!("{common}{}{}", line("b-1"), line("b-2"))).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(&a).unwrap();
+    f.write_all(line("a-2").as_bytes()).unwrap();
+    drop(f);
+    for restart in 0..2 {
+        let stats = LoadStats::default();
+        load_dir(&client, &logs, &options(dir.path()), &stats)
+            .await
+            .expect("the second log is quarantined, not a failure of the load");
+        assert_eq!(stats.quarantined.load(Ordering::Relaxed), 1, "{restart}");
+        assert_eq!(stats.loaded.load(Ordering::Relaxed), 1 - restart);
+    }
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    let entry = rejects
+        .lines()
+        .find(|l| l.contains("queries-b.jsonl: quarantined"))
+        .expect("a rejects entry");
+    assert!(
+        entry.contains("queries-a.jsonl") && entry.contains("same"),
+        "names the other log and the cause: {entry}"
+    );
+}
+
+/// Following a growing file, a line longer than the limit that has no line break yet is
+/// rejected with `file:line` as soon as it passes the limit, skipped as far as it goes (not
+/// held, not read again), and its rest skipped once it comes, without a second report; the
+/// lines after it load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_longer_than_the_limit_is_rejected_and_skipped_while_following() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let path = logs.join("queries-000.jsonl");
+    let mut text = b"{\"query_id\":\"before\",\"event_time\":1}\n".to_vec();
+    text.extend(std::iter::repeat_n(b'x', 50_000));
+    std::fs::write(&path, &text).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let options = LoadOptions {
+        max_line_bytes: 1000,
+        follow: true,
+        ..options(dir.path())
+    };
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options, &stats).await.unwrap();
+    assert_eq!(stats.loaded.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.long_lines.load(Ordering::Relaxed), 1);
+    let status = photon::load::status::dir_status(&client, &logs)
+        .await
+        .unwrap();
+    assert_eq!(
+        status[0].loaded,
+        text.len() as u64,
+        "skipped as far as it goes"
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(&[b'x'; 20_000]).unwrap();
+    f.write_all(b"\n{\"query_id\":\"after\",\"event_time\":2}\n")
+        .unwrap();
+    drop(f);
+    load_dir(&client, &logs, &options, &stats).await.unwrap();
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        2,
+        "the line after it loads"
+    );
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 1, "reported once");
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    assert!(
+        rejects.contains("queries-000.jsonl:2:") && rejects.contains("longer than the limit"),
+        "{rejects}"
+    );
+    assert!(rejects.len() < 4096, "only its first bytes are kept");
 }
 
 /// A click whose query arrives after the horizon is reported by verify as expired past the
@@ -331,8 +460,8 @@ fn load_reports_rejects_only_when_written_and_echoes_a_bounded_prefix() {
         !stdout.contains("reported to"),
         "no rejects file was written: {stdout}"
     );
-    // One malformed line of 1 MB.
-    let huge = format!("{{\"query_id\": {}", "x".repeat(1 << 20));
+    // One malformed line of 512 KiB (below the line limit).
+    let huge = format!("{{\"query_id\": {}", "x".repeat(1 << 19));
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(logs.join("queries-000.jsonl"))

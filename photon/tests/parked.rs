@@ -44,6 +44,7 @@ fn options(dir: &Path) -> LoadOptions {
         rejects: dir.join("rejects.txt"),
         // These tests park clicks with no worker draining the notifications.
         max_backlog: 0,
+        ..LoadOptions::default()
     }
 }
 

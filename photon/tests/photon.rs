@@ -48,6 +48,7 @@ fn options(dir: &Path) -> LoadOptions {
         batch: 100,
         rejects: dir.join("rejects.txt"),
         max_backlog: 0,
+        ..LoadOptions::default()
     }
 }
 
@@ -404,6 +405,7 @@ async fn parked_clicks_woken_without_sweep(seed: u64) {
         batch: 10,
         rejects: dir.path().join("rejects.txt"),
         max_backlog: 0,
+        ..LoadOptions::default()
     };
     load_dir(&client, &logs, &options, &LoadStats::default())
         .await
@@ -511,6 +513,7 @@ async fn loader_waits_while_the_backlog_is_above_its_bound() {
             batch: batch as usize,
             rejects: dir.path().join("rejects.txt"),
             max_backlog: bound as usize,
+            ..LoadOptions::default()
         };
         tokio::spawn(async move { load_dir(&client, &logs, &options, &stats).await })
     };

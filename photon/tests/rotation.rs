@@ -31,6 +31,7 @@ fn options(dir: &Path) -> LoadOptions {
         batch: 40,
         rejects: dir.join("rejects.txt"),
         max_backlog: 0,
+        ..LoadOptions::default()
     }
 }
 
@@ -320,4 +321,152 @@ async fn records_of_the_previous_version_resume_and_move_to_the_new_key() {
     assert!(String::from_utf8(record)
         .unwrap()
         .starts_with(&format!("{size},110,")));
+}
+
+/// gzips `path` into `path.gz` and removes `path`, as logrotate's `compress` does at once
+/// (no `delaycompress`).
+fn gzip(path: &Path) -> PathBuf {
+    let gz = PathBuf::from(format!("{}.gz", path.display()));
+    let mut encoder = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    encoder.write_all(&std::fs::read(path).unwrap()).unwrap();
+    encoder.finish().unwrap();
+    std::fs::remove_file(path).unwrap();
+    gz
+}
+
+/// Logs renamed and gzipped at once (logrotate's `compress` without `delaycompress`) after
+/// lines were appended past the last batch, with a new file at the old path: the `.gz` is
+/// the same log (known by its decompressed first bytes), finished from the offset the plain
+/// file was loaded to; loaded again, it loads nothing, and the status is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_gzipped_at_rotation_is_finished_from_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (logs, client, opts, stats) = loaded_once(dir.path(), 6).await;
+    for (name, rest) in &logs.rest {
+        append(&logs.live.join(name), rest);
+        let rotated = logs.live.join(format!("{name}.1"));
+        std::fs::rename(logs.live.join(name), &rotated).unwrap();
+        gzip(&rotated);
+        std::fs::write(logs.live.join(name), b"").unwrap();
+    }
+    let status = dir_status(&client, &logs.live).await.unwrap();
+    assert!(status.iter().any(|f| !f.done()), "{status:?}");
+    load_dir(&client, &logs.live, &opts, &stats).await.unwrap();
+    assert_loaded_once(&client, &stats, logs.queries, logs.clicks).await;
+    let again = LoadStats::default();
+    load_dir(&client, &logs.live, &opts, &again).await.unwrap();
+    assert_eq!(again.loaded.load(Ordering::Relaxed), 0);
+    assert_eq!(again.quarantined.load(Ordering::Relaxed), 0);
+    let status = dir_status(&client, &logs.live).await.unwrap();
+    assert!(status.iter().all(|f| f.done()), "{status:?}");
+    assert_eq!(lines_to_load(&client, &logs.live).await.unwrap(), 0);
+}
+
+/// An input directory of symlinks to logs that rotate in another directory (the Kubernetes
+/// layout: `/var/log/containers/*.log` -> `/var/log/pods/.../0.log`, renamed to
+/// `0.log.<date>` there with a new `0.log`): the loader finishes the rotated files in the
+/// targets' directory, then loads the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlinked_logs_rotated_in_their_targets_directory_are_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = half_loaded_logs(dir.path(), 7);
+    // The pods' directories hold the files; the input directory only links to them.
+    let input = dir.path().join("containers");
+    std::fs::create_dir_all(&input).unwrap();
+    for (name, _) in &logs.rest {
+        let pod = dir.path().join("pods").join(name.replace(".jsonl", ""));
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::rename(logs.live.join(name), pod.join("0.log")).unwrap();
+        std::os::unix::fs::symlink(pod.join("0.log"), input.join(name)).unwrap();
+    }
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    load_dir(&client, &input, &opts, &stats).await.unwrap();
+    for (name, rest) in &logs.rest {
+        let pod = dir.path().join("pods").join(name.replace(".jsonl", ""));
+        append(&pod.join("0.log"), rest);
+        std::fs::rename(pod.join("0.log"), pod.join("0.log.20261124-000000")).unwrap();
+        std::fs::write(pod.join("0.log"), b"").unwrap();
+    }
+    let successor = queries("successor", 3);
+    append(
+        &dir.path().join("pods").join("queries-small").join("0.log"),
+        &successor,
+    );
+    let status = dir_status(&client, &input).await.unwrap();
+    assert!(status.iter().any(|f| !f.done()), "{status:?}");
+    load_dir(&client, &input, &opts, &stats).await.unwrap();
+    assert_loaded_once(&client, &stats, logs.queries + 3, logs.clicks).await;
+    let status = dir_status(&client, &input).await.unwrap();
+    assert!(status.iter().all(|f| f.done()), "{status:?}");
+}
+
+/// Writes `lines` into `path` at `offset` without O_APPEND (a writer that keeps its own
+/// position, as log4j does): past the end of a truncated file, it leaves a hole of NULs.
+fn write_at(path: &Path, offset: u64, lines: &[String]) -> u64 {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    let mut written = 0;
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+        written += l.len() as u64 + 1;
+    }
+    offset + written
+}
+
+/// copytruncate with a writer that does not open with O_APPEND: each truncation leaves the
+/// file restarting with a hole of NULs as long as the writer's position. The hole is skipped
+/// (counted, no line rejected), each generation of the file is its own log, the copies are
+/// finished, and nothing is refused as changed in place, rotation after rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copytruncate_by_a_writer_without_o_append_skips_the_nul_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("logs");
+    std::fs::create_dir_all(&live).unwrap();
+    let log = live.join("queries-000.jsonl");
+    std::fs::write(&log, b"").unwrap();
+    let client = client();
+    let opts = options(dir.path());
+    let stats = LoadStats::default();
+    let mut position = write_at(&log, 0, &queries("gen0", 100));
+    let mut total = 100;
+    let mut holes = 0;
+    for generation in 1..=3 {
+        load_dir(&client, &live, &opts, &stats).await.unwrap();
+        // Lines after the last batch, then logrotate's copytruncate.
+        position = write_at(&log, position, &queries(&format!("late{generation}"), 10));
+        if live.join("queries-000.jsonl.1").exists() {
+            std::fs::rename(
+                live.join("queries-000.jsonl.1"),
+                live.join(format!("queries-000.jsonl.{generation}")),
+            )
+            .unwrap();
+        }
+        std::fs::copy(&log, live.join("queries-000.jsonl.1")).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        holes += position;
+        position = write_at(&log, position, &queries(&format!("gen{generation}"), 50));
+        total += 60;
+    }
+    load_dir(&client, &live, &opts, &stats).await.unwrap();
+    assert_loaded_once(&client, &stats, total, 0).await;
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 0, "no line of NULs");
+    assert_eq!(stats.quarantined.load(Ordering::Relaxed), 0);
+    assert!(
+        stats.nul_bytes.load(Ordering::Relaxed) >= holes,
+        "the holes are counted: {} < {holes}",
+        stats.nul_bytes.load(Ordering::Relaxed)
+    );
+    let status = dir_status(&client, &live).await.unwrap();
+    assert!(status.iter().all(|f| f.done()), "{status:?}");
 }

@@ -189,6 +189,7 @@ async fn verify_until_retries_until_the_join_catches_up() {
         rejects: dir.path().join("rejects.txt"),
         // Loaded before any worker runs.
         max_backlog: 0,
+        ..LoadOptions::default()
     };
     load_dir(&client, &logs, &options, &LoadStats::default())
         .await

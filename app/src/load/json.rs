@@ -15,7 +15,7 @@
 //!     |_tag, doc: &Doc| vec![(Cell::new("docs", &doc.id, "body"), doc.body.clone().into_bytes())],
 //! )
 //! .observing("docs", "body");
-//! let options = LoadOptions { batch: 500, rejects: "rejects.txt".into(), max_backlog: 10_000 };
+//! let options = LoadOptions { batch: 500, rejects: "rejects.txt".into(), ..LoadOptions::default() };
 //! let stats = LoadStats::default();
 //! Lines::new(mapping).load_dir(client, "./input".as_ref(), &options, &stats).await?;
 //! # Ok(()) }

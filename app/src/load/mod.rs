@@ -23,7 +23,7 @@ mod rejects;
 
 pub use backlog::Backlog;
 pub use frontier::Frontier;
-pub use rejects::{Reject, Rejects, ECHO_PREFIX};
+pub use rejects::{Reject, Rejects, ECHO_PREFIX, WARN_REJECTS};
 
 use async_trait::async_trait;
 use percolator::txn::RunError;
@@ -44,7 +44,32 @@ pub struct LoadOptions {
     /// Backpressure: before each batch, wait while more than this many notifications wait
     /// for the observers (see [`Backlog`]); 0: no bound.
     pub max_backlog: usize,
+    /// Longest line loaded, in bytes: a longer one is rejected (`file:line`, its first
+    /// bytes kept) and skipped up to its line break without being held in memory (as
+    /// Filebeat's `max_bytes`, Vector's `max_line_bytes`).
+    pub max_line_bytes: usize,
+    /// The input may still grow (`--follow`): a last line without its line break waits
+    /// for it. Otherwise the input is bounded and such a line is loaded at its end.
+    pub follow: bool,
 }
+
+impl Default for LoadOptions {
+    /// Batches of 500 lines, rejects to `rejects.txt`, [`DEFAULT_MAX_BACKLOG`],
+    /// [`DEFAULT_MAX_LINE_BYTES`], bounded input.
+    fn default() -> Self {
+        LoadOptions {
+            batch: 500,
+            rejects: PathBuf::from("rejects.txt"),
+            max_backlog: DEFAULT_MAX_BACKLOG,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            follow: false,
+        }
+    }
+}
+
+/// The default of [`LoadOptions::max_line_bytes`]: 1 MiB, a hundred times Photon's longest
+/// event and far below what would strain a loader's memory.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
 
 /// The default bound on the notification backlog: at a few thousand observer runs a second,
 /// a queue of a few seconds at most, and enough to keep every worker's batches full.
@@ -68,7 +93,18 @@ pub struct LoadStats {
     pub backlog_counts: AtomicU64,
     /// Sources (files) that could not be opened (each reported once).
     pub unreadable: AtomicU64,
-    /// The reports of unreadable sources made, not to repeat them while following.
+    /// Sources (files) quarantined: a file whose loaded bytes changed, cut short, or
+    /// taken for another log, or that failed to read; skipped (each reported once) while
+    /// the others load.
+    pub quarantined: AtomicU64,
+    /// Lines rejected for being longer than [`LoadOptions::max_line_bytes`] (also counted
+    /// in `rejected`).
+    pub long_lines: AtomicU64,
+    /// NUL bytes skipped at the start of lines: the holes a writer without `O_APPEND`
+    /// leaves in a file truncated under it (copytruncate).
+    pub nul_bytes: AtomicU64,
+    /// The reports of unreadable and quarantined sources made, not to repeat them while
+    /// following.
     unreadable_seen: Mutex<HashSet<String>>,
 }
 
@@ -92,6 +128,25 @@ impl LoadStats {
                 "{malformed}; {n} files could not be opened ({})",
                 rejects.display()
             ),
+        };
+        let malformed = match self.long_lines.load(Ordering::Relaxed) {
+            0 => malformed,
+            n => format!("{malformed} ({n} longer than the line limit)"),
+        };
+        let malformed = match self.quarantined.load(Ordering::Relaxed) {
+            0 => malformed,
+            1 => format!(
+                "{malformed}; 1 file quarantined, not loaded to its end ({})",
+                rejects.display()
+            ),
+            n => format!(
+                "{malformed}; {n} files quarantined, not loaded to their end ({})",
+                rejects.display()
+            ),
+        };
+        let malformed = match self.nul_bytes.load(Ordering::Relaxed) {
+            0 => malformed,
+            n => format!("{malformed}; skipped {n} NUL bytes (holes of copytruncate)"),
         };
         let loaded = self.loaded.load(Ordering::Relaxed);
         let waited = match self.backlog_waits.load(Ordering::Relaxed) {
@@ -151,6 +206,40 @@ pub enum LoadError {
         /// The stored offset (bytes loaded).
         offset: u64,
     },
+    /// A file holds fewer bytes than were loaded from it: it was cut short in place
+    /// (`truncate`, a partial copytruncate) after it was loaded.
+    #[error(
+        "{path}: the log was cut short in place: it holds {len} bytes, but its first {offset} \
+         bytes were already loaded (truncated after loading?); it is quarantined: nothing more \
+         is loaded from it. Logs may only be appended to: write new events to a new file"
+    )]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The stored offset (bytes loaded).
+        offset: u64,
+        /// Its length now.
+        len: u64,
+    },
+    /// Two different logs begin with the same bytes (the window that identifies a log,
+    /// [`lines::FINGERPRINT_WINDOW`]): the loader took `path` for `other`, which it has
+    /// loaded to `offset`, and whose loaded bytes `path` does not hold.
+    #[error(
+        "{path}: a different log from {other}, but both begin with the same {window} bytes \
+         (what identifies a log), and the loader has loaded {other} to byte {offset}; \
+         {path} is quarantined: not loaded. Give each log a distinct beginning (e.g. a header \
+         line naming its host), or load it into another --namespace"
+    )]
+    SharedHead {
+        /// The file quarantined.
+        path: PathBuf,
+        /// The log it was taken for.
+        other: PathBuf,
+        /// The bytes loaded from `other`.
+        offset: u64,
+        /// The identifying window's length.
+        window: usize,
+    },
     /// The stored offset of a source is not understood.
     #[error("{path}: stored loader offset {value:?} is corrupt")]
     CorruptOffset {
@@ -174,6 +263,20 @@ impl RunError for LoadError {
 }
 
 impl LoadError {
+    /// Whether the error is a fault of one source's input (its bytes changed or cut short,
+    /// taken for another log, unreadable): the loader quarantines that source and goes on
+    /// with the others, rather than stopping.
+    pub fn is_input_fault(&self) -> bool {
+        matches!(
+            self,
+            LoadError::Io { .. }
+                | LoadError::Changed { .. }
+                | LoadError::Truncated { .. }
+                | LoadError::SharedHead { .. }
+                | LoadError::CorruptOffset { .. }
+        )
+    }
+
     /// Names the source of a transaction error.
     pub(crate) fn within(self, name: &str) -> LoadError {
         match self {
@@ -215,6 +318,12 @@ pub struct Batch<R, O> {
     /// The earliest and the latest event time of its records, if they have them (the
     /// earliest keeps several sources in step and paces a replay: [`Frontier`], [`Pace`]).
     pub event_times: Option<(u64, u64)>,
+    /// Lines among its rejects skipped for their length
+    /// ([`LoadOptions::max_line_bytes`]), counted in [`LoadStats::long_lines`] once it
+    /// commits.
+    pub long_lines: u64,
+    /// NUL bytes it skipped before lines (see [`LoadStats::nul_bytes`]).
+    pub nul_bytes: u64,
 }
 
 /// Input that is loaded in batches, each committed with the offset after it.
@@ -355,8 +464,17 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         })
         .await
         .map_err(|e| e.within(&name))?;
-        let Some(batch) = source.next_batch(&found, ctx.options.batch.max(1)).await? else {
-            return Ok(loaded);
+        // A fault of this source's input (its loaded bytes changed, cut short, or taken
+        // for another log; a read error) quarantines it: reported, counted, and the other
+        // sources load on (a restart reports it again rather than failing).
+        let batch = match source.next_batch(&found, ctx.options.batch.max(1)).await {
+            Ok(Some(batch)) => batch,
+            Ok(None) => return Ok(loaded),
+            Err(e) if e.is_input_fault() => {
+                ctx.rejects.quarantined(ctx.stats, &name, &e)?;
+                return Ok(loaded);
+            }
+            Err(e) => return Err(e),
         };
         if let (Some((frontier, me)), Some((first, _))) = (ctx.align, batch.event_times) {
             frontier.wait_turn(me, first).await;
@@ -394,6 +512,12 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         ctx.stats.loaded.fetch_add(count, Ordering::Relaxed);
         ctx.stats.batches.fetch_add(1, Ordering::Relaxed);
         ctx.stats.lines.fetch_add(batch.units, Ordering::Relaxed);
+        ctx.stats
+            .long_lines
+            .fetch_add(batch.long_lines, Ordering::Relaxed);
+        ctx.stats
+            .nul_bytes
+            .fetch_add(batch.nul_bytes, Ordering::Relaxed);
         loaded += count;
     }
 }

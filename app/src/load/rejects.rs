@@ -64,6 +64,34 @@ pub fn escape(text: &[u8]) -> String {
     out
 }
 
+/// Rejected lines logged one by one (WARN) in a process; after them, a count at each power
+/// of ten (every rejected line is in the rejects file and counted in the summary).
+pub const WARN_REJECTS: u64 = 20;
+
+/// What to log of the `n`th rejected line of a process.
+enum Warn {
+    Line,
+    Count(u64),
+    None,
+}
+
+fn warn_reject(n: u64) -> Warn {
+    if n <= WARN_REJECTS {
+        Warn::Line
+    } else if n >= 100 && is_power_of_ten(n) {
+        Warn::Count(n)
+    } else {
+        Warn::None
+    }
+}
+
+fn is_power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
+}
+
 impl Rejects {
     /// A report appended to `path`.
     pub fn new(path: impl Into<PathBuf>) -> Rejects {
@@ -100,23 +128,57 @@ impl Rejects {
             return Ok(());
         }
         let mut entries = Vec::new();
-        for r in bad {
+        let before = stats
+            .rejected
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        for (i, r) in bad.iter().enumerate() {
             let at = format!(
                 "{}:{}: {}",
                 escape(name.as_bytes()),
                 r.line,
                 escape(r.error.as_bytes())
             );
-            // The log gets a bounded, escaped prefix; the rejects file the whole line,
-            // escaped too.
-            tracing::warn!("rejected {at}: {}", echo(&r.text));
+            // The log gets a bounded, escaped prefix (of the first lines only, then counts);
+            // the rejects file the whole line, escaped too.
+            match warn_reject(before + i as u64 + 1) {
+                Warn::Line => tracing::warn!("rejected {at}: {}", echo(&r.text)),
+                Warn::Count(n) => tracing::warn!(
+                    "{n} lines rejected so far (the latest {at}); only the first {WARN_REJECTS} \
+                     are logged one by one, every one is in {}",
+                    self.path.display()
+                ),
+                Warn::None => {}
+            }
             entries.extend_from_slice(format!("{at}: {}\n", escape(&r.text)).as_bytes());
         }
-        self.append(&entries)?;
-        stats
-            .rejected
-            .fetch_add(bad.len() as u64, Ordering::Relaxed);
-        Ok(())
+        self.append(&entries)
+    }
+
+    /// Reports a source quarantined for a fault of its input (`error`, which says the
+    /// cause): once per source and error in a process, as [`Rejects::unreadable`]; the load
+    /// goes on with the others.
+    pub fn quarantined(
+        &self,
+        stats: &LoadStats,
+        name: &str,
+        error: &LoadError,
+    ) -> Result<(), LoadError> {
+        let entry = format!(
+            "{}: quarantined: {}",
+            escape(name.as_bytes()),
+            escape(error.to_string().as_bytes())
+        );
+        let new = stats
+            .unreadable_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(entry.clone());
+        if !new {
+            return Ok(());
+        }
+        tracing::warn!("{entry}");
+        stats.quarantined.fetch_add(1, Ordering::Relaxed);
+        self.append(format!("{entry}\n").as_bytes())
     }
 
     /// Reports a source that cannot be opened (once per source and error in a process, however
@@ -178,5 +240,17 @@ mod tests {
             text,
             "clicks\\u{1b}[31m.jsonl:7: expected value: \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\rx\\\\u{1b}\\xff{\n"
         );
+    }
+
+    /// The first rejected lines are logged one by one, then a count at each power of ten.
+    #[test]
+    fn rejected_lines_are_logged_first_then_counted() {
+        let logged: Vec<u64> = (1..=100_000)
+            .filter(|n| !matches!(warn_reject(*n), Warn::None))
+            .collect();
+        let mut expected: Vec<u64> = (1..=WARN_REJECTS).collect();
+        expected.extend([100, 1_000, 10_000, 100_000]);
+        assert_eq!(logged, expected);
+        assert!(matches!(warn_reject(1_000), Warn::Count(1_000)));
     }
 }

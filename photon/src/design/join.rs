@@ -14,8 +14,10 @@
 //! takes the log past 4 KiB); its `files` follows a log renamed to a name the loader does not
 //! read (`clicks.jsonl.1`) to its end. The cell holds `offset,line,fingerprint,kind,path`:
 //! FNV-1a of the last 4 KiB loaded before the offset, checked before each batch; a file shorter
-//! than its offset or with other bytes there was rewritten or truncated in place and is refused
-//! (`LoadError::Changed`) instead of being read from the middle of a line (offsets without a
+//! than its offset or with other bytes there was rewritten or truncated in place (or is a
+//! different log beginning with the same 4 KiB) and is quarantined (`LoadError::Changed`,
+//! `Truncated`, `SharedHead`: reported, counted, skipped while the other files load) instead
+//! of being read from the middle of a line (offsets without a
 //! fingerprint, from earlier versions, are only checked against the size). Lines are read as
 //! bytes: malformed lines, invalid UTF-8 included, go to the rejects file (`file:line: error:
 //! text`, the whole line escaped as the log's echo is: control characters, terminal escapes

@@ -4,6 +4,11 @@
 //! (`clicks.jsonl.1`, logrotate's default), found among the directory's other files by
 //! their content (see [`super::identity`]) so that the lines written to them after the last
 //! batch are loaded too. Files that cannot be opened are returned apart, to be reported.
+//!
+//! A log reached through a symlink (the Kubernetes layout: `/var/log/containers/*.log`
+//! linking to `/var/log/pods/<pod>/<container>/0.log`) is known by its target's content, and
+//! rotates in its target's directory: renamed logs are looked for there too. Renamed logs
+//! compressed at rotation (`*.gz`) are known by their decompressed bytes.
 
 use super::identity::{self, canonical, Head, Key};
 use super::record::parse_record;
@@ -58,18 +63,45 @@ pub(super) async fn discover(
             None => {}
         }
     }
-    let renamed = renamed_logs(client, table, dir, &logs, &mut others).await?;
+    // The directories logs rotate in: this one, and those of symlinked logs' targets.
+    let mut dirs = vec![canonical(dir)];
+    let targets: Vec<PathBuf> = logs.iter().map(|(f, _)| canonical(&f.path)).collect();
+    for (f, _) in &logs {
+        let linked = std::fs::symlink_metadata(&f.path).is_ok_and(|m| m.file_type().is_symlink());
+        let Some(target_dir) = linked
+            .then(|| canonical(&f.path))
+            .and_then(|t| t.parent().map(Path::to_path_buf))
+        else {
+            continue;
+        };
+        if dirs.contains(&target_dir) {
+            continue;
+        }
+        let Ok(listing) = std::fs::read_dir(&target_dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = listing
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && !targets.contains(&canonical(p)))
+            .collect();
+        found.sort();
+        others.extend(found.into_iter().map(|p| (p, None)));
+        dirs.push(target_dir);
+    }
+    let renamed = renamed_logs(client, table, dir, &dirs, &logs, &mut others).await?;
     let mut files: Vec<LogFile> = logs.into_iter().map(|(f, _)| f).collect();
     files.extend(renamed);
     Ok((files, unreadable))
 }
 
-/// Logs the loader started on in `dir` (by their records' paths) that none of `logs` is,
-/// found among `others` (files not named like logs, with their heads once read).
+/// Logs the loader started on in `dirs` (by their records' paths: the input directory `dir`
+/// and its symlinked logs' directories) that none of `logs` is, found among `others` (files
+/// not named like logs, with their heads once read).
 async fn renamed_logs(
     client: &Client,
     table: &str,
     dir: &Path,
+    dirs: &[PathBuf],
     logs: &[(LogFile, Head)],
     others: &mut [(PathBuf, Option<Option<Head>>)],
 ) -> Result<Vec<LogFile>, LoadError> {
@@ -97,7 +129,7 @@ async fn renamed_logs(
         let (Some(tag), Some(hint)) = (record.tag.as_ref(), record.hint.as_deref()) else {
             continue;
         };
-        if hint.parent() != Some(dir.as_path()) {
+        if !hint.parent().is_some_and(|p| dirs.iter().any(|d| d == p)) {
             continue;
         }
         if logs.iter().any(|(_, head)| head.is_log_of(&key, &record)) {

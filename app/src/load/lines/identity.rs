@@ -7,27 +7,45 @@
 //! moves with it (and to `id:` once the log reaches the window), in the transaction of the
 //! batch that follows. Records written by earlier versions (keyed by the canonical path)
 //! are used while the file at that path is still the file they describe.
+//!
+//! NUL bytes a log begins with are not part of its head: they are the hole a writer without
+//! `O_APPEND` leaves when its file is truncated under it (copytruncate), and every such log
+//! would otherwise be known by the same window of NULs. Its head is its first bytes after
+//! the hole (its record's offsets stay the file's).
 
+use super::input::{resume, Input};
 use super::offset_cell;
-use super::record::{fnv1a, loaded_tail, parse_record, Progress, Record, FINGERPRINT_WINDOW};
+use super::record::{fnv1a, parse_record, Progress, Record, FINGERPRINT_WINDOW};
 use crate::load::LoadError;
 use percolator::Transaction;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
-/// The first (up to) [`FINGERPRINT_WINDOW`] bytes of a log file: what identifies it.
+/// The first (up to) [`FINGERPRINT_WINDOW`] bytes of a log file after the NUL bytes it
+/// begins with: what identifies it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Head {
     bytes: Vec<u8>,
+    /// NUL bytes before them (a hole left by copytruncate).
+    pub(super) skipped: u64,
 }
 
 impl Head {
-    /// Reads the head of `file` (leaving its position anywhere).
-    pub(super) fn read(file: &mut std::fs::File) -> std::io::Result<Head> {
-        file.seek(SeekFrom::Start(0))?;
+    /// Reads the head of a log from `reader`, at its start.
+    pub(super) fn read_from(mut reader: impl BufRead) -> std::io::Result<Head> {
+        let mut skipped = 0;
+        loop {
+            let buf = reader.fill_buf()?;
+            let (len, nuls) = (buf.len(), buf.iter().take_while(|b| **b == 0).count());
+            reader.consume(nuls);
+            skipped += nuls as u64;
+            if len == 0 || nuls < len {
+                break;
+            }
+        }
         let mut bytes = Vec::with_capacity(FINGERPRINT_WINDOW);
-        Read::take(&mut *file, FINGERPRINT_WINDOW as u64).read_to_end(&mut bytes)?;
-        Ok(Head { bytes })
+        Read::take(reader, FINGERPRINT_WINDOW as u64).read_to_end(&mut bytes)?;
+        Ok(Head { bytes, skipped })
     }
 
     /// The fingerprint of the whole window, once the log has that many bytes.
@@ -47,7 +65,11 @@ impl Head {
     /// Whether this is the log of young record `progress`: the record's fingerprint covers
     /// every byte it loaded, and they are this head's first bytes.
     fn starts_with(&self, progress: &Progress) -> bool {
-        let Ok(n) = usize::try_from(progress.offset) else {
+        let Some(Ok(n)) = progress
+            .offset
+            .checked_sub(self.skipped)
+            .map(usize::try_from)
+        else {
             return false;
         };
         n <= self.bytes.len() && progress.fingerprint == Some(fnv1a(&self.bytes[..n]))
@@ -67,17 +89,10 @@ impl Head {
 }
 
 /// Opens a log file and reads its head; a file that is not a regular file (a directory with
-/// a log's name, a FIFO) is an error like one that cannot be opened.
-pub(super) fn open(path: &Path) -> std::io::Result<(std::fs::File, Head)> {
-    let mut file = std::fs::File::open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let head = Head::read(&mut file)?;
-    Ok((file, head))
+/// a log's name, a FIFO) is an error like one that cannot be opened, and opening it does
+/// not wait (see [`super::input`]).
+pub(super) fn open(path: &Path) -> std::io::Result<(Input, Head)> {
+    Input::open(path)
 }
 
 /// `path` made absolute and free of symlinks where it exists.
@@ -190,8 +205,9 @@ pub(super) async fn lookup(
     let key = canonical(path).display().to_string();
     if let Some(v) = txn.get(&offset_cell(table, &key)).await? {
         let record = parse_record(path, Some(v))?;
-        let same_file = std::fs::File::open(path)
-            .is_ok_and(|mut f| loaded_tail(&mut f, path, &record.progress).is_ok());
+        let same_file = open(path).is_ok_and(|(mut input, head)| {
+            resume(&mut input, path, &record.progress, head.skipped).is_ok()
+        });
         if same_file {
             return Ok(Some(Found { key, record }));
         }
@@ -201,31 +217,31 @@ pub(super) async fn lookup(
 
 /// The key a batch that loaded `path` up to `offset` commits its record under: `id:` once
 /// the log has a whole window, else `young:` with its path. `head` is the head read before
-/// the batch; `file` the log, read again if the head is too short to say.
+/// the batch; `input` the log, read again if the head is too short to say.
 pub(super) fn target_key(
-    file: &mut std::fs::File,
+    input: &mut Input,
     path: &Path,
     head: &Head,
     offset: u64,
 ) -> Result<String, LoadError> {
-    let decides = |h: &Head| {
-        h.settled().is_some() || (h.first_line().is_some() && offset < FINGERPRINT_WINDOW as u64)
-    };
+    let young = |h: &Head| offset.saturating_sub(h.skipped) < FINGERPRINT_WINDOW as u64;
+    let decides = |h: &Head| h.settled().is_some() || (h.first_line().is_some() && young(h));
     let reread;
     let head = if decides(head) {
         head
     } else {
-        reread = Head::read(file).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        reread = input
+            .reader_at(0)
+            .and_then(Head::read_from)
+            .map_err(|source| LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
         &reread
     };
     match (head.settled(), head.first_line()) {
         (Some(id), _) => Ok(id_key(id)),
-        (None, Some(first_line)) if offset < FINGERPRINT_WINDOW as u64 => {
-            Ok(young_key(first_line, path))
-        }
+        (None, Some(first_line)) if young(head) => Ok(young_key(first_line, path)),
         _ => Err(LoadError::Changed {
             path: path.to_path_buf(),
             offset,

@@ -5,21 +5,32 @@
 //!   moved, it is loaded once, and a file renamed to a name the mapping does not tag
 //!   (`clicks.jsonl.1`, logrotate's default) is followed to its end (module `files`).
 //! - Each batch stores the fingerprint of the bytes just before its offset (module `record`): a
-//!   file rewritten or truncated in place is refused ([`LoadError::Changed`]), not read from
-//!   the middle of a line.
+//!   file rewritten or truncated in place ([`LoadError::Changed`], [`LoadError::Truncated`]),
+//!   or a different log beginning with the same bytes as a loaded one
+//!   ([`LoadError::SharedHead`]), is quarantined (reported, counted, skipped while the others
+//!   load), not read from the middle of a line.
+//! - Only regular files are opened, never blocking (a FIFO named like a log is reported);
+//!   `*.gz` files are read decompressed, so a log gzipped at rotation is the same log (module
+//!   `input`).
 //! - A line that is not UTF-8 or that the mapping cannot parse is reported with `file:line`
-//!   ([`crate::load::Rejects`]) and the rest loads; a line still being written (no newline
-//!   yet) waits for the next pass.
+//!   ([`crate::load::Rejects`]) and the rest loads; so is a line longer than
+//!   [`LoadOptions::max_line_bytes`], skipped without being held. NUL bytes before a line
+//!   (copytruncate's hole) are skipped and counted. A last line without its line break waits
+//!   for it while following ([`LoadOptions::follow`]), and is loaded at the end of bounded
+//!   input (module `reader`).
 //! - Files of one directory load in parallel and in step by event time (when the mapping
 //!   gives one, see [`crate::load::Frontier`]).
 
 mod files;
 mod identity;
+mod input;
+mod reader;
 mod record;
 mod status;
 
 pub use files::LogFile;
 pub use identity::file_key;
+pub use input::open_regular;
 pub use record::FINGERPRINT_WINDOW;
 pub use status::FileStatus;
 
@@ -29,9 +40,11 @@ use crate::load::{
 };
 use async_trait::async_trait;
 use identity::{Found, Head};
+use input::{resume, Input, Reader};
 use percolator::{Cell, Client, Transaction};
-use record::{fingerprint, loaded_tail, Record};
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use reader::{Item, LineReader};
+use record::{fingerprint, Progress, Record};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -187,19 +200,22 @@ impl<M: LineMapping> Lines<M> {
             align: None,
             pace: None,
         };
-        let mut source = self.source(path, tag);
+        let mut source = self.source(path, tag, options);
         load_source(client, &mut source, &MappingSink(&*self.mapping), &ctx).await
     }
 
     /// The source of one file.
-    fn source(&self, path: &Path, tag: &str) -> LineFile<M> {
+    fn source(&self, path: &Path, tag: &str, options: &LoadOptions) -> LineFile<M> {
         LineFile {
             path: path.to_path_buf(),
             tag: tag.to_string(),
             mapping: self.mapping.clone(),
             table: self.table.clone(),
+            max_line_bytes: options.max_line_bytes.max(1),
+            follow: options.follow,
             file: None,
             head: None,
+            resumed: None,
         }
     }
 
@@ -243,7 +259,7 @@ impl<M: LineMapping> Lines<M> {
                 align: Some((&frontier, i)),
                 pace,
             };
-            let (mut source, sink, frontier) = (self.source(path, tag), &sink, &frontier);
+            let (mut source, sink, frontier) = (self.source(path, tag, options), &sink, &frontier);
             async move {
                 let result = load_source(client, &mut source, sink, &ctx).await;
                 frontier.finish(i);
@@ -275,8 +291,12 @@ impl<M: LineMapping> Lines<M> {
         stop: impl std::future::Future<Output = ()>,
     ) -> Result<(), LoadError> {
         tokio::pin!(stop);
+        let options = LoadOptions {
+            follow: true,
+            ..options.clone()
+        };
         loop {
-            self.load_dir(client, dir, options, stats).await?;
+            self.load_dir(client, dir, &options, stats).await?;
             tokio::select! {
                 _ = &mut stop => return Ok(()),
                 _ = tokio::time::sleep(poll) => {}
@@ -290,15 +310,17 @@ impl<M: LineMapping> Lines<M> {
     pub async fn lines_to_load(&self, client: &Client, dir: &Path) -> Result<u64, LoadError> {
         let mut total = 0;
         for LogFile { path, .. } in self.files_to_load(client, dir).await? {
-            let Some((file, loaded)) = self.committed(client, &path).await? else {
+            let Some((mut input, loaded)) = self.committed(client, &path).await? else {
                 continue;
             };
             let io = |source| LoadError::Io {
                 path: path.clone(),
                 source,
             };
-            let mut reader = BufReader::with_capacity(1 << 16, file);
-            reader.seek(SeekFrom::Start(loaded)).map_err(io)?;
+            if input.ends_at(loaded).map_err(io)? == Some(true) {
+                continue;
+            }
+            let mut reader = input.reader_at(loaded).map_err(io)?;
             loop {
                 let buf = reader.fill_buf().map_err(io)?;
                 if buf.is_empty() {
@@ -320,10 +342,17 @@ struct LineFile<M> {
     tag: String,
     mapping: Arc<M>,
     table: String,
+    /// Longest line loaded ([`LoadOptions::max_line_bytes`]).
+    max_line_bytes: usize,
+    /// The input may still grow ([`LoadOptions::follow`]).
+    follow: bool,
     /// The file, opened for the next batch.
-    file: Option<std::fs::File>,
+    file: Option<Input>,
     /// Its head when opened (what identifies it).
     head: Option<Head>,
+    /// A compressed file's reader where the last batch ended, and the progress there: the
+    /// next batch goes on from it instead of decompressing the file from its start again.
+    resumed: Option<(Progress, Reader, Vec<u8>)>,
 }
 
 impl<M> LineFile<M> {
@@ -331,6 +360,38 @@ impl<M> LineFile<M> {
         |source| LoadError::Io {
             path: self.path.clone(),
             source,
+        }
+    }
+
+    /// The true cause of a file whose loaded bytes are not what was loaded: if the record's
+    /// log is another file, still at the path it was loaded from and still holding those
+    /// bytes, the two are different logs that begin alike ([`LoadError::SharedHead`]).
+    fn diagnose(&self, error: LoadError, found: &Option<Found>) -> LoadError {
+        let (LoadError::Changed { offset, .. } | LoadError::Truncated { offset, .. }) = error
+        else {
+            return error;
+        };
+        let Some(other) = found.as_ref().and_then(|f| f.record.hint.clone()) else {
+            return error;
+        };
+        if other == identity::canonical(&self.path) {
+            return error;
+        }
+        let progress = found
+            .as_ref()
+            .map(|f| f.record.progress)
+            .unwrap_or_default();
+        let holds_it = identity::open(&other).is_ok_and(|(mut input, head)| {
+            resume(&mut input, &other, &progress, head.skipped).is_ok()
+        });
+        if !holds_it {
+            return error;
+        }
+        LoadError::SharedHead {
+            path: self.path.clone(),
+            other,
+            offset,
+            window: FINGERPRINT_WINDOW,
         }
     }
 }
@@ -369,32 +430,75 @@ impl<M: LineMapping> Source for LineFile<M> {
         from: &Option<Found>,
         max: usize,
     ) -> Result<Option<Batch<M::Record, Option<Found>>>, LoadError> {
-        let (Some(mut file), Some(head)) = (self.file.take(), self.head.as_ref()) else {
+        let (Some(mut input), Some(head)) = (self.file.take(), self.head.clone()) else {
             return Ok(None);
         };
         let progress = from.as_ref().map(|f| f.record.progress).unwrap_or_default();
-        // The loaded bytes just before the offset, checked against the stored fingerprint;
-        // extended with each line read, for the fingerprint committed with the batch.
-        let mut tail = loaded_tail(&mut file, &self.path, &progress)?;
-        file.seek(SeekFrom::Start(progress.offset))
-            .map_err(self.io())?;
-        let mut reader = BufReader::new(file);
+        // A compressed log loaded to the end its trailer records is not read again.
+        if progress.offset > 0 && input.ends_at(progress.offset).map_err(self.io())? == Some(true) {
+            return Ok(None);
+        }
+        // The reader at the offset, and the loaded bytes just before it, checked against the
+        // stored fingerprint; extended with each line read, for the fingerprint committed
+        // with the batch.
+        let (reader, tail) = match self.resumed.take() {
+            Some((at, reader, tail)) if at == progress => (reader, tail),
+            _ => resume(&mut input, &self.path, &progress, head.skipped)
+                .map_err(|e| self.diagnose(e, from))?,
+        };
+        let mut lines = LineReader::new(
+            reader,
+            progress.offset,
+            head.skipped,
+            tail,
+            self.max_line_bytes,
+            self.follow,
+        );
         let mut records = Vec::new();
         let mut rejects = Vec::new();
         let mut next = progress;
+        let (mut long_lines, mut nul_bytes) = (0, 0);
+        // The offset inside a line: the rest of a line skipped for its length while being
+        // written, or of a last line loaded before its line break was.
+        if lines.mid_line() {
+            let rest = lines.skip_rest().map_err(self.io())?;
+            if rest > 0 {
+                tracing::debug!(file = %self.path.display(), at = progress.offset, bytes = rest,
+                    "skipped the rest of a line cut at the stored offset");
+            }
+        }
         // Lines are read as bytes: one that is not UTF-8 is rejected like any malformed line.
         let mut buf = Vec::new();
         while records.len() < max {
-            buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(self.io())?;
-            if n == 0 || !buf.ends_with(b"\n") {
-                break; // EOF, or a line still being written (--follow).
-            }
-            next.offset += n as u64;
+            let at = lines.pos();
+            let item = lines.next(&mut buf).map_err(self.io())?;
+            let nuls = match item {
+                Item::End => break,
+                Item::Line { nuls } | Item::TooLong { nuls, .. } => nuls,
+            };
             next.line += 1;
-            tail.extend_from_slice(&buf);
-            if tail.len() > 2 * FINGERPRINT_WINDOW {
-                tail.drain(..tail.len() - FINGERPRINT_WINDOW);
+            if nuls > 0 {
+                nul_bytes += nuls;
+                tracing::warn!(
+                    "{}: skipped {nuls} NUL bytes at offset {at}, before line {} (the hole a \
+                     writer without O_APPEND leaves in a file truncated under it: copytruncate)",
+                    self.path.display(),
+                    next.line
+                );
+            }
+            if let Item::TooLong { len, .. } = item {
+                long_lines += 1;
+                rejects.push(Reject {
+                    line: next.line,
+                    error: format!(
+                        "a line of {len} bytes, longer than the limit of {} (max_line_bytes): \
+                         skipped; its first {} bytes",
+                        self.max_line_bytes,
+                        buf.len()
+                    ),
+                    text: buf.clone(),
+                });
+                continue;
             }
             let line = buf.trim_ascii_end();
             if line.is_empty() {
@@ -413,13 +517,19 @@ impl<M: LineMapping> Source for LineFile<M> {
                 }),
             }
         }
+        next.offset = lines.pos();
         if next.offset == progress.offset {
             return Ok(None);
         }
-        next.fingerprint = Some(fingerprint(&tail));
+        next.fingerprint = Some(fingerprint(lines.tail()));
         // The key the record goes under now (it moves when a young log reaches the window,
         // or was found under another path).
-        let key = identity::target_key(reader.get_mut(), &self.path, head, next.offset)?;
+        let key = identity::target_key(&mut input, &self.path, &head, next.offset)?;
+        if input.compressed() {
+            if let Some((reader, tail)) = lines.into_parts() {
+                self.resumed = Some((next, reader, tail));
+            }
+        }
         let times = records.iter().filter_map(|r| self.mapping.event_time(r));
         let event_times = times.clone().min().zip(times.max());
         Ok(Some(Batch {
@@ -428,6 +538,8 @@ impl<M: LineMapping> Source for LineFile<M> {
             id: format!("{key}@{:020}", progress.offset),
             units: next.line - progress.line,
             event_times,
+            long_lines,
+            nul_bytes,
             offset: Some(Found {
                 key,
                 record: Record {

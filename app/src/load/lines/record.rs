@@ -1,9 +1,8 @@
 //! Progress through one log file as stored with each batch (offset, line, fingerprint of
-//! the loaded bytes before the offset), and the check that the loaded prefix was not
-//! changed in place since.
+//! the loaded bytes before the offset; the check that they were not changed in place since
+//! is [`super::input::resume`]).
 
 use crate::load::LoadError;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// Progress through one file: byte offset and line number of the next line to load, and
@@ -32,41 +31,6 @@ pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
 /// The fingerprint of the loaded prefix `tail` ends (its last [`FINGERPRINT_WINDOW`] bytes).
 pub(super) fn fingerprint(tail: &[u8]) -> u64 {
     fnv1a(&tail[tail.len().saturating_sub(FINGERPRINT_WINDOW)..])
-}
-
-/// Reads the last (up to) [`FINGERPRINT_WINDOW`] bytes before `progress.offset` and checks
-/// them against the stored fingerprint: a file shorter than the offset, or with other bytes
-/// there, changed in place since it was loaded.
-pub(super) fn loaded_tail(
-    file: &mut std::fs::File,
-    path: &Path,
-    progress: &Progress,
-) -> Result<Vec<u8>, LoadError> {
-    let io = |source| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let changed = || LoadError::Changed {
-        path: path.to_path_buf(),
-        offset: progress.offset,
-    };
-    if file.metadata().map_err(io)?.len() < progress.offset {
-        return Err(changed());
-    }
-    let start = progress.offset.saturating_sub(FINGERPRINT_WINDOW as u64);
-    let mut tail = Vec::with_capacity(FINGERPRINT_WINDOW);
-    file.seek(SeekFrom::Start(start)).map_err(io)?;
-    Read::take(&mut *file, progress.offset - start)
-        .read_to_end(&mut tail)
-        .map_err(io)?;
-    if tail.len() as u64 != progress.offset - start
-        || progress
-            .fingerprint
-            .is_some_and(|f| f != fingerprint(&tail))
-    {
-        return Err(changed());
-    }
-    Ok(tail)
 }
 
 /// A stored offset record: the progress through a log, the tag of its file (what the

@@ -4,12 +4,13 @@
 
 use super::files::{discover, LogFile};
 use super::identity::{self, Key};
+use super::input::{open_regular, Input};
 use super::record::parse_record;
 use super::{LineMapping, Lines};
 use crate::load::{retry_transient, LoadError};
 use percolator::Client;
 use std::collections::BTreeSet;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// One log file's progress.
@@ -30,13 +31,34 @@ impl FileStatus {
     }
 }
 
-/// Bytes of `path` up to and including its last newline.
-fn loadable_len(path: &Path) -> Result<u64, LoadError> {
+/// Bytes of the log `input` (at `path`, `loaded` of them loaded) up to and including its
+/// last newline.
+fn loadable_len(input: &mut Input, path: &Path, loaded: u64) -> Result<u64, LoadError> {
     let io = |source| LoadError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = std::fs::File::open(path).map_err(io)?;
+    if input.ends_at(loaded).map_err(io)? == Some(true) {
+        return Ok(loaded);
+    }
+    if input.compressed() {
+        // Read forward only: the offset after the last newline from the loaded offset on.
+        let mut reader = input.reader_at(loaded).map_err(io)?;
+        let (mut pos, mut last) = (loaded, 0);
+        loop {
+            let buf = reader.fill_buf().map_err(io)?;
+            if buf.is_empty() {
+                return Ok(last);
+            }
+            if let Some(i) = buf.iter().rposition(|b| *b == b'\n') {
+                last = pos + i as u64 + 1;
+            }
+            let n = buf.len();
+            pos += n as u64;
+            reader.consume(n);
+        }
+    }
+    let mut file = open_regular(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     let mut end = len;
     let mut buf = vec![0u8; 4096];
@@ -60,7 +82,7 @@ impl<M: LineMapping> Lines<M> {
         &self,
         client: &Client,
         path: &Path,
-    ) -> Result<Option<(std::fs::File, u64)>, LoadError> {
+    ) -> Result<Option<(Input, u64)>, LoadError> {
         let Ok((file, head)) = identity::open(path) else {
             return Ok(None);
         };
@@ -84,10 +106,10 @@ impl<M: LineMapping> Lines<M> {
         let mut out = Vec::new();
         let (files, _) = discover(client, &self.table, &self.tagger(), dir).await?;
         for LogFile { path, .. } in files {
-            let Some((_, loaded)) = self.committed(client, &path).await? else {
+            let Some((mut input, loaded)) = self.committed(client, &path).await? else {
                 continue;
             };
-            let loadable = match loadable_len(&path) {
+            let loadable = match loadable_len(&mut input, &path, loaded) {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!(file = %path.display(), error = %e, "not counted");
