@@ -221,14 +221,11 @@ async fn input_files(
             continue;
         }
         // Named like a log, left out by the listing: say why.
-        let why = match std::fs::metadata(&path) {
+        // The loader's opener: never waits on a FIFO, names what a file that is not a
+        // regular one is.
+        let why = match app::load::lines::open_regular(&path) {
             Err(e) => e.to_string(),
-            Ok(m) if m.is_dir() => "a directory".to_string(),
-            Ok(m) if !m.is_file() => "not a regular file".to_string(),
-            Ok(_) => match std::fs::File::open(&path) {
-                Err(e) => e.to_string(),
-                Ok(_) => "left out by the loader's listing".to_string(),
-            },
+            Ok(_) => "left out by the loader's listing".to_string(),
         };
         unread.push(format!("{}: {why}", path.display()));
     }

@@ -180,10 +180,26 @@ fn fifo_named_like_a_log_is_reported_and_run_and_verify_finish() {
         reported.contains("clicks-fifo.jsonl") && reported.contains("FIFO"),
         "{reported}"
     );
+    // Verify does not wait on the FIFO either: it refuses input it could not read (exit 4),
+    // and with `--partial-input` verifies the rest.
     let verify = photon_within(
         &["verify", "--store", &store, "--json", logs_arg],
         Duration::from_secs(300),
     );
+    assert_eq!(verify.status.code(), Some(4), "{verify:?}");
+    assert!(text(&verify.stderr).contains("FIFO"), "{verify:?}");
+    let verify = photon_within(
+        &[
+            "verify",
+            "--store",
+            &store,
+            "--json",
+            "--partial-input",
+            logs_arg,
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(verify.status.success(), "{verify:?}");
     let report: serde_json::Value = serde_json::from_slice(&verify.stdout).expect("json");
     assert_eq!(report["lost"], 0, "{report}");
 }
