@@ -148,7 +148,14 @@ impl Hooks for FaultHooks {
         let f = &self.faults;
         if f.chaos() {
             let rng = &f.rng;
-            if rng.chance(f.rates.hold) {
+            let fate = matches!(call, Call::Get { key } if f.is_fate_key(key));
+            if fate && f.rates.fate_hold > 0.0 && rng.chance(f.rates.fate_hold) {
+                f.count();
+                self.record("hold-fate", op, key);
+                f.kick.notify_waiters();
+                let max = f.rates.fate_hold_max.as_millis() as u64;
+                tokio::time::sleep(rng.millis(500, max.max(501))).await;
+            } else if rng.chance(f.rates.hold) {
                 f.count();
                 tokio::time::sleep(rng.millis(50, 1500)).await;
             } else if rng.chance(f.rates.delay) {

@@ -83,6 +83,7 @@ struct Env {
     rng: SimRng,
     model: Shared,
     registry: Arc<Registry>,
+    kick: Arc<tokio::sync::Notify>,
 }
 
 /// A running incarnation of a process.
@@ -145,6 +146,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client: client.clone(),
         model: env.model.clone(),
         rng: env.rng.clone(),
+        kick: env.kick.clone(),
     };
     let mut actors = JoinSet::new();
     if i < LOADERS {
@@ -158,6 +160,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     }
     if i == 2 {
         actors.spawn(workload::rewriter(ctx.clone()));
+        actors.spawn(workload::pager(ctx.clone()));
     }
     actors.spawn(workload::cycle(ctx.clone()));
     actors.spawn(workload::gc(ctx, GC_LAG));
@@ -266,6 +269,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     // Swarm testing: each seed draws how often calls are held.
     let rates = FaultRates {
         hold: [0.01, 0.02, 0.05, 0.1][rng.index(4)],
+        // And how often and how long fate checks are held (none in some seeds), up to longer
+        // than the GC lag, so a whole pass (or two) runs past a stalled reader or worker.
+        fate_hold: [0.0, 0.1, 0.25, 0.5][rng.index(4)],
+        fate_hold_max: Duration::from_millis([2_000, 5_000, 14_000][rng.index(3)]),
         ..FaultRates::default()
     };
     let faults = Arc::new(Faults::new(rng.clone(), rates));
@@ -291,10 +298,16 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         rng: rng.clone(),
         model: model.clone(),
         registry: app::registry(),
+        kick: faults.kick.clone(),
     };
     // The harness's own client (never crashed; faults are off whenever it is used).
     let harness_life = Life::new(PROCESSES, 0);
     let harness = client_for(&env, &harness_life, 0);
+    faults.set_fate_keys(
+        (0..LOADERS)
+            .map(|j| harness.codec().head(&schema::offset(j)))
+            .collect(),
+    );
     harness
         .run(|txn| async move {
             for i in 0..schema::RING {
@@ -339,6 +352,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                         client: proc.client.clone(),
                         model: model.clone(),
                         rng: rng.clone(),
+                        kick: env.kick.clone(),
                     };
                     proc.actors
                         .spawn(async move { workload::gc_pass(&ctx, GC_LAG).await });
@@ -366,6 +380,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         client: harness.clone(),
         model: model.clone(),
         rng: rng.clone(),
+        kick: env.kick.clone(),
     };
     let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
     workload::finish_deletes(&harness_ctx, marked).await;
