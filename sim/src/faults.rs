@@ -28,6 +28,13 @@ pub struct FaultRates {
     pub fate_hold: f64,
     /// The longest such hold.
     pub fate_hold_max: Duration,
+    /// The same for the fate checks of a worker on a client of its own
+    /// ([`crate::store::Role::Worker`]), held 1-4 s, not one at a time.
+    pub worker_fate_hold: f64,
+    /// The same for the fate checks of stalled readers ([`crate::store::Role::Reader`]),
+    /// held 12-24 s: past a retention delete of the cell after the snapshot and a GC pass
+    /// whose safe point passed that delete.
+    pub reader_fate_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -39,6 +46,8 @@ impl Default for FaultRates {
             fail_after: 0.003,
             fate_hold: 0.0,
             fate_hold_max: Duration::from_secs(3),
+            worker_fate_hold: 0.0,
+            reader_fate_hold: 0.0,
         }
     }
 }
@@ -65,6 +74,7 @@ pub struct Faults {
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
     fate_keys: Mutex<Vec<Vec<u8>>>,
+    fate_holding: AtomicBool,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
     /// runs to completion while the held one waits).
     pub kick: std::sync::Arc<Notify>,
@@ -80,6 +90,7 @@ impl Faults {
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
             fate_keys: Mutex::new(Vec::new()),
+            fate_holding: AtomicBool::new(false),
             kick: std::sync::Arc::new(Notify::new()),
         }
     }
@@ -88,6 +99,17 @@ impl Faults {
     /// cells that are the primaries of most transactions (the loaders' offsets).
     pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
         *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Takes the one hold of a fate check at a time (others run freely meanwhile, the GC
+    /// passes that must complete during it among them); `false` if one is held.
+    pub fn begin_fate_hold(&self) -> bool {
+        !self.fate_holding.swap(true, Ordering::Relaxed)
+    }
+
+    /// Ends the hold taken by [`Faults::begin_fate_hold`].
+    pub fn end_fate_hold(&self) {
+        self.fate_holding.store(false, Ordering::Relaxed);
     }
 
     /// Whether a point read of `key` is a fate check to hold now and then.

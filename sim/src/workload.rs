@@ -120,6 +120,7 @@ pub async fn retention(ctx: Ctx) {
             Some(id) if ctx.rng.chance(0.7) => id,
             _ => candidates[ctx.rng.index(candidates.len())],
         };
+        tracing::debug!(id, targeted = target == Some(id), "retention deletes");
         ctx.model
             .with(|m| m.delete_tried.insert(id, Instant::now()));
         // Half the deletes in the marking transaction (the delete is a write-once record),
@@ -141,6 +142,7 @@ pub async fn retention(ctx: Ctx) {
         if done.is_none() {
             return;
         }
+        tracing::debug!(id, alone, "retention marked");
         if alone && delete_alone(&ctx, id).await.is_none() {
             return;
         }
@@ -451,7 +453,10 @@ pub async fn stalled_reader(ctx: Ctx) {
             _ => {}
         }
         if let Some(id) = event {
-            match txn.get(&schema::event(id)).await {
+            let asked = Instant::now();
+            let read = txn.get(&schema::event(id)).await;
+            tracing::debug!(p, id, ?read, took = ?asked.elapsed(), "stalled read of an event");
+            match read {
                 Ok(Some(v)) if v == schema::event_body(id) => {}
                 Ok(other) => ctx.model.violation(format!(
                     "p{p} stalled snapshot {ts} read event {id} (committed before it began, \
@@ -484,30 +489,44 @@ pub async fn gc(ctx: Ctx, lag: Duration) {
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..passes {
             let ctx = ctx.clone();
-            set.spawn(async move { gc_pass(&ctx, lag).await });
+            // A pass that failed on a fault of the store is tried again soon (a pass fails
+            // whole on one failed call, and most would under the seed's faults).
+            set.spawn(async move {
+                for _ in 0..4 {
+                    if gc_pass(&ctx, lag).await {
+                        break;
+                    }
+                    tokio::time::sleep(ctx.rng.millis(20, 200)).await;
+                }
+            });
         }
         while set.join_next().await.is_some() {}
     }
 }
 
-/// One GC pass, counted in the model (and as an overlap if another is running).
-pub async fn gc_pass(ctx: &Ctx, lag: Duration) {
+/// One GC pass, counted in the model (and as an overlap if another is running); `false`
+/// if it failed on a transient fault.
+pub async fn gc_pass(ctx: &Ctx, lag: Duration) -> bool {
     let Ok(now) = ctx.client.oracle().get_timestamp().await else {
-        return;
+        return false;
     };
     let lag_ms = lag.as_millis() as u64 + 50;
     let Some(ms) = now.physical_ms().checked_sub(lag_ms) else {
-        return;
+        return true;
     };
     let safe_point = Timestamp::compose(ms, 0);
     let _running = Running::start(&ctx.model);
-    match ctx.client.gc(safe_point).await {
-        Ok(_) => {}
-        Err(e) if e.is_transient() => {}
-        Err(TxnError::InvalidArgument(_)) => {}
-        Err(e) => ctx
-            .model
-            .violation(format!("p{} gc at {safe_point}: {e}", ctx.process)),
+    let result = ctx.client.gc(safe_point).await;
+    tracing::debug!(p = ctx.process, %safe_point, ?result, "gc pass");
+    match result {
+        Ok(_) => true,
+        Err(e) if e.is_transient() => false,
+        Err(TxnError::InvalidArgument(_)) => true,
+        Err(e) => {
+            ctx.model
+                .violation(format!("p{} gc at {safe_point}: {e}", ctx.process));
+            true
+        }
     }
 }
 
