@@ -474,6 +474,13 @@ pub async fn stalled_reader(ctx: Ctx) {
 /// The periodic GC of one process: a pass every 1-4 s at the oldest safe point the lag
 /// allows; now and then two passes at once from this process.
 pub async fn gc(ctx: Ctx, lag: Duration) {
+    // A process's GC starts a while after it does (unless a held fate check kicks it), so
+    // workers coming back to an old backlog meet it mid-way.
+    tokio::select! {
+        biased;
+        _ = ctx.kick.notified() => {}
+        _ = tokio::time::sleep(ctx.rng.millis(0, 5_000)) => {}
+    }
     loop {
         // Passes start near whole seconds of simulated time, so the periodic passes of
         // different processes overlap often (as leases taken on skewed clocks let them).

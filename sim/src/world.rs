@@ -92,6 +92,10 @@ struct Proc {
     life: Arc<Life>,
     client: Client,
     worker: Worker,
+    worker_client: Client,
+    /// Whether its worker is down (a worker outage) and how many times it was restarted.
+    worker_down: bool,
+    worker_restarts: u32,
     actors: JoinSet<()>,
 }
 
@@ -127,23 +131,13 @@ fn client_for(env: &Env, life: &Arc<Life>, host: usize, role: Role) -> Client {
     client
 }
 
-/// Starts incarnation `incarnation` of process `i` with empty memory: the factory a
-/// restart re-runs.
-fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
-    let life = Life::new(i, incarnation);
-    let client = client_for(env, &life, i, Role::Process);
-    // In some seeds the worker has a client of its own (its cache of decided fates is not
-    // the loader's, so it checks the fates of what the process loaded too).
-    let worker_client = if env.own_worker_client {
-        client_for(env, &life, i, Role::Worker)
-    } else {
-        client.clone()
-    };
-    let worker = Worker::start(
-        worker_client,
+/// A worker of a process.
+fn start_worker(env: &Env, client: Client, id: String) -> Worker {
+    Worker::start(
+        client,
         env.registry.clone(),
         WorkerConfig {
-            id: format!("p{i}-{incarnation}"),
+            id,
             scanners: 1,
             max_in_flight: 16,
             idle_interval: Duration::from_millis(200),
@@ -156,7 +150,22 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
             hint_grace: Duration::from_millis(250),
             batch_size: 8,
         },
-    );
+    )
+}
+
+/// Starts incarnation `incarnation` of process `i` with empty memory: the factory a
+/// restart re-runs.
+fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
+    let life = Life::new(i, incarnation);
+    let client = client_for(env, &life, i, Role::Process);
+    // In some seeds the worker has a client of its own (its cache of decided fates is not
+    // the loader's, so it checks the fates of what the process loaded too).
+    let worker_client = if env.own_worker_client {
+        client_for(env, &life, i, Role::Worker)
+    } else {
+        client.clone()
+    };
+    let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
     let ctx = Ctx {
         process: i,
         client: client.clone(),
@@ -191,7 +200,23 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         life,
         client,
         worker,
+        worker_client,
+        worker_down: false,
+        worker_restarts: 0,
         actors,
+    }
+}
+
+/// Brings a process's worker back after a worker outage (a new worker id).
+fn restart_worker(env: &Env, proc: &mut Proc) {
+    if proc.worker_down {
+        proc.worker_down = false;
+        proc.worker_restarts += 1;
+        let id = format!(
+            "p{}-{}w{}",
+            proc.life.process, proc.life.incarnation, proc.worker_restarts
+        );
+        proc.worker = start_worker(env, proc.worker_client.clone(), id);
     }
 }
 
@@ -212,6 +237,8 @@ enum Event {
     Crash(usize),
     Restart(usize),
     GcBurst,
+    WorkersDown,
+    WorkersUp,
 }
 
 fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
@@ -246,6 +273,14 @@ fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     }
     for _ in 0..2 {
         events.push((at(20, 90), Event::GcBurst));
+    }
+    if rng.chance(0.5) {
+        // A worker outage: every worker down past the GC lag while the loaders go on, so
+        // the backlog is older than the safe point when they come back and the periodic GC
+        // races them on it (issue 38, hole 3).
+        let t = at(10, 60);
+        events.push((t, Event::WorkersDown));
+        events.push((t + GC_LAG + rng.millis(500, 4_000), Event::WorkersUp));
     }
     if rng.chance(0.5) {
         // A power failure: every process down past the GC lag, so the backlog is older
@@ -373,6 +408,19 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                     procs[p] = Some(start(&env, p, incarnations[p]));
                 }
             }
+            Event::WorkersDown => {
+                for proc in procs.iter_mut().flatten() {
+                    if !proc.worker_down {
+                        proc.worker.kill();
+                        proc.worker_down = true;
+                    }
+                }
+            }
+            Event::WorkersUp => {
+                for proc in procs.iter_mut().flatten() {
+                    restart_worker(&env, proc);
+                }
+            }
             Event::GcBurst => {
                 for proc in procs.iter_mut().flatten().take(2) {
                     let ctx = Ctx {
@@ -396,7 +444,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     faults.set_chaos(false);
     for (p, slot) in procs.iter_mut().enumerate() {
         match slot {
-            Some(proc) => proc.actors.abort_all(),
+            Some(proc) => {
+                proc.actors.abort_all();
+                restart_worker(&env, proc);
+            }
             None => {
                 incarnations[p] += 1;
                 let mut proc = start(&env, p, incarnations[p]);
