@@ -430,10 +430,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                         rng: rng.clone(),
                         kick: env.kick.clone(),
                     };
-                    proc.actors
-                        .spawn(async move {
-                            workload::gc_pass(&ctx, GC_LAG).await;
-                        });
+                    proc.actors.spawn(async move {
+                        workload::gc_pass(&ctx, GC_LAG).await;
+                    });
                 }
             }
         }
