@@ -469,6 +469,19 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 *slot = Some(proc);
             }
         }
+        // The periodic GC goes on (it never stops in operation): a record left pending
+        // below the safe point by a writer fenced after a pass met it is resolved by the
+        // next pass, and readers and workers wait for that (`CommitUnknown`).
+        if let Some(proc) = slot {
+            let ctx = Ctx {
+                process: p,
+                client: proc.client.clone(),
+                model: model.clone(),
+                rng: rng.clone(),
+                kick: env.kick.clone(),
+            };
+            proc.actors.spawn(workload::gc(ctx, GC_LAG));
+        }
     }
     let harness_ctx = Ctx {
         process: PROCESSES,
