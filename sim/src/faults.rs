@@ -6,6 +6,8 @@
 use crate::rng::SimRng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Rates of the store's faults while chaos is on (per call).
@@ -19,6 +21,20 @@ pub struct FaultRates {
     pub fail_before: f64,
     /// A write that applies and then fails (its reply lost).
     pub fail_after: f64,
+    /// A point read of a fate key ([`Faults::set_fate_keys`]: the head of a cell that is
+    /// the primary of many transactions) held back for 0.5 s to `fate_hold_max` while
+    /// others run: the fate check of a GC pass, a worker or a reader stalled while another
+    /// GC pass rewrites what it read and trims the evidence it is about to look for.
+    pub fate_hold: f64,
+    /// The longest such hold.
+    pub fate_hold_max: Duration,
+    /// The same for the fate checks of a worker on a client of its own
+    /// ([`crate::store::Role::Worker`]), held 1-4 s, not one at a time.
+    pub worker_fate_hold: f64,
+    /// The same for the fate checks of stalled readers ([`crate::store::Role::Reader`]),
+    /// held 12-24 s: past a retention delete of the cell after the snapshot and a GC pass
+    /// whose safe point passed that delete.
+    pub reader_fate_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -28,6 +44,10 @@ impl Default for FaultRates {
             hold: 0.02,
             fail_before: 0.003,
             fail_after: 0.003,
+            fate_hold: 0.0,
+            fate_hold_max: Duration::from_secs(3),
+            worker_fate_hold: 0.0,
+            reader_fate_hold: 0.0,
         }
     }
 }
@@ -53,6 +73,11 @@ pub struct Faults {
     chaos: AtomicBool,
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
+    fate_keys: Mutex<Vec<Vec<u8>>>,
+    fate_holding: AtomicBool,
+    /// Woken when a fate check is held: GC actors start a pass at once (so another pass
+    /// runs to completion while the held one waits).
+    pub kick: std::sync::Arc<Notify>,
 }
 
 impl Faults {
@@ -64,7 +89,36 @@ impl Faults {
             chaos: AtomicBool::new(true),
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
+            fate_keys: Mutex::new(Vec::new()),
+            fate_holding: AtomicBool::new(false),
+            kick: std::sync::Arc::new(Notify::new()),
         }
+    }
+
+    /// The store keys whose point reads are fate checks worth holding: the heads of the
+    /// cells that are the primaries of most transactions (the loaders' offsets).
+    pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
+        *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Takes the one hold of a fate check at a time (others run freely meanwhile, the GC
+    /// passes that must complete during it among them); `false` if one is held.
+    pub fn begin_fate_hold(&self) -> bool {
+        !self.fate_holding.swap(true, Ordering::Relaxed)
+    }
+
+    /// Ends the hold taken by [`Faults::begin_fate_hold`].
+    pub fn end_fate_hold(&self) {
+        self.fate_holding.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a point read of `key` is a fate check to hold now and then.
+    pub fn is_fate_key(&self, key: &[u8]) -> bool {
+        self.fate_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
     }
 
     /// Whether faults are injected now.

@@ -33,6 +33,9 @@ pub struct Model {
     pub crashes: u64,
     /// Reads of stalled snapshots answered `SnapshotTooOld`.
     pub too_old: u64,
+    /// The event a stalled reader is about to read, for retention to delete after its
+    /// snapshot began.
+    pub reader_target: Option<u64>,
 }
 
 /// The model, shared by the run's tasks.

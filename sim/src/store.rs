@@ -57,10 +57,22 @@ pub fn shared_store() -> Arc<dyn RawKv> {
     Arc::new(MemoryKv::new())
 }
 
+/// What a client of a process runs, for the faults aimed at one kind of caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The process's own client (workload actors, GC, and the worker unless it has its own).
+    Process,
+    /// A worker's client of its own.
+    Worker,
+    /// The stalled readers' client (a query service on the same host).
+    Reader,
+}
+
 /// The hooks of one incarnation's view of the store.
 #[derive(Debug)]
 pub struct FaultHooks {
     life: Arc<Life>,
+    role: Role,
     faults: Arc<Faults>,
     trace: Trace,
 }
@@ -69,6 +81,7 @@ pub struct FaultHooks {
 pub fn process_store(
     inner: Arc<dyn RawKv>,
     life: Arc<Life>,
+    role: Role,
     faults: Arc<Faults>,
     trace: Trace,
 ) -> Arc<dyn RawKv> {
@@ -76,6 +89,7 @@ pub fn process_store(
         inner,
         FaultHooks {
             life,
+            role,
             faults,
             trace,
         },
@@ -148,7 +162,42 @@ impl Hooks for FaultHooks {
         let f = &self.faults;
         if f.chaos() {
             let rng = &f.rng;
-            if rng.chance(f.rates.hold) {
+            let fate = matches!(call, Call::Get { key } if f.is_fate_key(key));
+            let role_hold = match self.role {
+                Role::Process => None,
+                Role::Worker => Some((f.rates.worker_fate_hold, 1_000, 4_000)),
+                Role::Reader => Some((f.rates.reader_fate_hold, 12_000, 24_000)),
+            };
+            if let Some((rate, low, high)) = role_hold.filter(|r| fate && r.0 > 0.0) {
+                if rng.chance(rate) {
+                    f.count();
+                    self.record("hold-fate", op, key);
+                    f.kick.notify_waiters();
+                    let hold = rng.millis(low, high);
+                    tracing::debug!(process = self.life.process, role = ?self.role, ?hold, "fate check held");
+                    tokio::time::sleep(hold).await;
+                }
+            } else if fate
+                && f.rates.fate_hold > 0.0
+                && rng.chance(f.rates.fate_hold)
+                && f.begin_fate_hold()
+            {
+                f.count();
+                self.record("hold-fate", op, key);
+                f.kick.notify_waiters();
+                let max = f.rates.fate_hold_max.as_millis() as u64;
+                // Released also if this task is dropped (a crash).
+                struct Release<'a>(&'a Faults);
+                impl Drop for Release<'_> {
+                    fn drop(&mut self) {
+                        self.0.end_fate_hold();
+                    }
+                }
+                let _release = Release(f);
+                let hold = rng.millis(max / 4, max);
+                tracing::debug!(process = self.life.process, ?hold, "fate check held");
+                tokio::time::sleep(hold).await;
+            } else if rng.chance(f.rates.hold) {
                 f.count();
                 tokio::time::sleep(rng.millis(50, 1500)).await;
             } else if rng.chance(f.rates.delay) {

@@ -7,7 +7,9 @@ use crate::model::Shared;
 use crate::rng::SimRng;
 use crate::schema::{self, RING};
 use percolator::{Client, Timestamp, TxnError};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What every actor of a process holds.
@@ -21,6 +23,8 @@ pub struct Ctx {
     pub model: Shared,
     /// The seed's generator.
     pub rng: SimRng,
+    /// Woken when the fault layer holds a fate check ([`crate::faults::Faults::kick`]).
+    pub kick: Arc<Notify>,
 }
 
 /// Runs `body` until it commits or fails with an error that is not transient; transient
@@ -106,7 +110,17 @@ pub async fn retention(ctx: Ctx) {
         if candidates.is_empty() {
             continue;
         }
-        let id = candidates[ctx.rng.index(candidates.len())];
+        // The event a stalled reader is about to read, now and then: written again (deleted)
+        // after its snapshot, while its fate check may be held (issue 38, hole 4).
+        let target = ctx
+            .model
+            .with(|m| m.reader_target.take())
+            .filter(|id| candidates.contains(id));
+        let id = match target {
+            Some(id) if ctx.rng.chance(0.7) => id,
+            _ => candidates[ctx.rng.index(candidates.len())],
+        };
+        tracing::debug!(id, targeted = target == Some(id), "retention deletes");
         ctx.model
             .with(|m| m.delete_tried.insert(id, Instant::now()));
         // Half the deletes in the marking transaction (the delete is a write-once record),
@@ -128,6 +142,7 @@ pub async fn retention(ctx: Ctx) {
         if done.is_none() {
             return;
         }
+        tracing::debug!(id, alone, "retention marked");
         if alone && delete_alone(&ctx, id).await.is_none() {
             return;
         }
@@ -219,6 +234,97 @@ pub async fn rewriter(ctx: Ctx) {
                 "p{} a transaction read event {id} and wrote it again, and committed",
                 ctx.process
             ));
+        }
+    }
+}
+
+/// Now and then pages through a few rows of the archive around a recent retention delete
+/// (a mix of records and head deletes GC has not collected yet), at page sizes 1, 2 and 3,
+/// and compares the pages with a full scan of the same snapshot: a page is full unless the
+/// range is exhausted (issue 38, hole 5).
+pub async fn pager(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(ctx.rng.millis(300, 1_500)).await;
+        let now = Instant::now();
+        let (recent, loaded): (Vec<u64>, Vec<u64>) = ctx.model.with(|m| {
+            (
+                m.delete_tried
+                    .iter()
+                    .filter(|(_, at)| now.duration_since(**at) < Duration::from_secs(12))
+                    .map(|(id, _)| *id)
+                    .collect(),
+                m.loaded.keys().copied().collect(),
+            )
+        });
+        let id = if !recent.is_empty() && ctx.rng.chance(0.8) {
+            recent[ctx.rng.index(recent.len())]
+        } else if !loaded.is_empty() {
+            loaded[ctx.rng.index(loaded.len())]
+        } else {
+            continue;
+        };
+        let start = schema::event_row(id.saturating_sub(ctx.rng.range(0, 4)));
+        let end = schema::event_row(id + ctx.rng.range(1, 6));
+        check_pages(&ctx, start.as_bytes(), end.as_bytes()).await;
+    }
+}
+
+async fn check_pages(ctx: &Ctx, start: &[u8], end: &[u8]) {
+    let Ok(txn) = ctx.client.begin().await else {
+        return;
+    };
+    let full = match txn.scan(b"archive", start, Some(end)).await {
+        Ok(full) => full,
+        Err(_) => return,
+    };
+    let Ok(snapshot) = ctx.client.snapshot_at(txn.start_ts()).await else {
+        return;
+    };
+    txn.rollback();
+    const MAX_PAGES: usize = 12;
+    for limit in [1usize, 2, 3] {
+        let mut paged = Vec::new();
+        let mut after: Option<percolator::Cell> = None;
+        let mut exhausted = false;
+        for _ in 0..MAX_PAGES {
+            let page = match snapshot
+                .scan_page(b"archive", start, Some(end), after.as_ref(), limit)
+                .await
+            {
+                Ok(page) => page,
+                Err(_) => return,
+            };
+            let short = page.len() < limit;
+            after = page.last().map(|(c, _)| c.clone()).or(after);
+            paged.extend(page);
+            if short {
+                exhausted = true;
+                break;
+            }
+        }
+        let want = if exhausted {
+            &full[..]
+        } else {
+            &full[..paged.len().min(full.len())]
+        };
+        if paged.as_slice() != want {
+            let rows = |cells: &[(percolator::Cell, Vec<u8>)]| {
+                cells
+                    .iter()
+                    .map(|(c, _)| String::from_utf8_lossy(&c.row).into_owned())
+                    .collect::<Vec<_>>()
+            };
+            ctx.model.violation(format!(
+                "p{} snapshot {}: pages of {limit} over archive rows {}..{} return {:?}, \
+                 a scan {:?}",
+                ctx.process,
+                snapshot.start_ts(),
+                String::from_utf8_lossy(start),
+                String::from_utf8_lossy(end),
+                rows(&paged),
+                rows(&full)
+            ));
+            return;
         }
     }
 }
@@ -316,7 +422,21 @@ pub async fn stalled_reader(ctx: Ctx) {
                 .map(|(id, _)| *id)
                 .collect()
         });
-        let event = (!known.is_empty()).then(|| known[ctx.rng.index(known.len())]);
+        // Half the time the newest: its record may still be pending (its fate is checked
+        // on the read), and retention is asked to delete it after our snapshot began.
+        let newest = ctx.model.with(|m| {
+            known
+                .iter()
+                .copied()
+                .max_by_key(|id| (m.loaded.get(id).copied(), *id))
+        });
+        let event = match newest {
+            Some(id) if ctx.rng.chance(0.5) => {
+                ctx.model.with(|m| m.reader_target = Some(id));
+                Some(id)
+            }
+            _ => (!known.is_empty()).then(|| known[ctx.rng.index(known.len())]),
+        };
         let stall = if ctx.rng.chance(0.3) {
             ctx.rng.millis(3_000, 12_000)
         } else {
@@ -333,7 +453,10 @@ pub async fn stalled_reader(ctx: Ctx) {
             _ => {}
         }
         if let Some(id) = event {
-            match txn.get(&schema::event(id)).await {
+            let asked = Instant::now();
+            let read = txn.get(&schema::event(id)).await;
+            tracing::debug!(p, id, ?read, took = ?asked.elapsed(), "stalled read of an event");
+            match read {
                 Ok(Some(v)) if v == schema::event_body(id) => {}
                 Ok(other) => ctx.model.violation(format!(
                     "p{p} stalled snapshot {ts} read event {id} (committed before it began, \
@@ -351,40 +474,66 @@ pub async fn stalled_reader(ctx: Ctx) {
 /// The periodic GC of one process: a pass every 1-4 s at the oldest safe point the lag
 /// allows; now and then two passes at once from this process.
 pub async fn gc(ctx: Ctx, lag: Duration) {
+    // A process's GC starts a while after it does (unless a held fate check kicks it), so
+    // workers coming back to an old backlog meet it mid-way.
+    tokio::select! {
+        biased;
+        _ = ctx.kick.notified() => {}
+        _ = tokio::time::sleep(ctx.rng.millis(0, 5_000)) => {}
+    }
     loop {
         // Passes start near whole seconds of simulated time, so the periodic passes of
         // different processes overlap often (as leases taken on skewed clocks let them).
         let period = ctx.rng.range(1, 4) * 1_000;
         let wait = period - (ctx.client.wall_ms() % 1_000) + ctx.rng.range(0, 30);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+        // A held fate check starts a pass at once: it may run whole while the held one waits.
+        tokio::select! {
+            biased;
+            _ = ctx.kick.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+        }
         let passes = if ctx.rng.chance(0.15) { 2 } else { 1 };
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..passes {
             let ctx = ctx.clone();
-            set.spawn(async move { gc_pass(&ctx, lag).await });
+            // A pass that failed on a fault of the store is tried again soon (a pass fails
+            // whole on one failed call, and most would under the seed's faults).
+            set.spawn(async move {
+                for _ in 0..4 {
+                    if gc_pass(&ctx, lag).await {
+                        break;
+                    }
+                    tokio::time::sleep(ctx.rng.millis(20, 200)).await;
+                }
+            });
         }
         while set.join_next().await.is_some() {}
     }
 }
 
-/// One GC pass, counted in the model (and as an overlap if another is running).
-pub async fn gc_pass(ctx: &Ctx, lag: Duration) {
+/// One GC pass, counted in the model (and as an overlap if another is running); `false`
+/// if it failed on a transient fault.
+pub async fn gc_pass(ctx: &Ctx, lag: Duration) -> bool {
     let Ok(now) = ctx.client.oracle().get_timestamp().await else {
-        return;
+        return false;
     };
     let lag_ms = lag.as_millis() as u64 + 50;
     let Some(ms) = now.physical_ms().checked_sub(lag_ms) else {
-        return;
+        return true;
     };
     let safe_point = Timestamp::compose(ms, 0);
     let _running = Running::start(&ctx.model);
-    match ctx.client.gc(safe_point).await {
-        Ok(_) => {}
-        Err(e) if e.is_transient() => {}
-        Err(TxnError::InvalidArgument(_)) => {}
-        Err(e) => ctx
-            .model
-            .violation(format!("p{} gc at {safe_point}: {e}", ctx.process)),
+    let result = ctx.client.gc(safe_point).await;
+    tracing::debug!(p = ctx.process, %safe_point, ?result, "gc pass");
+    match result {
+        Ok(_) => true,
+        Err(e) if e.is_transient() => false,
+        Err(TxnError::InvalidArgument(_)) => true,
+        Err(e) => {
+            ctx.model
+                .violation(format!("p{} gc at {safe_point}: {e}", ctx.process));
+            true
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::model::Shared;
 use crate::oracle::{ProcessOracle, SimOracle};
 use crate::report::{SeedReport, Stats};
 use crate::rng::{SeededRandom, SimRng};
-use crate::store::{process_store, shared_store, Life};
+use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
 use crate::{app, schema};
@@ -83,6 +83,9 @@ struct Env {
     rng: SimRng,
     model: Shared,
     registry: Arc<Registry>,
+    kick: Arc<tokio::sync::Notify>,
+    own_worker_client: bool,
+    own_gc_client: bool,
 }
 
 /// A running incarnation of a process.
@@ -90,6 +93,10 @@ struct Proc {
     life: Arc<Life>,
     client: Client,
     worker: Worker,
+    worker_client: Client,
+    /// Whether its worker is down (a worker outage) and how many times it was restarted.
+    worker_down: bool,
+    worker_restarts: u32,
     actors: JoinSet<()>,
 }
 
@@ -104,29 +111,34 @@ fn client_config(env: &Env, host: usize) -> ClientConfig {
     }
 }
 
-fn client_for(env: &Env, life: &Arc<Life>, host: usize) -> Client {
+fn client_for(env: &Env, life: &Arc<Life>, host: usize, role: Role) -> Client {
     let store = process_store(
         env.store.clone(),
         life.clone(),
+        role,
         env.faults.clone(),
         env.trace.clone(),
     );
     let oracle = Arc::new(ProcessOracle::new(env.oracle.clone(), life.clone()));
-    let client = Client::with_config(store, oracle, client_config(env, host));
+    let mut config = client_config(env, host);
+    if role == Role::Reader {
+        // Snapshots that may outlive the GC lag (their reads are then the snapshot's value
+        // or `SnapshotTooOld`, as GC's safe point decides); this client runs no GC.
+        config.max_lifetime = Duration::from_secs(60);
+        config.gc_lag = Duration::from_secs(61);
+    }
+    let client = Client::with_config(store, oracle, config);
     app::declare(&client, &env.registry);
     client
 }
 
-/// Starts incarnation `incarnation` of process `i` with empty memory: the factory a
-/// restart re-runs.
-fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
-    let life = Life::new(i, incarnation);
-    let client = client_for(env, &life, i);
-    let worker = Worker::start(
-        client.clone(),
+/// A worker of a process.
+fn start_worker(env: &Env, client: Client, id: String) -> Worker {
+    Worker::start(
+        client,
         env.registry.clone(),
         WorkerConfig {
-            id: format!("p{i}-{incarnation}"),
+            id,
             scanners: 1,
             max_in_flight: 16,
             idle_interval: Duration::from_millis(200),
@@ -139,12 +151,28 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
             hint_grace: Duration::from_millis(250),
             batch_size: 8,
         },
-    );
+    )
+}
+
+/// Starts incarnation `incarnation` of process `i` with empty memory: the factory a
+/// restart re-runs.
+fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
+    let life = Life::new(i, incarnation);
+    let client = client_for(env, &life, i, Role::Process);
+    // In some seeds the worker has a client of its own (its cache of decided fates is not
+    // the loader's, so it checks the fates of what the process loaded too).
+    let worker_client = if env.own_worker_client {
+        client_for(env, &life, i, Role::Worker)
+    } else {
+        client.clone()
+    };
+    let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
     let ctx = Ctx {
         process: i,
         client: client.clone(),
         model: env.model.clone(),
         rng: env.rng.clone(),
+        kick: env.kick.clone(),
     };
     let mut actors = JoinSet::new();
     if i < LOADERS {
@@ -154,18 +182,54 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         actors.spawn(workload::retention(ctx.clone()));
     }
     if i != 1 {
-        actors.spawn(workload::stalled_reader(ctx.clone()));
+        // Readers on a client of their own (as a query service would be): its cache of
+        // decided fates holds only what they asked, so their reads check the fates of the
+        // records they meet, and those checks can be held.
+        let reader = Ctx {
+            client: client_for(env, &life, i, Role::Reader),
+            ..ctx.clone()
+        };
+        actors.spawn(workload::stalled_reader(reader));
     }
     if i == 2 {
         actors.spawn(workload::rewriter(ctx.clone()));
+        actors.spawn(workload::pager(ctx.clone()));
     }
     actors.spawn(workload::cycle(ctx.clone()));
-    actors.spawn(workload::gc(ctx, GC_LAG));
+    // In some seeds the periodic GC runs on a client of its own (as `percolator-ctl gc`
+    // beside the workers would): its cache of decided fates is not the loader's or the
+    // worker's, so it checks the fates of the records and notifications it meets, and
+    // those checks can be held.
+    let gc_ctx = if env.own_gc_client {
+        Ctx {
+            client: client_for(env, &life, i, Role::Process),
+            ..ctx
+        }
+    } else {
+        ctx
+    };
+    actors.spawn(workload::gc(gc_ctx, GC_LAG));
     Proc {
         life,
         client,
         worker,
+        worker_client,
+        worker_down: false,
+        worker_restarts: 0,
         actors,
+    }
+}
+
+/// Brings a process's worker back after a worker outage (a new worker id).
+fn restart_worker(env: &Env, proc: &mut Proc) {
+    if proc.worker_down {
+        proc.worker_down = false;
+        proc.worker_restarts += 1;
+        let id = format!(
+            "p{}-{}w{}",
+            proc.life.process, proc.life.incarnation, proc.worker_restarts
+        );
+        proc.worker = start_worker(env, proc.worker_client.clone(), id);
     }
 }
 
@@ -186,6 +250,8 @@ enum Event {
     Crash(usize),
     Restart(usize),
     GcBurst,
+    WorkersDown,
+    WorkersUp,
 }
 
 fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
@@ -220,6 +286,14 @@ fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     }
     for _ in 0..2 {
         events.push((at(20, 90), Event::GcBurst));
+    }
+    if rng.chance(0.75) {
+        // A worker outage: every worker down past the GC lag while the loaders go on, so
+        // the backlog is older than the safe point when they come back and the periodic GC
+        // races them on it (issue 38, hole 3).
+        let t = at(10, 60);
+        events.push((t, Event::WorkersDown));
+        events.push((t + GC_LAG + rng.millis(500, 4_000), Event::WorkersUp));
     }
     if rng.chance(0.5) {
         // A power failure: every process down past the GC lag, so the backlog is older
@@ -266,8 +340,17 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     // Swarm testing: each seed draws how often calls are held.
     let rates = FaultRates {
         hold: [0.01, 0.02, 0.05, 0.1][rng.index(4)],
+        // And how often and how long fate checks are held (none in some seeds), up to longer
+        // than the GC lag, so a whole pass (or two) runs past a stalled reader or worker.
+        fate_hold: [0.0, 0.1, 0.3, 0.6][rng.index(4)],
+        fate_hold_max: Duration::from_millis([2_000, 6_000, 16_000][rng.index(3)]),
+        worker_fate_hold: [0.2, 0.5][rng.index(2)],
+        reader_fate_hold: [0.5, 0.9][rng.index(2)],
         ..FaultRates::default()
     };
+    let own_worker_client = rng.chance(0.75);
+    let own_gc_client = rng.chance(0.5);
+    tracing::debug!(?rates, "swarm");
     let faults = Arc::new(Faults::new(rng.clone(), rates));
     faults.set_chaos(false);
     let hosts: Vec<HostClock> = (0..PROCESSES)
@@ -291,10 +374,18 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         rng: rng.clone(),
         model: model.clone(),
         registry: app::registry(),
+        kick: faults.kick.clone(),
+        own_worker_client,
+        own_gc_client,
     };
     // The harness's own client (never crashed; faults are off whenever it is used).
     let harness_life = Life::new(PROCESSES, 0);
-    let harness = client_for(&env, &harness_life, 0);
+    let harness = client_for(&env, &harness_life, 0, Role::Process);
+    faults.set_fate_keys(
+        (0..LOADERS)
+            .map(|j| harness.codec().head(&schema::offset(j)))
+            .collect(),
+    );
     harness
         .run(|txn| async move {
             for i in 0..schema::RING {
@@ -332,6 +423,19 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                     procs[p] = Some(start(&env, p, incarnations[p]));
                 }
             }
+            Event::WorkersDown => {
+                for proc in procs.iter_mut().flatten() {
+                    if !proc.worker_down {
+                        proc.worker.kill();
+                        proc.worker_down = true;
+                    }
+                }
+            }
+            Event::WorkersUp => {
+                for proc in procs.iter_mut().flatten() {
+                    restart_worker(&env, proc);
+                }
+            }
             Event::GcBurst => {
                 for proc in procs.iter_mut().flatten().take(2) {
                     let ctx = Ctx {
@@ -339,9 +443,11 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                         client: proc.client.clone(),
                         model: model.clone(),
                         rng: rng.clone(),
+                        kick: env.kick.clone(),
                     };
-                    proc.actors
-                        .spawn(async move { workload::gc_pass(&ctx, GC_LAG).await });
+                    proc.actors.spawn(async move {
+                        workload::gc_pass(&ctx, GC_LAG).await;
+                    });
                 }
             }
         }
@@ -352,7 +458,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     faults.set_chaos(false);
     for (p, slot) in procs.iter_mut().enumerate() {
         match slot {
-            Some(proc) => proc.actors.abort_all(),
+            Some(proc) => {
+                proc.actors.abort_all();
+                restart_worker(&env, proc);
+            }
             None => {
                 incarnations[p] += 1;
                 let mut proc = start(&env, p, incarnations[p]);
@@ -360,12 +469,26 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 *slot = Some(proc);
             }
         }
+        // The periodic GC goes on (it never stops in operation): a record left pending
+        // below the safe point by a writer fenced after a pass met it is resolved by the
+        // next pass, and readers and workers wait for that (`CommitUnknown`).
+        if let Some(proc) = slot {
+            let ctx = Ctx {
+                process: p,
+                client: proc.client.clone(),
+                model: model.clone(),
+                rng: rng.clone(),
+                kick: env.kick.clone(),
+            };
+            proc.actors.spawn(workload::gc(ctx, GC_LAG));
+        }
     }
     let harness_ctx = Ctx {
         process: PROCESSES,
         client: harness.clone(),
         model: model.clone(),
         rng: rng.clone(),
+        kick: env.kick.clone(),
     };
     let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
     workload::finish_deletes(&harness_ctx, marked).await;
@@ -382,7 +505,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     }
     // A last GC past everything written, then the final checks read after it.
     tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
-    workload::gc_pass(&harness_ctx, GC_LAG).await;
+    if !workload::gc_pass(&harness_ctx, GC_LAG).await {
+        model.violation("the last GC pass failed with faults off".into());
+    }
     let observer_runs = check::final_checks(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         proc.worker.shutdown().await;
