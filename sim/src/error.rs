@@ -1,7 +1,7 @@
 //! The simulator's typed errors.
 
 /// Why a simulation could not run or report (a failed check is not an error: it is a
-/// [`crate::report::Violation`] in the seed's report).
+/// violation in the seed's report, [`crate::report::SeedReport::violations`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SimError {
