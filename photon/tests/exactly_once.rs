@@ -3,36 +3,8 @@
 //! midnight, in two files, the second loaded after the first was joined) is joined once and
 //! `photon verify` says OK (issue 39, item 1).
 
-use std::path::Path;
-
 mod common;
-use common::photon;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `photon run --until-drained` over `logs` on `store`.
-fn run_until_drained(store: &str, logs: &Path, rejects: &Path) {
-    let out = photon(&[
-        "run",
-        "--store",
-        store,
-        "--input",
-        logs.to_str().unwrap(),
-        "--rejects",
-        rejects.to_str().unwrap(),
-        "--until-drained",
-        "--sweep-ms",
-        "200",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
+use common::{photon, run_until_drained, text};
 
 #[test]
 fn a_click_delivered_on_both_sides_of_midnight_is_joined_once() {

@@ -8,11 +8,7 @@ use percolator_cli::exit;
 use std::path::Path;
 
 mod common;
-use common::photon;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{photon, run_until_drained, text};
 
 /// A directory of logs: one query, two clicks of it and one malformed line.
 fn logs(dir: &Path) -> std::path::PathBuf {
@@ -34,24 +30,6 @@ fn logs(dir: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     logs
-}
-
-/// `photon run --until-drained` over `logs` on `store`, which must succeed.
-fn run_until_drained(store: &str, logs: &Path, dir: &Path) {
-    let rejects = dir.join("rejects.txt");
-    let out = photon(&[
-        "run",
-        "--store",
-        store,
-        "--input",
-        logs.to_str().unwrap(),
-        "--rejects",
-        rejects.to_str().unwrap(),
-        "--until-drained",
-        "--sweep-ms",
-        "200",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -82,7 +60,7 @@ fn verify_fails_on_logs_it_cannot_read_and_on_a_directory_without_logs() {
     let dir = tempfile::tempdir().unwrap();
     let logs = logs(dir.path());
     let store = format!("embedded:{}", dir.path().join("store").display());
-    run_until_drained(&store, &logs, dir.path());
+    run_until_drained(&store, &logs, &dir.path().join("rejects.txt"));
     let verify = |input: &Path, more: &[&str]| {
         let mut args = vec!["verify", "--store", &store, input.to_str().unwrap()];
         args.extend(more);
@@ -148,7 +126,7 @@ fn verify_tells_failures_apart_by_status_and_says_why() {
     assert!(stdout.contains("malformed lines   1"), "{stdout}");
 
     // Joined, then a second output for c1 written behind the join's back: duplicates (1).
-    run_until_drained(&store, &logs, dir.path());
+    run_until_drained(&store, &logs, &dir.path().join("rejects.txt"));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let spec: percolator_cli::StoreSpec = store.parse().unwrap();

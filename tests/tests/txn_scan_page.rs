@@ -6,6 +6,32 @@ use percolator::txn::TxnError;
 use percolator::Cell;
 use rand::Rng;
 
+/// Every page of `table`'s rows `[start, end)` in `snap`, `limit` cells a page, until the
+/// first page that is not full (the page contract: full unless the range is exhausted).
+async fn page_through(
+    snap: &percolator::Transaction,
+    table: &[u8],
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Vec<(Cell, Vec<u8>)> {
+    let mut paged = Vec::new();
+    let mut after: Option<Cell> = None;
+    loop {
+        let page = snap
+            .scan_page(table, start, end, after.as_ref(), limit)
+            .await
+            .unwrap();
+        assert!(page.len() <= limit);
+        let full = page.len() == limit;
+        after = page.last().map(|(cell, _)| cell.clone()).or(after);
+        paged.extend(page);
+        if !full {
+            return paged;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_concatenate_to_the_scan() {
     let c = memory_client();
@@ -33,21 +59,7 @@ async fn pages_concatenate_to_the_scan() {
     assert!(expected.len() > 500);
     for limit in [1, 7, 300, 10_000] {
         let snap = c.snapshot_at(ts).await.unwrap();
-        let mut paged = Vec::new();
-        let mut after: Option<Cell> = None;
-        loop {
-            let page = snap
-                .scan_page(b"p", b"r0100", Some(b"r0400"), after.as_ref(), limit)
-                .await
-                .unwrap();
-            assert!(page.len() <= limit);
-            let full = page.len() == limit;
-            after = page.last().map(|(cell, _)| cell.clone()).or(after);
-            paged.extend(page);
-            if !full {
-                break;
-            }
-        }
+        let paged = page_through(&snap, b"p", b"r0100", Some(b"r0400"), limit).await;
         assert_eq!(paged, expected, "limit {limit}");
     }
     // A transaction that may write cannot page.
@@ -96,21 +108,7 @@ async fn pages_over_heads_and_records_are_full_until_the_end() {
             .unwrap();
         for limit in [1, 2, 3, 5, 50] {
             let snap = c.snapshot_at(ts).await.unwrap();
-            let mut paged = Vec::new();
-            let mut after: Option<Cell> = None;
-            loop {
-                let page = snap
-                    .scan_page(b"m", b"", None, after.as_ref(), limit)
-                    .await
-                    .unwrap();
-                assert!(page.len() <= limit);
-                let full = page.len() == limit;
-                after = page.last().map(|(cell, _)| cell.clone()).or(after);
-                paged.extend(page);
-                if !full {
-                    break;
-                }
-            }
+            let paged = page_through(&snap, b"m", b"", None, limit).await;
             assert_eq!(paged, expected, "seed {seed}, limit {limit}");
         }
     }

@@ -163,22 +163,13 @@ impl Rejects {
         name: &str,
         error: &LoadError,
     ) -> Result<(), LoadError> {
-        let entry = format!(
-            "{}: quarantined: {}",
-            escape(name.as_bytes()),
-            escape(error.to_string().as_bytes())
-        );
-        let new = stats
-            .unreadable_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(entry.clone());
-        if !new {
-            return Ok(());
-        }
-        tracing::warn!("{entry}");
-        stats.quarantined.fetch_add(1, Ordering::Relaxed);
-        self.append(format!("{entry}\n").as_bytes())
+        self.source_once(
+            stats,
+            name,
+            "quarantined",
+            &error.to_string(),
+            &stats.quarantined,
+        )
     }
 
     /// Reports a source that cannot be opened (once per source and error in a process, however
@@ -189,10 +180,29 @@ impl Rejects {
         name: &str,
         error: &std::io::Error,
     ) -> Result<(), LoadError> {
+        self.source_once(
+            stats,
+            name,
+            "cannot be loaded",
+            &error.to_string(),
+            &stats.unreadable,
+        )
+    }
+
+    /// Writes `name: what: error` (escaped) to the log and the rejects file and counts it in
+    /// `counter`, the first time this process meets that entry.
+    fn source_once(
+        &self,
+        stats: &LoadStats,
+        name: &str,
+        what: &str,
+        error: &str,
+        counter: &std::sync::atomic::AtomicU64,
+    ) -> Result<(), LoadError> {
         let entry = format!(
-            "{}: cannot be loaded: {}",
+            "{}: {what}: {}",
             escape(name.as_bytes()),
-            escape(error.to_string().as_bytes())
+            escape(error.as_bytes())
         );
         let new = stats
             .unreadable_seen
@@ -202,8 +212,8 @@ impl Rejects {
         if !new {
             return Ok(());
         }
-        tracing::warn!("skipping {entry}");
-        stats.unreadable.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("{entry}");
+        counter.fetch_add(1, Ordering::Relaxed);
         self.append(format!("{entry}\n").as_bytes())
     }
 }

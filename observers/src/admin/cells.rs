@@ -112,21 +112,7 @@ pub async fn scan(
                 visible_at(client, &cell, &head, at).await?
             };
             let lock = head.lock.map(|l| LockInfo::new(cell.clone(), l, now));
-            let shown = lock.is_some()
-                || if history {
-                    !versions.is_empty()
-                } else {
-                    versions
-                        .first()
-                        .is_some_and(|v| v.value != StoredValue::Deleted)
-                };
-            if shown {
-                out.push(CellView {
-                    cell,
-                    lock,
-                    versions,
-                });
-            }
+            out.extend(shown(cell, lock, versions, history));
         }
     }
     // The write-once records of the same rows, merged in (row, column) order: the first
@@ -184,21 +170,7 @@ async fn once_cells(
             versions.retain(|v| v.commit_ts <= at);
             versions.truncate(1);
         }
-        let shown = lock.is_some()
-            || if history {
-                !versions.is_empty()
-            } else {
-                versions
-                    .first()
-                    .is_some_and(|v| v.value != StoredValue::Deleted)
-            };
-        if shown {
-            out.push(CellView {
-                cell,
-                lock,
-                versions,
-            });
-        }
+        out.extend(shown(cell, lock, versions, history));
     };
     'pages: while let Some(page) = pager.next_page().await? {
         for (key, raw) in page {
@@ -336,4 +308,27 @@ async fn versions_of(
         out.push(value_of(client, cell, v).await?);
     }
     Ok(out)
+}
+
+/// The view of `cell` a scan shows, if any: a cell with a lock, or with versions (with
+/// `history`), or whose visible version is not a delete.
+fn shown(
+    cell: Cell,
+    lock: Option<LockInfo>,
+    versions: Vec<CellVersion>,
+    history: bool,
+) -> Option<CellView> {
+    let show = lock.is_some()
+        || if history {
+            !versions.is_empty()
+        } else {
+            versions
+                .first()
+                .is_some_and(|v| v.value != StoredValue::Deleted)
+        };
+    show.then_some(CellView {
+        cell,
+        lock,
+        versions,
+    })
 }

@@ -66,3 +66,30 @@ pub async fn oracle_on(server: &minitikv::RunningServer) -> (oracle::ServerHandl
     ];
     (oracle, store)
 }
+
+/// Text of a process's output, lossily decoded.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `photon run --until-drained` over `logs` on `store`, rejects to `rejects`; it must succeed.
+pub fn run_until_drained(store: &str, logs: &std::path::Path, rejects: &std::path::Path) {
+    let out = photon(&[
+        "run",
+        "--store",
+        store,
+        "--input",
+        logs.to_str().unwrap(),
+        "--rejects",
+        rejects.to_str().unwrap(),
+        "--until-drained",
+        "--sweep-ms",
+        "200",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
