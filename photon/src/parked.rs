@@ -83,8 +83,8 @@ pub struct SweepStats {
 /// existed) first gets one full pass over the pending table that files every waiting click.
 pub async fn sweep(client: &Client, horizon: Duration) -> Result<SweepStats, TxnError> {
     let mut stats = SweepStats::default();
-    let ts = client.oracle().get_timestamp().await?;
-    let snapshot = client.snapshot_at(ts).await?;
+    let snapshot = client.snapshot().await?;
+    let ts = snapshot.start_ts();
     let cursor = match snapshot.get(&cursor_cell()).await? {
         Some(bytes) => parse_u64(&bytes),
         None => {

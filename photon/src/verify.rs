@@ -267,8 +267,7 @@ pub async fn for_each_cell(
     table: &str,
     mut each: impl FnMut(percolator::Cell, Vec<u8>),
 ) -> Result<(), percolator::TxnError> {
-    let ts = client.oracle().get_timestamp().await?;
-    let snapshot = client.snapshot_at(ts).await?;
+    let snapshot = client.snapshot().await?;
     let mut after: Option<percolator::Cell> = None;
     loop {
         let page = snapshot

@@ -3,7 +3,7 @@
 //!
 //! [`renotify`] goes through the rows of a table in pages (optionally only the rows
 //! starting with a prefix). For each page it lists the column's cells from the head space,
-//! reads them in a read-only snapshot at a fresh timestamp ([`Client::snapshot_at`]: locks
+//! reads them in a read-only snapshot at a fresh timestamp ([`Client::snapshot`]: locks
 //! below it are resolved, or waited for, exactly as a reader does), and for each cell that
 //! holds a value puts the notify key `Q(bucket, cell, c) = Committed { c }`, where `c` is
 //! the commit_ts of the version read, through [`Client::put_notifications`]: the path a
@@ -55,7 +55,7 @@ use crate::error::WorkerError;
 use percolator::codec::{Key, Space};
 use percolator::kv::{prefix_successor, RangePager, ScanOrder};
 use percolator::record::Notification;
-use percolator::{Cell, Client, Timestamp, TxnError};
+use percolator::{Cell, Client, TxnError};
 
 /// Cells of the column per page unless told otherwise.
 pub const DEFAULT_PAGE_SIZE: usize = 256;
@@ -335,12 +335,7 @@ async fn notify_page(
     if cells.is_empty() {
         return Ok(0);
     }
-    let at: Timestamp = client
-        .oracle()
-        .get_timestamp()
-        .await
-        .map_err(TxnError::from)?;
-    let snapshot = client.snapshot_at(at).await?;
+    let snapshot = client.snapshot().await?;
     let read = snapshot.get_many_versioned(cells).await?;
     let entries: Vec<(Cell, u64, Vec<u8>)> = cells
         .iter()

@@ -513,6 +513,18 @@ impl Client {
                  the oracle has issued names a snapshot"
             )));
         }
+        self.read_only_at(ts).await
+    }
+
+    /// A read-only snapshot at a timestamp drawn now ([`Client::snapshot_at`] without the
+    /// second oracle call; its timestamp is the transaction's `start_ts`).
+    pub async fn snapshot(&self) -> TxnResult<Transaction> {
+        let ts = self.shared.oracle.get_timestamp().await?;
+        self.read_only_at(ts).await
+    }
+
+    /// A read-only snapshot at `ts`, an issued timestamp: refused below the GC safe point.
+    async fn read_only_at(&self, ts: crate::ts::Timestamp) -> TxnResult<Transaction> {
         let safe_point = gc::read_safe_point(&self.shared).await?;
         if ts < safe_point {
             return Err(TxnError::SnapshotTooOld {
