@@ -54,6 +54,7 @@ mod registry;
 pub mod renotify;
 pub mod telemetry;
 pub mod testing;
+pub mod time;
 mod worker;
 
 pub use deadletter::DeadLetter;

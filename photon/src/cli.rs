@@ -330,6 +330,7 @@ impl LoadArgs {
             max_backlog: self.max_backlog,
             max_line_bytes: self.max_line_bytes,
             follow: self.follow,
+            watermarks: Default::default(),
         }
     }
 

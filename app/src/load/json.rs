@@ -23,6 +23,7 @@
 
 use super::lines::LineMapping;
 use super::LoadError;
+use observers::time::Column;
 use percolator::{Cell, Client, Transaction};
 use serde::de::DeserializeOwned;
 use std::marker::PhantomData;
@@ -39,6 +40,7 @@ pub struct JsonLines<T, F> {
     files: Files,
     to_cells: F,
     observed: Vec<(String, String)>,
+    timed: Vec<Column>,
     event_time: Option<EventTime<T>>,
     _t: PhantomData<fn() -> T>,
 }
@@ -59,6 +61,7 @@ where
             files: Box::new(files),
             to_cells,
             observed: Vec::new(),
+            timed: Vec::new(),
             event_time: None,
             _t: PhantomData,
         }
@@ -69,6 +72,15 @@ where
     pub fn observing(mut self, table: &str, column: &str) -> Self {
         self.observed.push((table.to_string(), column.to_string()));
         self
+    }
+
+    /// Declares `table`/`column` observed ([`JsonLines::observing`]) and timed: cells the
+    /// mapping writes there are marked pending at their record's event time
+    /// ([`JsonLines::with_event_time`]), and the loader publishes its watermark for the
+    /// column (`observers::time`).
+    pub fn timed(mut self, table: &str, column: &str) -> Self {
+        self.timed.push(Column::new(table, column));
+        self.observing(table, column)
     }
 
     /// Gives records an event time (files then load in step by it).
@@ -117,6 +129,25 @@ where
         for (table, column) in &self.observed {
             client.observe_column(table, column);
         }
+    }
+
+    fn timed_columns(&self) -> Vec<Column> {
+        self.timed.clone()
+    }
+
+    fn timed_cells(&self, record: &Tagged<T>) -> Vec<Cell> {
+        if self.timed.is_empty() {
+            return Vec::new();
+        }
+        (self.to_cells)(&record.tag, &record.value)
+            .into_iter()
+            .map(|(cell, _)| cell)
+            .filter(|cell| {
+                self.timed
+                    .iter()
+                    .any(|t| t.table == cell.table && t.column == cell.column)
+            })
+            .collect()
     }
 
     fn write(

@@ -20,14 +20,16 @@ mod frontier;
 pub mod json;
 pub mod lines;
 mod rejects;
+mod watermarks;
 
 pub use backlog::Backlog;
 pub use frontier::Frontier;
 pub use rejects::{Reject, Rejects, ECHO_PREFIX, WARN_REJECTS};
+pub use watermarks::{Injector, WatermarkOptions, PUBLISH_EVERY};
 
 use async_trait::async_trait;
 use percolator::txn::RunError;
-use percolator::{Client, Transaction, TxnError};
+use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +53,9 @@ pub struct LoadOptions {
     /// The input may still grow (`--follow`): a last line without its line break waits
     /// for it. Otherwise the input is bounded and such a line is loaded at its end.
     pub follow: bool,
+    /// How the loader's watermark is derived, for mappings that declare timed columns
+    /// ([`lines::LineMapping::timed_columns`]; module `watermarks`).
+    pub watermarks: WatermarkOptions,
 }
 
 impl Default for LoadOptions {
@@ -63,6 +68,7 @@ impl Default for LoadOptions {
             max_backlog: DEFAULT_MAX_BACKLOG,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             follow: false,
+            watermarks: WatermarkOptions::default(),
         }
     }
 }
@@ -380,6 +386,14 @@ pub trait Sink<R>: Send + Sync {
 
     /// Writes `records` in `txn`; `batch` is the batch's stable name ([`Batch::id`]).
     fn write(&self, txn: &Transaction, records: &[R], batch: &str) -> Result<(), LoadError>;
+
+    /// The cells of `records` that carry an event time, with it: the loader marks them
+    /// pending in the batch's transaction (`observers::time::mark`), so their columns' low
+    /// watermarks wait for their observers. Default: none.
+    fn marks(&self, records: &[R]) -> Vec<(Cell, u64)> {
+        let _ = records;
+        Vec::new()
+    }
 }
 
 /// Replays input at the rate it was written: a batch commits no earlier than its earliest
@@ -438,6 +452,8 @@ pub struct Context<'a> {
     pub align: Option<(&'a Frontier, usize)>,
     /// Replaying at the pace of event time.
     pub pace: Option<&'a Pace>,
+    /// The loader's watermark, told of each committed batch and of the source's end.
+    pub watermarks: Option<&'a Injector>,
 }
 
 /// Loads `source` from its committed offset to its end, writing through `sink`. Returns
@@ -455,6 +471,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
     loop {
         if let Opened::Unreadable(e) = source.open().await? {
             ctx.rejects.unreadable(ctx.stats, &name, &e)?;
+            ended(ctx, &name);
             return Ok(loaded);
         }
         // Where we are, as committed (another loader of the same input may have moved it).
@@ -469,9 +486,15 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         // sources load on (a restart reports it again rather than failing).
         let batch = match source.next_batch(&found, ctx.options.batch.max(1)).await {
             Ok(Some(batch)) => batch,
-            Ok(None) => return Ok(loaded),
+            Ok(None) => {
+                if !ctx.options.follow {
+                    ended(ctx, &name);
+                }
+                return Ok(loaded);
+            }
             Err(e) if e.is_input_fault() => {
                 ctx.rejects.quarantined(ctx.stats, &name, &e)?;
+                ended(ctx, &name);
                 return Ok(loaded);
             }
             Err(e) => return Err(e),
@@ -489,16 +512,18 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         // be reported twice, never lost.
         ctx.rejects.lines(ctx.stats, &name, &batch.rejects)?;
         let count = batch.records.len() as u64;
+        let marks = sink.marks(&batch.records);
         let source = &*source;
         let committed = retry_transient(&name, || {
             client.run(|txn| {
-                let (found, batch) = (&found, &batch);
+                let (found, batch, marks) = (&found, &batch, &marks);
                 async move {
                     if source.committed(&txn).await? != *found {
                         // Another loader got here first: reload from the new offset.
                         return Ok(false);
                     }
                     sink.write(&txn, &batch.records, &batch.id)?;
+                    observers::time::mark_many(&txn, marks).await?;
                     source.write_offset(&txn, found, &batch.offset)?;
                     Ok::<_, LoadError>(true)
                 }
@@ -519,6 +544,21 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
             .nul_bytes
             .fetch_add(batch.nul_bytes, Ordering::Relaxed);
         loaded += count;
+        if let (Some(injector), Some((_, latest))) = (ctx.watermarks, batch.event_times) {
+            injector.loaded(&name, latest);
+            retry_transient(&name, || {
+                injector.publish(client, &ctx.options.watermarks, false)
+            })
+            .await
+            .map_err(|e| LoadError::Txn(e).within(&name))?;
+        }
+    }
+}
+
+/// Source `name` loads nothing more in this load: it no longer holds the watermark back.
+fn ended(ctx: &Context<'_>, name: &str) {
+    if let Some(injector) = ctx.watermarks {
+        injector.done(name);
     }
 }
 

@@ -6,8 +6,10 @@
 //! |---|---|
 //! | [`processing`] | handling one notify key, acknowledgments, batches and why the strong guarantee holds per cell |
 //! | [`worker`] | the worker's tasks: hints, scanners, membership and the hash split, orphan sweeps, backpressure, quiescence, failures and outages |
+//! | [`time`] | event time: sources' watermarks, pending marks, a column's low watermark and why it never passes a pending change, timers exactly once and in order, late changes |
 //! | [`operators`] | what operators read ([`crate::admin`]) and the drain check seen from another process |
 
 pub mod operators;
 pub mod processing;
+pub mod time;
 pub mod worker;

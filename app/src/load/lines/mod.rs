@@ -35,12 +35,13 @@ pub use record::FINGERPRINT_WINDOW;
 pub use status::FileStatus;
 
 use crate::load::{
-    load_source, Backlog, Batch, Context, Frontier, LoadError, LoadOptions, LoadStats, Opened,
-    Pace, Reject, Rejects, Sink, Source,
+    load_source, retry_transient, Backlog, Batch, Context, Frontier, Injector, LoadError,
+    LoadOptions, LoadStats, Opened, Pace, Reject, Rejects, Sink, Source,
 };
 use async_trait::async_trait;
 use identity::{Found, Head};
 use input::{resume, Input, Reader};
+use observers::time::Column;
 use percolator::{Cell, Client, Transaction};
 use reader::{Item, LineReader};
 use record::{fingerprint, Progress, Record};
@@ -78,6 +79,19 @@ pub trait LineMapping: Send + Sync + 'static {
         let _ = client;
     }
 
+    /// The timed columns the mapping writes (`observers::time`): the loader publishes its
+    /// watermark for each ([`crate::load::WatermarkOptions`]). Default: none.
+    fn timed_columns(&self) -> Vec<Column> {
+        Vec::new()
+    }
+
+    /// The cells of `record` in timed columns: marked pending at the record's
+    /// [`LineMapping::event_time`] in the batch's transaction. Default: none.
+    fn timed_cells(&self, record: &Self::Record) -> Vec<Cell> {
+        let _ = record;
+        Vec::new()
+    }
+
     /// Writes a batch's records in `txn`; `batch` is its stable name (`<file key>@<start
     /// offset>`), for a cell written once per batch.
     fn write(
@@ -104,6 +118,16 @@ impl<M: LineMapping> Sink<M::Record> for MappingSink<'_, M> {
     ) -> Result<(), LoadError> {
         self.0.write(txn, records, batch)
     }
+
+    fn marks(&self, records: &[M::Record]) -> Vec<(Cell, u64)> {
+        let mut marks = Vec::new();
+        for r in records {
+            if let Some(e) = self.0.event_time(r) {
+                marks.extend(self.0.timed_cells(r).into_iter().map(|c| (c, e)));
+            }
+        }
+        marks
+    }
 }
 
 /// The default loader table: `loader/<file key>/offset`.
@@ -126,6 +150,8 @@ pub const ALIGN_SLACK_MS: u64 = 100;
 pub struct Lines<M> {
     mapping: Arc<M>,
     table: String,
+    /// Its watermark (named by the loader table), across loads of a `--follow`.
+    injector: Arc<Injector>,
 }
 
 impl<M> Clone for Lines<M> {
@@ -133,6 +159,7 @@ impl<M> Clone for Lines<M> {
         Lines {
             mapping: self.mapping.clone(),
             table: self.table.clone(),
+            injector: self.injector.clone(),
         }
     }
 }
@@ -140,9 +167,11 @@ impl<M> Clone for Lines<M> {
 impl<M: LineMapping> Lines<M> {
     /// A loader of the files `mapping` tags, its offsets in [`LOADER_TABLE`].
     pub fn new(mapping: M) -> Self {
+        let injector = Arc::new(Injector::new(LOADER_TABLE, mapping.timed_columns()));
         Lines {
             mapping: Arc::new(mapping),
             table: LOADER_TABLE.to_string(),
+            injector,
         }
     }
 
@@ -150,7 +179,13 @@ impl<M: LineMapping> Lines<M> {
     /// the same files into different tables need different loader tables).
     pub fn with_table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
+        self.injector = Arc::new(Injector::new(&self.table, self.mapping.timed_columns()));
         self
+    }
+
+    /// Its watermark (published for the mapping's timed columns).
+    pub fn injector(&self) -> &Injector {
+        &self.injector
     }
 
     /// The mapping.
@@ -199,6 +234,8 @@ impl<M: LineMapping> Lines<M> {
             backlog: None,
             align: None,
             pace: None,
+            // One file alone says nothing of the loader's other files.
+            watermarks: None,
         };
         let mut source = self.source(path, tag, options);
         load_source(client, &mut source, &MappingSink(&*self.mapping), &ctx).await
@@ -247,6 +284,8 @@ impl<M: LineMapping> Lines<M> {
             rejects.unreadable(stats, &u.path.display().to_string(), &u.error)?;
         }
         let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
+        self.injector
+            .found(files.iter().map(|f| f.path.display().to_string()));
         let backlog =
             (options.max_backlog > 0).then(|| Backlog::new(client.clone(), options.max_backlog));
         let sink = MappingSink(&*self.mapping);
@@ -258,6 +297,7 @@ impl<M: LineMapping> Lines<M> {
                 backlog: backlog.as_ref(),
                 align: Some((&frontier, i)),
                 pace,
+                watermarks: Some(&self.injector),
             };
             let (mut source, sink, frontier) = (self.source(path, tag, options), &sink, &frontier);
             async move {
@@ -267,6 +307,12 @@ impl<M: LineMapping> Lines<M> {
             }
         });
         let results = futures::future::join_all(loads).await;
+        if results.iter().all(Result::is_ok) {
+            retry_transient("watermark", || {
+                self.injector.publish(client, &options.watermarks, true)
+            })
+            .await?;
+        }
         if let Some(backlog) = &backlog {
             stats
                 .backlog_counts

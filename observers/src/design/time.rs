@@ -1,0 +1,106 @@
+//! # Event time: low watermarks and timers
+//!
+//! What [`crate::time`] promises, and why it holds. State lives in ordinary transactional
+//! cells (`_watermarks`, `_pending`, `_timers`), so every step below is a snapshot-isolated
+//! transaction: nothing here relies on clocks, on the order of raw store calls, or on a scan
+//! racing writers.
+//!
+//! ## Definitions
+//!
+//! - A **timed change** of column `c` is a committed write of a cell of `c` made in a
+//!   transaction that also wrote the cell's **pending mark** (`_pending`, keyed by column and
+//!   row, holding the least event time written there and not yet observed). Writers:
+//!   loaders (for the columns their mapping declares timed) and observers
+//!   ([`crate::time::set_timed`]).
+//! - An observer's run **takes** the mark ([`crate::time::take`]): it reads and deletes it in
+//!   the run's transaction. The run commits, or the deletion does not happen.
+//! - A **source** (a loader) stores per timed column its watermark `s` ([`SourceMark`]):
+//!   a promise that it loads no more records below `s` except ones it lets be late (bounded
+//!   out-of-orderness: `s` = latest event time loaded minus the allowed out-of-orderness;
+//!   `u64::MAX` once a bounded input ended). A source's stored watermark never moves back
+//!   ([`crate::time::publish_source`] keeps the larger).
+//! - The **computed** watermark of `c` at snapshot `T`: `min(S, P)`, where `S` is the least
+//!   stored watermark of the sources of `c` that are not idle (the greatest when all are
+//!   idle) and `P` the least event time among the pending marks of `c`, both read at `T`.
+//! - The **published** watermark `W(c)` is a cell that [`crate::time::advance`] raises to
+//!   the computed value in the same transaction that computed it, and never lowers.
+//!
+//! ## The promise
+//!
+//! **A change of `c` with event time `e` is delivered late exactly when `e < W(c)` in the
+//! snapshot of the run that takes it; and `W(c)` never passes a change that was pending in
+//! the snapshot it was computed from.** So a timer at event time `t` fires (when `W(c) > t`)
+//! only after every change of `c` at or below `t` that was pending or committed by then has
+//! been observed, and every change at or below `t` observed afterwards is told it is late.
+//!
+//! ### Why
+//!
+//! 1. *Pending at the snapshot.* Let the advance run at start `T` and a change with event
+//!    time `e` be committed before `T` and not observed at `T` (no run that took its mark
+//!    committed before `T`). Then its mark (or a smaller one of the same cell) is in the
+//!    snapshot, so `P <= e` and the computed value is at most `e`. Snapshot isolation
+//!    makes the read of all marks one consistent cut: no mark can be "missed" because it
+//!    moved while a scan ran, the case that makes raw-key scans unsound (MillWheel's
+//!    zombie writer: a notification committing after a scan).
+//! 2. *Committed after the snapshot.* Lateness is decided at the run, not at the writer:
+//!    the run that takes a change's mark does so in a snapshot after the change committed,
+//!    reads `W(c)` there, and `W` only grows; so a change below a value some advance
+//!    published before it was taken is delivered late, never silently counted as on time.
+//!    What the sources' watermarks buy is that such changes are rare: a loader writes after
+//!    `T` only records at or above its stored watermark (or ones it lets be late), and a
+//!    run writes outputs at or above the event time of the change it takes, whose mark was
+//!    in the snapshot (1), so the computed value is at most their event time.
+//! 3. *The publish.* The advance writes `W(c)` in the transaction that read the marks and
+//!    sources; a run that commits between its start and commit took a mark the advance read
+//!    (so the computed value was at most that event time) or wrote a new change (2).
+//! 4. *Never back.* The published cell is written only larger (read and written in one
+//!    transaction; two advances at once conflict on it, and the loser retries and re-reads).
+//!
+//! ### Crashes, lost replies, stalled workers, GC
+//!
+//! - A writer that crashes before its commit point leaves a lock on its mark (rolled back
+//!   by the next reader, like any lock) or nothing: an uncommitted mark never holds the
+//!   watermark (reads of the advance resolve it).
+//! - A lost reply of a commit is the transaction protocol's (`percolator::design::commit`):
+//!   the mark is committed or not with the change, atomically.
+//! - A stalled or crashed worker leaves the mark in place: the watermark waits for it (as
+//!   MillWheel's does for pending work), which is the point; dead-lettered changes keep
+//!   their mark too (an operator drops or replays the letter; dropping it leaves the mark:
+//!   `percolator-ctl` does not yet remove it — a known gap).
+//! - GC: marks and watermark cells are ordinary cells; a read in a snapshot is exact or
+//!   `SnapshotTooOld` (`percolator::design::gc`), and the advance is a short transaction.
+//!
+//! ## Timers
+//!
+//! A timer is two cells: a queue entry (`q` ‖ observer ‖ kind ‖ time ‖ row ‖ tag, so a scan
+//! finds due timers in time order) and an index entry by row and tag (kind and time).
+//! [`crate::time::set_timer`] writes both (deleting a previous queue entry of the tag);
+//! a firing ([`crate::time::fire_due`]) is one transaction that re-reads both, checks that
+//! no earlier timer of the same kind waits on the row, deletes both and runs the handler.
+//!
+//! - *At most one committed firing per set timer*: two firings of one timer both delete its
+//!   cells, so snapshot isolation commits one; a later firing finds it gone. A set that
+//!   races a firing writes the same cells, so one of them retries and sees the other (an
+//!   observer that adds to a window and re-sets the window's timer either lands before the
+//!   firing, which then counts it, or after it, when it reads the watermark past the timer
+//!   and treats its change as late).
+//! - *Time order per row*: a firing of a row's timer at `t` commits only when its
+//!   snapshot holds no timer of the row's at a time below `t`; that read conflicts with
+//!   nothing, but the earlier timer's own firing deletes its index cell, so the later one
+//!   sees it gone only in a snapshot after that commit.
+//! - *Survives crashes*: timers are cells; a driver that dies leaves them for the next pass
+//!   of any process.
+//! - *Fires when the watermark passes*: event-time timers below the published watermark
+//!   (strictly), oracle-time timers below the oracle's physical time in the pass's
+//!   snapshot.
+//!
+//! ## Not done yet
+//!
+//! Timers are fired by whichever process runs a driver (all drivers scan the whole queue;
+//! SI keeps the firing once, but two drivers waste work): they are not yet split by the
+//! workers' hash shares. A column written only by observers (no source) has no watermark;
+//! chains of timed columns (a downstream column's watermark bounded by its upstream's and
+//! its pending timers) are not derived yet. Pending marks are read by a scan of the
+//! column's marks (bounded by the backlog) each advance.
+//!
+//! [`SourceMark`]: crate::time::SourceMark

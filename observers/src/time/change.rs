@@ -1,0 +1,146 @@
+//! Changes that carry an event time: the writer marks the cell pending at its event time
+//! (in its transaction), the observer takes the mark (in its run's transaction) and learns
+//! the event time and whether the change is late.
+
+use super::keys;
+use super::watermark::{self, Column};
+use crate::error::ObserverError;
+use crate::registry::Observer;
+use async_trait::async_trait;
+use percolator::{Cell, Transaction, TxnError};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Marks `cell`'s change in `txn` as pending at event time `event_time_ms` (ms): the column's
+/// low watermark stays at or below it until an observer takes the mark ([`take`]). A cell
+/// written twice before its observer ran keeps the earlier event time.
+pub async fn mark(txn: &Transaction, cell: &Cell, event_time_ms: u64) -> Result<(), TxnError> {
+    let marker = keys::pending_cell(cell)?;
+    let least = match txn.get(&marker).await? {
+        Some(bytes) => keys::be_u64(&bytes)
+            .ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?
+            .min(event_time_ms),
+        None => event_time_ms,
+    };
+    txn.set(marker, least.to_be_bytes().to_vec());
+    Ok(())
+}
+
+/// [`mark`] for many cells at once (one batched read of their marks).
+pub async fn mark_many(txn: &Transaction, cells: &[(Cell, u64)]) -> Result<(), TxnError> {
+    if cells.is_empty() {
+        return Ok(());
+    }
+    let markers = cells
+        .iter()
+        .map(|(cell, _)| keys::pending_cell(cell))
+        .collect::<Result<Vec<_>, _>>()?;
+    let found = txn.get_many(&markers).await?;
+    let mut least: std::collections::HashMap<Cell, u64> = std::collections::HashMap::new();
+    for ((marker, old), (_, e)) in markers.into_iter().zip(found).zip(cells) {
+        let old = match old {
+            Some(bytes) => Some(
+                keys::be_u64(&bytes).ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?,
+            ),
+            None => None,
+        };
+        let entry = least.entry(marker).or_insert(old.unwrap_or(*e));
+        *entry = (*entry).min(*e);
+    }
+    for (marker, e) in least {
+        txn.set(marker, e.to_be_bytes().to_vec());
+    }
+    Ok(())
+}
+
+/// Writes `value` to `cell` in `txn` as a change at event time `event_time_ms` ([`mark`]).
+pub async fn set_timed(
+    txn: &Transaction,
+    cell: Cell,
+    value: impl Into<Vec<u8>>,
+    event_time_ms: u64,
+) -> Result<(), TxnError> {
+    mark(txn, &cell, event_time_ms).await?;
+    txn.set(cell, value);
+    Ok(())
+}
+
+/// A timed change as its observer sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The change's event time (the least of the writes the run covers).
+    pub event_time_ms: u64,
+    /// The column's published low watermark in the run's snapshot.
+    pub watermark_ms: Option<u64>,
+    /// The event time is below the watermark: whatever waited for the watermark to pass it
+    /// (a timer, a window) may have fired already. The author decides: drop and count, or
+    /// update and re-emit.
+    pub late: bool,
+}
+
+/// Takes the pending mark of `cell`'s change in `txn` (an observer's run): deletes it (the
+/// run's commit releases the column's watermark) and returns the change's event time and
+/// lateness. `None`: the change carried no event time.
+pub async fn take(txn: &Transaction, cell: &Cell) -> Result<Option<Change>, TxnError> {
+    let marker = keys::pending_cell(cell)?;
+    let Some(bytes) = txn.get(&marker).await? else {
+        return Ok(None);
+    };
+    let event_time_ms =
+        keys::be_u64(&bytes).ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?;
+    txn.delete(marker);
+    let column = Column::of(cell);
+    let watermark_ms = watermark::published(txn, &column).await?;
+    let late = watermark_ms.is_some_and(|w| event_time_ms < w);
+    if late {
+        count_late(&column);
+    }
+    Ok(Some(Change {
+        event_time_ms,
+        watermark_ms,
+        late,
+    }))
+}
+
+fn late_counts() -> &'static Mutex<BTreeMap<Column, u64>> {
+    static LATE: OnceLock<Mutex<BTreeMap<Column, u64>>> = OnceLock::new();
+    LATE.get_or_init(Default::default)
+}
+
+fn count_late(column: &Column) {
+    let mut counts = late_counts().lock().unwrap_or_else(|p| p.into_inner());
+    *counts.entry(column.clone()).or_default() += 1;
+}
+
+/// Late changes taken by this process, per column (a run retried after a conflict counts
+/// its change again): what `observers_late_changes_total` exports.
+pub fn late_changes() -> Vec<(Column, u64)> {
+    let counts = late_counts().lock().unwrap_or_else(|p| p.into_inner());
+    counts.iter().map(|(c, n)| (c.clone(), *n)).collect()
+}
+
+struct TimedFn<F>(F);
+
+#[async_trait]
+impl<F, Fut> Observer for TimedFn<F>
+where
+    F: Fn(Transaction, Cell, Option<Change>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ObserverError>> + Send + 'static,
+{
+    async fn observe(&self, txn: Transaction, cell: Cell) -> Result<(), ObserverError> {
+        let change = take(&txn, &cell).await?;
+        (self.0)(txn, cell, change).await
+    }
+}
+
+/// An [`Observer`] of a timed column from an async closure `|txn, cell, change| async move {
+/// ... }`: each run takes the change's pending mark ([`take`]) and gets its [`Change`]
+/// (`None` for a write without an event time).
+pub fn timed_observer_fn<F, Fut>(f: F) -> Arc<dyn Observer>
+where
+    F: Fn(Transaction, Cell, Option<Change>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ObserverError>> + Send + 'static,
+{
+    Arc::new(TimedFn(f))
+}

@@ -1,0 +1,164 @@
+//! Sources' watermarks, pending-change markers, and the low watermark of a column computed
+//! from them and published (never moving back). The argument: `crate::design::time`.
+
+use super::keys::{self, SourceMark};
+use percolator::{Cell, Client, Transaction, TxnError};
+
+/// A timed column: a (table, column) whose changes carry an event time.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Column {
+    /// The table.
+    pub table: Vec<u8>,
+    /// The column.
+    pub column: Vec<u8>,
+}
+
+impl Column {
+    /// The column `table`/`column`.
+    pub fn new(table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) -> Self {
+        Column {
+            table: table.as_ref().to_vec(),
+            column: column.as_ref().to_vec(),
+        }
+    }
+
+    /// The column of `cell`.
+    pub fn of(cell: &Cell) -> Self {
+        Column::new(&cell.table, &cell.column)
+    }
+
+    pub(crate) fn id(&self) -> Result<Vec<u8>, TxnError> {
+        keys::column_id(&self.table, &self.column)
+    }
+}
+
+impl std::fmt::Display for Column {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.table.escape_ascii(),
+            self.column.escape_ascii()
+        )
+    }
+}
+
+/// Stores, in `txn`, source `source`'s watermark for `column`: `watermark_ms` unless the
+/// source already stored a later one (a source's watermark never moves back, whichever of
+/// two loaders of the same input writes it), and whether it is idle. A source that
+/// publishes for a column holds that column's watermark back from then on (until it is idle
+/// or its input ends: `u64::MAX`).
+pub async fn publish_source(
+    txn: &Transaction,
+    column: &Column,
+    source: &str,
+    watermark_ms: u64,
+    idle: bool,
+    wall_ms: u64,
+) -> Result<SourceMark, TxnError> {
+    let cell = keys::source_cell(&column.id()?, source);
+    let old = match txn.get(&cell).await? {
+        Some(bytes) => Some(SourceMark::decode(&cell, &bytes)?),
+        None => None,
+    };
+    let mark = SourceMark {
+        watermark_ms: old.map_or(watermark_ms, |o| o.watermark_ms.max(watermark_ms)),
+        idle,
+        updated_ms: wall_ms,
+    };
+    if old.is_none_or(|o| o.watermark_ms != mark.watermark_ms || o.idle != mark.idle) {
+        txn.set(cell, mark.encode());
+    }
+    Ok(mark)
+}
+
+/// Every source's stored watermark for `column`, by source name.
+pub async fn sources(
+    txn: &Transaction,
+    column: &Column,
+) -> Result<Vec<(String, SourceMark)>, TxnError> {
+    let prefix = keys::source_prefix(&column.id()?);
+    let end = keys::prefix_end(&prefix);
+    let rows = txn
+        .scan(keys::WATERMARK_TABLE.as_bytes(), &prefix, end.as_deref())
+        .await?;
+    rows.into_iter()
+        .map(|(cell, bytes)| {
+            let mark = SourceMark::decode(&cell, &bytes)?;
+            Ok((keys::source_name(&prefix, &cell.row), mark))
+        })
+        .collect()
+}
+
+/// The smallest pending event time of `column` (markers of changes not yet observed), and
+/// how many cells have one.
+pub async fn pending(txn: &Transaction, column: &Column) -> Result<(Option<u64>, u64), TxnError> {
+    let prefix = column.id()?;
+    let end = keys::prefix_end(&prefix);
+    let rows = txn
+        .scan(keys::PENDING_TABLE.as_bytes(), &prefix, end.as_deref())
+        .await?;
+    let mut least: Option<u64> = None;
+    for (cell, bytes) in &rows {
+        let e = keys::be_u64(bytes).ok_or_else(|| keys::corrupt(cell, "a pending marker"))?;
+        least = Some(least.map_or(e, |l| l.min(e)));
+    }
+    Ok((least, rows.len() as u64))
+}
+
+/// The low watermark of `column` as of `txn`'s snapshot, from its sources and its pending
+/// changes: the smaller of the sources' watermark (the least of the sources that are not
+/// idle; the greatest when every one is idle) and the least pending event time. `None`
+/// while no source ever published for the column.
+pub async fn compute(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
+    let sources = sources(txn, column).await?;
+    let active = sources
+        .iter()
+        .filter(|(_, m)| !m.idle)
+        .map(|(_, m)| m.watermark_ms)
+        .min();
+    let Some(from_sources) = active.or_else(|| sources.iter().map(|(_, m)| m.watermark_ms).max())
+    else {
+        return Ok(None);
+    };
+    let (least_pending, _) = pending(txn, column).await?;
+    Ok(Some(
+        least_pending.map_or(from_sources, |p| p.min(from_sources)),
+    ))
+}
+
+/// The published low watermark of `column` as of `txn`'s snapshot (`None`: never
+/// published). A change of the column with an event time below it is late.
+pub async fn published(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
+    let cell = keys::published_cell(&column.id()?);
+    match txn.get(&cell).await? {
+        Some(bytes) => {
+            Ok(Some(keys::be_u64(&bytes).ok_or_else(|| {
+                keys::corrupt(&cell, "a published watermark")
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Computes `column`'s low watermark and publishes it if it is later than the published one
+/// (one transaction: the computation's snapshot and the publication commit together, or
+/// not at all). Returns the published watermark afterwards.
+pub async fn advance(client: &Client, column: &Column) -> Result<Option<u64>, TxnError> {
+    client
+        .run(|txn| async move {
+            let old = published(&txn, column).await?;
+            let Some(computed) = compute(&txn, column).await? else {
+                return Ok(old);
+            };
+            if old.is_some_and(|o| o >= computed) {
+                return Ok(old);
+            }
+            txn.set(
+                keys::published_cell(&column.id()?),
+                computed.to_be_bytes().to_vec(),
+            );
+            Ok::<_, TxnError>(Some(computed))
+        })
+        .await
+}
