@@ -1,0 +1,273 @@
+//! Event time (`observers::time`): a column's low watermark from its sources and pending
+//! marks, published forward only; late changes; timers fired once, in time order per row,
+//! by two drivers at once; resets, deletes and oracle-time timers.
+
+use observers::time::{
+    advance, delete_timer, fire_due, mark, on_timer_fn, pending, pending_timers, publish_source,
+    published, set_timed, set_timer, take, Column, TimerAt,
+};
+use observers::ObserverError;
+use percolator::kv::MemoryKv;
+use percolator::ts::LocalClock;
+use percolator::{Cell, Client, TxnError};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+fn client() -> Client {
+    Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()))
+}
+
+fn column() -> Column {
+    Column::new("clicks", "event")
+}
+
+async fn source(client: &Client, name: &str, wm: u64, idle: bool) {
+    client
+        .run(|txn| async move {
+            publish_source(&txn, &column(), name, wm, idle, 0).await?;
+            Ok::<_, TxnError>(())
+        })
+        .await
+        .expect("publish source");
+}
+
+async fn write(client: &Client, row: &str, event_time: u64) {
+    client
+        .run(|txn| async move {
+            set_timed(&txn, Cell::new("clicks", row, "event"), "x", event_time).await?;
+            Ok::<_, TxnError>(())
+        })
+        .await
+        .expect("write");
+}
+
+async fn take_it(client: &Client, row: &str) -> Option<observers::time::Change> {
+    client
+        .run(|txn| async move { take(&txn, &Cell::new("clicks", row, "event")).await })
+        .await
+        .expect("take")
+}
+
+#[tokio::test]
+async fn the_watermark_waits_for_pending_changes_and_never_moves_back() {
+    let c = client();
+    assert_eq!(advance(&c, &column()).await.unwrap(), None, "no source yet");
+    source(&c, "a", 100, false).await;
+    write(&c, "r1", 60).await;
+    write(&c, "r1", 80).await; // the same cell again, later: it stays pending at 60
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(60));
+    source(&c, "a", 300, false).await;
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(60), "r1 is pending");
+    let change = take_it(&c, "r1").await.expect("a timed change");
+    assert_eq!((change.event_time_ms, change.late), (60, false));
+    assert_eq!(take_it(&c, "r1").await, None, "taken once");
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(300));
+    // A second source that starts low does not move the published watermark back; its
+    // changes below it are late.
+    source(&c, "b", 10, false).await;
+    write(&c, "r2", 20).await;
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(300));
+    let change = take_it(&c, "r2").await.unwrap();
+    assert!(change.late, "{change:?}");
+    assert_eq!(change.watermark_ms, Some(300));
+    // A source's own watermark never moves back either.
+    source(&c, "a", 200, false).await;
+    let snap = c.begin().await.unwrap();
+    let marks = observers::time::sources(&snap, &column()).await.unwrap();
+    assert!(marks.iter().any(|(n, m)| n == "a" && m.watermark_ms == 300), "{marks:?}");
+    // b holds the computed value at 10 until it goes idle; then a's 300 counts, and once
+    // a ends (u64::MAX) and b is idle, the greatest idle value: b's.
+    source(&c, "b", 400, false).await;
+    source(&c, "a", 500, false).await;
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(400));
+    source(&c, "b", 400, true).await;
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(500));
+    source(&c, "a", u64::MAX, false).await;
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(u64::MAX));
+    assert_eq!(published(&c.begin().await.unwrap(), &column()).await.unwrap(), Some(u64::MAX));
+}
+
+/// Marks taken by runs that roll back (a conflict, a failure) stay: the watermark waits.
+#[tokio::test]
+async fn a_rolled_back_run_leaves_its_change_pending() {
+    let c = client();
+    source(&c, "a", 1_000, false).await;
+    write(&c, "r", 5).await;
+    let txn = c.begin().await.unwrap();
+    assert!(take(&txn, &Cell::new("clicks", "r", "event")).await.unwrap().is_some());
+    txn.rollback();
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(5));
+    let (least, count) = pending(&c.begin().await.unwrap(), &column()).await.unwrap();
+    assert_eq!((least, count), (Some(5), 1));
+    // A mark written alone (a cell written elsewhere) holds it the same way.
+    c.run(|txn| async move {
+        mark(&txn, &Cell::new("clicks", "s", "event"), 3).await?;
+        Ok::<_, TxnError>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(5), "never back");
+    take_it(&c, "r").await.unwrap();
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(5), "s at 3 still pending");
+    take_it(&c, "s").await.unwrap();
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(1_000));
+}
+
+/// The log a handler appends each firing to, per row: `tag@time` lines.
+async fn log_of(c: &Client, row: &[u8]) -> Vec<String> {
+    let txn = c.begin().await.unwrap();
+    let v = txn.get(&Cell::new("log", row, "fired")).await.unwrap();
+    String::from_utf8(v.unwrap_or_default())
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn appending_handler() -> Arc<dyn observers::time::OnTimer> {
+    on_timer_fn(|txn, timer| async move {
+        let cell = Cell::new("log", &timer.row, "fired");
+        let mut log = txn.get(&cell).await?.unwrap_or_default();
+        let at = match timer.at {
+            TimerAt::EventTime(t) | TimerAt::OracleTime(t) => t,
+        };
+        log.extend_from_slice(format!("{}@{at}\n", timer.tag).as_bytes());
+        txn.set(cell, log);
+        Ok::<_, ObserverError>(())
+    })
+}
+
+/// Random timers on a few rows, moved and deleted at random; the watermark raised in steps
+/// while two passes fire at once: every timer still set fires once, at its last time, and
+/// each row's firings come in time order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_once_in_time_order_per_row_under_two_drivers() {
+    for seed in 0..4u64 {
+        let c = client();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut expected: std::collections::BTreeMap<(Vec<u8>, String), u64> = Default::default();
+        for _ in 0..120 {
+            let row = format!("row{}", rng.gen_range(0..6)).into_bytes();
+            let tag = format!("t{}", rng.gen_range(0..5));
+            if rng.gen_bool(0.15) {
+                let (r, t) = (row.clone(), tag.clone());
+                c.run(|txn| {
+                    let (r, t) = (r.clone(), t.clone());
+                    async move { delete_timer(&txn, "obs", &r, &t).await }
+                })
+                .await
+                .unwrap();
+                expected.remove(&(row, tag));
+                continue;
+            }
+            let at = rng.gen_range(1..1_000u64);
+            let (r, t) = (row.clone(), tag.clone());
+            c.run(|txn| {
+                let (r, t) = (r.clone(), t.clone());
+                async move { set_timer(&txn, "obs", &r, &t, TimerAt::EventTime(at)).await }
+            })
+            .await
+            .unwrap();
+            expected.insert((row, tag), at);
+        }
+        let (events, oracle) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+        assert_eq!((events as usize, oracle), (expected.len(), 0));
+        let handler = appending_handler();
+        for step in [250u64, 500, 750, 1_001] {
+            source(&c, "src", step, false).await;
+            let drive = || {
+                let (c, handler) = (c.clone(), handler.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 7)
+                            .await
+                            .expect("a pass");
+                        assert_eq!(r.failed, 0);
+                        if !r.more {
+                            return;
+                        }
+                    }
+                })
+            };
+            let (a, b) = (drive(), drive());
+            a.await.unwrap();
+            b.await.unwrap();
+            // A third pass finds nothing left below the watermark.
+            let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 1_000).await.unwrap();
+            assert_eq!(r.fired, 0, "seed {seed} step {step}");
+        }
+        for row in (0..6).map(|i| format!("row{i}").into_bytes()) {
+            let log = log_of(&c, &row).await;
+            let mut want: Vec<(u64, String)> = expected
+                .iter()
+                .filter(|((r, _), _)| *r == row)
+                .map(|((_, t), at)| (*at, format!("{t}@{at}")))
+                .collect();
+            want.sort();
+            let times: Vec<u64> = log
+                .iter()
+                .map(|l| l.rsplit('@').next().unwrap().parse().unwrap())
+                .collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "seed {seed}: out of order {log:?}");
+            let mut got = log.clone();
+            got.sort();
+            let mut want: Vec<String> = want.into_iter().map(|(_, l)| l).collect();
+            want.sort();
+            assert_eq!(got, want, "seed {seed}, row {}", String::from_utf8_lossy(&row));
+        }
+        let (events, _) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+        assert_eq!(events, 0);
+    }
+}
+
+#[tokio::test]
+async fn oracle_time_timers_fire_once_the_oracle_passes_them() {
+    let c = client();
+    let now = c.begin().await.unwrap().start_ts().physical_ms();
+    for (tag, at) in [("past", now - 1), ("future", now + 3_600_000)] {
+        c.run(|txn| async move {
+            set_timer(&txn, "obs", b"r", tag, TimerAt::OracleTime(at)).await
+        })
+        .await
+        .unwrap();
+    }
+    let handler = appending_handler();
+    let r = fire_due(&c, "obs", None, handler.as_ref(), 10).await.unwrap();
+    assert_eq!((r.fired, r.watermark_ms), (1, None));
+    assert_eq!(log_of(&c, b"r").await, vec![format!("past@{}", now - 1)]);
+    let (_, oracle) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+    assert_eq!(oracle, 1);
+}
+
+/// A handler that fails leaves its timer (tried again), and a later timer of the same row
+/// waits for it.
+#[tokio::test]
+async fn a_failing_handler_keeps_its_timer_and_holds_its_row() {
+    let c = client();
+    for (tag, at) in [("first", 10), ("second", 20)] {
+        c.run(|txn| async move { set_timer(&txn, "obs", b"r", tag, TimerAt::EventTime(at)).await })
+            .await
+            .unwrap();
+    }
+    source(&c, "src", 100, false).await;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let handler = {
+        let fail = fail.clone();
+        let inner = appending_handler();
+        on_timer_fn(move |txn, timer| {
+            let (fail, inner) = (fail.clone(), inner.clone());
+            async move {
+                if fail.load(std::sync::atomic::Ordering::Relaxed) && timer.tag == "first" {
+                    return Err(ObserverError::failed("not yet"));
+                }
+                inner.on_timer(txn, timer).await
+            }
+        })
+    };
+    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10).await.unwrap();
+    assert_eq!((r.fired, r.failed, r.skipped), (0, 1, 1));
+    fail.store(false, std::sync::atomic::Ordering::Relaxed);
+    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10).await.unwrap();
+    assert_eq!(r.fired, 2);
+    assert_eq!(log_of(&c, b"r").await, vec!["first@10", "second@20"]);
+}
