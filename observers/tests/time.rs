@@ -57,7 +57,11 @@ async fn the_watermark_waits_for_pending_changes_and_never_moves_back() {
     write(&c, "r1", 80).await; // the same cell again, later: it stays pending at 60
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(60));
     source(&c, "a", 300, false).await;
-    assert_eq!(advance(&c, &column()).await.unwrap(), Some(60), "r1 is pending");
+    assert_eq!(
+        advance(&c, &column()).await.unwrap(),
+        Some(60),
+        "r1 is pending"
+    );
     let change = take_it(&c, "r1").await.expect("a timed change");
     assert_eq!((change.event_time_ms, change.late), (60, false));
     assert_eq!(take_it(&c, "r1").await, None, "taken once");
@@ -74,7 +78,10 @@ async fn the_watermark_waits_for_pending_changes_and_never_moves_back() {
     source(&c, "a", 200, false).await;
     let snap = c.begin().await.unwrap();
     let marks = observers::time::sources(&snap, &column()).await.unwrap();
-    assert!(marks.iter().any(|(n, m)| n == "a" && m.watermark_ms == 300), "{marks:?}");
+    assert!(
+        marks.iter().any(|(n, m)| n == "a" && m.watermark_ms == 300),
+        "{marks:?}"
+    );
     // b holds the computed value at 10 until it goes idle; then a's 300 counts, and once
     // a ends (u64::MAX) and b is idle, the greatest idle value: b's.
     source(&c, "b", 400, false).await;
@@ -84,7 +91,12 @@ async fn the_watermark_waits_for_pending_changes_and_never_moves_back() {
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(500));
     source(&c, "a", u64::MAX, false).await;
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(u64::MAX));
-    assert_eq!(published(&c.begin().await.unwrap(), &column()).await.unwrap(), Some(u64::MAX));
+    assert_eq!(
+        published(&c.begin().await.unwrap(), &column())
+            .await
+            .unwrap(),
+        Some(u64::MAX)
+    );
 }
 
 /// Marks taken by runs that roll back (a conflict, a failure) stay: the watermark waits.
@@ -94,7 +106,10 @@ async fn a_rolled_back_run_leaves_its_change_pending() {
     source(&c, "a", 1_000, false).await;
     write(&c, "r", 5).await;
     let txn = c.begin().await.unwrap();
-    assert!(take(&txn, &Cell::new("clicks", "r", "event")).await.unwrap().is_some());
+    assert!(take(&txn, &Cell::new("clicks", "r", "event"))
+        .await
+        .unwrap()
+        .is_some());
     txn.rollback();
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(5));
     let (least, count) = pending(&c.begin().await.unwrap(), &column()).await.unwrap();
@@ -108,7 +123,11 @@ async fn a_rolled_back_run_leaves_its_change_pending() {
     .unwrap();
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(5), "never back");
     take_it(&c, "r").await.unwrap();
-    assert_eq!(advance(&c, &column()).await.unwrap(), Some(5), "s at 3 still pending");
+    assert_eq!(
+        advance(&c, &column()).await.unwrap(),
+        Some(5),
+        "s at 3 still pending"
+    );
     take_it(&c, "s").await.unwrap();
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(1_000));
 }
@@ -170,7 +189,9 @@ async fn timers_fire_once_in_time_order_per_row_under_two_drivers() {
             .unwrap();
             expected.insert((row, tag), at);
         }
-        let (events, oracle) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+        let (events, oracle) = pending_timers(&c.begin().await.unwrap(), "obs")
+            .await
+            .unwrap();
         assert_eq!((events as usize, oracle), (expected.len(), 0));
         let handler = appending_handler();
         for step in [250u64, 500, 750, 1_001] {
@@ -193,7 +214,9 @@ async fn timers_fire_once_in_time_order_per_row_under_two_drivers() {
             a.await.unwrap();
             b.await.unwrap();
             // A third pass finds nothing left below the watermark.
-            let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 1_000).await.unwrap();
+            let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 1_000)
+                .await
+                .unwrap();
             assert_eq!(r.fired, 0, "seed {seed} step {step}");
         }
         for row in (0..6).map(|i| format!("row{i}").into_bytes()) {
@@ -208,14 +231,24 @@ async fn timers_fire_once_in_time_order_per_row_under_two_drivers() {
                 .iter()
                 .map(|l| l.rsplit('@').next().unwrap().parse().unwrap())
                 .collect();
-            assert!(times.windows(2).all(|w| w[0] <= w[1]), "seed {seed}: out of order {log:?}");
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "seed {seed}: out of order {log:?}"
+            );
             let mut got = log.clone();
             got.sort();
             let mut want: Vec<String> = want.into_iter().map(|(_, l)| l).collect();
             want.sort();
-            assert_eq!(got, want, "seed {seed}, row {}", String::from_utf8_lossy(&row));
+            assert_eq!(
+                got,
+                want,
+                "seed {seed}, row {}",
+                String::from_utf8_lossy(&row)
+            );
         }
-        let (events, _) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+        let (events, _) = pending_timers(&c.begin().await.unwrap(), "obs")
+            .await
+            .unwrap();
         assert_eq!(events, 0);
     }
 }
@@ -225,17 +258,21 @@ async fn oracle_time_timers_fire_once_the_oracle_passes_them() {
     let c = client();
     let now = c.begin().await.unwrap().start_ts().physical_ms();
     for (tag, at) in [("past", now - 1), ("future", now + 3_600_000)] {
-        c.run(|txn| async move {
-            set_timer(&txn, "obs", b"r", tag, TimerAt::OracleTime(at)).await
-        })
+        c.run(
+            |txn| async move { set_timer(&txn, "obs", b"r", tag, TimerAt::OracleTime(at)).await },
+        )
         .await
         .unwrap();
     }
     let handler = appending_handler();
-    let r = fire_due(&c, "obs", None, handler.as_ref(), 10).await.unwrap();
+    let r = fire_due(&c, "obs", None, handler.as_ref(), 10)
+        .await
+        .unwrap();
     assert_eq!((r.fired, r.watermark_ms), (1, None));
     assert_eq!(log_of(&c, b"r").await, vec![format!("past@{}", now - 1)]);
-    let (_, oracle) = pending_timers(&c.begin().await.unwrap(), "obs").await.unwrap();
+    let (_, oracle) = pending_timers(&c.begin().await.unwrap(), "obs")
+        .await
+        .unwrap();
     assert_eq!(oracle, 1);
 }
 
@@ -264,10 +301,14 @@ async fn a_failing_handler_keeps_its_timer_and_holds_its_row() {
             }
         })
     };
-    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10).await.unwrap();
+    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10)
+        .await
+        .unwrap();
     assert_eq!((r.fired, r.failed, r.skipped), (0, 1, 1));
     fail.store(false, std::sync::atomic::Ordering::Relaxed);
-    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10).await.unwrap();
+    let r = fire_due(&c, "obs", Some(&column()), handler.as_ref(), 10)
+        .await
+        .unwrap();
     assert_eq!(r.fired, 2);
     assert_eq!(log_of(&c, b"r").await, vec!["first@10", "second@20"]);
 }
