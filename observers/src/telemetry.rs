@@ -226,6 +226,16 @@ impl WorkerMetrics {
             "Notifications waiting in the worker's share, per observed column, as its last full scan pass found them.",
             self.backlog.clone(),
         );
+        r.register_collector(Box::new(percolator_metrics::Sampled::counter(
+            "percolator_observer_late_changes",
+            "Timed changes delivered late (event time below their column's low watermark), per column: observers::time.",
+            || {
+                crate::time::late_changes()
+                    .into_iter()
+                    .map(|(c, n)| (vec![("column".to_string(), c.to_string())], n))
+                    .collect()
+            },
+        )));
         r.register(
             "percolator_worker_backlog_oldest_age_seconds",
             "Age of the oldest notification waiting in the worker's share, per observed column (0: none), at its last full scan pass.",

@@ -312,3 +312,34 @@ async fn a_failing_handler_keeps_its_timer_and_holds_its_row() {
     assert_eq!(r.fired, 2);
     assert_eq!(log_of(&c, b"r").await, vec!["first@10", "second@20"]);
 }
+
+/// What operators read: every timed column with its sources and pending changes, and the
+/// timers waiting per observer.
+#[tokio::test]
+async fn operators_see_columns_sources_pending_changes_and_timers() {
+    let c = client();
+    source(&c, "loader", 700, true).await;
+    write(&c, "r", 650).await;
+    advance(&c, &column()).await.unwrap();
+    c.run(|txn| async move {
+        set_timer(&txn, "obs", b"r", "a", TimerAt::EventTime(10)).await?;
+        set_timer(&txn, "obs", b"r", "b", TimerAt::OracleTime(10)).await?;
+        set_timer(&txn, "other", b"r", "a", TimerAt::EventTime(10)).await
+    })
+    .await
+    .unwrap();
+    let snap = c.begin().await.unwrap();
+    let columns = observers::time::columns(&snap).await.unwrap();
+    assert_eq!(columns.len(), 1);
+    let col = &columns[0];
+    assert_eq!(col.column, column());
+    assert_eq!(col.published_ms, Some(650));
+    assert_eq!(col.pending, (Some(650), 1));
+    assert_eq!(col.sources.len(), 1);
+    assert!(col.sources[0].1.idle);
+    let timers = observers::time::all_pending_timers(&snap).await.unwrap();
+    assert_eq!(
+        timers,
+        vec![("obs".to_string(), 1, 1), ("other".to_string(), 1, 0)]
+    );
+}

@@ -26,6 +26,17 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
         .map(|bytes| oracle::OracleRecord::decode(&bytes))
         .transpose()?;
     let expired: Vec<_> = locks.iter().filter(|l| l.expired).collect();
+    let (timed, timers) = {
+        let snapshot = client.snapshot_at(now).await?;
+        (
+            observers::time::columns(&snapshot).await?,
+            observers::time::all_pending_timers(&snapshot).await?,
+        )
+    };
+    let lag = |w: Option<u64>| match w {
+        Some(u64::MAX) | None => None,
+        Some(w) => Some(now.physical_ms() as i64 - w as i64),
+    };
 
     let mut text = format!(
         "store      {} (namespace {})\n",
@@ -121,6 +132,38 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
             render::lock(l)
         ));
     }
+    if !timed.is_empty() {
+        text.push_str(&format!("event time {} timed columns\n", timed.len()));
+        let rows: Vec<Vec<String>> = timed
+            .iter()
+            .map(|c| {
+                vec![
+                    c.column.to_string(),
+                    match c.published_ms {
+                        None => "-".to_string(),
+                        Some(u64::MAX) => "end of input".to_string(),
+                        Some(w) => w.to_string(),
+                    },
+                    lag(c.published_ms).map_or("-".to_string(), |l| format!("{l} ms")),
+                    format!(
+                        "{} ({} idle)",
+                        c.sources.len(),
+                        c.sources.iter().filter(|(_, m)| m.idle).count()
+                    ),
+                    c.pending.1.to_string(),
+                ]
+            })
+            .collect();
+        text.push_str(&indent(&table(
+            &["COLUMN", "WATERMARK", "LAG", "SOURCES", "PENDING"],
+            &rows,
+        )));
+    }
+    for (observer, event, oracle) in &timers {
+        text.push_str(&format!(
+            "timers     {observer}: {event} on event time, {oracle} on oracle time\n"
+        ));
+    }
 
     let json = json!({
         "store": store.store.to_string(),
@@ -152,6 +195,22 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
             })).collect::<Vec<_>>(),
         },
         "dead_letters": letters.len(),
+        "event_time": timed.iter().map(|c| json!({
+            "column": c.column.to_string(),
+            "watermark_ms": c.published_ms,
+            "lag_ms": lag(c.published_ms),
+            "sources": c.sources.iter().map(|(name, m)| json!({
+                "name": name,
+                "watermark_ms": m.watermark_ms,
+                "idle": m.idle,
+                "updated_ms": m.updated_ms,
+            })).collect::<Vec<_>>(),
+            "pending": c.pending.1,
+            "least_pending_ms": c.pending.0,
+        })).collect::<Vec<_>>(),
+        "timers": timers.iter().map(|(o, e, r)| json!({
+            "observer": o, "event_time": e, "oracle_time": r,
+        })).collect::<Vec<_>>(),
         "renotify": renotifies.iter().map(super::renotify::progress_json).collect::<Vec<_>>(),
         "locks": {
             "total": locks.len(),

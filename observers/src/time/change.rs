@@ -114,7 +114,7 @@ fn count_late(column: &Column) {
 }
 
 /// Late changes taken by this process, per column (a run retried after a conflict counts
-/// its change again): what `observers_late_changes_total` exports.
+/// its change again): what `percolator_observer_late_changes_total` exports.
 pub fn late_changes() -> Vec<(Column, u64)> {
     let counts = late_counts().lock().unwrap_or_else(|p| p.into_inner());
     counts.iter().map(|(c, n)| (c.clone(), *n)).collect()

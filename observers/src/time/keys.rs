@@ -39,7 +39,7 @@ fn push_part(out: &mut Vec<u8>, part: &[u8]) -> Result<(), TxnError> {
 }
 
 /// Reads a length-prefixed part at the start of `bytes`: (part, rest).
-fn take_part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn take_part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let len = u16::from_be_bytes(bytes.get(..2)?.try_into().ok()?) as usize;
     let part = bytes.get(2..2 + len)?;
     Some((part, &bytes[2 + len..]))

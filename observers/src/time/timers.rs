@@ -127,6 +127,29 @@ pub async fn pending_timers(txn: &Transaction, observer: &str) -> Result<(u64, u
     Ok((counts[0], counts[1]))
 }
 
+/// Timers set and not fired yet, per observer, in `txn`'s snapshot: (observer, event-time,
+/// oracle-time) counts.
+pub async fn all_pending_timers(txn: &Transaction) -> Result<Vec<(String, u64, u64)>, TxnError> {
+    let end = keys::prefix_end(b"q");
+    let rows = txn
+        .scan(keys::TIMER_TABLE.as_bytes(), b"q", end.as_deref())
+        .await?;
+    let mut counts: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for (cell, _) in rows {
+        let Some((name, rest)) = keys::take_part(&cell.row[1..]) else {
+            continue;
+        };
+        let entry = counts
+            .entry(String::from_utf8_lossy(name).into_owned())
+            .or_default();
+        match rest.first() {
+            Some(&ORACLE_KIND) => entry.1 += 1,
+            _ => entry.0 += 1,
+        }
+    }
+    Ok(counts.into_iter().map(|(n, (e, o))| (n, e, o)).collect())
+}
+
 /// Code run when a timer fires, in the transaction that deletes the timer (committed by the
 /// framework, retried on conflicts).
 #[async_trait]

@@ -162,3 +162,43 @@ pub async fn advance(client: &Client, column: &Column) -> Result<Option<u64>, Tx
         })
         .await
 }
+
+/// One timed column as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnTime {
+    /// The column.
+    pub column: Column,
+    /// Its published low watermark (`u64::MAX`: every source's input ended).
+    pub published_ms: Option<u64>,
+    /// Its sources' stored watermarks.
+    pub sources: Vec<(String, SourceMark)>,
+    /// The least pending event time and the number of cells with a pending change.
+    pub pending: (Option<u64>, u64),
+}
+
+/// Every timed column of the namespace (every column with a source or a published
+/// watermark), read in `txn`'s snapshot.
+pub async fn columns(txn: &Transaction) -> Result<Vec<ColumnTime>, TxnError> {
+    let rows = txn
+        .scan(keys::WATERMARK_TABLE.as_bytes(), b"", None)
+        .await?;
+    let mut found: std::collections::BTreeSet<Column> = Default::default();
+    for (cell, _) in &rows {
+        let id = &cell.row[1.min(cell.row.len())..];
+        if let Some((table, rest)) = keys::take_part(id) {
+            if let Some((column, _)) = keys::take_part(rest) {
+                found.insert(Column::new(table, column));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(found.len());
+    for column in found {
+        out.push(ColumnTime {
+            published_ms: published(txn, &column).await?,
+            sources: sources(txn, &column).await?,
+            pending: pending(txn, &column).await?,
+            column,
+        });
+    }
+    Ok(out)
+}
