@@ -28,6 +28,8 @@ pub struct JoinConfig {
     /// Clicks whose query has not arrived this long after the click's event time are
     /// reported as expired instead of waiting forever.
     pub horizon: Duration,
+    /// The clock the horizon is measured on ([`crate::expiry`]).
+    pub expiry: crate::expiry::Expiry,
     /// Optional application hook.
     pub adapter: Option<Arc<dyn Adapter>>,
 }
@@ -346,7 +348,8 @@ async fn join_click(
             }
         }
         None => {
-            let age = now_ms().saturating_sub(click.event_time);
+            let now = crate::expiry::now(txn, config.expiry).await?;
+            let age = now.saturating_sub(click.event_time);
             if age > config.horizon.as_millis() as u64 {
                 // The IdRegistry entry too: a run joining the click from a newer snapshot
                 // (its query arrived meanwhile) writes it as well, so only one commits.
@@ -560,7 +563,7 @@ async fn check_wakes(txn: &Transaction, cells: &[Cell]) -> Result<(), ObserverEr
 /// whole pending table. Returns clicks notified.
 pub async fn sweep_pending(
     client: &Client,
-    horizon: Duration,
+    horizon: impl Into<crate::expiry::Horizon>,
 ) -> Result<u64, percolator::TxnError> {
     Ok(crate::parked::sweep(client, horizon).await?.notified)
 }
@@ -585,6 +588,7 @@ mod tests {
             pipeline: "A".to_string(),
             worker: "w".to_string(),
             horizon: Duration::from_secs(600),
+            expiry: Default::default(),
             adapter: None,
         }
     }

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod design;
 pub mod drained;
 pub mod event;
+pub mod expiry;
 pub mod gen;
 pub mod join;
 pub mod load;

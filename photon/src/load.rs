@@ -69,6 +69,17 @@ impl LineMapping for PhotonLogs {
         }
     }
 
+    /// The query logs' watermark decides expiry in event time ([`crate::expiry`]); no cell
+    /// is marked pending (the join reads queries as soon as they commit).
+    fn timed_columns(&self) -> Vec<observers::time::Column> {
+        vec![crate::expiry::queries_column()]
+    }
+
+    /// Logs grow and later loads extend them: the end of one load is not the end of time.
+    fn final_at_end(&self) -> bool {
+        false
+    }
+
     fn event_time(&self, record: &Parsed) -> Option<u64> {
         Some(match record {
             Parsed::Query(q) => q.event_time,

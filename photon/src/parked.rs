@@ -23,10 +23,10 @@
 //! pending rows they name), not the history: cells below the cursor are never read again.
 
 use crate::event::Click;
-use crate::schema::{click_cell, now_ms, pending_cell, query_cell, Stored, CONTROL};
+use crate::expiry::Horizon;
+use crate::schema::{click_cell, pending_cell, query_cell, Stored, CONTROL};
 use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 /// The index table: `parked/<bucket:012>/<query_id>/<click_id>` (value empty).
 pub const PARKED: &str = "parked";
@@ -81,7 +81,8 @@ pub struct SweepStats {
 /// One sweep pass: handles every index cell that fell due since the cursor, then moves the
 /// cursor (see the module doc). A store without a cursor (new, or written before the index
 /// existed) first gets one full pass over the pending table that files every waiting click.
-pub async fn sweep(client: &Client, horizon: Duration) -> Result<SweepStats, TxnError> {
+pub async fn sweep(client: &Client, horizon: impl Into<Horizon>) -> Result<SweepStats, TxnError> {
+    let horizon = horizon.into();
     let mut stats = SweepStats::default();
     let snapshot = client.snapshot().await?;
     let ts = snapshot.start_ts();
@@ -136,7 +137,7 @@ pub async fn sweep(client: &Client, horizon: Duration) -> Result<SweepStats, Txn
 async fn handle_row(
     client: &Client,
     snapshot: &Transaction,
-    horizon: Duration,
+    horizon: Horizon,
     cells: &[Cell],
     stats: &mut SweepStats,
 ) -> Result<(), TxnError> {
@@ -195,7 +196,7 @@ async fn sweep_row(
     txn: Transaction,
     query_id: String,
     refile: Option<BTreeSet<String>>,
-    horizon: Duration,
+    horizon: Horizon,
 ) -> Result<(u64, u64), TxnError> {
     let cell = pending_cell(&query_id);
     let waiting = read_list(&txn, &query_id).await?;
@@ -203,6 +204,7 @@ async fn sweep_row(
         return Ok((0, 0));
     }
     let arrived = txn.get(&query_cell(&query_id)).await?.is_some();
+    let now = crate::expiry::now(&txn, horizon.expiry).await?;
     let mut still_waiting = Vec::new();
     let (mut notified, mut refiled) = (0, 0);
     for click_id in waiting {
@@ -212,8 +214,8 @@ async fn sweep_row(
                 .map(|s| s.event.event_time),
             None => None,
         };
-        let due_ms = event_time.map(|t| t.saturating_add(horizon.as_millis() as u64));
-        let expired = due_ms.is_some_and(|due| now_ms() > due);
+        let due_ms = event_time.map(|t| t.saturating_add(horizon.ms()));
+        let expired = due_ms.is_some_and(|due| now > due);
         if arrived || expired {
             txn.notify(click_cell(&click_id));
             notified += 1;
@@ -244,7 +246,7 @@ async fn sweep_row(
 /// that still waits (rows parked before the index existed have no index cells).
 async fn legacy_pass(
     client: &Client,
-    horizon: Duration,
+    horizon: Horizon,
     stats: &mut SweepStats,
 ) -> Result<(), TxnError> {
     let mut rows = Vec::new();

@@ -87,6 +87,7 @@ impl Pipeline {
             pipeline: spec.name.clone(),
             worker: worker.worker_name(),
             horizon: spec.horizon,
+            expiry: Default::default(),
             adapter: None,
         };
         Pipeline::start_instrumented(client, join, worker.config(), families)

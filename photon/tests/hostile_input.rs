@@ -38,6 +38,7 @@ fn pipeline(client: &Client) -> (Worker, Arc<JoinStats>) {
             pipeline: "dc1".to_string(),
             worker: "dc1-w0".to_string(),
             horizon: HORIZON,
+            expiry: Default::default(),
             adapter: None,
         },
         stats.clone(),

@@ -9,6 +9,7 @@ use percolator::codec::Space;
 use percolator::kv::intercept::{Hooks, Intercepted};
 use percolator::kv::{KeyRange, KvPair, MemoryKv, RawKv, ScanOrder};
 use percolator::Client;
+use photon::expiry::{Expiry, Horizon};
 use photon::join::{self, JoinConfig, JoinStats};
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::maintenance::{gc_pass, GcMetrics, GcSpec};
@@ -26,11 +27,13 @@ fn client_on(kv: Arc<dyn RawKv>) -> Client {
     common::client_living(kv, Duration::from_secs(1), Duration::from_secs(3))
 }
 
-fn pipeline(client: &Client, horizon: Duration) -> (Worker, Arc<JoinStats>) {
+fn pipeline(client: &Client, horizon: impl Into<Horizon>) -> (Worker, Arc<JoinStats>) {
+    let horizon = horizon.into();
     let join = JoinConfig {
         pipeline: "dc1".to_string(),
         worker: "dc1-w0".to_string(),
-        horizon,
+        horizon: horizon.length,
+        expiry: horizon.expiry,
         adapter: None,
     };
     let config = common::fast_worker("dc1-0");
@@ -224,7 +227,12 @@ async fn no_parked_click_is_missed_by_racing_and_crashing_sweeps() {
     };
     let kv = percolator::kv::FaultyKv::new(Arc::new(MemoryKv::new()), faults);
     let client = client_on(Arc::new(kv));
-    let horizon = Duration::from_secs(3);
+    // On the wall clock: orphans expire 3 s after their event time whatever the logs loaded
+    // since (in event time the last rounds' orphans would wait for later logs).
+    let horizon = Horizon {
+        length: Duration::from_secs(3),
+        expiry: Expiry::WallClock,
+    };
     let (worker, stats) = pipeline(&client, horizon);
     worker.wait_until_settled().await;
     let steady = {
@@ -348,4 +356,108 @@ async fn a_store_without_the_index_gets_one_full_pass() {
     let index = t.scan(parked::PARKED.as_bytes(), b"", None).await.unwrap();
     assert_eq!(index.len(), 1, "{index:?}");
     assert_eq!(index[0].0.column, b"c1");
+}
+
+/// A backfill of week-old logs, in event time (the default): every click whose query is in
+/// the input within the horizon joins, even one whose query comes after it; an orphan
+/// expires once the loaded logs pass its horizon; an orphan within the last horizon of the
+/// input waits (later logs may still bring its query). On the wall clock every one of these
+/// clicks would be a week past its horizon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_expires_in_event_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let horizon = Duration::from_secs(10);
+    let (worker, stats) = pipeline(&client, horizon);
+    let base = now_ms() - 7 * 86_400_000;
+    let (mut queries, mut clicks) = (Vec::new(), Vec::new());
+    for i in 0..60u64 {
+        queries.push((base + i * 1_000, format!("q{i}")));
+    }
+    let mut joinable = Vec::new();
+    for i in 0..50u64 {
+        clicks.push((base + i * 1_000 + 500, format!("a{i}"), format!("q{i}")));
+        joinable.push(format!("a{i}"));
+    }
+    // Its query comes 5 s after it, within the horizon.
+    queries.push((base + 15_000, "q-after".to_string()));
+    clicks.push((base + 10_000, "b".to_string(), "q-after".to_string()));
+    joinable.push("b".to_string());
+    let mut orphans = Vec::new();
+    for i in 0..20u64 {
+        clicks.push((
+            base + i * 1_000 + 700,
+            format!("o{i}"),
+            format!("never-{i}"),
+        ));
+        orphans.push(format!("o{i}"));
+    }
+    clicks.push((base + 55_000, "waits".to_string(), "never-late".to_string()));
+    queries.sort();
+    clicks.sort();
+    let q: String = queries
+        .iter()
+        .map(|(t, q)| format!("{{\"query_id\":\"{q}\",\"event_time\":{t}}}\n"))
+        .collect();
+    let c: String = clicks
+        .iter()
+        .map(|(t, c, q)| {
+            format!("{{\"click_id\":\"{c}\",\"query_id\":\"{q}\",\"event_time\":{t}}}\n")
+        })
+        .collect();
+    std::fs::write(logs.join("queries-000.jsonl"), q).unwrap();
+    std::fs::write(logs.join("clicks-000.jsonl"), c).unwrap();
+    let opts = LoadOptions {
+        batch: 10,
+        ..options(dir.path())
+    };
+    load_dir(&client, &logs, &opts, &LoadStats::default())
+        .await
+        .unwrap();
+    let watermark = {
+        let t = client.begin().await.unwrap();
+        observers::time::published(&t, &photon::expiry::queries_column())
+            .await
+            .unwrap()
+    };
+    // The latest query loaded (base + 59 s) minus the out-of-orderness (5 s): not the end
+    // of time, later loads extend the logs.
+    assert_eq!(watermark, Some(base + 54_000));
+    let settled = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            worker.wait_until_quiescent().await.unwrap();
+            join::sweep_pending(&client, horizon).await.unwrap();
+            let t = client.begin().await.unwrap();
+            let mut left = 0;
+            for o in &orphans {
+                if t.get(&outcome_cell(o)).await.unwrap().as_deref()
+                    != Some(b"expired:10".as_slice())
+                {
+                    left += 1;
+                }
+            }
+            t.rollback();
+            if left == 0 && stats.joined.load(Ordering::Relaxed) == joinable.len() as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "not settled: {stats:?}");
+    assert_eq!(
+        stats.expired.load(Ordering::Relaxed),
+        orphans.len() as u64,
+        "{stats:?}"
+    );
+    let t = client.begin().await.unwrap();
+    let waiting = t.get(&outcome_cell("waits")).await.unwrap();
+    assert_eq!(
+        waiting.as_deref(),
+        Some(b"waiting".as_slice()),
+        "within the last horizon"
+    );
+    worker.shutdown().await;
 }

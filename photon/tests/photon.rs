@@ -26,6 +26,7 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
         pipeline: name.to_string(),
         worker: format!("{name}-w{n}"),
         horizon: Duration::from_secs(3600),
+        expiry: Default::default(),
         adapter: None,
     };
     let config = common::fast_worker(format!("{name}-{n}"));

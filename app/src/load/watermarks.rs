@@ -71,15 +71,23 @@ struct State {
 pub struct Injector {
     name: String,
     columns: Vec<Column>,
+    /// The end of bounded input is the end of all input (`u64::MAX`), or later loads extend
+    /// it (see [`Injector::new`]).
+    final_at_end: bool,
     state: Mutex<State>,
 }
 
 impl Injector {
     /// The injector `name` (the loader table: one per loader of a namespace) of `columns`.
-    pub fn new(name: &str, columns: Vec<Column>) -> Self {
+    /// `final_at_end`: the end of bounded input is the end of all input, and the watermark
+    /// becomes `u64::MAX` (every event-time timer fires); otherwise later loads extend the
+    /// input (Photon's logs) and the watermark stays at the latest event time loaded minus
+    /// the out-of-orderness.
+    pub fn new(name: &str, columns: Vec<Column>, final_at_end: bool) -> Self {
         Injector {
             name: name.to_string(),
             columns,
+            final_at_end,
             state: Mutex::new(State::default()),
         }
     }
@@ -134,8 +142,14 @@ impl Injector {
         let mut least: Option<u64> = None;
         let mut idle_wm: Option<u64> = None;
         let mut any_idle = false;
-        for mark in state.files.values().filter(|m| !m.done) {
+        let mut ended_wm: Option<u64> = None;
+        for mark in state.files.values() {
             let wm = mark.latest.map_or(0, |l| l.saturating_sub(ooo));
+            if mark.done {
+                // Not final: an ended file's events still bound the watermark from above.
+                ended_wm = Some(ended_wm.map_or(wm, |w| w.max(wm)));
+                continue;
+            }
             let idle = options
                 .idle_timeout
                 .is_some_and(|t| now.duration_since(mark.active) >= t);
@@ -149,8 +163,11 @@ impl Injector {
         match (least, any_idle) {
             (Some(w), _) => (w, false),
             (None, true) => (idle_wm.unwrap_or(0), true),
-            // Every file at its end (or none at all yet after a load found some).
-            (None, false) if !state.files.is_empty() => (u64::MAX, false),
+            // Every file at its end.
+            (None, false) if !state.files.is_empty() => match self.final_at_end {
+                true => (u64::MAX, false),
+                false => (ended_wm.unwrap_or(0), false),
+            },
             (None, false) => (0, false),
         }
     }
@@ -186,6 +203,10 @@ impl Injector {
                 Ok::<_, TxnError>(())
             })
             .await?;
+        // The columns' watermarks follow (a timer driver advances them too).
+        for column in &self.columns {
+            observers::time::advance(client, column).await?;
+        }
         let mut state = self.state();
         state.published = Some((wm, idle));
         state.at = Some(Instant::now());
@@ -207,7 +228,7 @@ mod tests {
 
     #[test]
     fn the_least_file_holds_the_watermark_and_ended_input_releases_it() {
-        let inj = Injector::new("loader", vec![Column::new("t", "c")]);
+        let inj = Injector::new("loader", vec![Column::new("t", "c")], true);
         inj.found(["a".to_string(), "b".to_string()]);
         assert_eq!(
             inj.value(&options()),
@@ -230,11 +251,16 @@ mod tests {
         // A file found again (following) holds it again.
         inj.found(["a".to_string()]);
         assert_eq!(inj.value(&options()), (90, false));
+        // Not final: the end leaves the latest loaded minus the out-of-orderness.
+        let not_final = Injector::new("loader", vec![Column::new("t", "c")], false);
+        not_final.loaded("a", 100);
+        not_final.done("a");
+        assert_eq!(not_final.value(&options()), (90, false));
     }
 
     #[tokio::test(start_paused = true)]
     async fn idle_files_stop_holding_the_watermark() {
-        let inj = Injector::new("loader", vec![Column::new("t", "c")]);
+        let inj = Injector::new("loader", vec![Column::new("t", "c")], true);
         let options = WatermarkOptions {
             idle_timeout: Some(Duration::from_secs(1)),
             ..options()

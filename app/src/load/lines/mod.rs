@@ -92,6 +92,14 @@ pub trait LineMapping: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether the end of a bounded load is the end of all input, so the loader's watermark
+    /// becomes `u64::MAX` (every event-time timer fires). `false` for input that later loads
+    /// extend: the watermark then stays at the latest event time loaded minus the
+    /// out-of-orderness. Default: `true`.
+    fn final_at_end(&self) -> bool {
+        true
+    }
+
     /// Writes a batch's records in `txn`; `batch` is its stable name (`<file key>@<start
     /// offset>`), for a cell written once per batch.
     fn write(
@@ -167,7 +175,11 @@ impl<M> Clone for Lines<M> {
 impl<M: LineMapping> Lines<M> {
     /// A loader of the files `mapping` tags, its offsets in [`LOADER_TABLE`].
     pub fn new(mapping: M) -> Self {
-        let injector = Arc::new(Injector::new(LOADER_TABLE, mapping.timed_columns()));
+        let injector = Arc::new(Injector::new(
+            LOADER_TABLE,
+            mapping.timed_columns(),
+            mapping.final_at_end(),
+        ));
         Lines {
             mapping: Arc::new(mapping),
             table: LOADER_TABLE.to_string(),
@@ -179,7 +191,11 @@ impl<M: LineMapping> Lines<M> {
     /// the same files into different tables need different loader tables).
     pub fn with_table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
-        self.injector = Arc::new(Injector::new(&self.table, self.mapping.timed_columns()));
+        self.injector = Arc::new(Injector::new(
+            &self.table,
+            self.mapping.timed_columns(),
+            self.mapping.final_at_end(),
+        ));
         self
     }
 
@@ -286,6 +302,12 @@ impl<M: LineMapping> Lines<M> {
         let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
         self.injector
             .found(files.iter().map(|f| f.path.display().to_string()));
+        // Registered before any batch commits: the files found hold the watermark from
+        // the start (a record observed before the first publish sees no stale value).
+        retry_transient("watermark", || {
+            self.injector.publish(client, &options.watermarks, true)
+        })
+        .await?;
         let backlog =
             (options.max_backlog > 0).then(|| Backlog::new(client.clone(), options.max_backlog));
         let sink = MappingSink(&*self.mapping);
