@@ -64,9 +64,12 @@
 //!   stale, a refile files one more cell, which is stale once the click is woken). Concurrent
 //!   passes (one sweeper per `photon work` process) each move the cursor only over what they
 //!   handled, and the cursor never moves back.
-//! - *The horizon.* Expiry is decided by the sweeper's `--horizon-secs` when a cell falls due;
-//!   a click not yet expired is refiled at its horizon, so a horizon longer than the parker's
-//!   only delays the look.
+//! - *The horizon.* Expiry is decided by the sweeper's `--horizon-secs` when a cell falls due,
+//!   in event time (the query logs' published watermark, `crate::expiry`); a click not yet
+//!   expired is refiled at its horizon (in a backfill, where the horizon is long past on the
+//!   wall clock, at its next commit deadline: it is looked at again every transaction
+//!   lifetime until the loaded logs pass it), so a horizon longer than the parker's only
+//!   delays the look.
 //! - A store with no cursor (new, or written before the index) gets one full pass over the
 //!   pending table, filing every waiting click, and then a cursor at 0.
 //! - *Deleting handled cells.* A transactional delete would leave a head per cell, so the GC

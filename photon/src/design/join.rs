@@ -68,7 +68,7 @@
 //!   `notified` the low 32 bits, in hex, of the commit_ts of the click write whose
 //!   notification the run is for, empty for a wake-up's or a sweep's) and the joined event
 //!   together (and delete the outcome `waiting` of a parked click);
-//! - query absent, past the horizon → outcome `expired:<horizon secs>` and an IdRegistry entry
+//! - query absent, past the horizon (in event time: `crate::expiry`) → outcome `expired:<horizon secs>` and an IdRegistry entry
 //!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
 //!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
