@@ -394,7 +394,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let driver = TimerDriver::start(
         client.clone(),
-        TimerSpec::new(OBSERVER, Some(clicks_column()), on_window(windows)),
+        TimerSpec {
+            poll: Duration::from_millis(args.poll_ms),
+            ..TimerSpec::new(OBSERVER, Some(clicks_column()), on_window(windows))
+        },
     );
     let options = LoadOptions {
         rejects: args.out.with_extension("rejects.txt"),

@@ -319,6 +319,14 @@ pub struct LoadArgs {
     /// the rejects file) and skipped without being held in memory.
     #[arg(long, default_value_t = crate::load::DEFAULT_MAX_LINE_BYTES)]
     pub max_line_bytes: usize,
+    /// The loaded logs' event-time watermark (what `--horizon-secs` is measured on) is the
+    /// latest event time loaded minus this, seconds.
+    #[arg(long, default_value_t = 5, value_parser = secs(0))]
+    pub out_of_orderness_secs: u64,
+    /// While following, a log with no new line for this long no longer holds the watermark
+    /// back, seconds (0: never).
+    #[arg(long, default_value_t = 60, value_parser = secs(0))]
+    pub idle_timeout_secs: u64,
 }
 
 impl LoadArgs {
@@ -330,7 +338,11 @@ impl LoadArgs {
             max_backlog: self.max_backlog,
             max_line_bytes: self.max_line_bytes,
             follow: self.follow,
-            watermarks: Default::default(),
+            watermarks: app::load::WatermarkOptions {
+                out_of_orderness: Duration::from_secs(self.out_of_orderness_secs),
+                idle_timeout: (self.idle_timeout_secs > 0)
+                    .then(|| Duration::from_secs(self.idle_timeout_secs)),
+            },
         }
     }
 

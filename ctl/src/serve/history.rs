@@ -25,6 +25,10 @@ pub struct Sample {
     pub backlog: u64,
     /// Per observed column (`table/column`): (waiting, oldest age in milliseconds).
     pub columns: BTreeMap<String, (u64, u64)>,
+    /// Per timed column (`table/column`, `observers::time`): how far its published low
+    /// watermark lags the oracle, in milliseconds (`None`: no watermark yet, or the end of
+    /// input).
+    pub watermark_lag_ms: BTreeMap<String, Option<i64>>,
     /// Live workers.
     pub live_workers: u64,
     /// Dead letters.
@@ -44,6 +48,7 @@ impl Sample {
             "handled_per_s": self.handled_per_s,
             "backlog": self.backlog,
             "columns": columns,
+            "watermark_lag_ms": self.watermark_lag_ms,
             "live_workers": self.live_workers,
             "dead_letters": self.dead_letters,
         })
@@ -121,6 +126,17 @@ impl History {
                 )
             })
             .collect();
+        let watermark_lag_ms = status["event_time"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["column"].as_str().unwrap_or("?").to_string(),
+                    c["lag_ms"].as_i64(),
+                )
+            })
+            .collect();
         let live_workers = status["workers"]
             .as_array()
             .into_iter()
@@ -135,6 +151,7 @@ impl History {
             handled_per_s,
             backlog: status["backlog"]["total"].as_u64().unwrap_or(0),
             columns,
+            watermark_lag_ms,
             live_workers,
             dead_letters: status["dead_letters"].as_u64().unwrap_or(0),
         });
@@ -181,6 +198,20 @@ mod tests {
         // `a` restarted (its count fell): all of its count is new.
         let s = h.record(4_000, &status(&[("a", 4), ("b", 9)], 0)).clone();
         assert_eq!(s.handled_per_s, Some(6.0));
+    }
+
+    #[test]
+    fn watermark_lag_per_timed_column() {
+        let mut h = History::new(10);
+        let mut st = status(&[], 0);
+        st["event_time"] = serde_json::json!([
+            {"column": "clicks/event", "lag_ms": 1200},
+            {"column": "ended/event", "lag_ms": null},
+        ]);
+        let s = h.record(1_000, &st).clone();
+        assert_eq!(s.watermark_lag_ms["clicks/event"], Some(1200));
+        assert_eq!(s.watermark_lag_ms["ended/event"], None);
+        assert_eq!(s.json()["watermark_lag_ms"]["clicks/event"], 1200);
     }
 
     #[test]

@@ -121,6 +121,55 @@ pub fn render(status: &Value) -> String {
         "Age of the oldest notification waiting per observed column (oracle time).",
         oldest,
     );
+    let timed = status["event_time"].as_array().cloned().unwrap_or_default();
+    let lags: Vec<(Labels, f64)> = timed
+        .iter()
+        .filter_map(|c| {
+            let lag = c["lag_ms"].as_i64()?;
+            let column = c["column"].as_str().unwrap_or("?");
+            Some((m.labels(&[("column", column)]), lag as f64 / 1000.0))
+        })
+        .collect();
+    m.gauge(
+        "percolator_watermark_lag_seconds",
+        "How far a timed column's published low watermark lags the oracle (observers::time; absent at the end of input).",
+        lags,
+    );
+    let pending: Vec<(Labels, f64)> = timed
+        .iter()
+        .map(|c| {
+            let column = c["column"].as_str().unwrap_or("?");
+            (m.labels(&[("column", column)]), f(&c["pending"]))
+        })
+        .collect();
+    m.gauge(
+        "percolator_watermark_pending_changes",
+        "Cells of a timed column with a change its observer has not taken yet (they hold its watermark).",
+        pending,
+    );
+    let timers: Vec<(Labels, f64)> = status["timers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| {
+            let observer = t["observer"].as_str().unwrap_or("?");
+            [
+                (
+                    m.labels(&[("observer", observer), ("kind", "event_time")]),
+                    f(&t["event_time"]),
+                ),
+                (
+                    m.labels(&[("observer", observer), ("kind", "oracle_time")]),
+                    f(&t["oracle_time"]),
+                ),
+            ]
+        })
+        .collect();
+    m.gauge(
+        "percolator_timers_pending",
+        "Timers set and not fired yet, per observer and kind (observers::time).",
+        timers,
+    );
     m.single(
         "percolator_dead_letters",
         "Notifications whose observer failed too often, waiting for an operator.",
@@ -189,9 +238,24 @@ mod tests {
             "locks": {"total": 2, "expired": [{}]},
             "gc_safe_point": 0,
             "oracle": {"epoch": 4, "window_ahead_ms": 2000, "leader": {"id": "ab", "addr": "127.0.0.1:7707"}},
+            "event_time": [
+                {"column": "clicks/event", "watermark_ms": 1000, "lag_ms": 2500, "sources": [], "pending": 7},
+                {"column": "done/event", "watermark_ms": u64::MAX, "lag_ms": null, "sources": [], "pending": 0},
+            ],
+            "timers": [{"observer": "windows", "event_time": 3, "oracle_time": 1}],
         });
         let text = render(&status);
+        assert!(
+            !text.contains(
+                "percolator_watermark_lag_seconds{namespace=\"app\",column=\"done/event\"}"
+            ),
+            "{text}"
+        );
         for line in [
+            "percolator_watermark_lag_seconds{namespace=\"app\",column=\"clicks/event\"} 2.5",
+            "percolator_watermark_pending_changes{namespace=\"app\",column=\"clicks/event\"} 7.0",
+            "percolator_timers_pending{namespace=\"app\",observer=\"windows\",kind=\"event_time\"} 3.0",
+            "percolator_timers_pending{namespace=\"app\",observer=\"windows\",kind=\"oracle_time\"} 1.0",
             "percolator_workers{namespace=\"app\",state=\"live\"} 1.0",
             "percolator_worker_heartbeat_age_seconds{namespace=\"app\",worker=\"w\\\"1\"} 0.25",
             "percolator_worker_handled_total{namespace=\"app\",worker=\"w\\\"1\"} 42",

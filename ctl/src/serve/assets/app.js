@@ -106,6 +106,21 @@ function columnSeries(samples, field) {
   }));
 }
 
+// One series per timed column: its watermark's lag behind the oracle, seconds (a gap where
+// it has none or its input ended).
+function watermarkSeries(samples) {
+  const names = new Set();
+  for (const s of samples) for (const k of Object.keys(s.watermark_lag_ms || {})) names.add(k);
+  if (names.size === 0) return [{ name: "no timed column", points: samples.map((s) => [s.t_ms, null]) }];
+  return [...names].sort().map((name) => ({
+    name,
+    points: samples.map((s) => {
+      const lag = (s.watermark_lag_ms || {})[name];
+      return [s.t_ms, lag == null ? null : lag / 1000];
+    }),
+  }));
+}
+
 async function getJson(path, options) {
   const response = await fetch(path, Object.assign({ cache: "no-store" }, options));
   const body = await response.json();
@@ -139,6 +154,15 @@ function renderStatus(st) {
     w.share_index == null ? "-" : (w.share_index + 1) + "/" + w.live_workers,
     w.handled == null ? "-" : String(w.handled),
   ], (w) => w.id);
+  const timed = st.event_time || [];
+  $("event-time-total").textContent = timed.length + " timed columns";
+  fillTable("event-time", timed, (c) => [
+    c.column,
+    c.watermark_ms == null ? "-" : c.lag_ms == null ? "end of input" : new Date(c.watermark_ms).toLocaleString(),
+    c.lag_ms == null ? "-" : duration(c.lag_ms),
+    c.sources.length + " (" + c.sources.filter((x) => x.idle).length + " idle)",
+    String(c.pending),
+  ], (c) => c.column);
   $("locks-count").textContent = st.locks.total + " held, " + st.locks.expired.length + " expired";
   fillTable("locks", st.locks.expired, (l) => [cellName(l.cell), String(l.start_ts), l.primary ? cellName(l.primary) : "(primary)"]);
 }
@@ -212,6 +236,7 @@ async function refresh() {
     drawChart($("chart-throughput"), [{ name: "handled/s", points: s.map((x) => [x.t_ms, x.handled_per_s]) }], "");
     drawChart($("chart-backlog"), columnSeries(s, (c) => c.count), "");
     drawChart($("chart-age"), columnSeries(s, (c) => c.oldest_age_ms / 1000), "s");
+    drawChart($("chart-watermark"), watermarkSeries(s), "s");
     showError(history.error ? "store: " + history.error : "");
   } catch (e) {
     showError("dashboard: " + e.message);
