@@ -392,8 +392,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Arc::new(registry(windows)?),
         WorkerConfig::default(),
     );
-    let driver = TimerDriver::start(
-        client.clone(),
+    let driver = TimerDriver::start_on(
+        &worker,
         TimerSpec {
             poll: Duration::from_millis(args.poll_ms),
             ..TimerSpec::new(OBSERVER, Some(clicks_column()), on_window(windows))

@@ -343,3 +343,85 @@ async fn operators_see_columns_sources_pending_changes_and_timers() {
         vec![("obs".to_string(), 1, 1), ("other".to_string(), 1, 0)]
     );
 }
+
+fn worker(c: &Client, id: &str) -> observers::Worker {
+    let config = observers::WorkerConfig {
+        id: id.to_string(),
+        idle_interval: std::time::Duration::from_millis(20),
+        max_idle_interval: std::time::Duration::from_millis(200),
+        heartbeat: std::time::Duration::from_millis(100),
+        ..observers::WorkerConfig::default()
+    };
+    observers::Worker::start(c.clone(), Arc::new(observers::Registry::new()), config)
+}
+
+async fn set_many(c: &Client, rows: std::ops::Range<u32>) {
+    for i in rows {
+        c.run(|txn| async move {
+            set_timer(
+                &txn,
+                "obs",
+                format!("row{i}").as_bytes(),
+                "t",
+                TimerAt::EventTime(10),
+            )
+            .await
+        })
+        .await
+        .unwrap();
+    }
+}
+
+async fn wait_fired(c: &Client) {
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let t = c.begin().await.unwrap();
+            let (events, _) = pending_timers(&t, "obs").await.unwrap();
+            t.rollback();
+            if events == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("every timer fired");
+}
+
+/// Drivers on two workers split the timers by the workers' shares and fire each once; when
+/// one worker leaves, the other fires the timers of its share too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drivers_on_workers_split_the_timers_and_hand_them_over() {
+    let c = client();
+    let (a, b) = (worker(&c, "a"), worker(&c, "b"));
+    a.wait_until_settled().await;
+    b.wait_until_settled().await;
+    source(&c, "src", 100, false).await;
+    let spec = || {
+        let mut spec = observers::time::TimerSpec::new("obs", Some(column()), appending_handler());
+        spec.poll = std::time::Duration::from_millis(20);
+        spec
+    };
+    let (da, db) = (
+        observers::time::TimerDriver::start_on(&a, spec()),
+        observers::time::TimerDriver::start_on(&b, spec()),
+    );
+    set_many(&c, 0..200).await;
+    wait_fired(&c).await;
+    let fired = |d: &observers::time::TimerDriver| {
+        d.stats().fired.load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(fired(&da) + fired(&db), 200, "each timer fired once");
+    for i in 0..200 {
+        assert_eq!(log_of(&c, format!("row{i}").as_bytes()).await, vec!["t@10"]);
+    }
+    db.shutdown().await;
+    b.shutdown().await;
+    set_many(&c, 200..300).await;
+    wait_fired(&c).await;
+    for i in 200..300 {
+        assert_eq!(log_of(&c, format!("row{i}").as_bytes()).await, vec!["t@10"]);
+    }
+    da.shutdown().await;
+    a.shutdown().await;
+}

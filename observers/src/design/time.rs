@@ -94,13 +94,21 @@
 //!   (strictly), oracle-time timers below the oracle's physical time in the pass's
 //!   snapshot.
 //!
+//! ## Who fires
+//!
+//! A driver started on a worker ([`crate::time::TimerDriver::start_on`]) fires only the
+//! timers of rows in the worker's share of the hash split, the split its scanners use for
+//! notify keys: timers are split across the workers of a namespace and handed over with
+//! the shares when a worker leaves or stops heartbeating. The split only saves work: two
+//! drivers that both take a timer (a share changing hands) still commit one firing.
+//!
 //! ## Not done yet
 //!
-//! Timers are fired by whichever process runs a driver (all drivers scan the whole queue;
-//! SI keeps the firing once, but two drivers waste work): they are not yet split by the
-//! workers' hash shares. A column written only by observers (no source) has no watermark;
-//! chains of timed columns (a downstream column's watermark bounded by its upstream's and
-//! its pending timers) are not derived yet. Pending marks are read by a scan of the
-//! column's marks (bounded by the backlog) each advance.
+//! A column written only by observers (no source) has no watermark; chains of timed
+//! columns (a downstream column's watermark bounded by its upstream's and its pending
+//! timers) are not derived yet. Pending marks are read by a scan of the column's marks
+//! (bounded by the backlog) each advance. The loader publishes its watermark in its own
+//! transaction after batches commit, not in each batch's (`app::load`'s watermarks module
+//! says why that is enough).
 //!
 //! [`SourceMark`]: crate::time::SourceMark

@@ -29,8 +29,9 @@ mod watermark;
 pub use change::{late_changes, mark, mark_many, set_timed, take, timed_observer_fn, Change};
 pub use keys::{SourceMark, PENDING_TABLE, TIMER_TABLE, WATERMARK_TABLE};
 pub use timers::{
-    all_pending_timers, delete_timer, fire_due, on_timer_fn, pending_timers, set_timer, timer,
-    FireReport, OnTimer, Timer, TimerAt, TimerDriver, TimerSpec, TimerStats,
+    all_pending_timers, delete_timer, fire_due, fire_due_taking, on_timer_fn, pending_timers,
+    set_timer, timer, FireReport, OnTimer, Takes, Timer, TimerAt, TimerDriver, TimerSpec,
+    TimerStats,
 };
 pub use watermark::{
     advance, columns, compute, pending, publish_source, published, sources, Column, ColumnTime,

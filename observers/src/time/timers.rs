@@ -198,6 +198,9 @@ pub struct FireReport {
     pub more: bool,
 }
 
+/// Which timers a pass fires, by row: `None` fires every one (see [`TimerSpec::takes`]).
+pub type Takes = Option<Arc<dyn Fn(&[u8]) -> bool + Send + Sync>>;
+
 /// One pass of observer `observer`'s timers: advances `watermark_of`'s low watermark
 /// ([`watermark::advance`]), then fires, in time order, up to `limit` event-time timers
 /// below it and up to `limit` oracle-time timers below the oracle's time, each in its own
@@ -211,6 +214,18 @@ pub async fn fire_due(
     handler: &dyn OnTimer,
     limit: usize,
 ) -> Result<FireReport, ObserverError> {
+    fire_due_taking(client, observer, watermark_of, handler, limit, &None).await
+}
+
+/// [`fire_due`], firing only the timers of rows `takes` accepts (a worker's share).
+pub async fn fire_due_taking(
+    client: &Client,
+    observer: &str,
+    watermark_of: Option<&Column>,
+    handler: &dyn OnTimer,
+    limit: usize,
+    takes: &Takes,
+) -> Result<FireReport, ObserverError> {
     let mut report = FireReport::default();
     if let Some(column) = watermark_of {
         report.watermark_ms = watermark::advance(client, column).await?;
@@ -219,6 +234,7 @@ pub async fn fire_due(
     report.oracle_ms = snapshot.start_ts().physical_ms();
     let limit = limit.max(1);
     let mut due = Vec::new();
+    let mut full = false;
     let bounds = [
         (EVENT_KIND, report.watermark_ms),
         (ORACLE_KIND, Some(report.oracle_ms)),
@@ -228,24 +244,40 @@ pub async fn fire_due(
         let prefix = keys::queue_prefix(observer, kind)?;
         let mut end = prefix.clone();
         end.extend_from_slice(&below.to_be_bytes());
-        let page = snapshot
-            .scan_page(
-                keys::TIMER_TABLE.as_bytes(),
-                &prefix,
-                Some(&end),
-                None,
-                limit,
-            )
-            .await?;
-        report.more |= page.len() >= limit;
-        for (cell, _) in page {
-            match keys::parse_queue_row(&prefix, &cell.row) {
-                Some((at, row, tag)) => due.push(Timer {
-                    row,
-                    tag,
-                    at: TimerAt::from_parts(kind, at),
-                }),
-                None => return Err(keys::corrupt(&cell, "a timer queue row").into()),
+        // Pages from the start of the queue until `limit` timers this pass takes are found
+        // (timers of other shares are passed over, not counted).
+        let (mut taken, mut after) = (0, None);
+        loop {
+            let page = snapshot
+                .scan_page(
+                    keys::TIMER_TABLE.as_bytes(),
+                    &prefix,
+                    Some(&end),
+                    after.as_ref(),
+                    limit,
+                )
+                .await?;
+            let exhausted = page.len() < limit;
+            for (cell, _) in page {
+                let Some((at, row, tag)) = keys::parse_queue_row(&prefix, &cell.row) else {
+                    return Err(keys::corrupt(&cell, "a timer queue row").into());
+                };
+                after = Some(cell);
+                if taken < limit && takes.as_ref().is_none_or(|t| t(&row)) {
+                    taken += 1;
+                    due.push(Timer {
+                        row,
+                        tag,
+                        at: TimerAt::from_parts(kind, at),
+                    });
+                }
+            }
+            if taken >= limit {
+                full = true;
+                break;
+            }
+            if exhausted {
+                break;
             }
         }
     }
@@ -261,6 +293,9 @@ pub async fn fire_due(
             }
         }
     }
+    // More may be due only if this pass was cut at its limit and got somewhere (a pass of
+    // failing or waiting timers does not loop at once).
+    report.more = full && report.fired > 0;
     Ok(report)
 }
 
@@ -327,6 +362,12 @@ pub struct TimerSpec {
     pub poll: Duration,
     /// Timers fired per pass and kind at most.
     pub limit: usize,
+    /// Fires only the timers of rows this accepts (`None`: all). [`TimerDriver::start_on`]
+    /// sets a worker's share of the hash split, so the timers of a namespace are split
+    /// across its workers and handed over with their shares when workers come and go
+    /// (which one fires a timer never decides whether it fires once: the firing's
+    /// transaction does).
+    pub takes: Takes,
 }
 
 impl TimerSpec {
@@ -338,6 +379,7 @@ impl TimerSpec {
             handler,
             poll: Duration::from_millis(100),
             limit: 256,
+            takes: None,
         }
     }
 }
@@ -371,6 +413,20 @@ impl TimerDriver {
         TimerDriver { stop, task, stats }
     }
 
+    /// Starts the passes of `spec` on `worker`'s client, firing only the timers of the
+    /// rows in `worker`'s share of the hash split (and of shares whose owner is stalled),
+    /// as its scanners take notifications.
+    pub fn start_on(worker: &crate::Worker, spec: TimerSpec) -> Self {
+        let takes = worker.share_of_rows();
+        Self::start(
+            worker.client().clone(),
+            TimerSpec {
+                takes: Some(takes),
+                ..spec
+            },
+        )
+    }
+
     /// Its counters.
     pub fn stats(&self) -> &Arc<TimerStats> {
         &self.stats
@@ -391,12 +447,13 @@ async fn drive(
 ) {
     let mut backoff = spec.poll;
     loop {
-        let pass = fire_due(
+        let pass = fire_due_taking(
             &client,
             &spec.observer,
             spec.watermark_of.as_ref(),
             spec.handler.as_ref(),
             spec.limit,
+            &spec.takes,
         )
         .await;
         let pause = match pass {

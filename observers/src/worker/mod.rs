@@ -192,6 +192,23 @@ impl Worker {
         self.inner.metrics.clone()
     }
 
+    /// The client the worker runs on.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// A test of whether a row is in this worker's share of the hash split (once settled,
+    /// never while fenced; a worker that leaves or stops heartbeating hands its share over
+    /// as its notifications are). What `observers::time::TimerDriver::start_on` fires
+    /// timers by (rows hashed as cells of the timer table).
+    pub fn share_of_rows(&self) -> Arc<dyn Fn(&[u8]) -> bool + Send + Sync> {
+        let inner = self.inner.clone();
+        Arc::new(move |row: &[u8]| {
+            let cell = percolator::Cell::new(crate::time::TIMER_TABLE, row, "");
+            inner.membership.owns(&cell)
+        })
+    }
+
     /// The worker's id in the registry.
     pub fn id(&self) -> &str {
         &self.inner.config.id
