@@ -10,7 +10,7 @@
 //! them: after a crash it finds the lines FILE already holds and skips them, so FILE gets
 //! each window once, with its count, however often the process is killed.
 //!
-//! A click whose window already fired (its event time below the watermark by more than the
+//! A click whose window may have fired (the watermark past its window's end plus the
 //! lateness) is late: dropped and counted.
 //!
 //! Run: `cargo run --release -p percolator-app --example window_count -- --input DIR --out

@@ -408,10 +408,8 @@ async fn drivers_on_workers_split_the_timers_and_hand_them_over() {
     );
     set_many(&c, 0..200).await;
     wait_fired(&c).await;
-    let fired = |d: &observers::time::TimerDriver| {
-        d.stats().fired.load(std::sync::atomic::Ordering::Relaxed)
-    };
-    assert_eq!(fired(&da) + fired(&db), 200, "each timer fired once");
+    // The per-row logs prove each timer fired once (the drivers' counters are added at the
+    // end of a pass, after its last commit).
     for i in 0..200 {
         assert_eq!(log_of(&c, format!("row{i}").as_bytes()).await, vec!["t@10"]);
     }

@@ -80,6 +80,12 @@ impl LineMapping for PhotonLogs {
         false
     }
 
+    /// The query logs alone: their watermark is what a click waits on (click logs running
+    /// ahead of the query logs must not expire clicks whose queries are still to come).
+    fn drives_watermark(&self, tag: &str) -> bool {
+        Kind::of_tag(tag) == Some(Kind::Query)
+    }
+
     fn event_time(&self, record: &Parsed) -> Option<u64> {
         Some(match record {
             Parsed::Query(q) => q.event_time,

@@ -471,7 +471,9 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
     loop {
         if let Opened::Unreadable(e) = source.open().await? {
             ctx.rejects.unreadable(ctx.stats, &name, &e)?;
-            ended(ctx, &name);
+            if let Some(injector) = ctx.watermarks {
+                injector.faulted(&name);
+            }
             return Ok(loaded);
         }
         // Where we are, as committed (another loader of the same input may have moved it).
@@ -485,16 +487,23 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         // for another log; a read error) quarantines it: reported, counted, and the other
         // sources load on (a restart reports it again rather than failing).
         let batch = match source.next_batch(&found, ctx.options.batch.max(1)).await {
-            Ok(Some(batch)) => batch,
+            Ok(Some(batch)) => {
+                if let Some(injector) = ctx.watermarks {
+                    injector.reading(&name);
+                }
+                batch
+            }
             Ok(None) => {
-                if !ctx.options.follow {
-                    ended(ctx, &name);
+                if let Some(injector) = ctx.watermarks {
+                    injector.at_end(&name);
                 }
                 return Ok(loaded);
             }
             Err(e) if e.is_input_fault() => {
                 ctx.rejects.quarantined(ctx.stats, &name, &e)?;
-                ended(ctx, &name);
+                if let Some(injector) = ctx.watermarks {
+                    injector.faulted(&name);
+                }
                 return Ok(loaded);
             }
             Err(e) => return Err(e),
@@ -546,19 +555,16 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         loaded += count;
         if let (Some(injector), Some((_, latest))) = (ctx.watermarks, batch.event_times) {
             injector.loaded(&name, latest);
-            retry_transient(&name, || {
-                injector.publish(client, &ctx.options.watermarks, false)
-            })
-            .await
-            .map_err(|e| LoadError::Txn(e).within(&name))?;
+            // The batch is loaded whatever happens to the publication: a failed one is
+            // reported and made again after the next batch.
+            let options = &ctx.options;
+            if let Err(e) = injector
+                .publish(client, &options.watermarks, options.follow, false)
+                .await
+            {
+                tracing::warn!(source = %name, error = %e, "publishing the loader's watermark failed; tried again after the next batch");
+            }
         }
-    }
-}
-
-/// Source `name` loads nothing more in this load: it no longer holds the watermark back.
-fn ended(ctx: &Context<'_>, name: &str) {
-    if let Some(injector) = ctx.watermarks {
-        injector.done(name);
     }
 }
 

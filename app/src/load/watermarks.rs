@@ -47,24 +47,55 @@ impl Default for WatermarkOptions {
 /// The longest a committed batch's progress waits before the loader publishes its watermark.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
+/// Where a file stands in the current load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Found, loading (or about to).
+    Loading,
+    /// Read to its end: in bounded input, done; following, caught up for now.
+    AtEnd,
+    /// Quarantined or unreadable: it does not hold the watermark, and the input cannot be
+    /// said to have ended (the watermark does not become final).
+    Faulted,
+}
+
 #[derive(Debug)]
 struct FileMark {
-    /// Latest event time loaded from it by this process.
+    /// Latest plausible event time loaded from it by this process.
     latest: Option<u64>,
-    /// At the end of bounded input.
-    done: bool,
-    /// When it last loaded a batch (or was found).
+    stage: Stage,
+    /// A batch read and not committed yet (waiting on the frontier or the backlog): the
+    /// file is busy, never idle.
+    in_flight: bool,
+    /// When it last read or committed a batch (or was found).
     active: Instant,
+}
+
+impl FileMark {
+    fn new(now: Instant) -> Self {
+        FileMark {
+            latest: None,
+            stage: Stage::Loading,
+            in_flight: false,
+            active: now,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
+    /// The files that drive the watermark, by name.
     files: HashMap<String, FileMark>,
     /// What was last published: (watermark, idle).
     published: Option<(u64, bool)>,
     /// When it was.
     at: Option<Instant>,
 }
+
+/// How far ahead of the wall clock an event time may be and still move the watermark: a
+/// record stamped further ahead (a clock far off, microseconds written as milliseconds) is
+/// loaded, but does not push the watermark, which never moves back, past every later record.
+pub const MAX_AHEAD: Duration = Duration::from_secs(86_400);
 
 /// One loader's watermark: its files' progress, published for its timed columns.
 #[derive(Debug)]
@@ -75,6 +106,8 @@ pub struct Injector {
     /// it (see [`Injector::new`]).
     final_at_end: bool,
     state: Mutex<State>,
+    /// One publication at a time (the files of a load publish from their own tasks).
+    publishing: tokio::sync::Mutex<()>,
 }
 
 impl Injector {
@@ -82,13 +115,14 @@ impl Injector {
     /// `final_at_end`: the end of bounded input is the end of all input, and the watermark
     /// becomes `u64::MAX` (every event-time timer fires); otherwise later loads extend the
     /// input (Photon's logs) and the watermark stays at the latest event time loaded minus
-    /// the out-of-orderness.
+    /// the out-of-orderness. Following, it never becomes final.
     pub fn new(name: &str, columns: Vec<Column>, final_at_end: bool) -> Self {
         Injector {
             name: name.to_string(),
             columns,
             final_at_end,
             state: Mutex::new(State::default()),
+            publishing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -101,89 +135,155 @@ impl Injector {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Files found by a load: each holds the watermark until it loads or ends.
+    /// The files a load found that drive the watermark (the others are not tracked): each
+    /// holds it until it loads or ends. Files no longer found are forgotten.
     pub fn found(&self, files: impl IntoIterator<Item = String>) {
         let now = Instant::now();
         let mut state = self.state();
+        let files: std::collections::HashSet<String> = files.into_iter().collect();
+        state.files.retain(|f, _| files.contains(f));
         for f in files {
-            let mark = state.files.entry(f).or_insert(FileMark {
-                latest: None,
-                done: false,
-                active: now,
-            });
-            mark.done = false;
+            let mark = state.files.entry(f).or_insert_with(|| FileMark::new(now));
+            mark.stage = Stage::Loading;
         }
     }
 
-    /// File `file` committed a batch whose latest event time is `latest`.
-    pub fn loaded(&self, file: &str, latest: u64) {
-        let mut state = self.state();
-        let mark = state.files.entry(file.to_string()).or_insert(FileMark {
-            latest: None,
-            done: false,
-            active: Instant::now(),
-        });
-        mark.latest = Some(mark.latest.map_or(latest, |l| l.max(latest)));
-        mark.active = Instant::now();
+    /// File `file` read a batch, not committed yet: it is busy (never idle).
+    pub fn reading(&self, file: &str) {
+        if let Some(mark) = self.state().files.get_mut(file) {
+            mark.in_flight = true;
+            mark.active = Instant::now();
+        }
     }
 
-    /// File `file` is at the end of bounded input (or was quarantined or unreadable).
-    pub fn done(&self, file: &str) {
+    /// File `file` committed a batch whose latest event time is `latest` (ignored beyond
+    /// [`MAX_AHEAD`] of the wall clock).
+    pub fn loaded(&self, file: &str, latest: u64) {
+        let ceiling = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(u64::MAX, |d| (d + MAX_AHEAD).as_millis() as u64);
+        let mut state = self.state();
+        let Some(mark) = state.files.get_mut(file) else {
+            return;
+        };
+        if latest <= ceiling {
+            mark.latest = Some(mark.latest.map_or(latest, |l| l.max(latest)));
+        } else {
+            tracing::warn!(file, event_time = latest, "an event time more than a day ahead of the wall clock: loaded, but it does not move the watermark");
+        }
+        mark.in_flight = false;
+        mark.active = Instant::now();
+        mark.stage = Stage::Loading;
+    }
+
+    /// File `file` was read to its end (bounded input: done; following: caught up).
+    pub fn at_end(&self, file: &str) {
         if let Some(mark) = self.state().files.get_mut(file) {
-            mark.done = true;
+            mark.stage = Stage::AtEnd;
+            mark.in_flight = false;
+        }
+    }
+
+    /// File `file` was quarantined or could not be read.
+    pub fn faulted(&self, file: &str) {
+        if let Some(mark) = self.state().files.get_mut(file) {
+            mark.stage = Stage::Faulted;
+            mark.in_flight = false;
         }
     }
 
     /// (watermark, idle) now.
-    fn value(&self, options: &WatermarkOptions) -> (u64, bool) {
+    fn value(&self, options: &WatermarkOptions, follow: bool) -> (u64, bool) {
         let state = self.state();
         let ooo = options.out_of_orderness.as_millis() as u64;
         let now = Instant::now();
-        let mut least: Option<u64> = None;
-        let mut idle_wm: Option<u64> = None;
-        let mut any_idle = false;
-        let mut ended_wm: Option<u64> = None;
+        let (mut least, mut least_idle, mut ended): (Option<u64>, Option<u64>, Option<u64>) =
+            (None, None, None);
+        let mut faulted = false;
+        let min = |a: Option<u64>, b: u64| Some(a.map_or(b, |a| a.min(b)));
         for mark in state.files.values() {
             let wm = mark.latest.map_or(0, |l| l.saturating_sub(ooo));
-            if mark.done {
-                // Not final: an ended file's events still bound the watermark from above.
-                ended_wm = Some(ended_wm.map_or(wm, |w| w.max(wm)));
-                continue;
+            match mark.stage {
+                Stage::Faulted => {
+                    faulted = true;
+                    continue;
+                }
+                Stage::AtEnd if !follow => {
+                    ended = Some(ended.map_or(wm, |e| e.max(wm)));
+                    continue;
+                }
+                // Following and caught up without loading anything here (loaded before a
+                // restart, or a rotated log with nothing left): nothing to hold.
+                Stage::AtEnd if mark.latest.is_none() => continue,
+                _ => {}
             }
-            let idle = options
-                .idle_timeout
-                .is_some_and(|t| now.duration_since(mark.active) >= t);
+            let idle = follow
+                && !mark.in_flight
+                && options
+                    .idle_timeout
+                    .is_some_and(|t| now.duration_since(mark.active) >= t);
             if idle {
-                any_idle = true;
-                idle_wm = Some(idle_wm.map_or(wm, |w| w.max(wm)));
+                least_idle = min(least_idle, wm);
             } else {
-                least = Some(least.map_or(wm, |l| l.min(wm)));
+                least = min(least, wm);
             }
         }
-        match (least, any_idle) {
+        match (least, least_idle) {
             (Some(w), _) => (w, false),
-            (None, true) => (idle_wm.unwrap_or(0), true),
-            // Every file at its end.
-            (None, false) if !state.files.is_empty() => match self.final_at_end {
-                true => (u64::MAX, false),
-                false => (ended_wm.unwrap_or(0), false),
-            },
-            (None, false) => (0, false),
+            // Every file idle: the watermark does not move on (the least of them).
+            (None, Some(w)) => (w, true),
+            (None, None) if !follow && self.final_at_end && !faulted && !state.files.is_empty() => {
+                (u64::MAX, false)
+            }
+            (None, None) => (ended.unwrap_or(0), false),
         }
     }
 
+    /// Stores the loader as a source of its columns (at 0 if it never published), so that
+    /// the columns' watermarks wait for it from its first batch on.
+    pub async fn register(&self, client: &Client) -> Result<(), TxnError> {
+        if self.columns.is_empty() {
+            return Ok(());
+        }
+        let wall = client.wall_ms();
+        client
+            .run(|txn| async move {
+                for column in &self.columns {
+                    let known = observers::time::sources(&txn, column)
+                        .await?
+                        .iter()
+                        .any(|(name, _)| *name == self.name);
+                    if !known {
+                        observers::time::publish_source(&txn, column, &self.name, 0, false, wall)
+                            .await?;
+                    }
+                }
+                Ok::<_, TxnError>(())
+            })
+            .await
+    }
+
     /// Publishes the watermark if it changed, at most every [`PUBLISH_EVERY`] unless
-    /// `force`. Whether it wrote.
+    /// `force`, one publication at a time (one in progress makes another that is not forced
+    /// a no-op). Whether it wrote.
     pub async fn publish(
         &self,
         client: &Client,
         options: &WatermarkOptions,
+        follow: bool,
         force: bool,
     ) -> Result<bool, TxnError> {
         if self.columns.is_empty() {
             return Ok(false);
         }
-        let (wm, idle) = self.value(options);
+        let _one = match force {
+            true => self.publishing.lock().await,
+            false => match self.publishing.try_lock() {
+                Ok(guard) => guard,
+                Err(_) => return Ok(false),
+            },
+        };
+        let (wm, idle) = self.value(options, follow);
         {
             let state = self.state();
             if state.published == Some((wm, idle)) {
@@ -226,56 +326,117 @@ mod tests {
         }
     }
 
+    fn injector(final_at_end: bool) -> Injector {
+        Injector::new("loader", vec![Column::new("t", "c")], final_at_end)
+    }
+
+    fn names(files: &[&str]) -> Vec<String> {
+        files.iter().map(|f| f.to_string()).collect()
+    }
+
     #[test]
     fn the_least_file_holds_the_watermark_and_ended_input_releases_it() {
-        let inj = Injector::new("loader", vec![Column::new("t", "c")], true);
-        inj.found(["a".to_string(), "b".to_string()]);
+        let inj = injector(true);
+        inj.found(names(&["a", "b"]));
         assert_eq!(
-            inj.value(&options()),
+            inj.value(&options(), false),
             (0, false),
             "b has loaded nothing yet"
         );
         inj.loaded("a", 100);
         inj.loaded("b", 50);
-        assert_eq!(inj.value(&options()), (40, false));
+        assert_eq!(inj.value(&options(), false), (40, false));
         inj.loaded("b", 30);
         assert_eq!(
-            inj.value(&options()),
+            inj.value(&options(), false),
             (40, false),
             "a file's latest never moves back"
         );
-        inj.done("b");
-        assert_eq!(inj.value(&options()), (90, false));
-        inj.done("a");
-        assert_eq!(inj.value(&options()), (u64::MAX, false));
-        // A file found again (following) holds it again.
-        inj.found(["a".to_string()]);
-        assert_eq!(inj.value(&options()), (90, false));
-        // Not final: the end leaves the latest loaded minus the out-of-orderness.
-        let not_final = Injector::new("loader", vec![Column::new("t", "c")], false);
-        not_final.loaded("a", 100);
-        not_final.done("a");
-        assert_eq!(not_final.value(&options()), (90, false));
+        inj.at_end("b");
+        assert_eq!(inj.value(&options(), false), (90, false));
+        inj.at_end("a");
+        assert_eq!(inj.value(&options(), false), (u64::MAX, false));
+        // A file found again holds it again; files no longer found are forgotten.
+        inj.found(names(&["a"]));
+        assert_eq!(inj.value(&options(), false), (90, false));
+        inj.loaded("gone", 1_000);
+        assert_eq!(inj.value(&options(), false), (90, false), "not tracked");
+    }
+
+    #[test]
+    fn following_never_ends_and_a_fault_never_ends_the_input() {
+        let inj = injector(true);
+        inj.found(names(&["a", "b"]));
+        inj.loaded("a", 100);
+        inj.at_end("a");
+        inj.faulted("b");
+        assert_eq!(
+            inj.value(&options(), true),
+            (90, false),
+            "following: a caught up holds"
+        );
+        assert_eq!(
+            inj.value(&options(), false),
+            (90, false),
+            "b faulted: not final"
+        );
+        // Caught up without loading anything here (a restart): nothing to hold.
+        let inj = injector(true);
+        inj.found(names(&["old", "new"]));
+        inj.at_end("old");
+        inj.loaded("new", 500);
+        assert_eq!(inj.value(&options(), true), (490, false));
+    }
+
+    #[test]
+    fn not_final_the_end_leaves_the_latest_minus_the_out_of_orderness() {
+        let inj = injector(false);
+        inj.found(names(&["q0", "q1"]));
+        inj.loaded("q0", 100);
+        inj.loaded("q1", 300);
+        inj.at_end("q0");
+        inj.at_end("q1");
+        assert_eq!(inj.value(&options(), false), (290, false));
+    }
+
+    #[test]
+    fn an_event_time_far_ahead_does_not_move_the_watermark() {
+        let inj = injector(true);
+        inj.found(names(&["a"]));
+        inj.loaded("a", 1_000);
+        inj.loaded("a", u64::MAX - 5);
+        assert_eq!(inj.value(&options(), false), (990, false));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn idle_files_stop_holding_the_watermark() {
-        let inj = Injector::new("loader", vec![Column::new("t", "c")], true);
+    async fn idle_files_stop_holding_the_watermark_while_following() {
+        let inj = injector(true);
         let options = WatermarkOptions {
             idle_timeout: Some(Duration::from_secs(1)),
             ..options()
         };
+        inj.found(names(&["a", "b"]));
         inj.loaded("a", 100);
         tokio::time::advance(Duration::from_millis(600)).await;
         inj.loaded("b", 500);
-        assert_eq!(inj.value(&options), (90, false));
+        assert_eq!(inj.value(&options, true), (90, false));
         tokio::time::advance(Duration::from_millis(600)).await;
-        assert_eq!(inj.value(&options), (490, false), "a is idle");
-        tokio::time::advance(Duration::from_millis(600)).await;
+        assert_eq!(inj.value(&options, true), (490, false), "a is idle");
         assert_eq!(
-            inj.value(&options),
-            (490, true),
-            "both idle: the greatest, idle"
+            inj.value(&options, false),
+            (90, false),
+            "idleness is for following only"
+        );
+        // A batch read and waiting (backpressure) is not idle.
+        inj.reading("a");
+        tokio::time::advance(Duration::from_millis(2_000)).await;
+        assert_eq!(inj.value(&options, true), (90, false));
+        inj.loaded("a", 120);
+        tokio::time::advance(Duration::from_millis(1_100)).await;
+        assert_eq!(
+            inj.value(&options, true),
+            (110, true),
+            "both idle: the least, idle"
         );
     }
 }

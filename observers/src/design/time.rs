@@ -27,11 +27,21 @@
 //!
 //! ## The promise
 //!
-//! **A change of `c` with event time `e` is delivered late exactly when `e < W(c)` in the
-//! snapshot of the run that takes it; and `W(c)` never passes a change that was pending in
-//! the snapshot it was computed from.** So a timer at event time `t` fires (when `W(c) > t`)
-//! only after every change of `c` at or below `t` that was pending or committed by then has
-//! been observed, and every change at or below `t` observed afterwards is told it is late.
+//! **`W(c)` never moves back and never passes a change of `c` that was pending in the
+//! snapshot it was computed from; a change taken by a run whose snapshot shows `W(c)` above
+//! its event time is delivered late.** So a timer at event time `t` fires (when `W(c) > t`)
+//! only after every change of `c` at or below `t` that committed before the publishing
+//! advance's snapshot has been taken.
+//!
+//! A change that commits after that snapshot with an event time at or below `t` (a record
+//! its loader let be late, an output an observer wrote below its input's time) may be taken
+//! by a run whose snapshot still shows the older `W(c)`, and so be told it is on time while
+//! the timer fires. State a firing must see is therefore guarded by a write conflict: the
+//! run that adds to a window writes a cell the window's firing deletes (it sets the window's
+//! timer again), so one of the two retries and sees the other: the firing counts the change,
+//! or the run sees `W(c)` past the timer and treats the change as late
+//! (`app/examples/window_count.rs`). State guarded otherwise (another row's timer, a plain
+//! read of `W`) does not get this.
 //!
 //! ### Why
 //!
@@ -58,9 +68,10 @@
 //!
 //! ### Crashes, lost replies, stalled workers, GC
 //!
-//! - A writer that crashes before its commit point leaves a lock on its mark (rolled back
-//!   by the next reader, like any lock) or nothing: an uncommitted mark never holds the
-//!   watermark (reads of the advance resolve it).
+//! - A writer that crashes before its commit point leaves a lock on its mark or nothing. An
+//!   advance that meets the lock waits for it (until its TTL, then rolls it back, like any
+//!   reader): an uncommitted mark never holds the watermark once resolved, and advances stall
+//!   meanwhile.
 //! - A lost reply of a commit is the transaction protocol's (`percolator::design::commit`):
 //!   the mark is committed or not with the change, atomically.
 //! - A stalled or crashed worker leaves the mark in place: the watermark waits for it (as
@@ -85,9 +96,11 @@
 //!   firing, which then counts it, or after it, when it reads the watermark past the timer
 //!   and treats its change as late).
 //! - *Time order per row*: a firing of a row's timer at `t` commits only when its
-//!   snapshot holds no timer of the row's at a time below `t`; that read conflicts with
-//!   nothing, but the earlier timer's own firing deletes its index cell, so the later one
-//!   sees it gone only in a snapshot after that commit.
+//!   snapshot holds no timer of the row's (same kind) at a time below `t`; the earlier
+//!   timer's own firing deletes its index cell, so the later one sees it gone only in a
+//!   snapshot after that commit. So the timers a row holds at once fire in time order; a
+//!   timer set at a time the watermark has already passed fires at the next pass, after any
+//!   of the row's timers that fired before it was set.
 //! - *Survives crashes*: timers are cells; a driver that dies leaves them for the next pass
 //!   of any process.
 //! - *Fires when the watermark passes*: event-time timers below the published watermark

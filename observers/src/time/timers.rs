@@ -17,7 +17,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TimerAt {
     /// Once the low watermark of the driver's column passes this event time (ms): the
-    /// watermark is above it.
+    /// watermark is above it (or is `u64::MAX`: all input ended).
     EventTime(u64),
     /// Once the oracle's physical time passes this (ms since the epoch).
     OracleTime(u64),
@@ -242,8 +242,16 @@ pub async fn fire_due_taking(
     for (kind, below) in bounds {
         let Some(below) = below else { continue };
         let prefix = keys::queue_prefix(observer, kind)?;
-        let mut end = prefix.clone();
-        end.extend_from_slice(&below.to_be_bytes());
+        // Below the watermark; at the end of all input (`u64::MAX`) every timer, those set
+        // at `u64::MAX` too (a window whose end saturated).
+        let end = match below {
+            u64::MAX => keys::prefix_end(&prefix),
+            below => {
+                let mut end = prefix.clone();
+                end.extend_from_slice(&below.to_be_bytes());
+                Some(end)
+            }
+        };
         // Pages from the start of the queue until `limit` timers this pass takes are found
         // (timers of other shares are passed over, not counted).
         let (mut taken, mut after) = (0, None);
@@ -252,7 +260,7 @@ pub async fn fire_due_taking(
                 .scan_page(
                     keys::TIMER_TABLE.as_bytes(),
                     &prefix,
-                    Some(&end),
+                    end.as_deref(),
                     after.as_ref(),
                     limit,
                 )

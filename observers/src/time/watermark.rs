@@ -108,8 +108,8 @@ pub async fn pending(txn: &Transaction, column: &Column) -> Result<(Option<u64>,
 
 /// The low watermark of `column` as of `txn`'s snapshot, from its sources and its pending
 /// changes: the smaller of the sources' watermark (the least of the sources that are not
-/// idle; the greatest when every one is idle) and the least pending event time. `None`
-/// while no source ever published for the column.
+/// idle; when every one is idle, the least of all: the watermark does not move on) and the
+/// least pending event time. `None` while no source ever published for the column.
 pub async fn compute(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
     let sources = sources(txn, column).await?;
     let active = sources
@@ -117,7 +117,7 @@ pub async fn compute(txn: &Transaction, column: &Column) -> Result<Option<u64>, 
         .filter(|(_, m)| !m.idle)
         .map(|(_, m)| m.watermark_ms)
         .min();
-    let Some(from_sources) = active.or_else(|| sources.iter().map(|(_, m)| m.watermark_ms).max())
+    let Some(from_sources) = active.or_else(|| sources.iter().map(|(_, m)| m.watermark_ms).min())
     else {
         return Ok(None);
     };

@@ -197,15 +197,16 @@ impl Worker {
         &self.inner.client
     }
 
-    /// A test of whether a row is in this worker's share of the hash split (once settled,
-    /// never while fenced; a worker that leaves or stops heartbeating hands its share over
-    /// as its notifications are). What `observers::time::TimerDriver::start_on` fires
+    /// A test of whether a row is this worker's to handle, as its scanners take notify
+    /// keys: in its share of the hash split (once settled, never while fenced; a worker
+    /// that leaves or stops heartbeating hands its share over), or in the share of an owner
+    /// that made no progress for `orphan_age` (one alive that does not handle them). What `observers::time::TimerDriver::start_on` fires
     /// timers by (rows hashed as cells of the timer table).
     pub fn share_of_rows(&self) -> Arc<dyn Fn(&[u8]) -> bool + Send + Sync> {
         let inner = self.inner.clone();
         Arc::new(move |row: &[u8]| {
             let cell = percolator::Cell::new(crate::time::TIMER_TABLE, row, "");
-            inner.membership.owns(&cell)
+            inner.membership.owns(&cell) || inner.membership.owner_stalled(&cell)
         })
     }
 

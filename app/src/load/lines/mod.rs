@@ -100,6 +100,14 @@ pub trait LineMapping: Send + Sync + 'static {
         true
     }
 
+    /// Whether files tagged `tag` drive the loader's watermark (default: every file). A
+    /// mapping whose timed column is written by some files only names those (Photon: the
+    /// query logs', whose watermark decides expiry).
+    fn drives_watermark(&self, tag: &str) -> bool {
+        let _ = tag;
+        true
+    }
+
     /// Writes a batch's records in `txn`; `batch` is its stable name (`<file key>@<start
     /// offset>`), for a cell written once per batch.
     fn write(
@@ -250,9 +258,14 @@ impl<M: LineMapping> Lines<M> {
             backlog: None,
             align: None,
             pace: None,
-            // One file alone says nothing of the loader's other files.
+            // One file alone says nothing of the loader's other files: the loader is only
+            // registered as a source (so the columns wait for it).
             watermarks: None,
         };
+        let register = retry_transient("watermark", || self.injector.register(client)).await;
+        if let Err(e) = register {
+            tracing::warn!(error = %e, "registering the loader's watermark failed");
+        }
         let mut source = self.source(path, tag, options);
         load_source(client, &mut source, &MappingSink(&*self.mapping), &ctx).await
     }
@@ -300,14 +313,18 @@ impl<M: LineMapping> Lines<M> {
             rejects.unreadable(stats, &u.path.display().to_string(), &u.error)?;
         }
         let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
-        self.injector
-            .found(files.iter().map(|f| f.path.display().to_string()));
-        // Registered before any batch commits: the files found hold the watermark from
-        // the start (a record observed before the first publish sees no stale value).
-        retry_transient("watermark", || {
-            self.injector.publish(client, &options.watermarks, true)
-        })
-        .await?;
+        self.injector.found(
+            files
+                .iter()
+                .filter(|f| self.mapping.drives_watermark(&f.tag))
+                .map(|f| f.path.display().to_string()),
+        );
+        // Registered before any batch commits: the columns' watermarks wait for this
+        // loader from its first batch (a first load of a namespace publishes 0).
+        let register = retry_transient("watermark", || self.injector.register(client)).await;
+        if let Err(e) = register {
+            tracing::warn!(error = %e, "registering the loader's watermark failed");
+        }
         let backlog =
             (options.max_backlog > 0).then(|| Backlog::new(client.clone(), options.max_backlog));
         let sink = MappingSink(&*self.mapping);
@@ -330,10 +347,14 @@ impl<M: LineMapping> Lines<M> {
         });
         let results = futures::future::join_all(loads).await;
         if results.iter().all(Result::is_ok) {
-            retry_transient("watermark", || {
-                self.injector.publish(client, &options.watermarks, true)
+            let publish = retry_transient("watermark", || {
+                self.injector
+                    .publish(client, &options.watermarks, options.follow, true)
             })
-            .await?;
+            .await;
+            if let Err(e) = publish {
+                tracing::warn!(error = %e, "publishing the loader's watermark failed; tried again after the next batch");
+            }
         }
         if let Some(backlog) = &backlog {
             stats
