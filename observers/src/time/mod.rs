@@ -30,8 +30,8 @@ pub use change::{late_changes, mark, mark_many, set_timed, take, timed_observer_
 pub use keys::{SourceMark, PENDING_TABLE, TIMER_TABLE, WATERMARK_TABLE};
 pub use timers::{
     all_pending_timers, delete_timer, fire_due, fire_due_taking, on_timer_fn, pending_timers,
-    set_timer, timer, FireReport, OnTimer, Takes, Timer, TimerAt, TimerDriver, TimerSpec,
-    TimerStats,
+    set_timer, timer, FireReport, OnTimer, RowFilter, Takes, Timer, TimerAt, TimerDriver,
+    TimerSpec, TimerStats,
 };
 pub use watermark::{
     advance, columns, compute, pending, publish_source, published, sources, Column, ColumnTime,

@@ -198,8 +198,11 @@ pub struct FireReport {
     pub more: bool,
 }
 
+/// A test of rows: whether a driver takes a row's timers.
+pub type RowFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// Which timers a pass fires, by row: `None` fires every one (see [`TimerSpec::takes`]).
-pub type Takes = Option<Arc<dyn Fn(&[u8]) -> bool + Send + Sync>>;
+pub type Takes = Option<RowFilter>;
 
 /// One pass of observer `observer`'s timers: advances `watermark_of`'s low watermark
 /// ([`watermark::advance`]), then fires, in time order, up to `limit` event-time timers

@@ -202,7 +202,7 @@ impl Worker {
     /// that leaves or stops heartbeating hands its share over), or in the share of an owner
     /// that made no progress for `orphan_age` (one alive that does not handle them). What `observers::time::TimerDriver::start_on` fires
     /// timers by (rows hashed as cells of the timer table).
-    pub fn share_of_rows(&self) -> Arc<dyn Fn(&[u8]) -> bool + Send + Sync> {
+    pub fn share_of_rows(&self) -> crate::time::RowFilter {
         let inner = self.inner.clone();
         Arc::new(move |row: &[u8]| {
             let cell = percolator::Cell::new(crate::time::TIMER_TABLE, row, "");
