@@ -70,6 +70,13 @@ impl DeadLetter {
             .store()
             .put(meta_key(client, &letter.notify_key), encode(letter))
             .await?;
+        // A timed change's mark is set aside: its column's watermark does not wait for an
+        // operator (`observers::design::time`).
+        if let Ok(percolator::codec::Key::Notify { cell, .. }) =
+            client.codec().decode(&letter.notify_key)
+        {
+            crate::time::set_aside(client, &cell).await?;
+        }
         client
             .remove_notify_keys(vec![letter.notify_key.clone()])
             .await?;
@@ -109,6 +116,7 @@ impl DeadLetter {
                 reason: "not a notify key of this namespace".to_string(),
             });
         };
+        crate::time::restore(client, &cell).await?;
         client
             .put_notification(&cell, ts, self.notification.clone())
             .await?;

@@ -423,3 +423,67 @@ async fn drivers_on_workers_split_the_timers_and_hand_them_over() {
     da.shutdown().await;
     a.shutdown().await;
 }
+
+/// A timed change whose observer keeps failing is dead-lettered with its mark set aside (the
+/// watermark goes on); replayed, it is marked again and its run told it is late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_change_does_not_hold_the_watermark_and_is_late_when_replayed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let c = client();
+    source(&c, "src", 1_000, false).await;
+    let failing = Arc::new(AtomicBool::new(true));
+    let seen: Arc<std::sync::Mutex<Vec<observers::time::Change>>> = Default::default();
+    let mut registry = observers::Registry::new();
+    {
+        let (failing, seen) = (failing.clone(), seen.clone());
+        registry
+            .strong(
+                "clicks",
+                "event",
+                "obs",
+                observers::time::timed_observer_fn(move |_txn, _cell, change| {
+                    let (failing, seen) = (failing.clone(), seen.clone());
+                    async move {
+                        if failing.load(Ordering::Relaxed) {
+                            return Err(ObserverError::failed("not today"));
+                        }
+                        seen.lock().unwrap().extend(change);
+                        Ok(())
+                    }
+                }),
+            )
+            .unwrap();
+    }
+    let config = observers::WorkerConfig {
+        id: "w".to_string(),
+        max_failures: 2,
+        retry_backoff: std::time::Duration::from_millis(5),
+        idle_interval: std::time::Duration::from_millis(20),
+        ..observers::WorkerConfig::default()
+    };
+    let w = observers::Worker::start(c.clone(), Arc::new(registry), config);
+    write(&c, "r", 5).await;
+    let letters = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let letters = observers::DeadLetter::list(&c).await.unwrap();
+            if !letters.is_empty() {
+                return letters;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("dead-lettered");
+    assert_eq!(
+        advance(&c, &column()).await.unwrap(),
+        Some(1_000),
+        "not held"
+    );
+    failing.store(false, Ordering::Relaxed);
+    letters[0].replay(&c).await.unwrap();
+    w.wait_until_quiescent().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!((seen[0].event_time_ms, seen[0].late), (5, true));
+    w.shutdown().await;
+}

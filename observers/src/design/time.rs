@@ -75,9 +75,12 @@
 //! - A lost reply of a commit is the transaction protocol's (`percolator::design::commit`):
 //!   the mark is committed or not with the change, atomically.
 //! - A stalled or crashed worker leaves the mark in place: the watermark waits for it (as
-//!   MillWheel's does for pending work), which is the point; dead-lettered changes keep
-//!   their mark too (an operator drops or replays the letter; dropping it leaves the mark:
-//!   `percolator-ctl` does not yet remove it — a known gap).
+//!   MillWheel's does for pending work), which is the point. A change whose notification is
+//!   dead-lettered (its observer failed `max_failures` times) has its mark set aside
+//!   (`_pending_dead`) in the same step: the watermark does not wait for an operator. A
+//!   replay marks it again at its event time, so its run is told it is late if the
+//!   watermark passed it meanwhile; a discarded letter leaves the set-aside mark, which
+//!   holds nothing.
 //! - GC: marks and watermark cells are ordinary cells; a read in a snapshot is exact or
 //!   `SnapshotTooOld` (`percolator::design::gc`), and the advance is a short transaction.
 //!

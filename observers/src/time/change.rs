@@ -7,7 +7,7 @@ use super::watermark::{self, Column};
 use crate::error::ObserverError;
 use crate::registry::Observer;
 use async_trait::async_trait;
-use percolator::{Cell, Transaction, TxnError};
+use percolator::{Cell, Client, Transaction, TxnError};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -101,6 +101,46 @@ pub async fn take(txn: &Transaction, cell: &Cell) -> Result<Option<Change>, TxnE
         watermark_ms,
         late,
     }))
+}
+
+/// Sets aside the pending mark of `cell`'s change, whose notification is being
+/// dead-lettered: the column's watermark no longer waits for a change no worker will run
+/// until an operator replays it ([`restore`] then marks it again, and its run is told it is
+/// late if the watermark passed it meanwhile).
+pub(crate) async fn set_aside(client: &Client, cell: &Cell) -> Result<(), TxnError> {
+    let (marker, aside) = (keys::pending_cell(cell)?, keys::set_aside_cell(cell)?);
+    client
+        .run(|txn| {
+            let (marker, aside) = (marker.clone(), aside.clone());
+            async move {
+                if let Some(bytes) = txn.get(&marker).await? {
+                    txn.delete(marker);
+                    txn.set(aside, bytes);
+                }
+                Ok::<_, TxnError>(())
+            }
+        })
+        .await
+}
+
+/// Marks `cell`'s change pending again at the event time [`set_aside`] kept (a dead letter
+/// replayed).
+pub(crate) async fn restore(client: &Client, cell: &Cell) -> Result<(), TxnError> {
+    let aside = keys::set_aside_cell(cell)?;
+    client
+        .run(|txn| {
+            let aside = aside.clone();
+            async move {
+                if let Some(bytes) = txn.get(&aside).await? {
+                    let e = keys::be_u64(&bytes)
+                        .ok_or_else(|| keys::corrupt(&aside, "a set-aside mark"))?;
+                    txn.delete(aside);
+                    mark(&txn, cell, e).await?;
+                }
+                Ok::<_, TxnError>(())
+            }
+        })
+        .await
 }
 
 fn late_counts() -> &'static Mutex<BTreeMap<Column, u64>> {

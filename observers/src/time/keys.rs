@@ -20,6 +20,8 @@ pub const WATERMARK_TABLE: &str = "_watermarks";
 pub const PENDING_TABLE: &str = "_pending";
 /// Table of the timers.
 pub const TIMER_TABLE: &str = "_timers";
+/// Table of the pending marks of dead-lettered changes, set aside until they are replayed.
+pub const SET_ASIDE_TABLE: &str = "_pending_dead";
 
 const WM_COLUMN: &str = "wm";
 const PENDING_COLUMN: &str = "e";
@@ -146,6 +148,13 @@ pub(crate) fn pending_cell(cell: &Cell) -> Result<Cell, TxnError> {
     let mut row = column_id(&cell.table, &cell.column)?;
     row.extend_from_slice(&cell.row);
     Ok(Cell::new(PENDING_TABLE, row, PENDING_COLUMN))
+}
+
+/// Where the mark of a dead-lettered change of `cell` waits for its replay.
+pub(crate) fn set_aside_cell(cell: &Cell) -> Result<Cell, TxnError> {
+    let mut row = column_id(&cell.table, &cell.column)?;
+    row.extend_from_slice(&cell.row);
+    Ok(Cell::new(SET_ASIDE_TABLE, row, PENDING_COLUMN))
 }
 
 // ---- timers ----

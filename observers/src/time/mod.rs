@@ -22,12 +22,13 @@
 //! stalled workers, GC): [`crate::design::time`]. State layout: module `keys`.
 
 mod change;
+pub(crate) use change::{restore, set_aside};
 mod keys;
 mod timers;
 mod watermark;
 
 pub use change::{late_changes, mark, mark_many, set_timed, take, timed_observer_fn, Change};
-pub use keys::{SourceMark, PENDING_TABLE, TIMER_TABLE, WATERMARK_TABLE};
+pub use keys::{SourceMark, PENDING_TABLE, SET_ASIDE_TABLE, TIMER_TABLE, WATERMARK_TABLE};
 pub use timers::{
     all_pending_timers, delete_timer, fire_due, fire_due_taking, on_timer_fn, pending_timers,
     set_timer, timer, FireReport, OnTimer, RowFilter, Takes, Timer, TimerAt, TimerDriver,
