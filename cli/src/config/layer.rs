@@ -38,6 +38,7 @@ pub(super) fn on_off(arg: Arg) -> Arg {
         .require_equals(true)
         .default_missing_value("true")
         .default_value("false")
+        .value_name("true|false")
         .value_parser(clap::builder::BoolishValueParser::new())
 }
 
