@@ -62,6 +62,14 @@ pub enum RunError {
     Metrics(#[from] percolator_metrics::MetricsError),
 }
 
+impl RunError {
+    /// Whether the run failed before it started (nothing was loaded or run): a caller prints
+    /// no summary of it.
+    pub fn before_start(&self) -> bool {
+        matches!(self, RunError::Metrics(_))
+    }
+}
+
 /// A directory loaded with `lines` while `workers` run.
 pub struct Run<'a, M> {
     /// The client the loader writes with (the workers have their own).

@@ -18,6 +18,7 @@ use std::io::IsTerminal;
 
 pub mod config;
 pub mod exit;
+pub mod report;
 pub mod spec;
 pub mod store;
 #[cfg(feature = "testkit")]

@@ -222,3 +222,45 @@ fn print_config_shows_each_value_with_its_source() {
     let layered = parse("cfgc", &["load", "./logs", "--print-config"]).expect("parse");
     assert!(!layered.print_config.unwrap().contains("input"));
 }
+
+/// A bad value in an environment variable read for a flag is reported with the variable's
+/// name, not as if the flag had been given it; a flag given on the command line is not
+/// blamed on the variable.
+#[test]
+fn a_bad_environment_value_names_its_variable() {
+    std::env::set_var("PERCOLATOR_CFGENV_WORK_BATCH_SIZE", "lots");
+    let err = parse("cfgenv", &["work"]).expect_err("a bad variable");
+    let text = err.to_string();
+    assert!(
+        matches!(&err, ConfigError::BadEnv { var, .. } if var == "PERCOLATOR_CFGENV_WORK_BATCH_SIZE"),
+        "{text}"
+    );
+    assert!(text.contains("PERCOLATOR_CFGENV_WORK_BATCH_SIZE"), "{text}");
+    assert!(text.contains("lots"), "{text}");
+    // The flag wins over the variable, so the variable is not read at all.
+    let w = work(parse("cfgenv", &["work", "--batch-size", "5"]).expect("the flag wins"));
+    assert_eq!(w.batch_size, 5);
+    // A bad flag beside it is the flag's error.
+    let err = parse("cfgenv", &["work", "--batch-size=x"]).expect_err("a bad flag");
+    assert!(matches!(err, ConfigError::Cli(_)), "{err}");
+    std::env::remove_var("PERCOLATOR_CFGENV_WORK_BATCH_SIZE");
+}
+
+/// A switch the file (or the environment) turns on can be turned off by a flag:
+/// `--until-drained=false`; alone the switch still means true.
+#[test]
+fn a_switch_on_in_the_file_is_turned_off_by_a_flag() {
+    let f = file(&FILE.replace("BIN", "cfgoff"));
+    let path = f.path().to_str().unwrap();
+    let on = |args: &[&str]| work(parse("cfgoff", args).expect("parse")).until_drained;
+    assert!(on(&["work", "--config", path]), "the file's true");
+    assert!(!on(&["work", "--config", path, "--until-drained=false"]));
+    assert!(on(&["work", "--config", path, "--until-drained=true"]));
+    assert!(!on(&["work"]), "off by default");
+    assert!(on(&["work", "--until-drained"]));
+    std::env::set_var("PERCOLATOR_CFGOFF_WORK_UNTIL_DRAINED", "true");
+    assert!(on(&["work"]), "the environment's true");
+    assert!(!on(&["work", "--until-drained=false"]));
+    std::env::remove_var("PERCOLATOR_CFGOFF_WORK_UNTIL_DRAINED");
+    assert!(parse("cfgoff", &["work", "--until-drained=maybe"]).is_err());
+}

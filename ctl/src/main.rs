@@ -24,7 +24,7 @@ async fn main() {
     let cli: Cli = percolator_cli::config::parse("ctl");
     if let Command::Serve(args) = &cli.command {
         if let Err(e) = serve(&cli, args).await {
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", percolator_cli::report::error_line(e.as_ref()));
             std::process::exit(exit_code(&e));
         }
         return;
@@ -34,9 +34,12 @@ async fn main() {
         Err(e) => {
             // Scripts reading --json get a document on failures too.
             if cli.json {
-                println!("{}", json!({"error": format!("{e:#}")}));
+                println!(
+                    "{}",
+                    json!({"error": percolator_cli::report::error_line(e.as_ref())})
+                );
             }
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", percolator_cli::report::error_line(e.as_ref()));
             std::process::exit(exit_code(&e));
         }
     };

@@ -473,3 +473,39 @@ async fn scan_and_renotify_cover_write_once_cells_and_refuse_unknown_names() {
         assert!(run.json["error"].is_string(), "{args:?}: {}", run.json);
     }
 }
+
+/// A source the loader quarantined (recorded in the store by the loader of another process)
+/// shows in `status`, text and JSON: its path, the cause and since when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_quarantined_input_files() {
+    let env = Env::start("quarantine").await;
+    let status = env.ok(&["status"]).await;
+    assert_eq!(status["quarantined"], serde_json::json!([]), "{status}");
+    let cause = "logs/queries-000.jsonl: the log changed in place";
+    observers::admin::record_quarantine(&env.client, "logs/queries-000.jsonl", cause)
+        .await
+        .expect("record");
+    let status = env.ok(&["status"]).await;
+    let listed = status["quarantined"].as_array().expect("quarantined");
+    assert_eq!(listed.len(), 1, "{status}");
+    assert_eq!(listed[0]["source"], "logs/queries-000.jsonl", "{status}");
+    assert_eq!(listed[0]["cause"], cause, "{status}");
+    assert!(listed[0]["since_ms"].as_u64().unwrap_or(0) > 0, "{status}");
+    assert!(listed[0]["age_ms"].is_u64(), "{status}");
+    let out = env
+        .command()
+        .arg("status")
+        .output()
+        .await
+        .expect("percolator-ctl status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("quarantine 1 input files not loaded"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("logs/queries-000.jsonl") && l.contains("changed in place")),
+        "{text}"
+    );
+}

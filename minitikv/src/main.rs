@@ -9,7 +9,15 @@ use std::io::Write;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() {
+    // Errors are printed once, without a backtrace (`percolator_cli::report`), with exit
+    // status 1 as before.
+    if let Err(e) = run().await {
+        percolator_cli::report::exit_with(e.as_ref(), 1);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     percolator_cli::init_tracing("info");
     // Flags over environment over the configuration file (`--config`, `--print-config`).
     let cli: Cli = percolator_cli::config::parse("minitikv");

@@ -12,20 +12,29 @@ use tokio::net::TcpListener;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> Result<()> {
+fn main() {
     // Flags over environment over the configuration file (`--config`, `--print-config`).
     let cli: Cli = percolator_cli::config::parse("oracle-server");
     percolator_cli::init_tracing("info");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // Errors are printed once, without a backtrace (`percolator_cli::report`), with exit
+    // status 1 as before.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the tokio runtime")?;
-    runtime.block_on(async {
+        .context("starting the tokio runtime")
+    {
+        Ok(runtime) => runtime,
+        Err(e) => percolator_cli::report::exit_with(e.as_ref(), 1),
+    };
+    let outcome = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Get(args) => get(args).await,
         }
-    })
+    });
+    if let Err(e) = outcome {
+        percolator_cli::report::exit_with(e.as_ref(), 1);
+    }
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
@@ -73,9 +82,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// Rounds over every address, each refusing the connection, after which `oracle get` fails.
+const GIVE_UP_REFUSED: u32 = 3;
+
 async fn get(args: GetArgs) -> Result<()> {
     let config = ClientConfig {
         request_timeout: Duration::from_millis(args.timeout_ms),
+        // Nothing listening at any address is an answer: fail after a few rounds over them
+        // (about 100 ms), not at the timeout.
+        give_up_refused: Some(GIVE_UP_REFUSED),
         ..ClientConfig::default()
     };
     let client = OracleClient::new(args.oracle, config)?;

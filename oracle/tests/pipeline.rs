@@ -187,6 +187,7 @@ fn patient() -> ClientConfig {
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(25),
         retry_backoff: Duration::from_millis(10),
+        give_up_refused: None,
     }
 }
 
@@ -329,6 +330,7 @@ async fn rounds_in_flight_time_out_each_on_its_own() {
         connect_timeout: Duration::from_millis(100),
         request_timeout: Duration::from_millis(600),
         retry_backoff: Duration::from_millis(10),
+        give_up_refused: None,
     };
     let client = OracleClient::new(vec![silent.addr.clone()], config.clone()).unwrap();
     let mut calls = Vec::new();

@@ -36,6 +36,7 @@ fn client_config() -> ClientConfig {
         connect_timeout: Duration::from_millis(200),
         request_timeout: Duration::from_secs(20),
         retry_backoff: Duration::from_millis(10),
+        give_up_refused: None,
     }
 }
 

@@ -112,11 +112,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .iter()
         .map(|p| p.stats.joined.load(std::sync::atomic::Ordering::Relaxed))
         .sum();
-    println!(
-        "{}",
-        stats.summary("events", started.elapsed(), &args.load.rejects)
-    );
-    println!("joined {} clicks", photon::human::count(joined));
+    // A run that failed to start (its metrics endpoint) loaded nothing: no summary of it.
+    if !matches!(&outcome, Err(e) if e.before_start()) {
+        println!(
+            "{}",
+            stats.summary("events", started.elapsed(), &args.load.rejects)
+        );
+        println!("joined {} clicks", photon::human::count(joined));
+    }
     match outcome.context("running the pipelines")? {
         Outcome::Drained => eprintln!("photon run: loaded and drained; exiting"),
         Outcome::Stopped => eprintln!("photon run: stopped"),
@@ -133,7 +136,7 @@ async fn main() {
     let code = match command(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", percolator_cli::report::error_line(e.as_ref()));
             exit_code(&e)
         }
     };

@@ -208,3 +208,54 @@ fn durations_out_of_range_are_refused_at_parse_time() {
         "refused before the store was opened"
     );
 }
+
+/// A bad value in an environment variable read for a flag names the variable (exit status
+/// 2), and a switch the configuration file turns on is turned off by `--X=false`.
+#[test]
+fn a_bad_variable_is_named_and_a_switch_of_the_file_is_turned_off_by_a_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = logs(dir.path());
+    let store = format!("embedded:{}", dir.path().join("store").display());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
+        .args(["load", "--store", &store, logs.to_str().unwrap()])
+        .env("PERCOLATOR_PHOTON_LOAD_BATCH", "many")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("photon runs");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(exit::USAGE), "{stderr}");
+    assert!(
+        stderr.contains("environment variable PERCOLATOR_PHOTON_LOAD_BATCH"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("many"), "{stderr}");
+
+    let config = dir.path().join("percolator.toml");
+    std::fs::write(&config, "[photon.load]\nfollow = true\n").unwrap();
+    let config = config.to_str().unwrap();
+    let printed = |more: &[&str]| {
+        let mut args = vec!["--config", config, "load", "--store", &store];
+        args.extend(more);
+        args.extend(["--print-config", logs.to_str().unwrap()]);
+        let out = photon(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        text(&out.stdout)
+    };
+    assert!(printed(&[]).contains("follow = true"), "{}", printed(&[]));
+    let off = printed(&["--follow=false"]);
+    assert!(off.contains("follow = false  # flag"), "{off}");
+    // Turned off, the load ends instead of tailing the files.
+    let out = photon(&[
+        "--config",
+        config,
+        "load",
+        "--store",
+        &store,
+        "--rejects",
+        dir.path().join("rejects.txt").to_str().unwrap(),
+        "--follow=false",
+        logs.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text(&out.stdout).contains("loaded 3 events"), "{out:?}");
+}

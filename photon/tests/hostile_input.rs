@@ -214,6 +214,17 @@ async fn log_rewritten_in_place_after_loading_is_quarantined_and_the_rest_loads(
         let summary = stats.summary("events", Duration::from_secs(1), Path::new("r.txt"));
         assert!(summary.contains("1 file quarantined"), "{summary}");
     }
+    // Recorded in the store for operators (`percolator-ctl status`).
+    let recorded = observers::admin::quarantined(&client).await.unwrap();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(
+        recorded[0].source.ends_with("queries-000.jsonl"),
+        "{recorded:?}"
+    );
+    assert!(
+        recorded[0].cause.contains("changed in place"),
+        "{recorded:?}"
+    );
     let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
     let entry = rejects
         .lines()
@@ -247,6 +258,11 @@ async fn log_rewritten_in_place_after_loading_is_quarantined_and_the_rest_loads(
         summary.queries + summary.clicks + summary.duplicate_lines
     );
     assert_eq!(replaced.quarantined.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        observers::admin::quarantined(&client).await.unwrap(),
+        vec![],
+        "the new log at that path loads: the quarantine is over"
+    );
 }
 
 /// Two different logs that begin with the same bytes (more than the window that identifies

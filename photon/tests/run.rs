@@ -122,3 +122,44 @@ fn run_follow_until_drained_exits_0_once_drained() {
     let verify = photon(&["verify", "--store", &store, logs_arg]);
     assert!(verify.status.success(), "{}", text(&verify.stdout));
 }
+
+/// A run that cannot start (its metrics address is taken) prints its error, each cause
+/// once and without a backtrace even with `RUST_BACKTRACE=1`, and no summary of a load
+/// that never ran ("loaded 0 events").
+#[test]
+fn a_run_that_cannot_start_prints_no_summary_and_no_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = photon(&["gen", "--out", logs.to_str().unwrap(), "--queries", "20"]);
+    assert!(gen.status.success(), "{gen:?}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let store = format!("embedded:{}", dir.path().join("store").display());
+    let rejects = dir.path().join("rejects.txt");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_photon"))
+        .args(["run", "--store", &store, "--input"])
+        .arg(&logs)
+        .arg("--rejects")
+        .arg(&rejects)
+        .args(["--until-drained", "--metrics-addr", &addr])
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("photon runs");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains(&addr), "{stderr}");
+    assert!(!stdout.contains("loaded"), "no summary: {stdout}");
+    assert!(!stdout.contains("joined"), "no summary: {stdout}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    let cause = std::io::Error::from(std::io::ErrorKind::AddrInUse).to_string();
+    let error_line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error: "))
+        .expect("an error line");
+    assert!(
+        error_line.matches("in use").count() == 1,
+        "the cause once ({cause}): {error_line}"
+    );
+    drop(taken);
+}

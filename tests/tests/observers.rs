@@ -663,3 +663,52 @@ async fn idle_scanners_take_turns() {
     );
     worker.shutdown().await;
 }
+
+/// A worker whose client opened the store before the application declared its table ids
+/// (its client keys tables by name) adopts the store's map when it meets keys of ids it does
+/// not know, and runs the observers on them, instead of leaving them unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_adopts_table_ids_declared_after_it_started() {
+    use percolator::codec::TableIds;
+    let kv: Arc<dyn percolator::RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(percolator::ts::LocalClock::new());
+    let early = Client::with_config(kv.clone(), clock.clone(), test_config());
+    let copy = observer_fn(|txn, cell: Cell| async move {
+        let value = txn.get(&cell).await?.unwrap_or_default();
+        txn.set(Cell::new("out", &cell.row, "v"), value);
+        Ok(())
+    });
+    let registry = strong_registry("in", "v", "copy", copy);
+    let worker = Worker::start(early.clone(), registry.clone(), quick());
+    worker.wait_until_settled().await;
+
+    let declared = TableIds::new([("in", 1u16), ("out", 2u16)]).unwrap();
+    let ns = test_config().namespace;
+    let declared = percolator::txn::declare_table_ids(kv.as_ref(), &ns, &declared)
+        .await
+        .unwrap();
+    let app = Client::with_config(
+        kv.clone(),
+        clock,
+        percolator::ClientConfig {
+            table_ids: declared.clone(),
+            ..test_config()
+        },
+    );
+    registry.declare(&app);
+    let t = app.begin().await.unwrap();
+    for i in 0..5 {
+        t.set(Cell::new("in", format!("r{i}"), "v"), format!("value-{i}"));
+    }
+    t.commit().await.unwrap();
+    quiesce([&worker]).await;
+    assert_eq!(
+        early.codec().table_ids(),
+        declared,
+        "the worker's client grew"
+    );
+    let r = app.begin().await.unwrap();
+    let outs = r.scan(b"out", b"", None).await.unwrap();
+    assert_eq!(outs.len(), 5, "every change ran, written by id: {outs:?}");
+    worker.shutdown().await;
+}

@@ -545,11 +545,13 @@ mod on_minitikv {
     scenarios!(s, tokio::test(flavor = "multi_thread", worker_threads = 2));
 }
 
-/// GC refuses `W` keys of a table id its client does not know (the map grew after it
-/// opened the store) instead of skipping them: their records would read as
-/// `CommitUnknown` once their primaries' evidence is trimmed.
+/// GC that meets keys of a table id its client does not know (the map grew after it opened
+/// the store) reads the store's map again and adopts it, then collects; a stored map that is
+/// not a growth of the client's is refused, not adopted (invariant S4), and the pass with it:
+/// records left unresolved would read as `CommitUnknown` once their primaries' evidence is
+/// trimmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gc_refuses_records_of_a_table_id_it_does_not_know() {
+async fn gc_adopts_a_grown_table_id_map_and_refuses_a_different_one() {
     use percolator::codec::{TableIds, TableIdsError};
     let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
     let ns = test_config().namespace;
@@ -566,18 +568,23 @@ async fn gc_refuses_records_of_a_table_id_it_does_not_know() {
         &kv,
         &clock,
         ClientConfig {
-            table_ids: grown,
+            table_ids: grown.clone(),
             ..writer_config()
         },
     );
-    let stale = Scene::client_with(
-        &kv,
-        &clock,
-        ClientConfig {
-            table_ids: old,
-            ..gc_config()
-        },
-    );
+    let client_of = |table_ids: TableIds| {
+        Scene::client_with(
+            &kv,
+            &clock,
+            ClientConfig {
+                table_ids,
+                ..gc_config()
+            },
+        )
+    };
+    let stale = client_of(old);
+    // Another build's map: id 3 for a table the store does not have.
+    let other = client_of(TableIds::new([("loader", 1u16), ("other", 3u16)]).unwrap());
     let txn = writer.begin().await.unwrap();
     txn.set(event(1), "x");
     txn.set(offset(), "1");
@@ -589,8 +596,11 @@ async fn gc_refuses_records_of_a_table_id_it_does_not_know() {
         ts
     };
     tokio::time::sleep(gc_config().gc_lag + Duration::from_millis(20)).await;
-    match stale.gc(sp).await {
-        Err(TxnError::TableIds(TableIdsError::UnknownId { id: 2 })) => {}
-        other => panic!("expected UnknownId, got {other:?}"),
+    match other.gc(sp).await {
+        Err(TxnError::TableIds(TableIdsError::Mismatch { .. })) => {}
+        other => panic!("expected Mismatch, got {other:?}"),
     }
+    assert_ne!(other.codec().table_ids(), grown, "the other map is kept");
+    stale.gc(sp).await.expect("gc with the grown map");
+    assert_eq!(stale.codec().table_ids(), grown, "the stale client grew");
 }

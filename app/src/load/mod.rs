@@ -468,6 +468,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
     sink.declare(client);
     let name = source.name();
     let mut loaded = 0;
+    let mut cleared = false;
     loop {
         if let Opened::Unreadable(e) = source.open().await? {
             ctx.rejects.unreadable(ctx.stats, &name, &e)?;
@@ -504,10 +505,30 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
                 if let Some(injector) = ctx.watermarks {
                     injector.faulted(&name);
                 }
+                // Durably too, for operators in other processes (`percolator-ctl status`).
+                let cause = e.to_string();
+                retry_transient(&name, || async {
+                    observers::admin::record_quarantine(client, &name, &cause)
+                        .await
+                        .map_err(LoadError::Txn)
+                })
+                .await
+                .map_err(|e| e.within(&name))?;
                 return Ok(loaded);
             }
             Err(e) => return Err(e),
         };
+        if !cleared {
+            // The source loads: a quarantine recorded for it before is over.
+            retry_transient(&name, || async {
+                observers::admin::clear_quarantine(client, &name)
+                    .await
+                    .map_err(LoadError::Txn)
+            })
+            .await
+            .map_err(|e| e.within(&name))?;
+            cleared = true;
+        }
         if let (Some((frontier, me)), Some((first, _))) = (ctx.align, batch.event_times) {
             frontier.wait_turn(me, first).await;
         }

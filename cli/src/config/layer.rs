@@ -26,6 +26,22 @@ pub(super) fn skipped(arg: &Arg) -> bool {
         )
 }
 
+/// A switch (`--follow`) also takes `=true` or `=false` (`--follow=false`), so that a flag
+/// can turn off what the file or the environment turned on; alone it still means true.
+/// Other arguments are returned as they are.
+pub(super) fn on_off(arg: Arg) -> Arg {
+    if !matches!(arg.get_action(), ArgAction::SetTrue) {
+        return arg;
+    }
+    arg.action(ArgAction::Set)
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .default_value("false")
+        .value_name("true|false")
+        .value_parser(clap::builder::BoolishValueParser::new())
+}
+
 /// The subcommand names the arguments select, and the `--config` value, from the raw
 /// arguments (before the file can change what they mean).
 pub(super) fn scan_args(cmd: &Command, args: &[OsString]) -> (Vec<String>, Option<PathBuf>) {
@@ -215,7 +231,7 @@ impl Layering<'_> {
                 }
             }
             cmd = cmd.mut_arg(arg.get_id().as_str(), |a| {
-                let a = a.env(env);
+                let a = on_off(a.env(env));
                 match found {
                     // A required flag the file gives is no longer missing without the flag.
                     Some(values) => a.required(false).default_values(values),

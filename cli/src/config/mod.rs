@@ -106,6 +106,14 @@ pub enum ConfigError {
         /// The keys the table takes.
         known: String,
     },
+    /// An environment variable read for a flag holds a value the flag does not accept.
+    #[error("environment variable {var}: {message}")]
+    BadEnv {
+        /// The variable.
+        var: String,
+        /// What is wrong (as for the flag it stands for).
+        message: String,
+    },
     /// The command line itself is wrong (or asks for help): clap's error.
     #[error(transparent)]
     Cli(#[from] clap::Error),
@@ -266,7 +274,11 @@ pub fn try_parse_from<C: CommandFactory + FromArgMatches>(
     if let Some(e) = layering.error.take() {
         return Err(e);
     }
-    let matches = cmd.clone().try_get_matches_from(&args)?;
+    let matches = match cmd.clone().try_get_matches_from(&args) {
+        Ok(matches) => matches,
+        // Clap reports a bad value from the environment as if the flag had it.
+        Err(e) => return Err(bad_env(&cmd, &path, &args, &e).unwrap_or(ConfigError::Cli(e))),
+    };
     let print_config = deepest(&matches)
         .get_flag(PRINT_ID)
         .then(|| print::effective(&cmd, &matches, &layering, file_path.as_deref(), &knobs));
@@ -276,6 +288,66 @@ pub fn try_parse_from<C: CommandFactory + FromArgMatches>(
         print_config,
         knobs,
     })
+}
+
+/// For clap's error `e` about a value: the environment variable, read for a flag of the
+/// commands on `path` that the command line does not give, whose value that flag refuses.
+fn bad_env(
+    cmd: &clap::Command,
+    path: &[String],
+    args: &[OsString],
+    e: &clap::Error,
+) -> Option<ConfigError> {
+    use clap::error::ErrorKind;
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8
+    ) {
+        return None;
+    }
+    let given = |arg: &Arg| {
+        let long = arg.get_long().map(|l| format!("--{l}"));
+        let short = arg.get_short().map(|c| format!("-{c}"));
+        args.iter().skip(1).any(|token| {
+            let token = token.to_string_lossy();
+            long.as_deref().is_some_and(|l| {
+                token == l || token.strip_prefix(l).is_some_and(|r| r.starts_with('='))
+            }) || short.as_deref().is_some_and(|s| token.starts_with(s))
+        })
+    };
+    let mut commands = vec![cmd];
+    let mut current = cmd;
+    for name in path {
+        current = current.find_subcommand(name)?;
+        commands.push(current);
+    }
+    for arg in commands
+        .iter()
+        .flat_map(|c| c.get_arguments())
+        .filter(|a| !layer::skipped(a) && !given(a))
+    {
+        let Some(var) = arg.get_env() else {
+            continue;
+        };
+        let Some(raw) = std::env::var_os(var) else {
+            continue;
+        };
+        let var = var.to_string_lossy().into_owned();
+        let Some(value) = raw.to_str() else {
+            return Some(ConfigError::BadEnv {
+                var,
+                message: "not valid UTF-8".to_string(),
+            });
+        };
+        let values = match arg.get_value_delimiter() {
+            Some(d) => value.split(d).map(str::to_string).collect(),
+            None => vec![value.to_string()],
+        };
+        if let Err(message) = layer::check(arg, &values) {
+            return Some(ConfigError::BadEnv { var, message });
+        }
+    }
+    None
 }
 
 fn deepest(matches: &ArgMatches) -> &ArgMatches {

@@ -1,5 +1,5 @@
 //! `status`: workers, the oracle's leadership record, GC, the backlog per column, dead
-//! letters and locks older than their TTL.
+//! letters, input files the loader quarantined and locks older than their TTL.
 
 use super::ms;
 use crate::cli::StoreArgs;
@@ -17,6 +17,11 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
     let letters = admin::dead_letters(client).await?;
     let locks = admin::locks(client).await?;
     let renotifies = observers::renotify::renotifies_in_progress(client).await?;
+    let quarantined = admin::quarantined(client).await?;
+    let wall_ms = client.wall_ms();
+    let since = |q: &admin::Quarantined| {
+        std::time::Duration::from_millis(wall_ms.saturating_sub(q.since_ms))
+    };
     let safe_point = client.gc_safe_point().await?;
     let oracle_ns = store.oracle_namespace();
     let record = client
@@ -116,6 +121,18 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
         )));
     }
     text.push_str(&format!("dead       {} dead letters\n", letters.len()));
+    text.push_str(&format!(
+        "quarantine {} input files not loaded\n",
+        quarantined.len()
+    ));
+    for q in &quarantined {
+        text.push_str(&format!(
+            "  {}  since {} ago: {}\n",
+            q.source,
+            render::duration(since(q)),
+            q.cause
+        ));
+    }
     text.push_str(&format!("renotify   {} in progress\n", renotifies.len()));
     if !renotifies.is_empty() {
         text.push_str(&indent(&super::renotify::progress_table(&renotifies)));
@@ -210,6 +227,12 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
         })).collect::<Vec<_>>(),
         "timers": timers.iter().map(|(o, e, r)| json!({
             "observer": o, "event_time": e, "oracle_time": r,
+        })).collect::<Vec<_>>(),
+        "quarantined": quarantined.iter().map(|q| json!({
+            "source": q.source,
+            "cause": q.cause,
+            "since_ms": q.since_ms,
+            "age_ms": ms(since(q)),
         })).collect::<Vec<_>>(),
         "renotify": renotifies.iter().map(super::renotify::progress_json).collect::<Vec<_>>(),
         "locks": {

@@ -13,7 +13,7 @@
 //!
 //! One module per concern, everything re-exported here: `workers` (the registry),
 //! `backlog` (the notify space), `letters` (dead letters), `locks` (locks held), `cells`
-//! (cells and their versions) and `drain` (whether the work is drained, and why that holds
+//! (cells and their versions), `quarantine` (input sources a loader quarantined) and `drain` (whether the work is drained, and why that holds
 //! seen from another process: see [`is_drained`]).
 
 mod backlog;
@@ -21,6 +21,7 @@ mod cells;
 mod drain;
 mod letters;
 mod locks;
+mod quarantine;
 mod workers;
 
 pub use backlog::{backlog, notifications, Backlog, ColumnBacklog, PendingNotification};
@@ -28,6 +29,9 @@ pub use cells::{scan, CellVersion, CellView, RowRange, StoredValue};
 pub use drain::{is_drained, wait_until_drained, NotDrained};
 pub use letters::{dead_letter_id, dead_letters, find_dead_letters, DeadLetterInfo};
 pub use locks::{locks, LockInfo};
+pub use quarantine::{
+    clear_quarantine, quarantined, record_quarantine, Quarantined, QUARANTINE_META,
+};
 pub use workers::{workers, WorkerInfo};
 
 use crate::error::WorkerError;

@@ -113,6 +113,9 @@ struct Inner {
     /// Passes of this worker's scanners that found no work beyond the hints' (idle
     /// scanners take turns by it).
     idle_passes: std::sync::atomic::AtomicU64,
+    /// When the store's table ids were last read on meeting a key of an unknown table id
+    /// ([`Inner::decode_notify`]).
+    table_ids_read: Mutex<Option<tokio::time::Instant>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -171,6 +174,7 @@ impl Worker {
             ledger: Ledger::default(),
             hints: HintState::new(),
             idle_passes: std::sync::atomic::AtomicU64::new(0),
+            table_ids_read: Mutex::new(None),
             shutdown,
         });
         let mut tasks = Vec::new();
@@ -293,8 +297,46 @@ impl Worker {
     }
 }
 
+/// How often at most a worker reads the store's table ids on meeting keys of a table id its
+/// client does not know.
+const TABLE_IDS_READ_EVERY: Duration = Duration::from_secs(1);
+
 impl Inner {
     fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// Decodes notify key `key` (`None`: not one this worker can read). A key of a table id
+    /// the client does not know means the namespace's map grew after the client opened the
+    /// store (an application declared its tables after this worker started, or a newer build
+    /// added tables): the client reads the store's map and adopts it if it only grew
+    /// ([`percolator::Client::reload_table_ids`]; once per [`TABLE_IDS_READ_EVERY`] at most),
+    /// then decodes the key again. A map that differs is refused, loudly, and its keys stay
+    /// unread.
+    async fn decode_notify(&self, key: &[u8]) -> Option<percolator::codec::Key> {
+        match self.client.codec().decode(key) {
+            Ok(decoded) => return Some(decoded),
+            Err(percolator::codec::CodecError::UnknownTableId(_)) => {}
+            Err(_) => return None,
+        }
+        let now = tokio::time::Instant::now();
+        {
+            let mut last = lock(&self.table_ids_read);
+            if last.is_some_and(|at| now.duration_since(at) < TABLE_IDS_READ_EVERY) {
+                return None;
+            }
+            *last = Some(now);
+        }
+        match self.client.reload_table_ids().await {
+            Ok(true) => {
+                tracing::info!(id = %self.config.id, "worker keys tables by the store's grown table ids")
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::error!(id = %self.config.id, %error, "the store's table ids are refused; notifications of unknown table ids are left unread");
+                return None;
+            }
+        }
+        self.client.codec().decode(key).ok()
     }
 }

@@ -114,7 +114,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     return Ok(dispatched);
                 }
                 inner.metrics.add_scanned(1);
-                let Ok(Key::Notify { bucket, cell, ts }) = inner.client.codec().decode(&key) else {
+                let Some(Key::Notify { bucket, cell, ts }) = inner.decode_notify(&key).await else {
                     // Not ours to judge (another codec version?): keep the floor below it.
                     oldest_left.get_or_insert(floor);
                     continue;
@@ -231,7 +231,7 @@ impl Inner {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
         while let Some(page) = pager.next_page().await? {
             for (key, _) in page {
-                if let Ok(Key::Notify { cell, .. }) = self.client.codec().decode(&key) {
+                if let Some(Key::Notify { cell, .. }) = self.decode_notify(&key).await {
                     if self.registry.get(&cell).is_some() {
                         return Ok(true);
                     }

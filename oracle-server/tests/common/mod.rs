@@ -18,6 +18,7 @@ pub fn quick_client(
         connect_timeout: Duration::from_millis(300),
         request_timeout: Duration::from_secs(30),
         retry_backoff,
+        give_up_refused: None,
     };
     Arc::new(oracle::OracleClient::new(addrs, config).unwrap())
 }

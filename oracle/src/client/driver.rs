@@ -120,6 +120,9 @@ pub(super) struct Driver {
     pub(super) last: String,
     /// Recent round size, decaying: a lone requester brings it down to 1.
     pub(super) recent: u32,
+    /// Connections refused in a row (any other outcome resets it), for
+    /// [`ClientConfig::give_up_refused`].
+    pub(super) refused_in_row: usize,
 }
 
 impl Drop for Driver {
@@ -142,6 +145,7 @@ impl Driver {
             failures_in_row: 0,
             last: String::from("none"),
             recent: 0,
+            refused_in_row: 0,
         }
     }
 
@@ -176,6 +180,7 @@ impl Driver {
             if self.flights.is_empty() {
                 // A fresh start: earlier failures belong to rounds already finished.
                 self.failures_in_row = 0;
+                self.refused_in_row = 0;
                 self.last = String::from("none");
             }
             // Halves toward the current round size, never below it: after a burst, a lone
@@ -225,9 +230,14 @@ impl Driver {
                     self.failures_in_row = 0;
                     tokio::time::sleep(self.config.retry_backoff).await;
                 }
-                if let Err(e) = self.connect().await {
-                    self.fail(e, None);
-                    continue;
+                match self.connect().await {
+                    Ok(()) => self.refused_in_row = 0,
+                    Err((e, refused)) => {
+                        self.refused_in_row = if refused { self.refused_in_row + 1 } else { 0 };
+                        self.fail(e, None);
+                        self.give_up_if_refused();
+                        continue;
+                    }
                 }
             }
             match self.write_unsent().await {
@@ -235,6 +245,25 @@ impl Driver {
                 Err(e) => self.fail(e, None),
             }
         }
+    }
+
+    /// Fails every round with [`ClientError::Refused`] once every address refused the
+    /// connection [`ClientConfig::give_up_refused`] times in a row.
+    pub(super) fn give_up_if_refused(&mut self) {
+        let Some(rounds) = self.config.give_up_refused else {
+            return;
+        };
+        if self.refused_in_row < self.addrs.len() * rounds.max(1) as usize {
+            return;
+        }
+        for f in self.flights.drain(..) {
+            f.serving.finish(Err(ClientError::Refused {
+                rounds: rounds.max(1),
+                last: self.last.clone(),
+            }));
+        }
+        self.refused_in_row = 0;
+        self.failures_in_row = 0;
     }
 
     /// Fails every round whose request timeout ran out, with the last failure seen.
@@ -258,15 +287,19 @@ impl Driver {
     }
 
     /// Connects to the current address, handshake included.
-    pub(super) async fn connect(&mut self) -> Result<(), String> {
+    /// The error says why, and whether the address refused the connection.
+    pub(super) async fn connect(&mut self) -> Result<(), (String, bool)> {
         let addr = self.addr();
         match tokio::time::timeout(self.config.connect_timeout, Conn::connect(addr)).await {
             Ok(Ok(c)) => {
                 self.conn = Some(c);
                 Ok(())
             }
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(String::from("connect timed out")),
+            Ok(Err(e)) => {
+                let refused = matches!(&e, RpcError::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
+                Err((e.to_string(), refused))
+            }
+            Err(_) => Err((String::from("connect timed out"), false)),
         }
     }
 

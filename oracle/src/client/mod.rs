@@ -47,6 +47,11 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// Pause after every address refused or failed once in a row.
     pub retry_backoff: Duration,
+    /// With `Some(n)`: fail the pending calls with [`ClientError::Refused`] once every
+    /// address refused the connection `n` times in a row (nothing listens there: a short,
+    /// bounded retry for a command-line client such as `oracle get`). `None`, the default,
+    /// retries until `request_timeout`, as a long-lived process rides out an oracle restart.
+    pub give_up_refused: Option<u32>,
 }
 
 impl Default for ClientConfig {
@@ -56,6 +61,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(10),
             retry_backoff: Duration::from_millis(50),
+            give_up_refused: None,
         }
     }
 }
@@ -86,6 +92,15 @@ pub enum ClientError {
         /// The request timeout.
         timeout: Duration,
         /// The last failure seen while retrying.
+        last: String,
+    },
+    /// Every address refused the connection, round after round
+    /// ([`ClientConfig::give_up_refused`]): no oracle listens there.
+    #[error("no oracle is listening: every address refused the connection {rounds} times in a row (last: {last})")]
+    Refused {
+        /// Rounds over every address.
+        rounds: u32,
+        /// The last refusal.
         last: String,
     },
     /// The client was dropped while the request was pending.

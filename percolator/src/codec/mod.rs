@@ -214,12 +214,50 @@ fn take_u64(input: &[u8]) -> Result<(u64, &[u8]), CodecError> {
 }
 
 /// Builds and parses the keys of one namespace.
+///
+/// Its table ids can grow ([`KeyCodec::grow_table_ids`]: a map that keeps every table of the
+/// current one under its id), and a clone shares them: every clone of a client's codec keys
+/// tables by one map.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KeyCodec {
     /// The encoded namespace, a prefix of every key of this codec.
     prefix: Vec<u8>,
     /// Tables keyed by an id instead of their name.
-    tables: TableIds,
+    tables: GrowingIds,
+}
+
+/// The table ids of a codec and its clones; replaced only by a map that extends them.
+#[derive(Clone, Debug, Default)]
+struct GrowingIds(std::sync::Arc<std::sync::RwLock<TableIds>>);
+
+impl GrowingIds {
+    fn new(ids: TableIds) -> GrowingIds {
+        GrowingIds(std::sync::Arc::new(std::sync::RwLock::new(ids)))
+    }
+
+    /// The current map, read in place (for one key).
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, TableIds> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current map (a cheap handle).
+    fn current(&self) -> TableIds {
+        self.read().clone()
+    }
+}
+
+impl PartialEq for GrowingIds {
+    fn eq(&self, other: &GrowingIds) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.current() == other.current()
+    }
+}
+
+impl Eq for GrowingIds {}
+
+impl std::hash::Hash for GrowingIds {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.current().hash(state)
+    }
 }
 
 impl KeyCodec {
@@ -234,12 +272,35 @@ impl KeyCodec {
     pub fn with_table_ids(namespace: impl AsRef<[u8]>, tables: TableIds) -> Self {
         let mut prefix = Vec::new();
         encode_part(&mut prefix, namespace.as_ref());
-        KeyCodec { prefix, tables }
+        KeyCodec {
+            prefix,
+            tables: GrowingIds::new(tables),
+        }
     }
 
-    /// The table ids this codec keys tables by.
-    pub fn table_ids(&self) -> &TableIds {
-        &self.tables
+    /// The table ids this codec keys tables by now.
+    pub fn table_ids(&self) -> TableIds {
+        self.tables.current()
+    }
+
+    /// Keys tables by `grown` from now on, in this codec and its clones, if it extends the
+    /// current map ([`TableIds::extends`]: a namespace's map only grows, an id once given is
+    /// never changed or reused); returns whether the map changed. A map that does not extend
+    /// the current one is refused ([`TableIdsError::Mismatch`]): adopting it would make a
+    /// table's name mean other keys (invariant S4).
+    pub fn grow_table_ids(&self, grown: &TableIds) -> Result<bool, TableIdsError> {
+        let mut current = self.tables.0.write().unwrap_or_else(|p| p.into_inner());
+        if *current == *grown {
+            return Ok(false);
+        }
+        if !grown.extends(&current) {
+            return Err(TableIdsError::Mismatch {
+                stored: grown.describe_ids(),
+                declared: current.describe_ids(),
+            });
+        }
+        *current = grown.clone();
+        Ok(true)
     }
 
     /// The bytes every key of this namespace starts with.
@@ -264,7 +325,7 @@ impl KeyCodec {
 
     fn cell_key(&self, space: Space, cell: &Cell) -> Vec<u8> {
         let mut key = self.start(space);
-        self.tables.encode_table(&mut key, &cell.table);
+        self.tables.read().encode_table(&mut key, &cell.table);
         encode_part(&mut key, &cell.row);
         encode_part(&mut key, &cell.column);
         key
@@ -292,7 +353,7 @@ impl KeyCodec {
             Key::Notify { bucket, cell, ts } => {
                 let mut k = self.start(Space::Notify);
                 k.extend_from_slice(&bucket.to_be_bytes());
-                self.tables.encode_table(&mut k, &cell.table);
+                self.tables.read().encode_table(&mut k, &cell.table);
                 encode_part(&mut k, &cell.row);
                 encode_part(&mut k, &cell.column);
                 k.extend_from_slice(&ts.to_be_bytes());
@@ -402,7 +463,7 @@ impl KeyCodec {
         row_end: Option<&[u8]>,
     ) -> KeyRange {
         let mut table_prefix = self.start(space);
-        self.tables.encode_table(&mut table_prefix, table);
+        self.tables.read().encode_table(&mut table_prefix, table);
         let mut start = table_prefix.clone();
         encode_part(&mut start, row_start);
         let end = match row_end {
@@ -433,7 +494,7 @@ impl KeyCodec {
         } else {
             (None, rest)
         };
-        let (table, rest) = self.tables.decode_table(rest)?;
+        let (table, rest) = self.tables.read().decode_table(rest)?;
         let (row, rest) = decode_part(rest)?;
         let (column, rest) = decode_part(rest)?;
         let cell = Cell { table, row, column };
@@ -604,6 +665,37 @@ mod tests {
             key.extend_from_slice(&garbage);
             let _ = codec.decode(&key);
             let _ = codec.decode(&garbage);
+        }
+    }
+
+    /// A codec's map grows only by a map that keeps each of its ids, for it and its clones;
+    /// any other map is refused and the codec keeps its own.
+    #[test]
+    fn table_ids_grow_in_every_clone_and_other_maps_are_refused() {
+        let small = TableIds::new([("clicks", 1)]).expect("ids");
+        let grown = TableIds::new([("clicks", 1), ("queries", 2)]).expect("ids");
+        let codec = KeyCodec::with_table_ids("ns", small.clone());
+        let clone = codec.clone();
+        let cell = Cell::new("queries", "q1", "event");
+        let by_name = codec.head(&cell);
+        assert_eq!(codec.grow_table_ids(&small), Ok(false), "the same map");
+        assert_eq!(codec.grow_table_ids(&grown), Ok(true));
+        assert_eq!(clone.table_ids(), grown, "a clone shares the map");
+        assert_ne!(clone.head(&cell), by_name, "keyed by its id now");
+        assert_eq!(
+            KeyCodec::with_table_ids("ns", grown.clone()).head(&cell),
+            clone.head(&cell)
+        );
+        for other in [
+            small,
+            TableIds::new([("clicks", 2), ("queries", 1)]).expect("ids"),
+            TableIds::new([("clicks", 1), ("queries", 3)]).expect("ids"),
+        ] {
+            assert!(matches!(
+                codec.grow_table_ids(&other),
+                Err(TableIdsError::Mismatch { .. })
+            ));
+            assert_eq!(codec.table_ids(), grown, "kept");
         }
     }
 

@@ -46,12 +46,13 @@ pub enum TableIdsError {
         /// The declared map, as text.
         declared: String,
     },
-    /// The store holds keys of a table id this client's map does not have: the map grew
-    /// after the client opened the store. A pass that must see every key (GC) refuses to go
-    /// on rather than skip them.
+    /// The store holds keys of a table id that this client's map does not have, even after
+    /// reading the store's map again (a client adopts a map that grew,
+    /// `percolator::Client::reload_table_ids`). A pass that must see every key (GC) refuses
+    /// to go on rather than skip them.
     #[error(
-        "the store holds keys of table id {id}, which this client's table ids do not have (the \
-         namespace's map grew after it opened the store): restart it to read the new map"
+        "the store holds keys of table id {id}, which neither this client's table ids nor the \
+         store's map have"
     )]
     UnknownId {
         /// The table id found in a key.
@@ -125,6 +126,12 @@ impl TableIds {
             .binary_search_by_key(&id, |(i, _)| *i)
             .ok()
             .map(|at| self.tables[at].1.as_slice())
+    }
+
+    /// Whether this map keeps every table of `other` under the same id (it is `other`, or
+    /// `other` grown by tables of their own ids): the only change a namespace's map makes.
+    pub fn extends(&self, other: &TableIds) -> bool {
+        other.iter().all(|(name, id)| self.id(name) == Some(id))
     }
 
     /// The tables, (name, id), ascending by id.

@@ -17,10 +17,12 @@
 //! CAS from the exact head read, each pass deletes only versions invisible at every snapshot
 //! at or above its own safe point, which is at or below the published one, and every removal
 //! decided on a "rolled back" fate is conditional on the bytes it was decided on (below).
-//! A pass refuses a key of a table id its client does not know
-//! ([`crate::codec::TableIdsError::UnknownId`]: the namespace's map grew after the client
-//! opened the store) rather than skip it: a record left unresolved would read as
-//! `CommitUnknown` once its primary's evidence is trimmed.
+//! A pass never skips a key of a table id its client does not know: a record left unresolved
+//! would read as `CommitUnknown` once its primary's evidence is trimmed. Such a key means the
+//! namespace's map grew after the client opened the store, so the client reads the store's
+//! map, adopts it if it only grew (`Client::reload_table_ids`), and runs the pass again; a
+//! stored map that differs otherwise (`TableIdsError::Mismatch`) or lacks the id too
+//! ([`crate::codec::TableIdsError::UnknownId`]) fails the pass.
 //!
 //! ## Decisions on a "rolled back" fate
 //!

@@ -45,7 +45,14 @@
 //! - every other client (tools, workers of other binaries) reads the map before it is built
 //!   (`percolator_cli::store::open_client` does both) and decodes ids back to names, so
 //!   `Cell::table` is always the name; an id the client does not know is
-//!   `CodecError::UnknownTableId`, not a wrong name.
+//!   `CodecError::UnknownTableId`, not a wrong name;
+//! - a long-lived client that meets an id it does not know (the map grew after it opened the
+//!   store: the application declared its tables after a worker, GC or the dashboard started,
+//!   or a newer build added tables) reads the store's map again and keys tables by it from
+//!   then on, in every clone of the client ([`crate::Client::reload_table_ids`]: workers'
+//!   scans, GC passes, the dashboard every sample); only a map that keeps every id of the
+//!   client's is adopted ([`crate::codec::TableIds::extends`]), any other is refused
+//!   (`TableIdsError::Mismatch`) and the client keeps its own (invariant S4).
 //!
 //! A client built by hand ([`crate::ClientConfig::table_ids`]) must take the map from the
 //! store the same way. What it buys (`docs/benchmarks.md`, 2026-11-26, alternated with the

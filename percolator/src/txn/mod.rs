@@ -624,8 +624,44 @@ impl Client {
     /// Garbage-collects below `safe_point` (`percolator::design::gc`):
     /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
     /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.
+    ///
+    /// A key of a table id this client does not know makes it read the store's map again
+    /// ([`Client::reload_table_ids`]) and run the pass again; the pass fails with
+    /// [`crate::codec::TableIdsError::UnknownId`] only if the store's map does not have the
+    /// id either, and with `Mismatch` if the store's map is not a growth of the client's.
     pub async fn gc(&self, safe_point: crate::ts::Timestamp) -> TxnResult<GcStats> {
-        gc::collect(&self.shared, safe_point).await
+        loop {
+            match gc::collect(&self.shared, safe_point).await {
+                Err(TxnError::TableIds(crate::codec::TableIdsError::UnknownId { id })) => {
+                    // Passes are safe to repeat (`percolator::design::gc`).
+                    self.reload_table_ids().await?;
+                    if self.codec().table_ids().name(id).is_none() {
+                        return Err(crate::codec::TableIdsError::UnknownId { id }.into());
+                    }
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// Reads the namespace's table ids from the store and keys tables by them from now on
+    /// (this client and its clones: one codec) if they extend the client's map, for a
+    /// long-lived client that meets a table id it does not know: the namespace's map grew
+    /// after it opened the store (`percolator::design::layout`, "Table ids"). Returns whether
+    /// the map changed. A stored map that is not a growth of the client's (an id given to
+    /// another table, a table dropped) is refused with
+    /// [`crate::codec::TableIdsError::Mismatch`] and the client keeps its map (invariant S4).
+    pub async fn reload_table_ids(&self) -> TxnResult<bool> {
+        let namespace = self.shared.codec.namespace();
+        let stored = layout::stored_table_ids(self.shared.kv.as_ref(), &namespace).await?;
+        let grew = self.shared.codec.grow_table_ids(&stored)?;
+        if grew {
+            tracing::info!(
+                now = %stored.describe_ids(),
+                "the namespace's table ids grew; keying tables by the store's map"
+            );
+        }
+        Ok(grew)
     }
 }
 
