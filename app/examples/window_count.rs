@@ -224,9 +224,9 @@ fn registry(windows: Windows) -> Result<Registry, observers::WorkerError> {
                 .ok_or_else(|| ObserverError::failed(format!("bad click value {text:?}")))?;
             let start = windows.start_of(t);
             let due = windows.due(start);
-            let watermark = match change {
-                Some(c) => c.watermark_ms,
-                None => time::published(&txn, &clicks_column()).await?,
+            let (watermark, held) = match change {
+                Some(c) => (c.watermark_ms, c.held),
+                None => (time::published(&txn, &clicks_column()).await?, false),
             };
             if watermark.is_some_and(|w| w > due) {
                 // The window's timer may have fired: late, dropped and counted.
@@ -238,15 +238,15 @@ fn registry(windows: Windows) -> Result<Registry, observers::WorkerError> {
             let mut member = members_prefix(start, &key);
             member.extend_from_slice(&cell.row);
             txn.set(Cell::new("win", member, "c"), Vec::new());
-            // (Re)set the window's timer: a firing running meanwhile conflicts with this.
-            time::set_timer(
-                &txn,
-                OBSERVER,
-                &window_row(start, &key),
-                TIMER_TAG,
-                TimerAt::EventTime(due),
-            )
-            .await?;
+            // The window's timer. A change that held the watermark needs it set only: its
+            // window cannot fire before this run commits. Any other (re)sets it, so that a
+            // firing running meanwhile conflicts with this run (one of them retries and
+            // sees the other).
+            let row = window_row(start, &key);
+            let set = time::timer(&txn, OBSERVER, &row, TIMER_TAG).await?;
+            if !held || set != Some(TimerAt::EventTime(due)) {
+                time::set_timer(&txn, OBSERVER, &row, TIMER_TAG, TimerAt::EventTime(due)).await?;
+            }
             Ok(())
         }),
     )?;

@@ -114,9 +114,11 @@ async fn a_rolled_back_run_leaves_its_change_pending() {
     assert_eq!(advance(&c, &column()).await.unwrap(), Some(5));
     let (least, count) = pending(&c.begin().await.unwrap(), &column()).await.unwrap();
     assert_eq!((least, count), (Some(5), 1));
-    // A mark written alone (a cell written elsewhere) holds it the same way.
+    // A mark written alone (a cell written elsewhere) at or above the watermark holds it
+    // the same way; one below it is a late change, which holds nothing.
     c.run(|txn| async move {
-        mark(&txn, &Cell::new("clicks", "s", "event"), 3).await?;
+        mark(&txn, &Cell::new("clicks", "s", "event"), 7).await?;
+        mark(&txn, &Cell::new("clicks", "late", "event"), 3).await?;
         Ok::<_, TxnError>(())
     })
     .await
@@ -125,11 +127,16 @@ async fn a_rolled_back_run_leaves_its_change_pending() {
     take_it(&c, "r").await.unwrap();
     assert_eq!(
         advance(&c, &column()).await.unwrap(),
-        Some(5),
-        "s at 3 still pending"
+        Some(7),
+        "s at 7 still pending"
     );
     take_it(&c, "s").await.unwrap();
-    assert_eq!(advance(&c, &column()).await.unwrap(), Some(1_000));
+    assert_eq!(
+        advance(&c, &column()).await.unwrap(),
+        Some(1_000),
+        "the late one holds nothing"
+    );
+    assert!(take_it(&c, "late").await.unwrap().late);
 }
 
 /// The log a handler appends each firing to, per row: `tag@time` lines.
@@ -486,4 +493,18 @@ async fn a_dead_lettered_change_does_not_hold_the_watermark_and_is_late_when_rep
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!((seen[0].event_time_ms, seen[0].late), (5, true));
     w.shutdown().await;
+}
+
+/// `held`: a change at or above every source's watermark held the column's watermark until
+/// its run; one below a source's (the loader let it be late) may not have.
+#[tokio::test]
+async fn a_change_at_or_above_the_sources_held_the_watermark() {
+    let c = client();
+    source(&c, "a", 100, false).await;
+    source(&c, "b", 300, true).await; // idle, but an advance may have used it
+    write(&c, "low", 200).await;
+    write(&c, "high", 300).await;
+    assert!(!take_it(&c, "low").await.unwrap().held);
+    let high = take_it(&c, "high").await.unwrap();
+    assert!(high.held && !high.late, "{high:?}");
 }

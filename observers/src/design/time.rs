@@ -20,8 +20,11 @@
 //!   `u64::MAX` once a bounded input ended). A source's stored watermark never moves back
 //!   ([`crate::time::publish_source`] keeps the larger).
 //! - The **computed** watermark of `c` at snapshot `T`: `min(S, P)`, where `S` is the least
-//!   stored watermark of the sources of `c` that are not idle (the greatest when all are
-//!   idle) and `P` the least event time among the pending marks of `c`, both read at `T`.
+//!   stored watermark of the sources of `c` that are not idle (the least of all when all
+//!   are idle) and `P` the least event time among the pending marks of `c` at or above the
+//!   published watermark (a by-time index makes it one range read), both read at `T`. A
+//!   mark below the published watermark is a late change: it holds nothing, the watermark
+//!   passed it already.
 //! - The **published** watermark `W(c)` is a cell that [`crate::time::advance`] raises to
 //!   the computed value in the same transaction that computed it, and never lowers.
 //!
@@ -42,6 +45,15 @@
 //! or the run sees `W(c)` past the timer and treats the change as late
 //! (`app/examples/window_count.rs`). State guarded otherwise (another row's timer, a plain
 //! read of `W`) does not get this.
+//!
+//! A run may skip that write when its change *held* the watermark ([`Change::held`]): not
+//! late, and at or above every source's stored watermark in the run's snapshot. Then every
+//! advance either saw its mark (committed, not yet taken: `P` is at most its event time)
+//! or ran before the mark committed, when each source's value was no larger than now (a
+//! source's value only grows; idle or not, `S` is one of them), so no published value
+//! passed the event time before the run commits, and no timer at or above it fired.
+//!
+//! [`Change::held`]: crate::time::Change::held
 //!
 //! ### Why
 //!

@@ -17,13 +17,34 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// written twice before its observer ran keeps the earlier event time.
 pub async fn mark(txn: &Transaction, cell: &Cell, event_time_ms: u64) -> Result<(), TxnError> {
     let marker = keys::pending_cell(cell)?;
-    let least = match txn.get(&marker).await? {
-        Some(bytes) => keys::be_u64(&bytes)
-            .ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?
-            .min(event_time_ms),
-        None => event_time_ms,
+    let old = match txn.get(&marker).await? {
+        Some(bytes) => {
+            Some(keys::be_u64(&bytes).ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?)
+        }
+        None => None,
     };
-    txn.set(marker, least.to_be_bytes().to_vec());
+    put_mark(txn, cell, marker, old, event_time_ms)
+}
+
+/// Writes the mark of `cell` (found at `old`) at the least of `old` and `e`, with its
+/// by-time index entry.
+fn put_mark(
+    txn: &Transaction,
+    cell: &Cell,
+    marker: Cell,
+    old: Option<u64>,
+    e: u64,
+) -> Result<(), TxnError> {
+    match old {
+        Some(old) if old <= e => {}
+        _ => {
+            if let Some(old) = old {
+                txn.delete(keys::by_time_cell(cell, old)?);
+            }
+            txn.set(keys::by_time_cell(cell, e)?, Vec::new());
+            txn.set(marker, e.to_be_bytes().to_vec());
+        }
+    }
     Ok(())
 }
 
@@ -32,24 +53,25 @@ pub async fn mark_many(txn: &Transaction, cells: &[(Cell, u64)]) -> Result<(), T
     if cells.is_empty() {
         return Ok(());
     }
-    let markers = cells
-        .iter()
-        .map(|(cell, _)| keys::pending_cell(cell))
+    // The least event time per cell of the batch first (a cell written twice in it).
+    let mut least: std::collections::BTreeMap<&Cell, u64> = std::collections::BTreeMap::new();
+    for (cell, e) in cells {
+        let entry = least.entry(cell).or_insert(*e);
+        *entry = (*entry).min(*e);
+    }
+    let markers = least
+        .keys()
+        .map(|cell| keys::pending_cell(cell))
         .collect::<Result<Vec<_>, _>>()?;
     let found = txn.get_many(&markers).await?;
-    let mut least: std::collections::HashMap<Cell, u64> = std::collections::HashMap::new();
-    for ((marker, old), (_, e)) in markers.into_iter().zip(found).zip(cells) {
+    for ((marker, old), (cell, e)) in markers.into_iter().zip(found).zip(least) {
         let old = match old {
             Some(bytes) => Some(
                 keys::be_u64(&bytes).ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?,
             ),
             None => None,
         };
-        let entry = least.entry(marker).or_insert(old.unwrap_or(*e));
-        *entry = (*entry).min(*e);
-    }
-    for (marker, e) in least {
-        txn.set(marker, e.to_be_bytes().to_vec());
+        put_mark(txn, cell, marker, old, e)?;
     }
     Ok(())
 }
@@ -77,6 +99,14 @@ pub struct Change {
     /// (a timer, a window) may have fired already. The author decides: drop and count, or
     /// update and re-emit.
     pub late: bool,
+    /// The change has held the column's watermark at or below its event time since it
+    /// committed, and does until this run commits: not late, and at or above every source's
+    /// stored watermark in this run's snapshot (so no advance that missed its mark passed
+    /// it either). Nothing that waits for the watermark to pass its event time (a window's
+    /// timer) can fire before this run commits, so the run may rely on a timer already set
+    /// instead of setting it again (the write conflict a firing needs otherwise:
+    /// `crate::design::time`).
+    pub held: bool,
 }
 
 /// Takes the pending mark of `cell`'s change in `txn` (an observer's run): deletes it (the
@@ -89,6 +119,7 @@ pub async fn take(txn: &Transaction, cell: &Cell) -> Result<Option<Change>, TxnE
     };
     let event_time_ms =
         keys::be_u64(&bytes).ok_or_else(|| keys::corrupt(&marker, "a pending marker"))?;
+    txn.delete(keys::by_time_cell(cell, event_time_ms)?);
     txn.delete(marker);
     let column = Column::of(cell);
     let watermark_ms = watermark::published(txn, &column).await?;
@@ -96,10 +127,18 @@ pub async fn take(txn: &Transaction, cell: &Cell) -> Result<Option<Change>, TxnE
     if late {
         count_late(&column);
     }
+    // At or above every source's stored watermark (each only grows, so no advance before
+    // this snapshot used a larger one, idle or not).
+    let held = !late
+        && watermark::sources(txn, &column)
+            .await?
+            .iter()
+            .all(|(_, m)| event_time_ms >= m.watermark_ms);
     Ok(Some(Change {
         event_time_ms,
         watermark_ms,
         late,
+        held,
     }))
 }
 
@@ -114,6 +153,9 @@ pub(crate) async fn set_aside(client: &Client, cell: &Cell) -> Result<(), TxnErr
             let (marker, aside) = (marker.clone(), aside.clone());
             async move {
                 if let Some(bytes) = txn.get(&marker).await? {
+                    if let Some(e) = keys::be_u64(&bytes) {
+                        txn.delete(keys::by_time_cell(cell, e)?);
+                    }
                     txn.delete(marker);
                     txn.set(aside, bytes);
                 }

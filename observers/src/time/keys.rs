@@ -20,6 +20,9 @@ pub const WATERMARK_TABLE: &str = "_watermarks";
 pub const PENDING_TABLE: &str = "_pending";
 /// Table of the timers.
 pub const TIMER_TABLE: &str = "_timers";
+/// Table of the pending marks ordered by event time (column ‖ event time ‖ row), so an
+/// advance reads the least from the published watermark on, not every mark.
+pub const PENDING_BY_TIME_TABLE: &str = "_pending_by_time";
 /// Table of the pending marks of dead-lettered changes, set aside until they are replayed.
 pub const SET_ASIDE_TABLE: &str = "_pending_dead";
 
@@ -148,6 +151,14 @@ pub(crate) fn pending_cell(cell: &Cell) -> Result<Cell, TxnError> {
     let mut row = column_id(&cell.table, &cell.column)?;
     row.extend_from_slice(&cell.row);
     Ok(Cell::new(PENDING_TABLE, row, PENDING_COLUMN))
+}
+
+/// The by-time index cell of a pending change of `cell` at event time `e`.
+pub(crate) fn by_time_cell(cell: &Cell, e: u64) -> Result<Cell, TxnError> {
+    let mut row = column_id(&cell.table, &cell.column)?;
+    row.extend_from_slice(&e.to_be_bytes());
+    row.extend_from_slice(&cell.row);
+    Ok(Cell::new(PENDING_BY_TIME_TABLE, row, PENDING_COLUMN))
 }
 
 /// Where the mark of a dead-lettered change of `cell` waits for its replay.

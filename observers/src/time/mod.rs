@@ -28,12 +28,15 @@ mod timers;
 mod watermark;
 
 pub use change::{late_changes, mark, mark_many, set_timed, take, timed_observer_fn, Change};
-pub use keys::{SourceMark, PENDING_TABLE, SET_ASIDE_TABLE, TIMER_TABLE, WATERMARK_TABLE};
+pub use keys::{
+    SourceMark, PENDING_BY_TIME_TABLE, PENDING_TABLE, SET_ASIDE_TABLE, TIMER_TABLE, WATERMARK_TABLE,
+};
 pub use timers::{
     all_pending_timers, delete_timer, fire_due, fire_due_taking, on_timer_fn, pending_timers,
     set_timer, timer, FireReport, OnTimer, RowFilter, Takes, Timer, TimerAt, TimerDriver,
     TimerSpec, TimerStats,
 };
 pub use watermark::{
-    advance, columns, compute, pending, publish_source, published, sources, Column, ColumnTime,
+    advance, columns, compute, pending, publish_source, published, sources, sources_watermark,
+    Column, ColumnTime,
 };

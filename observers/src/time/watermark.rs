@@ -111,20 +111,64 @@ pub async fn pending(txn: &Transaction, column: &Column) -> Result<(Option<u64>,
 /// idle; when every one is idle, the least of all: the watermark does not move on) and the
 /// least pending event time. `None` while no source ever published for the column.
 pub async fn compute(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
+    let Some(from_sources) = sources_watermark(txn, column).await? else {
+        return Ok(None);
+    };
+    // The least pending event time from the published watermark up to the sources': a
+    // mark below the published watermark is a late change, which holds nothing (the
+    // watermark passed it already), and one at or above the sources' does not lower the
+    // result. The by-time index makes this a read of that range, not of every mark.
+    let from = published(txn, column).await?.unwrap_or(0);
+    let least_pending = if from < from_sources {
+        least_pending_between(txn, column, from, from_sources).await?
+    } else {
+        None
+    };
+    Ok(Some(
+        least_pending.map_or(from_sources, |p| p.min(from_sources)),
+    ))
+}
+
+/// The least event time of a pending change of `column` in `[from, below)`, from the
+/// by-time index.
+async fn least_pending_between(
+    txn: &Transaction,
+    column: &Column,
+    from: u64,
+    below: u64,
+) -> Result<Option<u64>, TxnError> {
+    let id = column.id()?;
+    let (mut start, mut end) = (id.clone(), id.clone());
+    start.extend_from_slice(&from.to_be_bytes());
+    end.extend_from_slice(&below.to_be_bytes());
+    let rows = txn
+        .scan(keys::PENDING_BY_TIME_TABLE.as_bytes(), &start, Some(&end))
+        .await?;
+    match rows.first() {
+        Some((cell, _)) => Ok(Some(
+            cell.row
+                .get(id.len()..)
+                .and_then(keys::be_u64)
+                .ok_or_else(|| keys::corrupt(cell, "a by-time index row"))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The sources' part of `column`'s watermark as of `txn`'s snapshot: the least of the
+/// sources that are not idle (when every one is idle, the least of all). `None` while no
+/// source ever published for the column.
+pub async fn sources_watermark(
+    txn: &Transaction,
+    column: &Column,
+) -> Result<Option<u64>, TxnError> {
     let sources = sources(txn, column).await?;
     let active = sources
         .iter()
         .filter(|(_, m)| !m.idle)
         .map(|(_, m)| m.watermark_ms)
         .min();
-    let Some(from_sources) = active.or_else(|| sources.iter().map(|(_, m)| m.watermark_ms).min())
-    else {
-        return Ok(None);
-    };
-    let (least_pending, _) = pending(txn, column).await?;
-    Ok(Some(
-        least_pending.map_or(from_sources, |p| p.min(from_sources)),
-    ))
+    Ok(active.or_else(|| sources.iter().map(|(_, m)| m.watermark_ms).min()))
 }
 
 /// The published low watermark of `column` as of `txn`'s snapshot (`None`: never
