@@ -426,12 +426,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         // Bounded input: loaded; done once every click is observed, every timer fired and
         // every window written.
+        let faulted = stats.quarantined.load(std::sync::atomic::Ordering::Relaxed)
+            + stats.unreadable.load(std::sync::atomic::Ordering::Relaxed);
+        if faulted > 0 {
+            // The input did not end: the watermark stays below what those files hold.
+            anyhow::bail!(
+                "{faulted} input files could not be loaded to their end (see {}): the windows \
+                 after them are not emitted",
+                options.rejects.display()
+            );
+        }
+        // The watermark at the end of input means no click is pending (none is observed
+        // late either: the worker is quiescent).
         worker.wait_until_quiescent().await?;
         let snapshot = client.snapshot().await?;
-        let (_, pending) = time::pending(&snapshot, &clicks_column()).await?;
+        let ended = time::published(&snapshot, &clicks_column()).await? == Some(u64::MAX);
         let (timers, _) = time::pending_timers(&snapshot, OBSERVER).await?;
         let outbox = count_rows(&client, b"outbox").await?;
-        if pending == 0 && timers == 0 && outbox == 0 {
+        if ended && timers == 0 && outbox == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
