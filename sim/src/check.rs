@@ -141,6 +141,18 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
         }
     }
 
+    let beacons = model.with(|m| m.beacons.clone());
+    for &(p, seq) in &beacons {
+        let row = schema::beacon(p, seq).row;
+        let weak = number(&txn, &schema::runs(&row, "weak")).await?;
+        runs_total += weak;
+        if weak == 0 {
+            model.violation(format!(
+                "weak notification of beacon {p}-{seq} acknowledged but never observed"
+            ));
+        }
+    }
+
     // Scans: the whole table, and page by page, agree with the cell reads.
     let scanned: BTreeMap<String, Vec<u8>> = txn
         .scan(b"events", b"", None)

@@ -35,6 +35,15 @@ pub struct FaultRates {
     /// held 12-24 s: past a retention delete of the cell after the snapshot and a GC pass
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
+    /// A scan of the notify space that fails before it reaches the store (a region error):
+    /// a worker's pass, or the rescan a floor raise owes (which a raise cut short leaves to
+    /// the next pass).
+    pub notify_scan_fail: f64,
+    /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
+    /// at a time: a busy process whose heartbeat waits while its runs go on. The others take
+    /// its share once its record stayed the same long enough; it must have stopped owning
+    /// it by then (self-fencing).
+    pub heartbeat_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -48,6 +57,8 @@ impl Default for FaultRates {
             fate_hold_max: Duration::from_secs(3),
             worker_fate_hold: 0.0,
             reader_fate_hold: 0.0,
+            notify_scan_fail: 0.0,
+            heartbeat_hold: 0.0,
         }
     }
 }
@@ -74,6 +85,10 @@ pub struct Faults {
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
     fate_keys: Mutex<Vec<Vec<u8>>>,
+    notify_prefix: Mutex<Vec<u8>>,
+    worker_prefix: Mutex<Vec<u8>>,
+    heartbeat_holding: AtomicBool,
+    slow: Mutex<Option<(usize, Instant, Duration)>>,
     fate_holding: AtomicBool,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
     /// runs to completion while the held one waits).
@@ -90,6 +105,10 @@ impl Faults {
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
             fate_keys: Mutex::new(Vec::new()),
+            notify_prefix: Mutex::new(Vec::new()),
+            worker_prefix: Mutex::new(Vec::new()),
+            heartbeat_holding: AtomicBool::new(false),
+            slow: Mutex::new(None),
             fate_holding: AtomicBool::new(false),
             kick: std::sync::Arc::new(Notify::new()),
         }
@@ -99,6 +118,52 @@ impl Faults {
     /// cells that are the primaries of most transactions (the loaders' offsets).
     pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
         *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Where the notify space starts (its keys begin with these bytes).
+    pub fn set_notify_prefix(&self, prefix: Vec<u8>) {
+        *self.notify_prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix;
+    }
+
+    /// Makes every store call of `process` take `per_call` until `until` (a slow machine:
+    /// its round trips are uniformly slow, and meet no other fault of the store meanwhile).
+    pub fn slow_down(&self, process: usize, until: Instant, per_call: Duration) {
+        *self.slow.lock().unwrap_or_else(|p| p.into_inner()) = Some((process, until, per_call));
+        self.count();
+    }
+
+    /// How long each store call of `process` takes now, if its machine is slow.
+    pub fn slowness(&self, process: usize) -> Option<Duration> {
+        let slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
+        slow.filter(|(p, until, _)| self.chaos() && *p == process && Instant::now() < *until)
+            .map(|(_, _, d)| d)
+    }
+
+    /// Where the worker registry's records start (their keys begin with these bytes).
+    pub fn set_worker_prefix(&self, prefix: Vec<u8>) {
+        *self.worker_prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix;
+    }
+
+    /// Whether `key` is a worker's record in the registry.
+    pub fn is_worker_key(&self, key: &[u8]) -> bool {
+        let prefix = self.worker_prefix.lock().unwrap_or_else(|p| p.into_inner());
+        !prefix.is_empty() && key.starts_with(&prefix)
+    }
+
+    /// Takes the one hold of a heartbeat at a time; `false` if one is held.
+    pub fn begin_heartbeat_hold(&self) -> bool {
+        !self.heartbeat_holding.swap(true, Ordering::Relaxed)
+    }
+
+    /// Ends the hold taken by [`Faults::begin_heartbeat_hold`].
+    pub fn end_heartbeat_hold(&self) {
+        self.heartbeat_holding.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether `key` is in the notify space.
+    pub fn is_notify_key(&self, key: &[u8]) -> bool {
+        let prefix = self.notify_prefix.lock().unwrap_or_else(|p| p.into_inner());
+        !prefix.is_empty() && key.starts_with(&prefix)
     }
 
     /// Takes the one hold of a fate check at a time (others run freely meanwhile, the GC
@@ -131,6 +196,7 @@ impl Faults {
         self.chaos.store(on, Ordering::Relaxed);
         if !on {
             *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *self.slow.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 

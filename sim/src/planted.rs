@@ -19,6 +19,11 @@ pub const BUGS: &[(&str, Bug)] = &[
         "outage_counts_towards_dead_letter",
         Bug::OutageCountsTowardsDeadLetter,
     ),
+    ("lease_ignores_round_trips", Bug::LeaseIgnoresRoundTrips),
+    (
+        "worker_keeps_share_when_held_up",
+        Bug::WorkerKeepsShareWhenHeldUp,
+    ),
 ];
 
 /// Seeds tried per planted bug by default.

@@ -97,6 +97,8 @@ struct Proc {
     /// Whether its worker is down (a worker outage) and how many times it was restarted.
     worker_down: bool,
     worker_restarts: u32,
+    /// When its worker started (for the concurrent-owner checker).
+    worker_started: tokio::time::Instant,
     actors: JoinSet<()>,
 }
 
@@ -196,6 +198,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         actors.spawn(workload::pager(ctx.clone()));
     }
     actors.spawn(workload::cycle(ctx.clone()));
+    actors.spawn(workload::beacons(ctx.clone()));
+    actors.spawn(workload::lease_writer(ctx.clone()));
+    actors.spawn(workload::poker(ctx.clone()));
     // In some seeds the periodic GC runs on a client of its own (as `percolator-ctl gc`
     // beside the workers would): its cache of decided fates is not the loader's or the
     // worker's, so it checks the fates of the records and notifications it meets, and
@@ -216,6 +221,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker_client,
         worker_down: false,
         worker_restarts: 0,
+        worker_started: tokio::time::Instant::now(),
         actors,
     }
 }
@@ -230,6 +236,7 @@ fn restart_worker(env: &Env, proc: &mut Proc) {
             proc.life.process, proc.life.incarnation, proc.worker_restarts
         );
         proc.worker = start_worker(env, proc.worker_client.clone(), id);
+        proc.worker_started = tokio::time::Instant::now();
     }
 }
 
@@ -242,6 +249,83 @@ fn crash(proc: Proc) {
     drop(proc.client);
 }
 
+/// How often the harness asks every live worker which probe cells it owns.
+const OWNER_SAMPLE: Duration = Duration::from_millis(100);
+/// How long two live workers may both own a cell: until each has seen the other's
+/// heartbeat, or the stale one fenced itself (its last completed heartbeat started
+/// `FENCE_AFTER_BEATS` periods ago: 2 s here), plus a heartbeat's own round trips.
+pub const CONCURRENT_OWNERS_MAX: Duration = Duration::from_millis(3_000);
+/// How long a new worker may hold a split that counts a ghost (see [`Owners::sample`]):
+/// `DEAD_AFTER_BEATS` periods and a few reads.
+const NEWCOMER: Duration = Duration::from_millis(4_500);
+/// Cells whose owners are sampled (any cells: the split is by a hash of the cell).
+const OWNER_PROBES: u64 = 24;
+
+/// The concurrent-owner checker: samples which live workers own each probe cell every
+/// [`OWNER_SAMPLE`]; two owning one cell for longer than [`CONCURRENT_OWNERS_MAX`] is a
+/// violation (a share run twice: wasted runs, and the exactly-once checks left to the
+/// acknowledgments alone).
+#[derive(Default)]
+struct Owners {
+    /// Per probe: since when two or more live workers have owned it.
+    since: std::collections::BTreeMap<u64, tokio::time::Instant>,
+    /// Probes already reported.
+    reported: std::collections::BTreeSet<u64>,
+    /// The longest stretch of concurrent owners seen.
+    longest: Duration,
+}
+
+impl Owners {
+    async fn sample_until(
+        &mut self,
+        until: tokio::time::Instant,
+        procs: &[Option<Proc>],
+        model: &Shared,
+    ) {
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return;
+            }
+            tokio::time::sleep_until(until.min(now + OWNER_SAMPLE)).await;
+            self.sample(procs, model);
+        }
+    }
+
+    fn sample(&mut self, procs: &[Option<Proc>], model: &Shared) {
+        let now = tokio::time::Instant::now();
+        for probe in 0..OWNER_PROBES {
+            let cell = schema::event(1_000_000 + probe);
+            // A worker that started lately may count a crashed worker's record as live
+            // until it has read it unchanged long enough (`DEAD_AFTER_BEATS`), while the
+            // others already took that worker for dead: their splits differ meanwhile (a
+            // known gap, docs/testing.md), so it is not counted here.
+            let owners: Vec<&str> = procs
+                .iter()
+                .flatten()
+                .filter(|p| {
+                    !p.worker_down
+                        && now.duration_since(p.worker_started) >= NEWCOMER
+                        && p.worker.owns(&cell)
+                })
+                .map(|p| p.worker.id())
+                .collect();
+            if owners.len() < 2 {
+                self.since.remove(&probe);
+                continue;
+            }
+            let since = *self.since.entry(probe).or_insert(now);
+            let lasted = now - since;
+            self.longest = self.longest.max(lasted);
+            if lasted > CONCURRENT_OWNERS_MAX && self.reported.insert(probe) {
+                model.violation(format!(
+                    "workers {owners:?} have all owned cell {cell} for {lasted:?}"
+                ));
+            }
+        }
+    }
+}
+
 /// The fault schedule of a seed.
 #[derive(Debug)]
 enum Event {
@@ -250,6 +334,7 @@ enum Event {
     Crash(usize),
     Restart(usize),
     GcBurst,
+    Slow(usize, Duration, Duration),
     WorkersDown,
     WorkersUp,
 }
@@ -286,6 +371,17 @@ fn schedule(rng: &SimRng, secs: u64) -> Vec<(Duration, Event)> {
     }
     for _ in 0..2 {
         events.push((at(20, 90), Event::GcBurst));
+    }
+    for _ in 0..rng.range(1, 3) {
+        // A slow machine: one process's every call takes 0.4-0.8 s for 10-16 s.
+        events.push((
+            at(5, 80),
+            Event::Slow(
+                rng.index(PROCESSES),
+                rng.millis(10_000, 16_000),
+                rng.millis(400, 800),
+            ),
+        ));
     }
     if rng.chance(0.75) {
         // A worker outage: every worker down past the GC lag while the loaders go on, so
@@ -346,6 +442,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         fate_hold_max: Duration::from_millis([2_000, 6_000, 16_000][rng.index(3)]),
         worker_fate_hold: [0.2, 0.5][rng.index(2)],
         reader_fate_hold: [0.5, 0.9][rng.index(2)],
+        // Scans of the notify space failing now and then (the rescan a floor raise owes
+        // among them: a raise cut short, issue 25).
+        notify_scan_fail: [0.0, 0.05, 0.2][rng.index(3)],
+        heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
         ..FaultRates::default()
     };
     let own_worker_client = rng.chance(0.75);
@@ -381,6 +481,16 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     // The harness's own client (never crashed; faults are off whenever it is used).
     let harness_life = Life::new(PROCESSES, 0);
     let harness = client_for(&env, &harness_life, 0, Role::Process);
+    // The notify space's keys: its start, without the bucket.
+    let notify = harness.codec().notify_between(0, 0).start;
+    faults.set_worker_prefix(
+        harness
+            .codec()
+            .meta_prefix_range(b"workers/")
+            .start
+            .to_vec(),
+    );
+    faults.set_notify_prefix(notify[..notify.len() - 8].to_vec());
     faults.set_fate_keys(
         (0..LOADERS)
             .map(|j| harness.codec().head(&schema::offset(j)))
@@ -404,12 +514,33 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let mut incarnations = [0u32; PROCESSES];
     let chaos = Duration::from_secs(options.sim_secs);
     let began = tokio::time::Instant::now();
+    let mut owners = Owners::default();
     for (at, event) in schedule(&rng, options.sim_secs) {
-        tokio::time::sleep_until(began + at).await;
+        owners.sample_until(began + at, &procs, &model).await;
         tracing::debug!(?at, ?event, "fault");
         match event {
-            Event::Outage(d, scope) => faults.outage(tokio::time::Instant::now() + d, scope),
-            Event::Takeover(gap) => env.oracle.takeover(rng.index(PROCESSES), gap),
+            Event::Outage(d, scope) => {
+                let now = tokio::time::Instant::now();
+                model.with(|m| m.disturbances.push((now, now + d)));
+                faults.outage(now + d, scope)
+            }
+            Event::Takeover(gap) => {
+                let now = tokio::time::Instant::now();
+                model.with(|m| m.disturbances.push((now, now + gap)));
+                env.oracle.takeover(rng.index(PROCESSES), gap)
+            }
+            Event::Slow(p, d, per_call) => {
+                let now = tokio::time::Instant::now();
+                model.with(|m| {
+                    // The machine slow before (if any) turns fast or slower now: its stretch
+                    // ends here.
+                    for episode in &mut m.slow_episodes {
+                        episode.2 = episode.2.min(now);
+                    }
+                    m.slow_episodes.push((p, now, now + d));
+                });
+                faults.slow_down(p, now + d, per_call);
+            }
             Event::Crash(p) => {
                 if let Some(proc) = procs[p].take() {
                     crash(proc);
@@ -452,7 +583,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             }
         }
     }
-    tokio::time::sleep_until(began + chaos).await;
+    owners.sample_until(began + chaos, &procs, &model).await;
+    tracing::debug!(longest = ?owners.longest, "concurrent owners");
 
     // Liveness: faults off, the workload stopped, every process up; observers must drain.
     faults.set_chaos(false);

@@ -192,6 +192,14 @@ impl Worker {
         self.inner.metrics.clone()
     }
 
+    /// Whether `cell` is in this worker's share now: as its last heartbeat split the notify
+    /// space among the live workers, never before it settled nor while it is fenced (its
+    /// last completed heartbeat started too long ago). Two live workers own one cell at once
+    /// only briefly, until a change of the split is seen by both (`observers::design::worker`).
+    pub fn owns(&self, cell: &percolator::Cell) -> bool {
+        self.inner.membership.owns(cell)
+    }
+
     /// The worker's id in the registry.
     pub fn id(&self) -> &str {
         &self.inner.config.id
