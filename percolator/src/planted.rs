@@ -35,10 +35,6 @@ pub enum Bug {
     WrittenOnceSkipsHead,
     /// The worker counts store outages towards dead letters.
     OutageCountsTowardsDeadLetter,
-    /// `notify::raise_notify_floor` moves `scan_from` up with the floor in one CAS and does
-    /// the rescan from memory: a raise cut short (a crash, a failed call of the rescan)
-    /// leaves keys below where readers start, lost (issue 25, invariant N2).
-    NotifyRaiseCutShort,
     /// `RoundTrips::lease_margin` is zero: leases are `lock_ttl` alone, so a writer whose
     /// round trips are slower than a third of the TTL is fenced while it commits
     /// (`percolator::design::commit`, "leases carry twice the slowest recent round trip").

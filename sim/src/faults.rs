@@ -39,6 +39,13 @@ pub struct FaultRates {
     /// a worker's pass, or the rescan a floor raise owes (which a raise cut short leaves to
     /// the next pass).
     pub notify_scan_fail: f64,
+    /// A read of a notify floor record held 0.3-1.5 s: a scanner's raise then lands long
+    /// after its scan, while writers (one whose clock is behind among them) put keys in the
+    /// buckets it is about to skip.
+    pub floor_hold: f64,
+    /// A put of notify keys held 2-5 s after its writer chose their bucket: it lands
+    /// after scanners went past that bucket, and its writer's floor read follows it.
+    pub notify_put_hold: f64,
     /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
     /// at a time: a busy process whose heartbeat waits while its runs go on. The others take
     /// its share once its record stayed the same long enough; it must have stopped owning
@@ -58,6 +65,8 @@ impl Default for FaultRates {
             worker_fate_hold: 0.0,
             reader_fate_hold: 0.0,
             notify_scan_fail: 0.0,
+            floor_hold: 0.0,
+            notify_put_hold: 0.0,
             heartbeat_hold: 0.0,
         }
     }
@@ -85,7 +94,8 @@ pub struct Faults {
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
     fate_keys: Mutex<Vec<Vec<u8>>>,
-    notify_prefix: Mutex<Vec<u8>>,
+    notify_prefixes: Mutex<Vec<Vec<u8>>>,
+    floor_keys: Mutex<Vec<Vec<u8>>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
     slow: Mutex<Option<(usize, Instant, Duration)>>,
@@ -105,7 +115,8 @@ impl Faults {
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
             fate_keys: Mutex::new(Vec::new()),
-            notify_prefix: Mutex::new(Vec::new()),
+            notify_prefixes: Mutex::new(Vec::new()),
+            floor_keys: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
             slow: Mutex::new(None),
@@ -120,9 +131,35 @@ impl Faults {
         *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
     }
 
-    /// Where the notify space starts (its keys begin with these bytes).
-    pub fn set_notify_prefix(&self, prefix: Vec<u8>) {
-        *self.notify_prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix;
+    /// Adds a namespace's notify space (its keys begin with `prefix`) and the key of its
+    /// floor record.
+    pub fn add_notify_space(&self, prefix: Vec<u8>, floor_key: Vec<u8>) {
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(prefix);
+        self.floor_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(floor_key);
+    }
+
+    /// Whether `key` is in a notify space.
+    pub fn is_notify_key(&self, key: &[u8]) -> bool {
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+    }
+
+    /// Whether `key` is a notify floor record's.
+    pub fn is_floor_key(&self, key: &[u8]) -> bool {
+        self.floor_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
     }
 
     /// Makes every store call of `process` take `per_call` until `until` (a slow machine:
@@ -158,12 +195,6 @@ impl Faults {
     /// Ends the hold taken by [`Faults::begin_heartbeat_hold`].
     pub fn end_heartbeat_hold(&self) {
         self.heartbeat_holding.store(false, Ordering::Relaxed);
-    }
-
-    /// Whether `key` is in the notify space.
-    pub fn is_notify_key(&self, key: &[u8]) -> bool {
-        let prefix = self.notify_prefix.lock().unwrap_or_else(|p| p.into_inner());
-        !prefix.is_empty() && key.starts_with(&prefix)
     }
 
     /// Takes the one hold of a fate check at a time (others run freely meanwhile, the GC

@@ -208,6 +208,21 @@ impl Hooks for FaultHooks {
                 let hold = rng.millis(max / 4, max);
                 tracing::debug!(process = self.life.process, ?hold, "fate check held");
                 tokio::time::sleep(hold).await;
+            } else if f.rates.floor_hold > 0.0
+                && matches!(call, Call::Get { key } if f.is_floor_key(key))
+                && rng.chance(f.rates.floor_hold)
+            {
+                f.count();
+                self.record("hold-floor", op, key);
+                tokio::time::sleep(rng.millis(300, 1_500)).await;
+            } else if f.rates.notify_put_hold > 0.0
+                && matches!(call, Call::Put { .. } | Call::BatchPut { .. })
+                && f.is_notify_key(key)
+                && rng.chance(f.rates.notify_put_hold)
+            {
+                f.count();
+                self.record("hold-notify-put", op, key);
+                tokio::time::sleep(rng.millis(2_000, 5_000)).await;
             } else if f.rates.heartbeat_hold > 0.0
                 && matches!(call, Call::Put { key, .. } if f.is_worker_key(key))
                 && rng.chance(f.rates.heartbeat_hold)

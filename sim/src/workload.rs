@@ -96,13 +96,13 @@ pub async fn loader(ctx: Ctx, j: usize) {
     }
 }
 
-/// Beacons: weak notifications of fresh rows every 0.5-2 s, each acknowledged one to be
+/// Beacons: weak notifications of fresh rows every 20-200 ms, each acknowledged one to be
 /// observed at least once. On a host whose clock is behind they go in the bucket of the
 /// floor this client last saw, while scanners raise it past them (invariant N2).
 pub async fn beacons(ctx: Ctx) {
     let mut seq = 0u64;
     loop {
-        tokio::time::sleep(ctx.rng.millis(500, 2_000)).await;
+        tokio::time::sleep(ctx.rng.millis(20, 200)).await;
         seq += 1;
         let cell = schema::beacon(ctx.process, seq);
         if ctx.client.weak_notify(&cell).await.is_ok() {
@@ -153,7 +153,8 @@ pub async fn lease_writer(ctx: Ctx) {
             tracing::debug!(p, start_ts, judged, took = ?ended - began, "lease commit fenced");
             if judged {
                 ctx.model.violation(format!(
-                    "p{p} lease commit {start_ts} fenced while it ran ({:?}) on a machine slow                      for {SLOW_WARMUP:?} before it began",
+                    "p{p} lease commit {start_ts} fenced while it ran ({:?}) on a machine slow \
+                     for {SLOW_WARMUP:?} before it began",
                     ended - began
                 ));
             }

@@ -25,6 +25,10 @@ use tokio::task::JoinSet;
 pub const PROCESSES: usize = 3;
 /// Loaders (processes 0 and 1 run one each).
 pub const LOADERS: usize = 2;
+/// The namespace of the beacons (`workload::beacons`): a notify space of its own whose
+/// backlog is small, so its floor follows the clock and raises pass the buckets writers
+/// are putting keys in.
+pub const FLOOR_NAMESPACE: &str = "simfl";
 /// How far GC safe points lag the oracle in the simulation.
 pub const GC_LAG: Duration = Duration::from_secs(8);
 /// The longest liveness phase before the run counts as stuck.
@@ -83,6 +87,9 @@ struct Env {
     rng: SimRng,
     model: Shared,
     registry: Arc<Registry>,
+    floor_registry: Arc<Registry>,
+    /// The hosts' wall clocks as the beacons' clients see them (one may be seconds late).
+    floor_walls: Vec<HostClock>,
     kick: Arc<tokio::sync::Notify>,
     own_worker_client: bool,
     own_gc_client: bool,
@@ -94,6 +101,8 @@ struct Proc {
     client: Client,
     worker: Worker,
     worker_client: Client,
+    /// The worker of the beacons' namespace.
+    floor_worker: Worker,
     /// Whether its worker is down (a worker outage) and how many times it was restarted.
     worker_down: bool,
     worker_restarts: u32,
@@ -134,11 +143,42 @@ fn client_for(env: &Env, life: &Arc<Life>, host: usize, role: Role) -> Client {
     client
 }
 
+/// A client of the beacons' namespace ([`FLOOR_NAMESPACE`]) on host `host`.
+fn floor_client(env: &Env, life: &Arc<Life>, host: usize) -> Client {
+    let store = process_store(
+        env.store.clone(),
+        life.clone(),
+        Role::Process,
+        env.faults.clone(),
+        env.trace.clone(),
+    );
+    let oracle = Arc::new(ProcessOracle::new(env.oracle.clone(), life.clone()));
+    let config = ClientConfig {
+        wall_clock: Arc::new(env.floor_walls[host]),
+        ..ClientConfig::with_namespace(FLOOR_NAMESPACE)
+    };
+    let config = ClientConfig {
+        lock_ttl: Duration::from_secs(1),
+        max_lifetime: Duration::from_secs(5),
+        gc_lag: GC_LAG,
+        random: Arc::new(SeededRandom(env.rng.clone())),
+        ..config
+    };
+    let client = Client::with_config(store, oracle, config);
+    env.floor_registry.declare(&client);
+    client
+}
+
 /// A worker of a process.
 fn start_worker(env: &Env, client: Client, id: String) -> Worker {
+    start_worker_of(client, env.registry.clone(), id)
+}
+
+/// A worker of `registry`'s observers.
+fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worker {
     Worker::start(
         client,
-        env.registry.clone(),
+        registry,
         WorkerConfig {
             id,
             scanners: 1,
@@ -169,6 +209,12 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client.clone()
     };
     let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
+    let beacons = floor_client(env, &life, i);
+    let floor_worker = start_worker_of(
+        beacons.clone(),
+        env.floor_registry.clone(),
+        format!("f{i}-{incarnation}"),
+    );
     let ctx = Ctx {
         process: i,
         client: client.clone(),
@@ -198,7 +244,10 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         actors.spawn(workload::pager(ctx.clone()));
     }
     actors.spawn(workload::cycle(ctx.clone()));
-    actors.spawn(workload::beacons(ctx.clone()));
+    actors.spawn(workload::beacons(Ctx {
+        client: beacons,
+        ..ctx.clone()
+    }));
     actors.spawn(workload::lease_writer(ctx.clone()));
     actors.spawn(workload::poker(ctx.clone()));
     // In some seeds the periodic GC runs on a client of its own (as `percolator-ctl gc`
@@ -219,6 +268,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client,
         worker,
         worker_client,
+        floor_worker,
         worker_down: false,
         worker_restarts: 0,
         worker_started: tokio::time::Instant::now(),
@@ -245,6 +295,7 @@ fn restart_worker(env: &Env, proc: &mut Proc) {
 fn crash(proc: Proc) {
     proc.life.kill();
     proc.worker.kill();
+    proc.floor_worker.kill();
     drop(proc.actors);
     drop(proc.client);
 }
@@ -446,6 +497,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         // among them: a raise cut short, issue 25).
         notify_scan_fail: [0.0, 0.05, 0.2][rng.index(3)],
         heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
+        floor_hold: [0.0, 0.1, 0.3][rng.index(3)],
+        notify_put_hold: [0.0, 0.05, 0.15][rng.index(3)],
         ..FaultRates::default()
     };
     let own_worker_client = rng.chance(0.75);
@@ -463,6 +516,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             },
         })
         .collect();
+    let floor_walls = hosts.clone();
     let model = Shared::default();
     model.with(|m| m.sources = sources(&rng));
     let env = Env {
@@ -474,6 +528,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         rng: rng.clone(),
         model: model.clone(),
         registry: app::registry(),
+        floor_registry: app::floor_registry(),
+        floor_walls,
         kick: faults.kick.clone(),
         own_worker_client,
         own_gc_client,
@@ -490,7 +546,18 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             .start
             .to_vec(),
     );
-    faults.set_notify_prefix(notify[..notify.len() - 8].to_vec());
+    faults.add_notify_space(
+        notify[..notify.len() - 8].to_vec(),
+        harness.codec().meta(percolator::txn::NOTIFY_FLOOR_META),
+    );
+    let floor_harness = floor_client(&env, &harness_life, 0);
+    let notify = floor_harness.codec().notify_between(0, 0).start;
+    faults.add_notify_space(
+        notify[..notify.len() - 8].to_vec(),
+        floor_harness
+            .codec()
+            .meta(percolator::txn::NOTIFY_FLOOR_META),
+    );
     faults.set_fate_keys(
         (0..LOADERS)
             .map(|j| harness.codec().head(&schema::offset(j)))
@@ -625,8 +692,12 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
     workload::finish_deletes(&harness_ctx, marked).await;
     let drained = {
-        let worker = &procs[0].as_ref().expect("all up").worker;
-        tokio::time::timeout(LIVENESS_LIMIT, worker.wait_until_quiescent()).await
+        let proc = procs[0].as_ref().expect("all up");
+        tokio::time::timeout(LIVENESS_LIMIT, async {
+            proc.worker.wait_until_quiescent().await?;
+            proc.floor_worker.wait_until_quiescent().await
+        })
+        .await
     };
     match drained {
         Ok(Ok(())) => {}
@@ -640,9 +711,11 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     if !workload::gc_pass(&harness_ctx, GC_LAG).await {
         model.violation("the last GC pass failed with faults off".into());
     }
-    let observer_runs = check::final_checks(&harness, &model).await?;
+    let observer_runs = check::final_checks(&harness, &model).await?
+        + check::check_beacons(&floor_harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         proc.worker.shutdown().await;
+        proc.floor_worker.shutdown().await;
     }
 
     // What every seed must have exercised (a seed that did not is a gap of the schedule).

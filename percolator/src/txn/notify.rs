@@ -234,12 +234,6 @@ impl Shared {
     /// outcome is unknown is decided by the record found next, not by this call's memory.
     pub(crate) async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
         let read = self.read_floor().await?;
-        // Planted bug `NotifyRaiseCutShort` (`crate::planted`): the floor and `scan_from` move
-        // in one CAS and the rescan they skipped is owed only in this call's memory.
-        #[cfg(feature = "planted")]
-        if crate::planted::active(crate::planted::Bug::NotifyRaiseCutShort) {
-            return self.raise_notify_floor_at_once(read, from, to).await;
-        }
         // The caller's scan began at `from`, at or below where readers start now
         // (`scan_from` only grows), and found nothing left below `to`.
         let (read, raised) = self
@@ -257,41 +251,6 @@ impl Shared {
         } else {
             0
         };
-        Ok(FloorRaise { raised, relocated })
-    }
-
-    /// Planted bug `NotifyRaiseCutShort`: raises the floor and `scan_from` to `to` at once,
-    /// then rescans what they skipped; an error in between loses the rescan.
-    #[cfg(feature = "planted")]
-    async fn raise_notify_floor_at_once(
-        &self,
-        read: FloorRead,
-        from: u64,
-        to: u64,
-    ) -> TxnResult<FloorRaise> {
-        let skipped = read.record.scan_from;
-        let (read, raised) = self
-            .update_floor(read, |r| {
-                (to > from && r.floor < to).then_some(NotifyFloor {
-                    floor: to,
-                    scan_from: to,
-                })
-            })
-            .await?;
-        self.notify_floor_seen
-            .fetch_max(read.record.floor, Ordering::Relaxed);
-        if !raised {
-            return Ok(FloorRaise {
-                raised,
-                relocated: 0,
-            });
-        }
-        // From memory: the range readers no longer start below.
-        let owed = NotifyFloor {
-            floor: to,
-            scan_from: skipped,
-        };
-        let relocated = self.rescan_below_floor(owed).await?;
         Ok(FloorRaise { raised, relocated })
     }
 
