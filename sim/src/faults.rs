@@ -36,15 +36,17 @@ pub struct FaultRates {
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
     /// A scan of the notify space that fails before it reaches the store (a region error):
-    /// a worker's pass, or the rescan a floor raise owes (which a raise cut short leaves to
-    /// the next pass).
+    /// a worker's pass, or (at twice the rate) the rescan a floor raise owes, which a raise
+    /// cut short leaves to the next pass.
     pub notify_scan_fail: f64,
-    /// A read of a notify floor record held 0.3-1.5 s: a scanner's raise then lands long
-    /// after its scan, while writers (one whose clock is behind among them) put keys in the
-    /// buckets it is about to skip.
+    /// A CAS of a notify floor record held 0.3-1.5 s before it applies: a scanner's raise
+    /// then lands long after its scan, while writers (held puts among them) put keys in the
+    /// buckets it is about to skip and read the floor before it moved.
     pub floor_hold: f64,
-    /// A put of notify keys held 2-5 s after its writer chose their bucket: it lands
-    /// after scanners went past that bucket, and its writer's floor read follows it.
+    /// A put of notify keys of the beacons' namespace held 1.2-3 s after its writer chose
+    /// their bucket: it lands after scanners went past that bucket, and its writer's floor
+    /// read follows it (the other namespace's notify puts are a commit's prewrite: held
+    /// that long, most would only be fenced).
     pub notify_put_hold: f64,
     /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
     /// at a time: a busy process whose heartbeat waits while its runs go on. The others take
@@ -96,6 +98,7 @@ pub struct Faults {
     fate_keys: Mutex<Vec<Vec<u8>>>,
     notify_prefixes: Mutex<Vec<Vec<u8>>>,
     floor_keys: Mutex<Vec<Vec<u8>>>,
+    held_put_prefix: Mutex<Vec<u8>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
     slow: Mutex<Option<(usize, Instant, Duration)>>,
@@ -117,6 +120,7 @@ impl Faults {
             fate_keys: Mutex::new(Vec::new()),
             notify_prefixes: Mutex::new(Vec::new()),
             floor_keys: Mutex::new(Vec::new()),
+            held_put_prefix: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
             slow: Mutex::new(None),
@@ -142,6 +146,23 @@ impl Faults {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(floor_key);
+    }
+
+    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds.
+    pub fn set_held_put_space(&self, prefix: Vec<u8>) {
+        *self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = prefix;
+    }
+
+    /// Whether a put of `key` may be held ([`FaultRates::notify_put_hold`]).
+    pub fn is_held_put_key(&self, key: &[u8]) -> bool {
+        let prefix = self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        !prefix.is_empty() && key.starts_with(&prefix)
     }
 
     /// Whether `key` is in a notify space.

@@ -209,7 +209,7 @@ impl Hooks for FaultHooks {
                 tracing::debug!(process = self.life.process, ?hold, "fate check held");
                 tokio::time::sleep(hold).await;
             } else if f.rates.floor_hold > 0.0
-                && matches!(call, Call::Get { key } if f.is_floor_key(key))
+                && matches!(call, Call::CompareAndSwap { key, .. } if f.is_floor_key(key))
                 && rng.chance(f.rates.floor_hold)
             {
                 f.count();
@@ -217,12 +217,13 @@ impl Hooks for FaultHooks {
                 tokio::time::sleep(rng.millis(300, 1_500)).await;
             } else if f.rates.notify_put_hold > 0.0
                 && matches!(call, Call::Put { .. } | Call::BatchPut { .. })
-                && f.is_notify_key(key)
+                && f.is_held_put_key(key)
                 && rng.chance(f.rates.notify_put_hold)
             {
                 f.count();
                 self.record("hold-notify-put", op, key);
-                tokio::time::sleep(rng.millis(2_000, 5_000)).await;
+                tokio::time::sleep(rng.millis(1_200, 3_000)).await;
+                self.record("lands-notify-put", op, key);
             } else if f.rates.heartbeat_hold > 0.0
                 && matches!(call, Call::Put { key, .. } if f.is_worker_key(key))
                 && rng.chance(f.rates.heartbeat_hold)
@@ -251,11 +252,18 @@ impl Hooks for FaultHooks {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }
-            if matches!(call, Call::Scan { .. })
-                && f.rates.notify_scan_fail > 0.0
-                && f.is_notify_key(key)
-                && rng.chance(f.rates.notify_scan_fail)
-            {
+            // A scan of a bounded range of the notify space is a floor raise's rescan (a
+            // pass scans from the floor on): failed at the higher rate.
+            let notify_scan = match &call {
+                Call::Scan { range, .. } if f.is_notify_key(key) => {
+                    Some(if range.end.is_some() { 2.0 } else { 1.0 })
+                }
+                _ => None,
+            };
+            let fails = notify_scan
+                .filter(|_| f.rates.notify_scan_fail > 0.0)
+                .is_some_and(|weight| rng.chance((f.rates.notify_scan_fail * weight).min(1.0)));
+            if fails {
                 f.count();
                 self.record("fail-notify-scan", op, &[]);
                 return Err(unavailable(
