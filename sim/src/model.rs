@@ -40,6 +40,8 @@ pub struct Model {
     pub gc_overlaps: u64,
     /// GC passes running now.
     pub gc_running: u64,
+    /// Whether the periodic GC is down (with the workers, in a worker outage).
+    pub gc_paused: bool,
     /// Crashes.
     pub crashes: u64,
     /// Reads of stalled snapshots answered `SnapshotTooOld`.

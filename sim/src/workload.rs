@@ -572,6 +572,9 @@ pub async fn gc(ctx: Ctx, lag: Duration) {
             _ = ctx.kick.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
         }
+        if ctx.model.with(|m| m.gc_paused) {
+            continue;
+        }
         let passes = if ctx.rng.chance(0.15) { 2 } else { 1 };
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..passes {
