@@ -101,6 +101,7 @@ pub struct Faults {
     held_put_prefix: Mutex<Vec<u8>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
+    heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
     slow: Mutex<Option<(usize, Instant, Duration)>>,
     fate_holding: AtomicBool,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
@@ -123,6 +124,7 @@ impl Faults {
             held_put_prefix: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
+            heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
             slow: Mutex::new(None),
             fate_holding: AtomicBool::new(false),
             kick: std::sync::Arc::new(Notify::new()),
@@ -206,6 +208,28 @@ impl Faults {
     pub fn is_worker_key(&self, key: &[u8]) -> bool {
         let prefix = self.worker_prefix.lock().unwrap_or_else(|p| p.into_inner());
         !prefix.is_empty() && key.starts_with(&prefix)
+    }
+
+    /// Notes a call about to reach the store (no fault stopped it): the time of a put of a
+    /// worker's record (a heartbeat) is kept per key.
+    pub fn note_heartbeat_put(&self, call: &percolator::kv::intercept::Call<'_>) {
+        if let percolator::kv::intercept::Call::Put { key, .. } = call {
+            if self.is_worker_key(key) {
+                self.heartbeat_puts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.to_vec(), Instant::now());
+            }
+        }
+    }
+
+    /// When the last put of the worker record `key` reached the store.
+    pub fn last_heartbeat_put(&self, key: &[u8]) -> Option<Instant> {
+        self.heartbeat_puts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
     }
 
     /// Takes the one hold of a heartbeat at a time; `false` if one is held.

@@ -169,6 +169,7 @@ impl Hooks for FaultHooks {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }
+            f.note_heartbeat_put(&call);
             return Ok(());
         }
         if f.chaos() {
@@ -277,6 +278,7 @@ impl Hooks for FaultHooks {
                 return Err(unavailable(op.name(), "simulated failure before the call"));
             }
         }
+        f.note_heartbeat_put(&call);
         Ok(())
     }
 

@@ -298,8 +298,8 @@ fn crash(proc: Proc) {
 
 /// How often the harness asks every live worker which probe cells it owns.
 const OWNER_SAMPLE: Duration = Duration::from_millis(100);
-/// How long a worker's record in the worker registry may stay unchanged while it owns a
-/// cell another live worker owns too: a worker owns nothing once `FENCE_AFTER_BEATS`
+/// How long after its last heartbeat put reached the store a worker may own a cell another
+/// live worker owns too: a worker owns nothing once `FENCE_AFTER_BEATS`
 /// periods (2 s here) passed since the start of its last completed heartbeat, whose put
 /// came after that start; plus the sampling period.
 pub const STALE_OWNER_MAX: Duration = Duration::from_millis(2_200);
@@ -307,9 +307,9 @@ pub const STALE_OWNER_MAX: Duration = Duration::from_millis(2_200);
 const OWNER_PROBES: u64 = 24;
 
 /// The concurrent-owner checker: every [`OWNER_SAMPLE`] it asks every live worker which
-/// probe cells it owns (`Worker::owns`) and reads each worker's record in the worker
-/// registry (straight from the store, past the fault layer). Two live workers owning one
-/// cell while one of them has not changed its record for [`STALE_OWNER_MAX`] is a
+/// probe cells it owns (`Worker::owns`); the fault layer notes when each worker's
+/// heartbeat put (of its record in the worker registry) reached the store. Two live workers
+/// owning one cell while one of them has put no heartbeat for [`STALE_OWNER_MAX`] is a
 /// violation: that one should have fenced itself, and the other took its share (a share
 /// run twice). Two owners whose heartbeats both go on are the split changing (each worker
 /// judges a dead one after its own reads), counted in `longest` only.
@@ -317,8 +317,6 @@ const OWNER_PROBES: u64 = 24;
 struct Owners {
     /// Per probe: since when two or more live workers have owned it.
     since: std::collections::BTreeMap<u64, tokio::time::Instant>,
-    /// Per worker id: its record as last read, and since when it has held that.
-    records: std::collections::BTreeMap<String, (Option<Vec<u8>>, tokio::time::Instant)>,
     /// Whether a violation was reported (once per run).
     reported: bool,
     /// The longest stretch of concurrent owners seen.
@@ -346,17 +344,16 @@ impl Owners {
     async fn sample(&mut self, env: &Env, procs: &[Option<Proc>], model: &Shared) {
         let now = tokio::time::Instant::now();
         let live: Vec<&Proc> = procs.iter().flatten().filter(|p| !p.worker_down).collect();
-        for p in &live {
-            let key = p.client.codec().meta(format!("workers/{}", p.worker.id()));
-            let record = env.store.get(&key).await.ok().flatten();
-            let entry = self
-                .records
-                .entry(p.worker.id().to_string())
-                .or_insert((record.clone(), now));
-            if entry.0 != record {
-                *entry = (record, now);
-            }
-        }
+        // When each live worker's last heartbeat put reached the store (its record's value
+        // alone would not do: two beats in one oracle millisecond, while a new leader's
+        // clock catches up, write the same bytes).
+        let puts: std::collections::BTreeMap<&str, Option<tokio::time::Instant>> = live
+            .iter()
+            .map(|p| {
+                let key = p.client.codec().meta(format!("workers/{}", p.worker.id()));
+                (p.worker.id(), env.faults.last_heartbeat_put(&key))
+            })
+            .collect();
         for probe in 0..OWNER_PROBES {
             let cell = schema::event(1_000_000 + probe);
             let owners: Vec<&str> = live
@@ -371,15 +368,15 @@ impl Owners {
             let since = *self.since.entry(probe).or_insert(now);
             self.longest = self.longest.max(now - since);
             let stale = owners.iter().find_map(|id| {
-                let unchanged = now - self.records.get(*id)?.1;
+                let unchanged = now - (*puts.get(id)?)?;
                 (unchanged > STALE_OWNER_MAX).then_some((*id, unchanged))
             });
             if let Some((id, unchanged)) = stale {
                 if !self.reported {
                     self.reported = true;
                     model.violation(format!(
-                        "workers {owners:?} both own cell {cell}, and {id}'s heartbeat record \
-                         has not changed for {unchanged:?}"
+                        "workers {owners:?} both own cell {cell}, and {id}'s last heartbeat put \
+                         reached the store {unchanged:?} ago"
                     ));
                 }
             }
