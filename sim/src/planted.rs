@@ -26,8 +26,10 @@ pub const BUGS: &[(&str, Bug)] = &[
     ),
 ];
 
-/// Seeds tried per planted bug by default.
-pub const DEFAULT_BUDGET: u64 = 20;
+/// Seeds tried per planted bug by default. The GC races and the worker's rolled-back
+/// delete fail about one seed in seven (`docs/testing.md`): 50 seeds miss one of them with
+/// a chance below 1 %.
+pub const DEFAULT_BUDGET: u64 = 50;
 
 /// The search's result for one bug.
 #[derive(Clone, Debug, Serialize)]
