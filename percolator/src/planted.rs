@@ -35,6 +35,14 @@ pub enum Bug {
     WrittenOnceSkipsHead,
     /// The worker counts store outages towards dead letters.
     OutageCountsTowardsDeadLetter,
+    /// `RoundTrips::lease_margin` is zero: leases are `lock_ttl` alone, so a writer whose
+    /// round trips are slower than a third of the TTL is fenced while it commits
+    /// (`percolator::design::commit`, "leases carry twice the slowest recent round trip").
+    LeaseIgnoresRoundTrips,
+    /// `observers` membership: a worker whose heartbeat is held up keeps owning its share
+    /// (no self-fencing), so another worker that took it for dead owns the share too (the
+    /// "wasted joins" bug of photon's two pipelines).
+    WorkerKeepsShareWhenHeldUp,
 }
 
 thread_local! {

@@ -207,6 +207,27 @@ pub async fn final_checks(client: &Client, model: &Shared) -> Result<u64, SimErr
     Ok(runs_total)
 }
 
+/// The beacons' check, in the namespace of their own (`crate::world::FLOOR_NAMESPACE`):
+/// every acknowledged weak notification was observed at least once (invariants N1, N2).
+/// Returns the observer runs counted.
+pub async fn check_beacons(client: &Client, model: &Shared) -> Result<u64, SimError> {
+    let txn = client.begin().await.map_err(harness("beacons begin"))?;
+    let beacons = model.with(|m| m.beacons.clone());
+    let mut runs_total = 0;
+    for &(p, seq) in &beacons {
+        let row = schema::beacon(p, seq).row;
+        let weak = number(&txn, &schema::runs(&row, "weak")).await?;
+        runs_total += weak;
+        if weak == 0 {
+            model.violation(format!(
+                "weak notification of beacon {p}-{seq} acknowledged but never observed"
+            ));
+        }
+    }
+    txn.rollback();
+    Ok(runs_total)
+}
+
 fn first_difference(
     a: &BTreeMap<String, Vec<u8>>,
     b: &BTreeMap<String, Vec<u8>>,

@@ -35,6 +35,24 @@ pub struct FaultRates {
     /// held 12-24 s: past a retention delete of the cell after the snapshot and a GC pass
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
+    /// A scan of the notify space that fails before it reaches the store (a region error):
+    /// a worker's pass, or (at twice the rate) the rescan a floor raise owes, which a raise
+    /// cut short leaves to the next pass.
+    pub notify_scan_fail: f64,
+    /// A CAS of a notify floor record held 0.3-1.5 s before it applies: a scanner's raise
+    /// then lands long after its scan, while writers (held puts among them) put keys in the
+    /// buckets it is about to skip and read the floor before it moved.
+    pub floor_hold: f64,
+    /// A put of notify keys of the beacons' namespace held 1.2-3 s after its writer chose
+    /// their bucket: it lands after scanners went past that bucket, and its writer's floor
+    /// read follows it (the other namespace's notify puts are a commit's prewrite: held
+    /// that long, most would only be fenced).
+    pub notify_put_hold: f64,
+    /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
+    /// at a time: a busy process whose heartbeat waits while its runs go on. The others take
+    /// its share once its record stayed the same long enough; it must have stopped owning
+    /// it by then (self-fencing).
+    pub heartbeat_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -48,6 +66,10 @@ impl Default for FaultRates {
             fate_hold_max: Duration::from_secs(3),
             worker_fate_hold: 0.0,
             reader_fate_hold: 0.0,
+            notify_scan_fail: 0.0,
+            floor_hold: 0.0,
+            notify_put_hold: 0.0,
+            heartbeat_hold: 0.0,
         }
     }
 }
@@ -74,6 +96,13 @@ pub struct Faults {
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
     fate_keys: Mutex<Vec<Vec<u8>>>,
+    notify_prefixes: Mutex<Vec<Vec<u8>>>,
+    floor_keys: Mutex<Vec<Vec<u8>>>,
+    held_put_prefix: Mutex<Vec<u8>>,
+    worker_prefix: Mutex<Vec<u8>>,
+    heartbeat_holding: AtomicBool,
+    heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
+    slow: Mutex<Option<(usize, Instant, Duration)>>,
     fate_holding: AtomicBool,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
     /// runs to completion while the held one waits).
@@ -90,6 +119,13 @@ impl Faults {
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
             fate_keys: Mutex::new(Vec::new()),
+            notify_prefixes: Mutex::new(Vec::new()),
+            floor_keys: Mutex::new(Vec::new()),
+            held_put_prefix: Mutex::new(Vec::new()),
+            worker_prefix: Mutex::new(Vec::new()),
+            heartbeat_holding: AtomicBool::new(false),
+            heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
+            slow: Mutex::new(None),
             fate_holding: AtomicBool::new(false),
             kick: std::sync::Arc::new(Notify::new()),
         }
@@ -99,6 +135,111 @@ impl Faults {
     /// cells that are the primaries of most transactions (the loaders' offsets).
     pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
         *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Adds a namespace's notify space (its keys begin with `prefix`) and the key of its
+    /// floor record.
+    pub fn add_notify_space(&self, prefix: Vec<u8>, floor_key: Vec<u8>) {
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(prefix);
+        self.floor_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(floor_key);
+    }
+
+    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds.
+    pub fn set_held_put_space(&self, prefix: Vec<u8>) {
+        *self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = prefix;
+    }
+
+    /// Whether a put of `key` may be held ([`FaultRates::notify_put_hold`]).
+    pub fn is_held_put_key(&self, key: &[u8]) -> bool {
+        let prefix = self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        !prefix.is_empty() && key.starts_with(&prefix)
+    }
+
+    /// Whether `key` is in a notify space.
+    pub fn is_notify_key(&self, key: &[u8]) -> bool {
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+    }
+
+    /// Whether `key` is a notify floor record's.
+    pub fn is_floor_key(&self, key: &[u8]) -> bool {
+        self.floor_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
+    }
+
+    /// Makes every store call of `process` take `per_call` until `until` (a slow machine:
+    /// its round trips are uniformly slow, and meet no other fault of the store meanwhile).
+    pub fn slow_down(&self, process: usize, until: Instant, per_call: Duration) {
+        *self.slow.lock().unwrap_or_else(|p| p.into_inner()) = Some((process, until, per_call));
+        self.count();
+    }
+
+    /// How long each store call of `process` takes now, if its machine is slow.
+    pub fn slowness(&self, process: usize) -> Option<Duration> {
+        let slow = self.slow.lock().unwrap_or_else(|p| p.into_inner());
+        slow.filter(|(p, until, _)| self.chaos() && *p == process && Instant::now() < *until)
+            .map(|(_, _, d)| d)
+    }
+
+    /// Where the worker registry's records start (their keys begin with these bytes).
+    pub fn set_worker_prefix(&self, prefix: Vec<u8>) {
+        *self.worker_prefix.lock().unwrap_or_else(|p| p.into_inner()) = prefix;
+    }
+
+    /// Whether `key` is a worker's record in the registry.
+    pub fn is_worker_key(&self, key: &[u8]) -> bool {
+        let prefix = self.worker_prefix.lock().unwrap_or_else(|p| p.into_inner());
+        !prefix.is_empty() && key.starts_with(&prefix)
+    }
+
+    /// Notes a call about to reach the store (no fault stopped it): the time of a put of a
+    /// worker's record (a heartbeat) is kept per key.
+    pub fn note_heartbeat_put(&self, call: &percolator::kv::intercept::Call<'_>) {
+        if let percolator::kv::intercept::Call::Put { key, .. } = call {
+            if self.is_worker_key(key) {
+                self.heartbeat_puts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.to_vec(), Instant::now());
+            }
+        }
+    }
+
+    /// When the last put of the worker record `key` reached the store.
+    pub fn last_heartbeat_put(&self, key: &[u8]) -> Option<Instant> {
+        self.heartbeat_puts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    /// Takes the one hold of a heartbeat at a time; `false` if one is held.
+    pub fn begin_heartbeat_hold(&self) -> bool {
+        !self.heartbeat_holding.swap(true, Ordering::Relaxed)
+    }
+
+    /// Ends the hold taken by [`Faults::begin_heartbeat_hold`].
+    pub fn end_heartbeat_hold(&self) {
+        self.heartbeat_holding.store(false, Ordering::Relaxed);
     }
 
     /// Takes the one hold of a fate check at a time (others run freely meanwhile, the GC
@@ -131,6 +272,7 @@ impl Faults {
         self.chaos.store(on, Ordering::Relaxed);
         if !on {
             *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *self.slow.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
     }
 

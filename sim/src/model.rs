@@ -19,6 +19,17 @@ pub struct Model {
     pub delete_tried: BTreeMap<u64, Instant>,
     /// Rows of weak notifications acknowledged.
     pub pings: BTreeSet<u64>,
+    /// Stretches in which every process may see its round trips turn slower than any it
+    /// measured just before (outages, oracle takeovers): from, until.
+    pub disturbances: Vec<(Instant, Instant)>,
+    /// Slow machines: process, from, until.
+    pub slow_episodes: Vec<(usize, Instant, Instant)>,
+    /// Commits of the lease writers, and those judged (inside a slow machine's stretch).
+    pub lease_commits: u64,
+    /// Of which ran wholly inside a slow machine's stretch, after its warm-up.
+    pub lease_commits_slow: u64,
+    /// Beacons (process, sequence) whose weak notification was acknowledged.
+    pub beacons: BTreeSet<(usize, u64)>,
     /// Violations found along the way.
     pub violations: Vec<String>,
     /// Transactions the workload committed.
@@ -29,6 +40,8 @@ pub struct Model {
     pub gc_overlaps: u64,
     /// GC passes running now.
     pub gc_running: u64,
+    /// Whether the periodic GC is down (with the workers, in a worker outage).
+    pub gc_paused: bool,
     /// Crashes.
     pub crashes: u64,
     /// Reads of stalled snapshots answered `SnapshotTooOld`.

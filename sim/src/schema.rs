@@ -65,6 +65,17 @@ pub fn ping(n: u64) -> Cell {
     Cell::new("pings", format!("p{n}"), "hit")
 }
 
+/// Beacon `seq` of process `p`: a weak notification of a row of its own (so a lost one is
+/// not covered by another run of the same row).
+pub fn beacon(p: usize, seq: u64) -> Cell {
+    Cell::new("pings", format!("b{p}-{seq:06}"), "hit")
+}
+
+/// The cell process `p`'s lease writer commits again and again (others read it).
+pub fn lease(p: usize) -> Cell {
+    Cell::new("leases", format!("p{p}"), "seq")
+}
+
 /// Parses a decimal value.
 pub fn number(v: Option<Vec<u8>>) -> Option<u64> {
     v.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())

@@ -160,6 +160,18 @@ impl Hooks for FaultHooks {
             return Ok(());
         }
         let f = &self.faults;
+        if let Some(per_call) = f.slowness(self.life.process) {
+            // A slow machine: every call takes about `per_call`, and nothing else happens
+            // to it but the outages everyone meets.
+            tokio::time::sleep(per_call.mul_f64(f.rng.range(90, 111) as f64 / 100.0)).await;
+            self.life.stop_if_dead().await;
+            if f.in_outage(key) {
+                self.record("outage", op, &[]);
+                return Err(unavailable(op.name(), "simulated outage"));
+            }
+            f.note_heartbeat_put(&call);
+            return Ok(());
+        }
         if f.chaos() {
             let rng = &f.rng;
             let fate = matches!(call, Call::Get { key } if f.is_fate_key(key));
@@ -197,6 +209,39 @@ impl Hooks for FaultHooks {
                 let hold = rng.millis(max / 4, max);
                 tracing::debug!(process = self.life.process, ?hold, "fate check held");
                 tokio::time::sleep(hold).await;
+            } else if f.rates.floor_hold > 0.0
+                && matches!(call, Call::CompareAndSwap { key, .. } if f.is_floor_key(key))
+                && rng.chance(f.rates.floor_hold)
+            {
+                f.count();
+                self.record("hold-floor", op, key);
+                tokio::time::sleep(rng.millis(300, 1_500)).await;
+            } else if f.rates.notify_put_hold > 0.0
+                && matches!(call, Call::Put { .. } | Call::BatchPut { .. })
+                && f.is_held_put_key(key)
+                && rng.chance(f.rates.notify_put_hold)
+            {
+                f.count();
+                self.record("hold-notify-put", op, key);
+                tokio::time::sleep(rng.millis(1_200, 3_000)).await;
+                self.record("lands-notify-put", op, key);
+            } else if f.rates.heartbeat_hold > 0.0
+                && matches!(call, Call::Put { key, .. } if f.is_worker_key(key))
+                && rng.chance(f.rates.heartbeat_hold)
+                && f.begin_heartbeat_hold()
+            {
+                f.count();
+                self.record("hold-heartbeat", op, key);
+                struct Release<'a>(&'a Faults);
+                impl Drop for Release<'_> {
+                    fn drop(&mut self) {
+                        self.0.end_heartbeat_hold();
+                    }
+                }
+                let _release = Release(f);
+                let hold = rng.millis(4_000, 10_000);
+                tracing::debug!(process = self.life.process, ?hold, "heartbeat held");
+                tokio::time::sleep(hold).await;
             } else if rng.chance(f.rates.hold) {
                 f.count();
                 tokio::time::sleep(rng.millis(50, 1500)).await;
@@ -208,18 +253,42 @@ impl Hooks for FaultHooks {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }
+            // A scan of a bounded range of the notify space is a floor raise's rescan (a
+            // pass scans from the floor on): failed at the higher rate.
+            let notify_scan = match &call {
+                Call::Scan { range, .. } if f.is_notify_key(key) => {
+                    Some(if range.end.is_some() { 2.0 } else { 1.0 })
+                }
+                _ => None,
+            };
+            let fails = notify_scan
+                .filter(|_| f.rates.notify_scan_fail > 0.0)
+                .is_some_and(|weight| rng.chance((f.rates.notify_scan_fail * weight).min(1.0)));
+            if fails {
+                f.count();
+                self.record("fail-notify-scan", op, &[]);
+                return Err(unavailable(
+                    op.name(),
+                    "simulated region error of a notify scan",
+                ));
+            }
             if rng.chance(f.rates.fail_before) {
                 f.count();
                 self.record("fail-before", op, &[]);
                 return Err(unavailable(op.name(), "simulated failure before the call"));
             }
         }
+        f.note_heartbeat_put(&call);
         Ok(())
     }
 
     async fn after(&self, op: Op) -> KvResult<()> {
         let f = &self.faults;
-        if f.chaos() && is_write(op) && f.rng.chance(f.rates.fail_after) {
+        if f.chaos()
+            && f.slowness(self.life.process).is_none()
+            && is_write(op)
+            && f.rng.chance(f.rates.fail_after)
+        {
             f.count();
             self.record("reply-lost", op, &[]);
             return Err(unavailable(

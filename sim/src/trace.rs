@@ -13,6 +13,8 @@ struct State {
     hash: u64,
     events: u64,
     lines: Option<Vec<String>>,
+    /// When the trace began (lines start with the simulated milliseconds since).
+    began: tokio::time::Instant,
 }
 
 /// A shared trace recorder.
@@ -20,12 +22,14 @@ struct State {
 pub struct Trace(Arc<Mutex<State>>);
 
 impl Trace {
-    /// A trace; `keep_lines` keeps every event as text (for `--trace FILE`).
+    /// A trace; `keep_lines` keeps every event as text (for `--trace FILE`), each line
+    /// starting with the simulated milliseconds since the trace began.
     pub fn new(keep_lines: bool) -> Self {
         Trace(Arc::new(Mutex::new(State {
             hash: FNV_OFFSET,
             events: 0,
             lines: keep_lines.then(Vec::new),
+            began: tokio::time::Instant::now(),
         })))
     }
 
@@ -51,8 +55,9 @@ impl Trace {
         }
         s.hash = h;
         s.events += 1;
+        let ms = s.began.elapsed().as_millis();
         if let Some(lines) = s.lines.as_mut() {
-            lines.push(line());
+            lines.push(format!("{ms:>7} {}", line()));
         }
     }
 

@@ -96,6 +96,86 @@ pub async fn loader(ctx: Ctx, j: usize) {
     }
 }
 
+/// Beacons: weak notifications of fresh rows every 20-200 ms, each acknowledged one to be
+/// observed at least once. On a host whose clock is behind they go in the bucket of the
+/// floor this client last saw, while scanners raise it past them (invariant N2).
+pub async fn beacons(ctx: Ctx) {
+    let mut seq = 0u64;
+    loop {
+        tokio::time::sleep(ctx.rng.millis(20, 200)).await;
+        seq += 1;
+        let cell = schema::beacon(ctx.process, seq);
+        if ctx.client.weak_notify(&cell).await.is_ok() {
+            let p = ctx.process;
+            ctx.model.with(|m| m.beacons.insert((p, seq)));
+        }
+    }
+}
+
+/// How long a machine must have been slow before its commits are judged: its client has
+/// measured a slow round trip by then (leases carry twice the slowest recent one).
+pub const SLOW_WARMUP: Duration = Duration::from_secs(2);
+
+/// A lease writer: commits its process's lease cell again and again (a one-cell write; other
+/// processes' pokers read it and fence an expired lock). A commit fenced (`Aborted`) while
+/// its machine was slow, but no slower than for [`SLOW_WARMUP`] before it began, with no
+/// outage or takeover around it, is a live commit fenced: leases must carry twice the
+/// slowest recent round trip (`percolator::design::commit`).
+pub async fn lease_writer(ctx: Ctx) {
+    let p = ctx.process;
+    // A new incarnation's client has measured nothing yet: judged only after its warm-up.
+    let born = Instant::now();
+    let mut seq = 0u64;
+    loop {
+        tokio::time::sleep(ctx.rng.millis(100, 400)).await;
+        seq += 1;
+        let began = Instant::now();
+        let Ok(txn) = ctx.client.begin().await else {
+            continue;
+        };
+        txn.set(schema::lease(p), seq.to_string());
+        let outcome = txn.commit().await;
+        let ended = Instant::now();
+        let judged = ctx.model.with(|m| {
+            m.lease_commits += 1;
+            let slow = m.slow_episodes.iter().any(|&(q, from, until)| {
+                q == p && from.max(born) + SLOW_WARMUP <= began && ended <= until
+            });
+            let quiet = !m
+                .disturbances
+                .iter()
+                .any(|&(from, until)| from <= ended && began <= until + Duration::from_secs(1));
+            let judged = slow && quiet;
+            m.lease_commits_slow += u64::from(judged);
+            judged
+        });
+        if let Err(TxnError::Aborted { start_ts }) = outcome {
+            tracing::debug!(p, start_ts, judged, took = ?ended - began, "lease commit fenced");
+            if judged {
+                ctx.model.violation(format!(
+                    "p{p} lease commit {start_ts} fenced while it ran ({:?}) on a machine slow \
+                     for {SLOW_WARMUP:?} before it began",
+                    ended - began
+                ));
+            }
+        }
+    }
+}
+
+/// A poker: reads every lease cell now and then (resolving the locks it meets: waiting on a
+/// live one, fencing an expired one).
+pub async fn poker(ctx: Ctx) {
+    let cells: Vec<_> = (0..crate::world::PROCESSES).map(schema::lease).collect();
+    loop {
+        tokio::time::sleep(ctx.rng.millis(100, 300)).await;
+        let cells = &cells;
+        let _ = ctx
+            .client
+            .run(|txn| async move { txn.get_many(cells).await })
+            .await;
+    }
+}
+
 /// Retention: now and then deletes one loaded event (a head delete of a write-once cell).
 pub async fn retention(ctx: Ctx) {
     loop {
@@ -491,6 +571,9 @@ pub async fn gc(ctx: Ctx, lag: Duration) {
             biased;
             _ = ctx.kick.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+        }
+        if ctx.model.with(|m| m.gc_paused) {
+            continue;
         }
         let passes = if ctx.rng.chance(0.15) { 2 } else { 1 };
         let mut set = tokio::task::JoinSet::new();

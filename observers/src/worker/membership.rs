@@ -74,6 +74,11 @@ impl Split {
     /// Whether the worker's last completed heartbeat started too long ago for it to own
     /// anything: another worker may be taking its share.
     fn fenced(&self) -> bool {
+        // Planted bug `WorkerKeepsShareWhenHeldUp` (`percolator::planted`): no self-fencing.
+        #[cfg(feature = "planted")]
+        if percolator::planted::active(percolator::planted::Bug::WorkerKeepsShareWhenHeldUp) {
+            return false;
+        }
         self.fenced_after
             .is_some_and(|(started, after)| started.elapsed() >= after)
     }

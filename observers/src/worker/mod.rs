@@ -204,14 +204,23 @@ impl Worker {
     /// A test of whether a row is this worker's to handle, as its scanners take notify
     /// keys: in its share of the hash split (once settled, never while fenced; a worker
     /// that leaves or stops heartbeating hands its share over), or in the share of an owner
-    /// that made no progress for `orphan_age` (one alive that does not handle them). What `observers::time::TimerDriver::start_on` fires
-    /// timers by (rows hashed as cells of the timer table).
+    /// that made no progress for `orphan_age` (one alive that does not handle them). What
+    /// `observers::time::TimerDriver::start_on` fires timers by (rows hashed as cells of
+    /// the timer table).
     pub fn share_of_rows(&self) -> crate::time::RowFilter {
         let inner = self.inner.clone();
         Arc::new(move |row: &[u8]| {
             let cell = percolator::Cell::new(crate::time::TIMER_TABLE, row, "");
             inner.membership.owns(&cell) || inner.membership.owner_stalled(&cell)
         })
+    }
+
+    /// Whether `cell` is in this worker's share now: as its last heartbeat split the notify
+    /// space among the live workers, never before it settled nor while it is fenced (its
+    /// last completed heartbeat started too long ago). Two live workers own one cell at once
+    /// only briefly, until a change of the split is seen by both (`observers::design::worker`).
+    pub fn owns(&self, cell: &percolator::Cell) -> bool {
+        self.inner.membership.owns(cell)
     }
 
     /// The worker's id in the registry.

@@ -153,6 +153,11 @@ impl RoundTrips {
     /// The margin a lease written now carries beyond `lock_ttl`: twice the slowest recent
     /// round trip.
     pub(crate) fn lease_margin(&self) -> Duration {
+        // Planted bug `LeaseIgnoresRoundTrips` (`crate::planted`): leases of `lock_ttl` alone.
+        #[cfg(feature = "planted")]
+        if crate::planted::active(crate::planted::Bug::LeaseIgnoresRoundTrips) {
+            return Duration::ZERO;
+        }
         let w = self.current();
         w.1.max(w.2) * 2
     }
