@@ -259,11 +259,11 @@ impl TikvKv {
             region = self
                 .call("scan", deadline, || self.pd.prev_region(&start))
                 .await?;
-            if let Some(prev) = &region {
-                if prev.end != start {
-                    // The layout changed between two lookups: ask again for the region below.
-                    region = self.region_below(&start, deadline).await?;
-                }
+            // The layout changed between two lookups (a merge moved the holder of `start`
+            // down; `None` when that holder is now the first region, though keys below
+            // `start` remain in it): ask again for the region below.
+            if region.as_ref().is_none_or(|prev| prev.end != start) {
+                region = self.region_below(&start, deadline).await?;
             }
         }
         tracing::trace!(regions_touched, found = out.len(), "reverse scan");
