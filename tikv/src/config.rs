@@ -56,6 +56,11 @@ pub struct TikvConfig {
     /// or a verified `RawClient::scan_reverse` per region; default `true`). `false` always
     /// pages the whole range forward (O(range size)).
     pub reverse_scan_fast_path: bool,
+    /// How long a region learned from PD is used to cut forward scans into parts without
+    /// asking PD again (default 10 s; zero: ask PD for every part, as before the cache).
+    /// A stale entry costs RPCs, never keys: each part is read exactly on any layout (see
+    /// the crate documentation, "Scans"). A failed read of a part drops its entry at once.
+    pub region_cache_ttl: Duration,
     /// First delay of the adapter's retries of transient errors (default 5 ms); each retry
     /// doubles it up to [`TikvConfig::retry_max_delay`], with jitter (a delay is drawn
     /// uniformly between half and all of the current step). Retries stop at `op_timeout`.
@@ -88,6 +93,7 @@ impl TikvConfig {
             delete_concurrency: 16,
             cas_concurrency: DEFAULT_CAS_CONCURRENCY,
             reverse_scan_fast_path: true,
+            region_cache_ttl: Duration::from_secs(10),
             retry_base_delay: Duration::from_millis(5),
             retry_max_delay: Duration::from_millis(500),
             max_key_bytes: 8 * 1024,

@@ -65,8 +65,10 @@
 //!
 //! ## Tests
 //!
-//! `tests/tests/tikv_regions.rs` (1,024 regions: a page up to a region's keys costs one PD
-//! lookup and one `RawBatchScan`), `random_reverse_scans_in_the_weather_match_a_model`,
+//! `tests/tests/tikv_regions.rs` (1,024 regions: a page up to a region's keys costs one
+//! `RawBatchScan`, and one PD lookup only when its region is not cached),
+//! `random_forward_scans_with_stale_cached_regions_match_a_model` (K3 with a cache that never
+//! expires under churn), `random_reverse_scans_in_the_weather_match_a_model`,
 //! `batch_cas_counters_with_one_reply_in_ten_lost`, the conformance suite and every transaction
 //! test on minitikv, quiet and in the weather (`percolator::design::testing`).
 //! `photon/tests/multiprocess.rs` repeats its chaos run (SIGKILLed workers and oracles) on a

@@ -24,7 +24,10 @@
 //!   PD client, since the client exposes none): one `batch_scan` of the range's part in the
 //!   region holding the page's start, then the next region only while the page is not full,
 //!   so a page costs O(regions its keys lie in) RPCs, not O(regions of the range); each
-//!   answer is sorted, clipped to the part and truncated. `scan_reverse` also asks the region
+//!   answer is sorted, clipped to the part and truncated. The regions PD names are
+//!   remembered for [`TikvConfig::region_cache_ttl`] (10 s), so a page inside a known
+//!   region costs its `RawBatchScan` alone; a stale bound only cuts the range elsewhere (the
+//!   client routes each part's `batch_scan` by its own cache), never loses or repeats a key. `scan_reverse` also asks the region
 //!   of the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore
 //!   walk regions down from the end of the range, each region's part clipped below the part
 //!   read before (so a region PD names after a merge is never read twice), and read each
@@ -169,6 +172,7 @@ impl TikvKv {
             config.pd_endpoints.clone(),
             config.tls.clone(),
             config.rpc_timeout,
+            config.region_cache_ttl,
         );
         Ok(TikvKv {
             plain,

@@ -1,12 +1,20 @@
 //! A minimal PD client for region boundaries (`GetRegion`, `GetPrevRegion`), which
 //! tikv-client 0.4.0 does not expose. Reverse scans use it to walk regions from the end of
-//! a range.
+//! a range; forward scans ask it through a cache of the regions PD named
+//! ([`PdRegions::region_cached`]), so a page inside a known region costs no PD lookup.
+//!
+//! The cache is only a way of cutting a range into parts: a forward scan reads each part
+//! exactly whatever the real layout (the client routes the part's `batch_scan` per region
+//! itself), so a stale entry costs RPCs, never keys (invariant K3). Stale entries are
+//! bounded: an entry lives for [`crate::TikvConfig::region_cache_ttl`], a read of its part
+//! that fails drops it, and every answer from PD replaces the entries it overlaps.
 //!
 //! The messages are declared here with only the fields read (prost skips the others), so
 //! the adapter needs no protobuf build step.
 
 use crate::TlsFiles;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -90,12 +98,74 @@ pub(crate) struct RegionBounds {
     pub(crate) end: Vec<u8>,
 }
 
+impl RegionBounds {
+    /// Whether `key` lies in this region.
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        self.start.as_slice() <= key && (self.end.is_empty() || key < self.end.as_slice())
+    }
+}
+
+/// Regions PD named, by start key, each with the time it was learned; no two overlap.
+#[derive(Default)]
+struct RegionCache {
+    by_start: BTreeMap<Vec<u8>, (RegionBounds, Instant)>,
+}
+
+impl RegionCache {
+    /// The entry holding `key`, if it is younger than `ttl`.
+    fn get(&self, key: &[u8], ttl: Duration) -> Option<RegionBounds> {
+        let (_, (region, learned)) = self.by_start.range(..=key.to_vec()).next_back()?;
+        (region.contains(key) && learned.elapsed() < ttl).then(|| region.clone())
+    }
+
+    /// Remembers `region`, dropping every entry it overlaps (the layout changed since).
+    fn insert(&mut self, region: RegionBounds) {
+        // Entries starting inside `region`...
+        let inside: Vec<Vec<u8>> = self
+            .by_start
+            .range(region.start.clone()..)
+            .take_while(|(start, _)| region.end.is_empty() || **start < region.end)
+            .map(|(start, _)| start.clone())
+            .collect();
+        for start in inside {
+            self.by_start.remove(&start);
+        }
+        // ...and the one before it, if it reaches into `region`.
+        let before = self
+            .by_start
+            .range(..region.start.clone())
+            .next_back()
+            .filter(|(_, (r, _))| r.end.is_empty() || r.end > region.start)
+            .map(|(start, _)| start.clone());
+        if let Some(start) = before {
+            self.by_start.remove(&start);
+        }
+        self.by_start
+            .insert(region.start.clone(), (region, Instant::now()));
+    }
+
+    /// Forgets the entry holding `key`.
+    fn forget(&mut self, key: &[u8]) {
+        let holder = self
+            .by_start
+            .range(..=key.to_vec())
+            .next_back()
+            .filter(|(_, (r, _))| r.contains(key))
+            .map(|(start, _)| start.clone());
+        if let Some(start) = holder {
+            self.by_start.remove(&start);
+        }
+    }
+}
+
 /// Connection to the PD leader, made on first use and again after a failure.
 pub(crate) struct PdRegions {
     endpoints: Vec<String>,
     tls: Option<TlsFiles>,
     timeout: Duration,
     conn: Mutex<Option<(Channel, u64)>>,
+    cache: std::sync::Mutex<RegionCache>,
+    cache_ttl: Duration,
 }
 
 fn pd_err(message: String) -> tikv_client::Error {
@@ -104,13 +174,46 @@ fn pd_err(message: String) -> tikv_client::Error {
 }
 
 impl PdRegions {
-    pub(crate) fn new(endpoints: Vec<String>, tls: Option<TlsFiles>, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        endpoints: Vec<String>,
+        tls: Option<TlsFiles>,
+        timeout: Duration,
+        cache_ttl: Duration,
+    ) -> Self {
         PdRegions {
             endpoints,
             tls,
             timeout,
             conn: Mutex::new(None),
+            cache: std::sync::Mutex::new(RegionCache::default()),
+            cache_ttl,
         }
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, RegionCache> {
+        // The cache holds no invariant a panic could break half-way (each entry is a PD
+        // answer): a poisoned lock is used as it is.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The region holding `key`, from the cache when a fresh entry holds it, else from PD
+    /// (remembered when it holds `key`). Only for callers that read what they are given
+    /// exactly on any layout (forward scans): the answer may be out of date.
+    pub(crate) async fn region_cached(&self, key: &[u8]) -> tikv_client::Result<RegionBounds> {
+        if let Some(region) = self.cache().get(key, self.cache_ttl) {
+            return Ok(region);
+        }
+        let region = self.region(key).await?;
+        if region.contains(key) && !self.cache_ttl.is_zero() {
+            self.cache().insert(region.clone());
+        }
+        Ok(region)
+    }
+
+    /// Drops the cached region holding `key` (a read of its part failed: the layout may
+    /// have changed).
+    pub(crate) fn forget(&self, key: &[u8]) {
+        self.cache().forget(key);
     }
 
     fn url(&self, addr: &str) -> String {
@@ -270,5 +373,68 @@ impl PdRegions {
         key: &[u8],
     ) -> tikv_client::Result<Option<RegionBounds>> {
         self.region_call("/pdpb.PD/GetPrevRegion", key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(id: u64, start: &[u8], end: &[u8]) -> RegionBounds {
+        RegionBounds {
+            id,
+            start: start.to_vec(),
+            end: end.to_vec(),
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn the_cache_answers_keys_of_its_regions_only() {
+        let mut cache = RegionCache::default();
+        cache.insert(region(1, b"", b"b"));
+        cache.insert(region(2, b"d", b""));
+        assert_eq!(cache.get(b"a", TTL).map(|r| r.id), Some(1));
+        assert_eq!(cache.get(b"", TTL).map(|r| r.id), Some(1));
+        assert_eq!(cache.get(b"b", TTL), None, "end is exclusive");
+        assert_eq!(cache.get(b"c", TTL), None);
+        assert_eq!(cache.get(b"d", TTL).map(|r| r.id), Some(2));
+        assert_eq!(cache.get(b"zzz", TTL).map(|r| r.id), Some(2));
+        assert_eq!(cache.get(b"a", Duration::ZERO), None, "expired");
+    }
+
+    #[test]
+    fn an_answer_replaces_the_entries_it_overlaps() {
+        let mut cache = RegionCache::default();
+        cache.insert(region(1, b"a", b"c"));
+        cache.insert(region(2, b"c", b"e"));
+        cache.insert(region(3, b"e", b"g"));
+        // A merge of 1 and 2 (and the start of 3's range moved): 1, 2 and 3 overlap it.
+        cache.insert(region(4, b"b", b"f"));
+        assert_eq!(cache.by_start.len(), 1);
+        assert_eq!(cache.get(b"a", TTL), None);
+        assert_eq!(cache.get(b"e", TTL).map(|r| r.id), Some(4));
+        assert_eq!(cache.get(b"f", TTL), None);
+        // A split: the new left half replaces the whole.
+        cache.insert(region(5, b"b", b"d"));
+        assert_eq!(cache.get(b"c", TTL).map(|r| r.id), Some(5));
+        assert_eq!(cache.get(b"e", TTL), None);
+        // An unbounded last region replaces everything from its start on.
+        cache.insert(region(6, b"x", b"y"));
+        cache.insert(region(7, b"c", b""));
+        assert_eq!(cache.get(b"x", TTL).map(|r| r.id), Some(7));
+        assert_eq!(cache.get(b"b", TTL), None, "5 reached into 7");
+    }
+
+    #[test]
+    fn forget_drops_the_holder_only() {
+        let mut cache = RegionCache::default();
+        cache.insert(region(1, b"a", b"c"));
+        cache.insert(region(2, b"c", b"e"));
+        cache.forget(b"b");
+        cache.forget(b"x");
+        assert_eq!(cache.get(b"b", TTL), None);
+        assert_eq!(cache.get(b"c", TTL).map(|r| r.id), Some(2));
     }
 }

@@ -2,7 +2,8 @@
 //! so that a page costs O(1) RPCs whatever the number of regions in its range.
 //!
 //! Forward scans read the part of the range in the region holding its start (one
-//! `batch_scan` of that part) and go on to the next region only while the page is not full.
+//! `batch_scan` of that part; the region from a cache of PD's answers) and go on to the next
+//! region only while the page is not full.
 //! Reverse scans walk regions down from the end of the range, with a checked `scan_reverse`
 //! fast path per region and forward paging as the fallback (see the crate documentation,
 //! "Scans").
@@ -48,10 +49,11 @@ impl TikvKv {
     /// Up to `limit` pairs (values empty when `key_only`) of `range`, ascending, region by
     /// region: the part of the range in the region holding its start (PD's bounds), then,
     /// only while fewer than `limit` pairs were found, the part in the next region, and so
-    /// on. A page inside one region costs one PD lookup and one `RawBatchScan`, whatever the
-    /// number of regions in the range. Stale bounds cost RPCs, never keys: each part is read
-    /// by [`TikvKv::read_part`], which is exact on any layout, and the next part starts
-    /// where the previous one ended.
+    /// on. A page inside one region costs one `RawBatchScan` (and a PD lookup when the
+    /// region is not in the cache, `PdRegions::region_cached`), whatever the number of
+    /// regions in the range. Stale bounds (the cache's, or PD's answer racing a split or
+    /// merge) cost RPCs, never keys: each part is read by [`TikvKv::read_part`], which is
+    /// exact on any layout, and the next part starts where the previous one ended (K3).
     async fn walk_forward(
         &self,
         range: &KeyRange,
@@ -64,7 +66,7 @@ impl TikvKv {
         let mut regions_touched = 0u32;
         loop {
             let region = self
-                .call("scan", deadline, || self.pd.region(&start))
+                .call("scan", deadline, || self.pd.region_cached(&start))
                 .await?;
             regions_touched += 1;
             let holds_start =
@@ -80,7 +82,13 @@ impl TikvKv {
             };
             if !part.is_empty() {
                 let want = limit - out.len();
-                out.extend(self.read_part(&part, want, key_only, deadline).await?);
+                match self.read_part(&part, want, key_only, deadline).await {
+                    Ok(pairs) => out.extend(pairs),
+                    Err(e) => {
+                        self.pd.forget(&part.start);
+                        return Err(e);
+                    }
+                }
             }
             if out.len() >= limit {
                 break;

@@ -235,7 +235,7 @@ impl CasRequest {
 /// [`RawKv::batch_compare_and_swap`]), with [`KvError::InvalidArgument`]. Backends call it
 /// before applying anything.
 pub fn check_distinct_cas_keys(requests: &[CasRequest]) -> KvResult<()> {
-    let mut seen = std::collections::HashSet::with_capacity(requests.len());
+    let mut seen = crate::FastSet::with_capacity_and_hasher(requests.len(), Default::default());
     for request in requests {
         if !seen.insert(request.key.as_slice()) {
             return Err(KvError::InvalidArgument {

@@ -12,7 +12,7 @@ use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::record::Head;
 use crate::ts::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +142,7 @@ impl Transaction {
         // Invariant 5: a transaction already past its lifetime must not lock anything, and no
         // lock may outlive the lifetime.
         self.check_lifetime()?;
-        let cached: HashMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
+        let cached: crate::FastMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
 
         // Keep the primary's lock alive while the commit takes long. The heartbeat is its own
         // task, not a future polled beside the commit in this task: the commit has
@@ -187,7 +187,7 @@ impl Transaction {
         cells: &[(Cell, Option<Vec<u8>>)],
         once_cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
-        cached: HashMap<Vec<u8>, HeadSnapshot>,
+        cached: crate::FastMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
         notify_bucket: u64,
         primary_head: &PrimaryHead,

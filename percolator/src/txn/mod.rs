@@ -73,8 +73,7 @@ pub(crate) struct Shared {
     pub(crate) config: ClientConfig,
     /// (table, column) pairs whose writes put notify keys.
     /// Observed columns by table (nested so lookups borrow the cell instead of cloning it).
-    observed:
-        std::sync::RwLock<std::collections::HashMap<Vec<u8>, std::collections::HashSet<Vec<u8>>>>,
+    observed: std::sync::RwLock<crate::FastMap<Vec<u8>, crate::FastSet<Vec<u8>>>>,
     /// Write-once columns by table, `None` for every column of the table
     /// (`percolator::design::once`).
     write_once: std::sync::RwLock<WriteOnceColumns>,
@@ -101,8 +100,7 @@ pub(crate) struct Shared {
 }
 
 /// Write-once columns by table; `None`: every column of the table.
-type WriteOnceColumns =
-    std::collections::HashMap<Vec<u8>, Option<std::collections::HashSet<Vec<u8>>>>;
+type WriteOnceColumns = crate::FastMap<Vec<u8>, Option<crate::FastSet<Vec<u8>>>>;
 
 /// Decided transaction fates remembered per client (about 40 bytes each).
 const DECIDED_CAPACITY: usize = 1 << 16;

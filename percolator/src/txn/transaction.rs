@@ -7,7 +7,7 @@ use super::heads::HeadSnapshot;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::ts::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -35,9 +35,9 @@ pub(super) struct State {
     pub(super) writes: BTreeMap<Cell, Option<Vec<u8>>>,
     /// Heads read by this transaction by head key, reused as the expectation of its
     /// prewrite CAS.
-    pub(super) heads: HashMap<Vec<u8>, HeadSnapshot>,
+    pub(super) heads: crate::FastMap<Vec<u8>, HeadSnapshot>,
     /// Write-once cells this transaction read a value in (it may not write them).
-    pub(super) once_read: std::collections::HashSet<Cell>,
+    pub(super) once_read: crate::FastSet<Cell>,
     /// Cells explicitly notified (strong notifications) by this transaction.
     pub(super) notifies: std::collections::BTreeSet<Cell>,
     pub(super) finished: bool,

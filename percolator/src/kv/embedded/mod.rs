@@ -35,11 +35,11 @@ use super::{
     check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
     KvResult, RawKv, ScanOrder,
 };
+use ahash::RandomState;
 use async_trait::async_trait;
 use fjall::{Config, Keyspace, PartitionCreateOptions, PartitionHandle, PersistMode};
 use split::{open_split, Split, MAIN_PARTITION};
 use std::fs::{File, OpenOptions, TryLockError};
-use std::hash::{BuildHasher, RandomState};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
