@@ -25,7 +25,7 @@ mod watermarks;
 pub use backlog::Backlog;
 pub use frontier::Frontier;
 pub use rejects::{Reject, Rejects, ECHO_PREFIX, WARN_REJECTS};
-pub use watermarks::{Injector, WatermarkOptions, PUBLISH_EVERY};
+pub use watermarks::{Injector, WatermarkOptions, MAX_AHEAD, PUBLISH_EVERY};
 
 use async_trait::async_trait;
 use percolator::txn::RunError;
