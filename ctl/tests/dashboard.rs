@@ -373,6 +373,12 @@ async fn the_page_shows_workers_and_dead_letters_and_replays_after_a_confirmatio
                 PATIENCE,
             );
         }
+        // The event-time and quarantine sections render (none of either in this store).
+        browser.wait_for(
+            "the event-time and quarantine sections rendered",
+            "document.getElementById('event-time-total').innerText === '0 timed columns' && document.getElementById('quarantined-count').innerText === '0 not loaded to their end'",
+            PATIENCE,
+        );
         let row = format!("#dead-letters tbody tr[data-key='{id}']");
         browser.wait_for(
             "the dead letter shown",

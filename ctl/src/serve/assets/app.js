@@ -163,6 +163,9 @@ function renderStatus(st) {
     c.sources.length + " (" + c.sources.filter((x) => x.idle).length + " idle)",
     String(c.pending),
   ], (c) => c.column);
+  const quarantined = st.quarantined || [];
+  $("quarantined-count").textContent = quarantined.length + " not loaded to their end";
+  fillTable("quarantined", quarantined, (q) => [q.source, duration(q.age_ms) + " ago", q.cause], (q) => q.source);
   $("locks-count").textContent = st.locks.total + " held, " + st.locks.expired.length + " expired";
   fillTable("locks", st.locks.expired, (l) => [cellName(l.cell), String(l.start_ts), l.primary ? cellName(l.primary) : "(primary)"]);
 }
