@@ -254,7 +254,7 @@ fn registry(windows: Windows) -> Result<Registry, observers::WorkerError> {
 }
 
 /// The timer: counts the window's clicks and writes its line to the outbox.
-fn on_window(windows: Windows) -> Arc<dyn time::OnTimer> {
+fn on_window() -> Arc<dyn time::OnTimer> {
     time::on_timer_fn(move |txn, timer| async move {
         let start = u64::from_be_bytes(
             timer
@@ -279,7 +279,6 @@ fn on_window(windows: Windows) -> Arc<dyn time::OnTimer> {
             "emitted_at_ms": wall_ms(),
             "watermark_ms": watermark,
         });
-        let _ = windows;
         txn.set(Cell::new("outbox", &timer.row, "line"), line.to_string());
         Ok(())
     })
@@ -396,7 +395,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &worker,
         TimerSpec {
             poll: Duration::from_millis(args.poll_ms),
-            ..TimerSpec::new(OBSERVER, Some(clicks_column()), on_window(windows))
+            ..TimerSpec::new(OBSERVER, Some(clicks_column()), on_window())
         },
     );
     let options = LoadOptions {
@@ -560,6 +559,23 @@ mod tests {
         got
     }
 
+    /// The example's arguments on `dir`'s `in` and `store`, 10 s windows, and `extra`.
+    fn args(dir: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+        let (input, store) = (dir.join("in"), dir.join("store"));
+        let mut argv: Vec<String> = vec![
+            "--input".into(),
+            input.display().to_string(),
+            "--out".into(),
+            out.display().to_string(),
+            "--window-secs".into(),
+            "10".into(),
+            "--store".into(),
+            format!("embedded:{}", store.display()),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        argv
+    }
+
     /// Killed with SIGKILL at random moments and restarted on the same store and FILE, then
     /// run to the end: FILE holds each window once with its count (out-of-order input,
     /// redelivered clicks counted once).
@@ -570,23 +586,11 @@ mod tests {
         std::fs::create_dir(&input_dir).unwrap();
         let expected = input(&input_dir, 1_500, 5, 10_000, 7);
         let out = dir.path().join("windows.jsonl");
-        let argv: Vec<String> = [
-            "--input",
-            input_dir.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--window-secs",
-            "10",
-            "--out-of-orderness-secs",
-            "3",
-            "--lateness-secs",
-            "1",
-            "--store",
-            &format!("embedded:{}", dir.path().join("store").display()),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let argv = args(
+            dir.path(),
+            &out,
+            &["--out-of-orderness-secs", "3", "--lateness-secs", "1"],
+        );
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         for _ in 0..5 {
             let mut c = child(&argv);
@@ -611,19 +615,7 @@ mod tests {
         std::fs::create_dir(&input_dir).unwrap();
         let expected = input(&input_dir, 200, 2, 10_000, 3);
         let out = dir.path().join("windows.jsonl");
-        let argv: Vec<String> = [
-            "--input",
-            input_dir.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--window-secs",
-            "10",
-            "--store",
-            &format!("embedded:{}", dir.path().join("store").display()),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let argv = args(dir.path(), &out, &[]);
         assert!(child(&argv).wait().unwrap().success());
         assert_eq!(output(&out), expected);
         // The input ended (the watermark passed everything): a new click in an old window.

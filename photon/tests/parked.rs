@@ -301,20 +301,7 @@ async fn no_parked_click_is_missed_by_racing_and_crashing_sweeps() {
     let all_done = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             worker.wait_until_quiescent().await.unwrap();
-            // One batched read: the transactions here live 1 s, and reads one by one over
-            // the delaying store outlive that on a busy machine.
-            let t = client.begin().await.unwrap();
-            let cells: Vec<_> = orphans.iter().map(|c| outcome_cell(c)).collect();
-            let outcomes = match t.get_many(&cells).await {
-                Ok(outcomes) => outcomes,
-                Err(e) if e.is_transient() => continue,
-                Err(e) => panic!("reading outcomes: {e}"),
-            };
-            t.rollback();
-            let left = outcomes
-                .iter()
-                .filter(|o| o.as_deref() != Some(b"expired:3".as_slice()))
-                .count();
+            let left = not_expired(&client, &orphans, "expired:3").await;
             if left == 0 {
                 break;
             }
@@ -437,19 +424,7 @@ async fn a_backfill_expires_in_event_time() {
                 assert!(e.is_transient(), "sweep: {e}");
                 continue;
             }
-            // One batched read (transactions live 1 s here).
-            let t = client.begin().await.unwrap();
-            let cells: Vec<_> = orphans.iter().map(|o| outcome_cell(o)).collect();
-            let outcomes = match t.get_many(&cells).await {
-                Ok(outcomes) => outcomes,
-                Err(e) if e.is_transient() => continue,
-                Err(e) => panic!("reading outcomes: {e}"),
-            };
-            t.rollback();
-            let left = outcomes
-                .iter()
-                .filter(|o| o.as_deref() != Some(b"expired:10".as_slice()))
-                .count();
+            let left = not_expired(&client, &orphans, "expired:10").await;
             // The counters count attempts (a retried join counts again): the store decides.
             if left == 0 && stats.joined.load(Ordering::Relaxed) >= joinable.len() as u64 {
                 break;
@@ -485,4 +460,22 @@ where
             Err(e) => panic!("read: {e}"),
         }
     }
+}
+
+/// How many of `clicks` have not the outcome `expired`, read in one batch (transactions
+/// live 1 s here, and reads one by one over a delaying store outlive that on a busy
+/// machine; a read past the lifetime is made again).
+async fn not_expired(client: &Client, clicks: &[String], expired: &str) -> usize {
+    let cells: Vec<_> = clicks.iter().map(|c| outcome_cell(c)).collect();
+    let outcomes = retrying(|| async {
+        let t = client.begin().await?;
+        let outcomes = t.get_many(&cells).await;
+        t.rollback();
+        outcomes
+    })
+    .await;
+    outcomes
+        .iter()
+        .filter(|o| o.as_deref() != Some(expired.as_bytes()))
+        .count()
 }

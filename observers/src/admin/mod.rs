@@ -55,3 +55,26 @@ pub(crate) async fn oracle_ms(client: &Client) -> Result<u64, WorkerError> {
 pub(crate) fn age(now_ms: u64, ts: u64) -> Duration {
     Duration::from_millis(now_ms.saturating_sub(Timestamp(ts).physical_ms()))
 }
+
+/// The meta records of the namespace whose names start with `prefix`: (the rest of the
+/// name, value), in key order.
+pub(crate) async fn meta_records(
+    client: &Client,
+    prefix: &[u8],
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, WorkerError> {
+    let pairs = percolator::kv::scan_all(
+        client.store().as_ref(),
+        client.codec().meta_prefix_range(prefix),
+        percolator::kv::ScanOrder::Forward,
+    )
+    .await?;
+    Ok(pairs
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let Ok(percolator::codec::Key::Meta(name)) = client.codec().decode(&key) else {
+                return None;
+            };
+            Some((name.strip_prefix(prefix)?.to_vec(), value))
+        })
+        .collect())
+}

@@ -5,8 +5,6 @@
 //! dashboard show it beside the backlog. A later batch of that source loaded clears it.
 
 use crate::error::WorkerError;
-use percolator::codec::Key;
-use percolator::kv::{scan_all, ScanOrder};
 use percolator::{Client, TxnError};
 
 /// Prefix of the meta records of quarantined sources; the rest of the name is the source's.
@@ -77,22 +75,13 @@ pub async fn clear_quarantine(client: &Client, source: &str) -> Result<bool, Txn
 
 /// Every quarantined source of the namespace, by name.
 pub async fn quarantined(client: &Client) -> Result<Vec<Quarantined>, WorkerError> {
-    let pairs = scan_all(
-        client.store().as_ref(),
-        client.codec().meta_prefix_range(QUARANTINE_META),
-        ScanOrder::Forward,
-    )
-    .await?;
-    Ok(pairs
+    Ok(super::meta_records(client, QUARANTINE_META)
+        .await?
         .into_iter()
-        .filter_map(|(key, value)| {
-            let Ok(Key::Meta(name)) = client.codec().decode(&key) else {
-                return None;
-            };
-            let source = name.strip_prefix(QUARANTINE_META)?;
+        .filter_map(|(source, value)| {
             let (since_ms, cause) = decode(&value)?;
             Some(Quarantined {
-                source: String::from_utf8_lossy(source).into_owned(),
+                source: String::from_utf8_lossy(&source).into_owned(),
                 cause,
                 since_ms,
             })

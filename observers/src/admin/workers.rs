@@ -4,8 +4,6 @@
 use super::oracle_ms;
 use crate::error::WorkerError;
 use crate::worker::membership::{decode_record, WORKERS_META};
-use percolator::codec::Key;
-use percolator::kv::{scan_all, ScanOrder};
 use percolator::Client;
 use std::time::Duration;
 
@@ -33,21 +31,12 @@ pub struct WorkerInfo {
 pub(crate) async fn worker_records(
     client: &Client,
 ) -> Result<Vec<(String, u64, Option<u64>)>, WorkerError> {
-    let pairs = scan_all(
-        client.store().as_ref(),
-        client.codec().meta_prefix_range(WORKERS_META),
-        ScanOrder::Forward,
-    )
-    .await?;
-    Ok(pairs
+    Ok(super::meta_records(client, WORKERS_META)
+        .await?
         .into_iter()
-        .filter_map(|(key, value)| {
-            let Ok(Key::Meta(name)) = client.codec().decode(&key) else {
-                return None;
-            };
-            let id = name.strip_prefix(WORKERS_META)?;
+        .filter_map(|(id, value)| {
             let (beat, handled) = decode_record(&value)?;
-            Some((String::from_utf8_lossy(id).into_owned(), beat, handled))
+            Some((String::from_utf8_lossy(&id).into_owned(), beat, handled))
         })
         .collect())
 }
