@@ -120,12 +120,14 @@ fn main() -> Result<()> {
                 if r.passed() {
                     if !json {
                         println!(
-                            "seed {} ok ({:.0} sim s, {:.2} wall s, {} txns, {} runs)",
+                            "seed {} ok ({:.0} sim s, {:.2} wall s, {} txns, {} runs, \
+                             owners overlapped {} ms)",
                             r.seed,
                             r.stats.sim_seconds,
                             r.stats.wall_seconds,
                             r.stats.transactions,
-                            r.stats.observer_runs
+                            r.stats.observer_runs,
+                            r.stats.split_overlap_ms_max
                         );
                     }
                 } else {

@@ -27,6 +27,9 @@ pub struct Stats {
     pub stalled_reads_too_old: u64,
     /// Events in the trace.
     pub trace_events: u64,
+    /// The longest stretch (ms) in which two live workers whose heartbeats both went on
+    /// owned one probe cell (the split changing; a maximum, not a sum).
+    pub split_overlap_ms_max: u64,
 }
 
 impl Stats {
@@ -43,6 +46,7 @@ impl Stats {
         self.observer_runs += other.observer_runs;
         self.stalled_reads_too_old += other.stalled_reads_too_old;
         self.trace_events += other.trace_events;
+        self.split_overlap_ms_max = self.split_overlap_ms_max.max(other.split_overlap_ms_max);
     }
 }
 

@@ -303,6 +303,13 @@ const OWNER_SAMPLE: Duration = Duration::from_millis(100);
 /// periods (2 s here) passed since the start of its last completed heartbeat, whose put
 /// came after that start; plus the sampling period.
 pub const STALE_OWNER_MAX: Duration = Duration::from_millis(2_200);
+/// The longest two live workers whose heartbeats both go on may own one cell: each takes a
+/// dead worker for dead when its beat is `DEAD_AFTER_BEATS` periods old (3 s here) and
+/// its own `DEAD_AFTER_READS` reads found the record unchanged, so their views differ by a
+/// read phase and a late starter's reads (2 s), or while one cannot read (it fences itself
+/// after 2 s). Counted from each reader's first read instead, they differed by up to the
+/// horizon more (issue 40).
+pub const SPLIT_OVERLAP_MAX: Duration = Duration::from_millis(3_000);
 /// Cells whose owners are sampled (any cells: the split is by a hash of the cell).
 const OWNER_PROBES: u64 = 24;
 
@@ -312,14 +319,14 @@ const OWNER_PROBES: u64 = 24;
 /// owning one cell while one of them has put no heartbeat for [`STALE_OWNER_MAX`] is a
 /// violation: that one should have fenced itself, and the other took its share (a share
 /// run twice). Two owners whose heartbeats both go on are the split changing (each worker
-/// judges a dead one after its own reads), counted in `longest` only.
+/// judges a dead one after its own reads): a violation only past [`SPLIT_OVERLAP_MAX`].
 #[derive(Default)]
 struct Owners {
-    /// Per probe: since when two or more live workers have owned it.
+    /// Per probe: since when two or more live workers whose heartbeats go on have owned it.
     since: std::collections::BTreeMap<u64, tokio::time::Instant>,
     /// Whether a violation was reported (once per run).
     reported: bool,
-    /// The longest stretch of concurrent owners seen.
+    /// The longest stretch of concurrent owners whose heartbeats both went on.
     longest: Duration,
 }
 
@@ -361,14 +368,30 @@ impl Owners {
                 .filter(|p| p.worker.owns(&cell))
                 .map(|p| p.worker.id())
                 .collect();
-            if owners.len() < 2 {
+            let stale_for = |id: &str| puts.get(id).copied().flatten().map(|put| now - put);
+            let fresh = owners
+                .iter()
+                .filter(|id| stale_for(id).is_some_and(|age| age <= STALE_OWNER_MAX))
+                .count();
+            if fresh < 2 {
                 self.since.remove(&probe);
+            } else {
+                let since = *self.since.entry(probe).or_insert(now);
+                self.longest = self.longest.max(now - since);
+                if now - since > SPLIT_OVERLAP_MAX && !self.reported {
+                    self.reported = true;
+                    model.violation(format!(
+                        "workers {owners:?} have all owned cell {cell} for {:?}, their \
+                         heartbeats going on",
+                        now - since
+                    ));
+                }
+            }
+            if owners.len() < 2 {
                 continue;
             }
-            let since = *self.since.entry(probe).or_insert(now);
-            self.longest = self.longest.max(now - since);
             let stale = owners.iter().find_map(|id| {
-                let unchanged = now - (*puts.get(id)?)?;
+                let unchanged = stale_for(id)?;
                 (unchanged > STALE_OWNER_MAX).then_some((*id, unchanged))
             });
             if let Some((id, unchanged)) = stale {
@@ -783,6 +806,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         observer_runs,
         stalled_reads_too_old: m.too_old,
         trace_events: trace.events(),
+        split_overlap_ms_max: owners.longest.as_millis() as u64,
     });
     Ok(SeedReport {
         seed,

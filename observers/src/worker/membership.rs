@@ -8,17 +8,22 @@
 //! - A cell has one owner among the live workers the last heartbeat saw: the one at index
 //!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
 //!   under one lock, so an owner test never mixes two heartbeats' views).
-//! - A worker is dead to another only when its record stayed the same over [`DEAD_AFTER_READS`]
-//!   of the reader's own heartbeats spanning [`DEAD_AFTER_BEATS`] heartbeat periods, or when
-//!   the reader first meets it with a beat already that old (a worker that died before the
-//!   reader started). Comparing the beat with the reader's clock alone took a worker whose
-//!   heartbeat was held up by a busy process (its beat is drawn before its put) for dead:
-//!   both then owned its share and ran it twice ([`Liveness`]).
+//! - A worker is dead to another only when its beat (oracle ms, drawn at the start of its
+//!   heartbeat) is [`DEAD_AFTER_BEATS`] periods old on the reader's clock and its record
+//!   stayed the same over [`DEAD_AFTER_READS`] of the reader's own heartbeats, or when the
+//!   reader first meets it with a beat already that old (a worker that died before the
+//!   reader started). Counted from the beat, every reader takes a dead worker for dead at
+//!   about the same time (within a heartbeat period and its reads), whenever it started.
+//!   Comparing the beat alone, without the reads, took a worker whose heartbeat was held up by
+//!   a busy process (its beat is drawn before its put) for dead: both then owned its share
+//!   and ran it twice ([`Liveness`]).
 //! - A worker owns nothing once [`FENCE_AFTER_BEATS`] periods passed since the start of its
-//!   last heartbeat that completed (self-fencing): another worker takes its share only after
-//!   reading its record unchanged for longer than that (`FENCE_AFTER_BEATS <
-//!   DEAD_AFTER_BEATS`; the record it reads was put after that heartbeat started), so by then
-//!   the owner has stopped starting runs on it. Only runs already in flight, or a heartbeat
+//!   last heartbeat that completed (self-fencing): another worker takes its share only when
+//!   the beat of the last record it read is older than that (`FENCE_AFTER_BEATS <
+//!   DEAD_AFTER_BEATS`; the beat was drawn after that heartbeat started, and oracle ms do not
+//!   run faster than the owner's clock but for a takeover by a leader whose clock is ahead,
+//!   against which the reads count stands), so by then the owner has stopped starting runs
+//!   on it. Only runs already in flight, or a heartbeat
 //!   completing between the reader's last read and its next one, can still overlap (wasted
 //!   work, never a second effect: acknowledgments and guards decide that).
 //! - An owner counts as stalled (sweeps may take its share) only when its published progress
@@ -277,21 +282,28 @@ pub(super) const DEAD_AFTER_BEATS: u32 = 6;
 pub(super) const FENCE_AFTER_BEATS: u32 = 4;
 const _: () = assert!(FENCE_AFTER_BEATS < DEAD_AFTER_BEATS);
 
-/// What one worker saw of the others' heartbeat records, to tell the live ones: a record
-/// that changes between this worker's reads is live whatever its beat says (its heartbeat
-/// may have waited behind a busy store), one that stays the same over [`DEAD_AFTER_READS`]
-/// reads and the horizon is dead, and one first met already older than the horizon is dead.
+/// What one worker saw of the others' heartbeat records, to tell the live ones: a worker is
+/// dead when its beat is older than the horizon on the reader's clock *and* its record stayed
+/// the same over [`DEAD_AFTER_READS`] of the reader's reads. A record that changes between
+/// reads is live whatever its beat says (its heartbeat may have waited behind a busy store);
+/// one first met already older than the horizon is dead at once (a worker that died before
+/// the reader started).
+///
+/// The horizon is counted from the beat itself, not from when this reader first read it, so
+/// that every reader takes a dead worker for dead at about the same time: counted from the
+/// first read, a worker that started after the crash (or whose heartbeats failed) took it
+/// for dead up to a horizon later than the others, and for that long two live workers owned
+/// the same cells (issue 40, found by the simulation).
 #[derive(Default)]
 pub(super) struct Liveness {
-    /// Per worker key: the beat last read, when this worker first read it (its own oracle
-    /// ms), and how many reads since found it unchanged.
-    seen: HashMap<Vec<u8>, (u64, u64, u32)>,
+    /// Per worker key: the beat last read and how many reads since found it unchanged.
+    seen: HashMap<Vec<u8>, (u64, u32)>,
 }
 
 impl Liveness {
     /// Notes one read of the registry (`records`: key and beat), at `now_ms` on this
-    /// worker's clock; returns the keys it takes for live (dead: unchanged for `horizon_ms`
-    /// and [`DEAD_AFTER_READS`] reads). Forgets keys no longer read.
+    /// worker's clock; returns the keys it takes for live (dead: a beat older than
+    /// `horizon_ms`, unchanged over [`DEAD_AFTER_READS`] reads). Forgets keys no longer read.
     pub(super) fn observe<'a>(
         &mut self,
         records: impl IntoIterator<Item = (&'a [u8], u64)>,
@@ -302,24 +314,18 @@ impl Liveness {
         let mut seen = HashMap::with_capacity(self.seen.len());
         for (key, beat) in records {
             let fresh = beat.saturating_add(horizon_ms) >= now_ms;
-            let entry = match self.seen.get(key) {
-                Some(&(last, first_read, reads)) if last == beat => {
-                    (beat, first_read, reads.saturating_add(1))
-                }
+            let reads = match self.seen.get(key) {
+                Some(&(last, reads)) if last == beat => reads.saturating_add(1),
                 // A new beat; or the first read of this record (a ghost if already old:
-                // mark it as unchanged long enough).
-                Some(_) => (beat, now_ms, 0),
-                None if fresh => (beat, now_ms, 0),
-                None => (beat, 0, DEAD_AFTER_READS),
+                // counted as unchanged long enough).
+                Some(_) => 0,
+                None if fresh => 0,
+                None => DEAD_AFTER_READS,
             };
-            let (_, first_read, reads) = entry;
-            let dead = !fresh
-                && reads >= DEAD_AFTER_READS
-                && now_ms.saturating_sub(first_read) >= horizon_ms;
-            if !dead {
+            if fresh || reads < DEAD_AFTER_READS {
                 alive.insert(key.to_vec());
             }
-            seen.insert(key.to_vec(), entry);
+            seen.insert(key.to_vec(), (beat, reads));
         }
         self.seen = seen;
         alive
@@ -366,6 +372,37 @@ mod tests {
             dead_at,
             Some((u64::from(DEAD_AFTER_READS)).max(HORIZON / 1_000 + 1))
         );
+    }
+
+    /// When `reader` (reading every 500 ms from `from`) first takes a worker whose last
+    /// beat was at 10 s for dead.
+    fn dead_at(from: u64) -> u64 {
+        let mut l = Liveness::default();
+        (0..40u64)
+            .map(|i| from + i * 500)
+            .find(|&now| {
+                !l.observe([(b"d".as_slice(), 10_000)], now, HORIZON)
+                    .contains(b"d".as_slice())
+            })
+            .expect("taken for dead")
+    }
+
+    #[test]
+    fn readers_that_started_at_different_times_agree_on_a_dead_worker() {
+        // One reader was running when the worker died; another started 2.4 s later (a process
+        // restarted after the crash). Both take it for dead within DEAD_AFTER_READS read
+        // periods of each other (the later one must see the record unchanged too), and
+        // with the same horizon: counted from their first reads, the later one owned cells
+        // the first had reassigned for 2.4 s more.
+        let early = dead_at(10_100);
+        let late = dead_at(12_500);
+        assert!(early > 10_000 + HORIZON, "not before the horizon: {early}");
+        assert!(
+            late - early <= u64::from(DEAD_AFTER_READS) * 500,
+            "early {early}, late {late}"
+        );
+        // A reader that started well before the horizon decides within one read period.
+        assert!(dead_at(11_000).abs_diff(early) <= 500);
     }
 
     #[test]
