@@ -508,3 +508,116 @@ async fn a_change_at_or_above_the_sources_held_the_watermark() {
     let high = take_it(&c, "high").await.unwrap();
     assert!(high.held && !high.late, "{high:?}");
 }
+
+/// A column written only by observers of another (a later stage) waits for its upstream
+/// column: its watermark never passes a change pending upstream, nor one pending at itself.
+#[tokio::test]
+async fn a_downstream_column_waits_for_its_upstream_column() {
+    use observers::time::{compute, declare_upstream, forget_upstream};
+    let c = client();
+    let totals = Column::new("totals", "count");
+    let upstream = || async {
+        c.run(|txn| async move {
+            declare_upstream(&txn, &Column::new("totals", "count"), &column()).await
+        })
+        .await
+        .unwrap()
+    };
+    upstream().await;
+    assert_eq!(
+        advance(&c, &totals).await.unwrap(),
+        None,
+        "no source upstream yet: changes of any time may come"
+    );
+    source(&c, "a", 100, false).await;
+    write(&c, "r1", 60).await;
+    assert_eq!(
+        advance(&c, &totals).await.unwrap(),
+        Some(60),
+        "r1 pending upstream"
+    );
+    // The observer of clicks/event takes r1 and writes its output, timed at r1's time, in
+    // one transaction: the change moves from upstream to downstream, never out of sight.
+    c.run(|txn| async move {
+        let change = take(&txn, &Cell::new("clicks", "r1", "event"))
+            .await?
+            .expect("a timed change");
+        set_timed(
+            &txn,
+            Cell::new("totals", "r1", "count"),
+            "1",
+            change.event_time_ms,
+        )
+        .await?;
+        Ok::<_, TxnError>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(advance(&c, &column()).await.unwrap(), Some(100));
+    assert_eq!(
+        advance(&c, &totals).await.unwrap(),
+        Some(60),
+        "r1 pending downstream"
+    );
+    let change = c
+        .run(|txn| async move { take(&txn, &Cell::new("totals", "r1", "count")).await })
+        .await
+        .unwrap()
+        .expect("timed");
+    assert!(!change.late);
+    assert!(
+        !change.held,
+        "a column with an upstream column is never held"
+    );
+    assert_eq!(advance(&c, &totals).await.unwrap(), Some(100));
+    source(&c, "a", 250, false).await;
+    assert_eq!(
+        advance(&c, &totals).await.unwrap(),
+        Some(250),
+        "follows upstream"
+    );
+
+    // An upstream column that no source feeds yet leaves the downstream one without a
+    // watermark; a cycle of upstream columns adds nothing and ends.
+    let (g, h) = (Column::new("g", "v"), Column::new("h", "v"));
+    c.run(|txn| {
+        let (g, h) = (g.clone(), h.clone());
+        async move {
+            declare_upstream(&txn, &g, &h).await?;
+            declare_upstream(&txn, &h, &g).await?;
+            declare_upstream(&txn, &g, &Column::new("nowhere", "v")).await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(compute(&c.begin().await.unwrap(), &h).await.unwrap(), None);
+    c.run(|txn| {
+        let g = g.clone();
+        async move {
+            forget_upstream(&txn, &g, &Column::new("nowhere", "v")).await?;
+            declare_upstream(&txn, &g, &column()).await
+        }
+    })
+    .await
+    .unwrap();
+    let snap = c.begin().await.unwrap();
+    assert_eq!(compute(&snap, &h).await.unwrap(), Some(250));
+    assert_eq!(compute(&snap, &g).await.unwrap(), Some(250));
+    // A change pending in the cycle holds both.
+    c.run(|txn| async move { set_timed(&txn, Cell::new("h", "x", "v"), "y", 90).await })
+        .await
+        .unwrap();
+    let snap = c.begin().await.unwrap();
+    assert_eq!(compute(&snap, &g).await.unwrap(), Some(90));
+    assert_eq!(compute(&snap, &h).await.unwrap(), Some(90));
+    // Operators see the chain.
+    let listed = observers::time::columns(&snap).await.unwrap();
+    let of = |col: &Column| {
+        listed
+            .iter()
+            .find(|t| t.column == *col)
+            .map(|t| t.upstreams.clone())
+    };
+    assert_eq!(of(&totals), Some(vec![column()]));
+    assert_eq!(of(&g), Some(vec![h.clone(), column()]));
+}

@@ -162,17 +162,23 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
                         Some(w) => w.to_string(),
                     },
                     lag(c.published_ms).map_or("-".to_string(), |l| format!("{l} ms")),
-                    format!(
-                        "{} ({} idle)",
-                        c.sources.len(),
-                        c.sources.iter().filter(|(_, m)| m.idle).count()
-                    ),
+                    {
+                        let mut inputs = format!(
+                            "{} ({} idle)",
+                            c.sources.len(),
+                            c.sources.iter().filter(|(_, m)| m.idle).count()
+                        );
+                        for upstream in &c.upstreams {
+                            inputs.push_str(&format!(", after {upstream}"));
+                        }
+                        inputs
+                    },
                     c.pending.1.to_string(),
                 ]
             })
             .collect();
         text.push_str(&indent(&table(
-            &["COLUMN", "WATERMARK", "LAG", "SOURCES", "PENDING"],
+            &["COLUMN", "WATERMARK", "LAG", "INPUTS", "PENDING"],
             &rows,
         )));
     }
@@ -222,6 +228,7 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
                 "idle": m.idle,
                 "updated_ms": m.updated_ms,
             })).collect::<Vec<_>>(),
+            "upstreams": c.upstreams.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "pending": c.pending.1,
             "least_pending_ms": c.pending.0,
         })).collect::<Vec<_>>(),

@@ -130,13 +130,36 @@
 //! the shares when a worker leaves or stops heartbeating. The split only saves work: two
 //! drivers that both take a timer (a share changing hands) still commit one firing.
 //!
+//! ## Chains of timed columns
+//!
+//! A column `c` written by observers of another column `u` (a later stage: a window's
+//! output, a join's result) has no source of its own; it declares `u` its **upstream
+//! column** ([`crate::time::declare_upstream`], a cell in `_watermarks`). Its inputs'
+//! watermark is then the least of its sources' and, per upstream column, `u`'s watermark
+//! computed in the same snapshot (`min(S(u), P(u))`, recursively; a cycle adds nothing).
+//! The author's side of the contract: a run that takes a change of `u` at event time `e`
+//! writes its changes of `c` as timed changes ([`crate::time::set_timed`]) at or above `e`,
+//! in its own transaction.
+//!
+//! *Why it holds.* A change of `c` that commits after the advance's snapshot `T` with event
+//! time `e'` comes from a run that took a change of `u` at `e <= e'`. That change of `u` was
+//! pending at `T` (its mark is in the snapshot, so `P(u) <= e` unless it is late at `u`,
+//! below `W(u)`) or committed after `T`, when it was loaded at or above `S(u)` as of `T`
+//! (sources only grow; or it is late at its source) or written by a run of a column further
+//! up (the same argument, one stage up). So every change of `c` that commits after `T` is at
+//! or above the computed value, or descends from a change that was late somewhere: it is then
+//! delivered late (point 2 above), never silently. A run of `u` that commits before `T`
+//! took its mark and wrote `c`'s mark in one transaction, so the snapshot shows the
+//! change pending at `c` (1).
+//!
+//! A computed upstream value is not a stored promise: a change late at its source but at or
+//! above `W(u)` lowers `P(u)`. So a change of a column with upstream columns is never
+//! [`Change::held`]; its runs take the write conflict with the window's firing instead.
+//!
 //! ## Not done yet
 //!
-//! A column written only by observers (no source) has no watermark; chains of timed
-//! columns (a downstream column's watermark bounded by its upstream's and its pending
-//! timers) are not derived yet. Pending marks are read by a scan of the column's marks
-//! (bounded by the backlog) each advance. The loader publishes its watermark in its own
-//! transaction after batches commit, not in each batch's (`app::load`'s watermarks module
-//! says why that is enough).
+//! Pending marks are read by a scan of the column's marks (bounded by the backlog) each
+//! advance. The loader publishes its watermark in its own transaction after batches
+//! commit, not in each batch's (`app::load`'s watermarks module says why that is enough).
 //!
 //! [`SourceMark`]: crate::time::SourceMark

@@ -100,9 +100,9 @@ pub struct Change {
     /// update and re-emit.
     pub late: bool,
     /// The change has held the column's watermark at or below its event time since it
-    /// committed, and does until this run commits: not late, and at or above every source's
-    /// stored watermark in this run's snapshot (so no advance that missed its mark passed
-    /// it either). Nothing that waits for the watermark to pass its event time (a window's
+    /// committed, and does until this run commits: not late, at or above every source's
+    /// stored watermark in this run's snapshot, and the column has no upstream column (so no
+    /// advance that missed its mark passed it either). Nothing that waits for the watermark to pass its event time (a window's
     /// timer) can fire before this run commits, so the run may rely on a timer already set
     /// instead of setting it again (the write conflict a firing needs otherwise:
     /// `crate::design::time`).
@@ -128,8 +128,11 @@ pub async fn take(txn: &Transaction, cell: &Cell) -> Result<Option<Change>, TxnE
         count_late(&column);
     }
     // At or above every source's stored watermark (each only grows, so no advance before
-    // this snapshot used a larger one, idle or not).
+    // this snapshot used a larger one, idle or not). An upstream column's watermark is
+    // computed, and need not only grow (a late change there lowers it): a column with one
+    // is never held, its runs take the write conflict instead.
     let held = !late
+        && watermark::upstreams(txn, &column).await?.is_empty()
         && watermark::sources(txn, &column)
             .await?
             .iter()

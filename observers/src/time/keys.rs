@@ -3,8 +3,9 @@
 //! version GC like any cell.
 //!
 //! - `_watermarks`: per timed column, one row per source (`s` ‖ column id ‖ source name,
-//!   column `wm`: [`SourceMark`]) and the published low watermark (`p` ‖ column id, column
-//!   `wm`: 8 bytes).
+//!   column `wm`: [`SourceMark`]), one per upstream column (`u` ‖ column id ‖ upstream
+//!   column id, column `wm`: empty) and the published low watermark (`p` ‖ column id,
+//!   column `wm`: 8 bytes).
 //! - `_pending`: per timed column, one row per cell with a change not yet observed
 //!   (column id ‖ row, column `e`: the smallest pending event time, 8 bytes).
 //! - `_timers`: the queue (`q` ‖ observer ‖ kind ‖ time ‖ row ‖ tag, ordered by time) and the
@@ -93,6 +94,20 @@ pub(crate) fn source_prefix(column_id: &[u8]) -> Vec<u8> {
 pub(crate) fn source_cell(column_id: &[u8], source: &str) -> Cell {
     let mut row = source_prefix(column_id);
     row.extend_from_slice(source.as_bytes());
+    Cell::new(WATERMARK_TABLE, row, WM_COLUMN)
+}
+
+/// The prefix of the upstream rows of a column.
+pub(crate) fn upstream_prefix(column_id: &[u8]) -> Vec<u8> {
+    let mut row = vec![b'u'];
+    row.extend_from_slice(column_id);
+    row
+}
+
+/// The cell that declares `upstream_id` an upstream column of a column.
+pub(crate) fn upstream_cell(column_id: &[u8], upstream_id: &[u8]) -> Cell {
+    let mut row = upstream_prefix(column_id);
+    row.extend_from_slice(upstream_id);
     Cell::new(WATERMARK_TABLE, row, WM_COLUMN)
 }
 

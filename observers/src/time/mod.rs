@@ -8,9 +8,12 @@
 //! - **Sources' watermarks.** Each loader publishes, per timed column it writes, the event
 //!   time below which it loads nothing more ([`publish_source`]; `u64::MAX` at the end of a
 //!   bounded input; idle sources do not hold the column back).
-//! - **A column's low watermark** is the smaller of its sources' watermark and the least
-//!   event time of its pending changes, computed in one snapshot and published only forward
-//!   ([`advance`], [`published`]). No change of the column below it is pending; one that
+//! - **Chains.** A column written by observers of another column (a later stage) declares
+//!   that one its upstream column ([`declare_upstream`]); its watermark then waits for the
+//!   upstream column's as for a source's.
+//! - **A column's low watermark** is the smaller of its inputs' watermark (sources and
+//!   upstream columns) and the least event time of its pending changes, computed in one
+//!   snapshot and published only forward ([`advance`], [`published`]). No change of the column below it is pending; one that
 //!   arrives later is delivered as late.
 //! - **Timers** ([`set_timer`], [`delete_timer`]) fire once the column's watermark passes
 //!   an event time ([`TimerAt::EventTime`]) or the oracle passes a time
@@ -37,6 +40,6 @@ pub use timers::{
     TimerSpec, TimerStats,
 };
 pub use watermark::{
-    advance, columns, compute, pending, publish_source, published, sources, sources_watermark,
-    Column, ColumnTime,
+    advance, columns, compute, declare_upstream, forget_upstream, inputs_watermark, pending,
+    publish_source, published, sources, sources_watermark, upstreams, Column, ColumnTime,
 };

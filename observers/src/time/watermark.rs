@@ -3,6 +3,8 @@
 
 use super::keys::{self, SourceMark};
 use percolator::{Cell, Client, Transaction, TxnError};
+use std::future::Future;
+use std::pin::Pin;
 
 /// A timed column: a (table, column) whose changes carry an event time.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,6 +92,52 @@ pub async fn sources(
         .collect()
 }
 
+/// Declares, in `txn`, `upstream` an upstream column of `column`: observers of `upstream`
+/// write `column`'s timed changes ([`crate::time::set_timed`]) at or above the event time of
+/// the change they take, so `column`'s watermark waits for `upstream`'s (MillWheel's
+/// injected low watermark of a later stage: a column written only by observers has no
+/// source of its own). Kept until [`forget_upstream`]; declaring it again writes nothing.
+pub async fn declare_upstream(
+    txn: &Transaction,
+    column: &Column,
+    upstream: &Column,
+) -> Result<(), TxnError> {
+    let cell = keys::upstream_cell(&column.id()?, &upstream.id()?);
+    if txn.get(&cell).await?.is_none() {
+        txn.set(cell, Vec::new());
+    }
+    Ok(())
+}
+
+/// Removes `upstream` from `column`'s upstream columns (no observer writes `column` from it
+/// any more). The watermark then no longer waits for it.
+pub async fn forget_upstream(
+    txn: &Transaction,
+    column: &Column,
+    upstream: &Column,
+) -> Result<(), TxnError> {
+    txn.delete(keys::upstream_cell(&column.id()?, &upstream.id()?));
+    Ok(())
+}
+
+/// The upstream columns of `column` ([`declare_upstream`]).
+pub async fn upstreams(txn: &Transaction, column: &Column) -> Result<Vec<Column>, TxnError> {
+    let prefix = keys::upstream_prefix(&column.id()?);
+    let end = keys::prefix_end(&prefix);
+    let rows = txn
+        .scan(keys::WATERMARK_TABLE.as_bytes(), &prefix, end.as_deref())
+        .await?;
+    rows.into_iter()
+        .map(|(cell, _)| {
+            cell.row
+                .get(prefix.len()..)
+                .and_then(keys::take_part)
+                .and_then(|(table, rest)| Some(Column::new(table, keys::take_part(rest)?.0)))
+                .ok_or_else(|| keys::corrupt(&cell, "an upstream row"))
+        })
+        .collect()
+}
+
 /// The smallest pending event time of `column` (markers of changes not yet observed), and
 /// how many cells have one.
 pub async fn pending(txn: &Transaction, column: &Column) -> Result<(Option<u64>, u64), TxnError> {
@@ -106,27 +154,74 @@ pub async fn pending(txn: &Transaction, column: &Column) -> Result<(Option<u64>,
     Ok((least, rows.len() as u64))
 }
 
-/// The low watermark of `column` as of `txn`'s snapshot, from its sources and its pending
-/// changes: the smaller of the sources' watermark (the least of the sources that are not
-/// idle; when every one is idle, the least of all: the watermark does not move on) and the
-/// least pending event time. `None` while no source ever published for the column.
+/// The low watermark of `column` as of `txn`'s snapshot, from its inputs and its pending
+/// changes: the smaller of its inputs' watermark ([`inputs_watermark`]: its sources' and its
+/// upstream columns') and the least pending event time. `None` while it has no input with a
+/// watermark (no source ever published for it, nor for its upstream columns).
 pub async fn compute(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
-    let Some(from_sources) = sources_watermark(txn, column).await? else {
-        return Ok(None);
-    };
-    // The least pending event time from the published watermark up to the sources': a
-    // mark below the published watermark is a late change, which holds nothing (the
-    // watermark passed it already), and one at or above the sources' does not lower the
-    // result. The by-time index makes this a read of that range, not of every mark.
-    let from = published(txn, column).await?.unwrap_or(0);
-    let least_pending = if from < from_sources {
-        least_pending_between(txn, column, from, from_sources).await?
-    } else {
-        None
-    };
-    Ok(Some(
-        least_pending.map_or(from_sources, |p| p.min(from_sources)),
-    ))
+    compute_visiting(txn, column, &mut Vec::new()).await
+}
+
+/// [`compute`], leaving out the columns in `visiting` (the chain that led here: a cycle of
+/// upstream columns adds nothing, its changes all start at some source or pending mark).
+fn compute_visiting<'a>(
+    txn: &'a Transaction,
+    column: &'a Column,
+    visiting: &'a mut Vec<Column>,
+) -> Pin<Box<dyn Future<Output = Result<Option<u64>, TxnError>> + Send + 'a>> {
+    Box::pin(async move {
+        let Some(from_inputs) = inputs_visiting(txn, column, visiting).await? else {
+            return Ok(None);
+        };
+        // The least pending event time from the published watermark up to the inputs': a
+        // mark below the published watermark is a late change, which holds nothing (the
+        // watermark passed it already), and one at or above the inputs' does not lower the
+        // result. The by-time index makes this a read of that range, not of every mark.
+        let from = published(txn, column).await?.unwrap_or(0);
+        let least_pending = if from < from_inputs {
+            least_pending_between(txn, column, from, from_inputs).await?
+        } else {
+            None
+        };
+        Ok(Some(
+            least_pending.map_or(from_inputs, |p| p.min(from_inputs)),
+        ))
+    })
+}
+
+/// The inputs' part of `column`'s watermark as of `txn`'s snapshot: the least of its
+/// sources' ([`sources_watermark`]) and of each upstream column's computed watermark
+/// ([`compute`]). `None` while neither gives one, or an upstream column has none yet (it
+/// may still receive changes of any event time).
+pub async fn inputs_watermark(txn: &Transaction, column: &Column) -> Result<Option<u64>, TxnError> {
+    inputs_visiting(txn, column, &mut Vec::new()).await
+}
+
+async fn inputs_visiting(
+    txn: &Transaction,
+    column: &Column,
+    visiting: &mut Vec<Column>,
+) -> Result<Option<u64>, TxnError> {
+    let mut least = sources_watermark(txn, column).await?;
+    let nested = !visiting.is_empty();
+    visiting.push(column.clone());
+    for upstream in upstreams(txn, column).await? {
+        if visiting.contains(&upstream) {
+            // Back to a column of the chain that led here: its changes come from that
+            // column's other inputs, which the caller counts. Here it bounds nothing.
+            if nested {
+                least = least.or(Some(u64::MAX));
+            }
+            continue;
+        }
+        let Some(w) = compute_visiting(txn, &upstream, visiting).await? else {
+            visiting.pop();
+            return Ok(None);
+        };
+        least = Some(least.map_or(w, |l| l.min(w)));
+    }
+    visiting.pop();
+    Ok(least)
 }
 
 /// The least event time of a pending change of `column` in `[from, below)`, from the
@@ -216,12 +311,14 @@ pub struct ColumnTime {
     pub published_ms: Option<u64>,
     /// Its sources' stored watermarks.
     pub sources: Vec<(String, SourceMark)>,
+    /// Its upstream columns ([`declare_upstream`]).
+    pub upstreams: Vec<Column>,
     /// The least pending event time and the number of cells with a pending change.
     pub pending: (Option<u64>, u64),
 }
 
-/// Every timed column of the namespace (every column with a source or a published
-/// watermark), read in `txn`'s snapshot.
+/// Every timed column of the namespace (every column with a source, an upstream column or a
+/// published watermark), read in `txn`'s snapshot.
 pub async fn columns(txn: &Transaction) -> Result<Vec<ColumnTime>, TxnError> {
     let rows = txn
         .scan(keys::WATERMARK_TABLE.as_bytes(), b"", None)
@@ -240,6 +337,7 @@ pub async fn columns(txn: &Transaction) -> Result<Vec<ColumnTime>, TxnError> {
         out.push(ColumnTime {
             published_ms: published(txn, &column).await?,
             sources: sources(txn, &column).await?,
+            upstreams: upstreams(txn, &column).await?,
             pending: pending(txn, &column).await?,
             column,
         });

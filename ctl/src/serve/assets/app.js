@@ -160,7 +160,8 @@ function renderStatus(st) {
     c.column,
     c.watermark_ms == null ? "-" : c.lag_ms == null ? "end of input" : new Date(c.watermark_ms).toLocaleString(),
     c.lag_ms == null ? "-" : duration(c.lag_ms),
-    c.sources.length + " (" + c.sources.filter((x) => x.idle).length + " idle)",
+    c.sources.length + " (" + c.sources.filter((x) => x.idle).length + " idle)" +
+      (c.upstreams || []).map((u) => ", after " + u).join(""),
     String(c.pending),
   ], (c) => c.column);
   const quarantined = st.quarantined || [];
