@@ -1,6 +1,6 @@
 //! The simulated application's observers: a strong observer on the events (recording each
 //! committed run in its own transaction) whose output is observed by a guarded one (a
-//! chain), and a weak observer on pings.
+//! chain), a weak observer on pings, and the timed window observer ([`crate::timed`]).
 
 use crate::schema;
 use observers::{observer_fn, ObserverError, Registry};
@@ -55,6 +55,7 @@ pub fn registry() -> Arc<Registry> {
         }),
     )
     .expect("one observer per column");
+    crate::timed::register(&mut r);
     Arc::new(r)
 }
 

@@ -53,6 +53,10 @@ pub struct FaultRates {
     /// its share once its record stayed the same long enough; it must have stopped owning
     /// it by then (self-fencing).
     pub heartbeat_hold: f64,
+    /// Reads of event-time state held 0.3-1.5 s: the published watermark an advance reads
+    /// first, and the window counts a run adds to and a firing reads, so an advance, the
+    /// run of a change committed after its snapshot and the window's firing overlap.
+    pub timed_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -70,6 +74,7 @@ impl Default for FaultRates {
             floor_hold: 0.0,
             notify_put_hold: 0.0,
             heartbeat_hold: 0.0,
+            timed_hold: 0.0,
         }
     }
 }
@@ -98,6 +103,7 @@ pub struct Faults {
     fate_keys: Mutex<Vec<Vec<u8>>>,
     notify_prefixes: Mutex<Vec<Vec<u8>>>,
     floor_keys: Mutex<Vec<Vec<u8>>>,
+    timed_keys: Mutex<Vec<Vec<u8>>>,
     held_put_prefix: Mutex<Vec<u8>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
@@ -121,6 +127,7 @@ impl Faults {
             fate_keys: Mutex::new(Vec::new()),
             notify_prefixes: Mutex::new(Vec::new()),
             floor_keys: Mutex::new(Vec::new()),
+            timed_keys: Mutex::new(Vec::new()),
             held_put_prefix: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
@@ -135,6 +142,20 @@ impl Faults {
     /// cells that are the primaries of most transactions (the loaders' offsets).
     pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
         *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Sets the keys of event-time state whose reads [`FaultRates::timed_hold`] holds.
+    pub fn set_timed_keys(&self, keys: Vec<Vec<u8>>) {
+        *self.timed_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Whether `key` is one of [`Faults::set_timed_keys`]'.
+    pub fn is_timed_key(&self, key: &[u8]) -> bool {
+        self.timed_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
     }
 
     /// Adds a namespace's notify space (its keys begin with `prefix`) and the key of its

@@ -13,7 +13,7 @@
 //!
 //! Modules, one concern each: [`rng`] (the seed's generator), [`trace`] (the run's hash),
 //! [`faults`], [`store`] (the fault layer), [`clock`], [`oracle`], [`schema`] and [`app`]
-//! (the simulated application), [`workload`] (its actors), [`model`] (what the harness
+//! (the simulated application), [`workload`] (its actors), [`timed`] (event time), [`model`] (what the harness
 //! knows), [`world`] (one seed), [`check`] (final checks), [`report`], [`runner`] (many
 //! seeds), [`planted`] (the planted bugs' search).
 
@@ -31,6 +31,7 @@ pub mod rng;
 pub mod runner;
 pub mod schema;
 pub mod store;
+pub mod timed;
 pub mod trace;
 pub mod workload;
 pub mod world;

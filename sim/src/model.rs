@@ -12,6 +12,10 @@ pub struct Model {
     /// Each loader's input: the event ids at each offset (with duplicates and ids other
     /// loaders deliver too).
     pub sources: Vec<Vec<u64>>,
+    /// The timed clicks' event times, by id ([`crate::timed`]).
+    pub timed_times: BTreeMap<u64, u64>,
+    /// Each timed loader's delivery order of click ids.
+    pub timed_orders: Vec<Vec<u64>>,
     /// Events whose loading commit was acknowledged (they are in the store from then on,
     /// until a retention delete).
     pub loaded: BTreeMap<u64, Instant>,

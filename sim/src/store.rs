@@ -242,6 +242,13 @@ impl Hooks for FaultHooks {
                 let hold = rng.millis(4_000, 10_000);
                 tracing::debug!(process = self.life.process, ?hold, "heartbeat held");
                 tokio::time::sleep(hold).await;
+            } else if f.rates.timed_hold > 0.0
+                && matches!(call, Call::Get { key } if f.is_timed_key(key))
+                && rng.chance(f.rates.timed_hold)
+            {
+                f.count();
+                self.record("hold-timed", op, key);
+                tokio::time::sleep(rng.millis(300, 1_500)).await;
             } else if rng.chance(f.rates.hold) {
                 f.count();
                 tokio::time::sleep(rng.millis(50, 1500)).await;

@@ -30,7 +30,7 @@ pub struct Ctx {
 /// Runs `body` until it commits or fails with an error that is not transient; transient
 /// failures (conflicts, an unreachable store or oracle, an unknown commit outcome) are
 /// retried after a pause. A non-transient failure is a violation.
-async fn commit_retrying<T, F, Fut>(ctx: &Ctx, what: &str, mut body: F) -> Option<T>
+pub(crate) async fn commit_retrying<T, F, Fut>(ctx: &Ctx, what: &str, mut body: F) -> Option<T>
 where
     F: FnMut(percolator::Transaction) -> Fut,
     Fut: std::future::Future<Output = Result<T, TxnError>>,

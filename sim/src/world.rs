@@ -14,7 +14,8 @@ use crate::rng::{SeededRandom, SimRng};
 use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
-use crate::{app, schema};
+use crate::{app, schema, timed};
+use observers::time::TimerDriver;
 use observers::{Registry, Worker, WorkerConfig};
 use percolator::{Client, ClientConfig, RawKv};
 use std::sync::Arc;
@@ -103,6 +104,8 @@ struct Proc {
     worker_client: Client,
     /// The worker of the beacons' namespace.
     floor_worker: Worker,
+    /// The window timers' driver on the worker's share (none while the worker is down).
+    timers: Option<TimerDriver>,
     /// Whether its worker is down (a worker outage) and how many times it was restarted.
     worker_down: bool,
     worker_restarts: u32,
@@ -207,6 +210,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client.clone()
     };
     let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
+    let timers = Some(timed::driver(&worker));
     let beacons = floor_client(env, &life, i);
     let floor_worker = start_worker_of(
         beacons.clone(),
@@ -223,6 +227,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     let mut actors = JoinSet::new();
     if i < LOADERS {
         actors.spawn(workload::loader(ctx.clone(), i));
+    }
+    if i < timed::TIMED_LOADERS {
+        actors.spawn(timed::loader(ctx.clone(), i));
     }
     if i == 1 {
         actors.spawn(workload::retention(ctx.clone()));
@@ -267,6 +274,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker,
         worker_client,
         floor_worker,
+        timers,
         worker_down: false,
         worker_restarts: 0,
         actors,
@@ -283,6 +291,7 @@ fn restart_worker(env: &Env, proc: &mut Proc) {
             proc.life.process, proc.life.incarnation, proc.worker_restarts
         );
         proc.worker = start_worker(env, proc.worker_client.clone(), id);
+        proc.timers = Some(timed::driver(&proc.worker));
     }
 }
 
@@ -292,6 +301,9 @@ fn crash(proc: Proc) {
     proc.life.kill();
     proc.worker.kill();
     proc.floor_worker.kill();
+    if let Some(timers) = proc.timers {
+        timers.abort();
+    }
     drop(proc.actors);
     drop(proc.client);
 }
@@ -539,6 +551,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             [0.0, 0.05][rng.index(2)]
         },
         heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
+        timed_hold: [0.0, 0.3, 0.7][rng.index(3)],
         floor_hold: if floor_stress {
             [0.3, 0.6][rng.index(2)]
         } else {
@@ -569,6 +582,11 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let floor_walls = hosts.clone();
     let model = Shared::default();
     model.with(|m| m.sources = sources(&rng));
+    let (times, orders) = timed::inputs(&rng);
+    model.with(|m| {
+        m.timed_times = times;
+        m.timed_orders = orders;
+    });
     let env = Env {
         store: shared_store(),
         oracle: SimOracle::new(hosts.clone(), faults.clone(), trace.clone()),
@@ -608,6 +626,12 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         floor_harness
             .codec()
             .meta(percolator::txn::NOTIFY_FLOOR_META),
+    );
+    faults.set_timed_keys(
+        timed::held_cells()
+            .iter()
+            .map(|cell| harness.codec().head(cell))
+            .collect(),
     );
     faults.set_fate_keys(
         (0..LOADERS)
@@ -676,6 +700,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                         // A process restarted during a worker outage: its worker stays down
                         // with the others.
                         proc.worker.kill();
+                        if let Some(timers) = proc.timers.take() {
+                            timers.abort();
+                        }
                         proc.worker_down = true;
                     }
                     procs[p] = Some(proc);
@@ -687,6 +714,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 for proc in procs.iter_mut().flatten() {
                     if !proc.worker_down {
                         proc.worker.kill();
+                        if let Some(timers) = proc.timers.take() {
+                            timers.abort();
+                        }
                         proc.worker_down = true;
                     }
                 }
@@ -773,14 +803,39 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
         )),
     }
+    // The end of the timed input: every window's timer comes due and must fire.
+    timed::finish(&harness_ctx).await;
+    let fired = tokio::time::timeout(LIVENESS_LIMIT, async {
+        loop {
+            if let Ok(true) = timed::all_fired(&harness).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    if fired.is_err() {
+        model.violation(format!(
+            "liveness: windows still unfired {LIVENESS_LIMIT:?} after the timed input ended"
+        ));
+    }
     // A last GC past everything written, then the final checks read after it.
     tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
     if !workload::gc_pass(&harness_ctx, GC_LAG).await {
         model.violation("the last GC pass failed with faults off".into());
     }
     let observer_runs = check::final_checks(&harness, &model).await?
-        + check::check_beacons(&floor_harness, &model).await?;
+        + check::check_beacons(&floor_harness, &model).await?
+        + timed::check(&harness, &model)
+            .await
+            .map_err(|source| SimError::Harness {
+                step: "timed checks",
+                source,
+            })?;
     for proc in procs.into_iter().flatten() {
+        if let Some(timers) = proc.timers {
+            timers.shutdown().await;
+        }
         proc.worker.shutdown().await;
         proc.floor_worker.shutdown().await;
     }

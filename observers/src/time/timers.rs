@@ -443,6 +443,12 @@ impl TimerDriver {
         &self.stats
     }
 
+    /// Stops it at once, wherever its pass is (a process crash, in tests and simulations):
+    /// a firing in flight commits or not, as a killed process's would.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+
     /// Stops it after the pass in progress.
     pub async fn shutdown(self) {
         self.stop.notify_one();
