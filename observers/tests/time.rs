@@ -621,3 +621,32 @@ async fn a_downstream_column_waits_for_its_upstream_column() {
     assert_eq!(of(&totals), Some(vec![column()]));
     assert_eq!(of(&g), Some(vec![h.clone(), column()]));
 }
+
+/// Two loaders of one source: only the one at the stored watermark (or past it) sets the
+/// source's idle flag.
+#[tokio::test]
+async fn a_loader_behind_another_of_its_source_does_not_set_the_idle_flag() {
+    let c = client();
+    let idle = |c: &Client| {
+        let c = c.clone();
+        async move {
+            let snap = c.begin().await.unwrap();
+            let marks = observers::time::sources(&snap, &column()).await.unwrap();
+            let (_, mark) = marks.iter().find(|(n, _)| n == "s").expect("source s");
+            (mark.watermark_ms, mark.idle)
+        }
+    };
+    source(&c, "s", 500, false).await; // loader A, loading
+    source(&c, "s", 300, true).await; // loader B, idle behind it
+    assert_eq!(
+        idle(&c).await,
+        (500, false),
+        "B's idleness says nothing of A"
+    );
+    source(&c, "s", 500, true).await; // A idle at the front
+    assert_eq!(idle(&c).await, (500, true));
+    source(&c, "s", 300, false).await; // B loading behind: its records are late anyway
+    assert_eq!(idle(&c).await, (500, true));
+    source(&c, "s", 600, false).await; // B passes the front: loading
+    assert_eq!(idle(&c).await, (600, false));
+}

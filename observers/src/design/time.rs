@@ -18,7 +18,9 @@
 //!   a promise that it loads no more records below `s` except ones it lets be late (bounded
 //!   out-of-orderness: `s` = latest event time loaded minus the allowed out-of-orderness;
 //!   `u64::MAX` once a bounded input ended). A source's stored watermark never moves back
-//!   ([`crate::time::publish_source`] keeps the larger).
+//!   ([`crate::time::publish_source`] keeps the larger), and its idle flag is set or
+//!   cleared only by a writer at that watermark or past it (of two loaders of one input,
+//!   the one behind speaks for nothing the other may still load).
 //! - The **computed** watermark of `c` at snapshot `T`: `min(S, P)`, where `S` is the least
 //!   stored watermark of the sources of `c` that are not idle (the least of all when all
 //!   are idle) and `P` the least event time among the pending marks of `c` at or above the

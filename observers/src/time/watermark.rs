@@ -50,6 +50,12 @@ impl std::fmt::Display for Column {
 /// two loaders of the same input writes it), and whether it is idle. A source that
 /// publishes for a column holds that column's watermark back from then on (until it is idle
 /// or its input ends: `u64::MAX`).
+///
+/// Only a writer at the stored watermark or past it sets the idle flag: of two loaders of
+/// one source, one idle behind the other does not mark the source idle while the other
+/// loads (it flipped the flag back and forth, and the column's watermark passed what the
+/// loading one was about to write), and one loading behind an idle one does not clear it
+/// (what it loads is below the stored watermark, late whatever the flag says).
 pub async fn publish_source(
     txn: &Transaction,
     column: &Column,
@@ -62,6 +68,10 @@ pub async fn publish_source(
     let old = match txn.get(&cell).await? {
         Some(bytes) => Some(SourceMark::decode(&cell, &bytes)?),
         None => None,
+    };
+    let idle = match old {
+        Some(o) if watermark_ms < o.watermark_ms => o.idle,
+        _ => idle,
     };
     let mark = SourceMark {
         watermark_ms: old.map_or(watermark_ms, |o| o.watermark_ms.max(watermark_ms)),
