@@ -230,6 +230,8 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     }
     if i < timed::TIMED_LOADERS {
         actors.spawn(timed::loader(ctx.clone(), i));
+    } else {
+        actors.spawn(timed::stragglers(ctx.clone()));
     }
     if i == 1 {
         actors.spawn(workload::retention(ctx.clone()));

@@ -307,6 +307,7 @@ pub async fn advance(client: &Client, column: &Column) -> Result<Option<u64>, Tx
                 keys::published_cell(&column.id()?),
                 computed.to_be_bytes().to_vec(),
             );
+            tracing::debug!(%column, from = ?old, to = computed, start_ts = %txn.start_ts(), "watermark advance");
             Ok::<_, TxnError>(Some(computed))
         })
         .await
