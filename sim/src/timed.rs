@@ -1,8 +1,9 @@
 //! Event time in the simulation (`observers::time`, issue 41): two loaders write timed
 //! clicks out of order (within a bound), with redeliveries and a few late ones, and one of
-//! them publishes its source's watermark; a strong observer adds on-time clicks to their
-//! 250 ms window (a cell per click) and sets the window's timer; timer drivers on every worker fire each window once its
-//! column's watermark passes the window's end, recording the count.
+//! them publishes its source's watermark; stragglers land just above the published
+//! watermark; a strong observer adds on-time clicks to their 250 ms window (a cell per
+//! click) and sets the window's timer; timer drivers on every worker fire each window once
+//! its column's watermark passes the window's end, recording the count.
 //!
 //! Checked at the end ([`check`]): every loaded click ran once and was counted on time or
 //! taken as late; each window fired at most once, and exactly once with the count of its
