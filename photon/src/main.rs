@@ -358,10 +358,16 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             force,
         } => {
             let client = existing_client(&store).await?;
-            // Today by the oracle, not by this host's clock.
-            let today = registry::today(&client).await?;
-            let (boundary, deleted) =
-                registry::gc_registry(&client, today.saturating_sub(retention_days), force).await?;
+            // Today by the oracle, not by this host's clock (or the query logs' watermark's
+            // day, when that is behind: a backfill).
+            let now = client.oracle().get_timestamp().await?;
+            let today = registry::retention_day(&client, now.physical_ms()).await?;
+            let (boundary, deleted) = registry::gc_registry(
+                &client,
+                today.day.saturating_sub(retention_days),
+                force || today.by_watermark,
+            )
+            .await?;
             println!("IdRegistry boundary at day {boundary}; deleted {deleted} keys");
         }
         Command::Demo {

@@ -20,8 +20,8 @@ pub struct GcSpec {
     /// How far the safe point lags the oracle (at least the client's `gc_lag`; raised to it
     /// otherwise, since `Client::gc` refuses less).
     pub lag: Duration,
-    /// IdRegistry days to keep (counted back from the oracle's today, UTC); `None`: keep
-    /// every day.
+    /// IdRegistry days to keep (counted back from the oracle's today, UTC, or the query
+    /// logs' watermark's day when it is behind); `None`: keep every day.
     pub retention_days: Option<u64>,
     /// Who holds the lease (unique per process).
     pub holder: String,
@@ -65,8 +65,9 @@ pub fn lease_cell() -> Cell {
 
 /// One GC pass (without the lease): version GC at `lag` behind the oracle, the handled
 /// parked-click index, then the IdRegistry days behind the retention (counted back from the
-/// oracle's day; a move of the boundary by more than a day fails the pass with
-/// [`RegistryError::Jump`]). Records what it did in `metrics`.
+/// oracle's day, or the query logs' watermark's when it is behind:
+/// [`crate::registry::retention_day`]; a move of the boundary by more than a day fails the
+/// pass with [`RegistryError::Jump`]). Records what it did in `metrics`.
 pub async fn gc_pass(
     client: &Client,
     spec: &GcSpec,
@@ -86,10 +87,15 @@ pub async fn gc_pass(
     }
     if let Some(days) = spec.retention_days {
         // Today by the oracle (the timestamp this pass began with), not by this host's
-        // clock; a boundary more than a day ahead of the one in force is refused.
-        let today = crate::event::day_of(now.physical_ms());
-        let (_, deleted) =
-            crate::registry::gc_registry(client, today.saturating_sub(days), false).await?;
+        // clock, or by the query logs' watermark when that is behind (a backfill); a
+        // boundary more than a day ahead of the one in force is refused.
+        let today = crate::registry::retention_day(client, now.physical_ms()).await?;
+        let (_, deleted) = crate::registry::gc_registry(
+            client,
+            today.day.saturating_sub(days),
+            today.by_watermark,
+        )
+        .await?;
         add(&metrics.registry_keys_deleted, deleted);
     }
     Ok(())

@@ -81,11 +81,43 @@ pub async fn boundary(txn: &Transaction) -> Result<u64, TxnError> {
         .unwrap_or(0))
 }
 
-/// Today (UTC day number) by the oracle's clock: the day every IdRegistry retention is
-/// counted back from.
+/// Today (UTC day number) by the oracle's clock.
 pub async fn today(client: &Client) -> Result<u64, TxnError> {
     let now = client.oracle().get_timestamp().await?;
     Ok(day_of(now.physical_ms()))
+}
+
+/// The day an IdRegistry retention is counted back from, as of oracle time `oracle_ms`:
+/// the oracle's day, or the day of the query logs' event-time watermark when that is
+/// behind (`photon::expiry`; a backfill of week-old logs keeps the registry of its days
+/// until its watermark passes them, so its clicks are joined, not reported too old). Once
+/// the input ends (`u64::MAX`) or while no watermark is published, the oracle's day.
+pub async fn retention_day(client: &Client, oracle_ms: u64) -> Result<RetentionDay, TxnError> {
+    let oracle_day = day_of(oracle_ms);
+    let snapshot = client.begin().await?;
+    let watermark = observers::time::published(&snapshot, &crate::expiry::queries_column()).await?;
+    Ok(match watermark {
+        Some(w) if w != u64::MAX && day_of(w) < oracle_day => RetentionDay {
+            day: day_of(w),
+            by_watermark: true,
+        },
+        _ => RetentionDay {
+            day: oracle_day,
+            by_watermark: false,
+        },
+    })
+}
+
+/// What [`retention_day`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetentionDay {
+    /// The day (UTC day number).
+    pub day: u64,
+    /// It is the query logs' watermark's, behind the oracle's day. A boundary that follows
+    /// the watermark may move by more than [`MAX_STEP_DAYS`] at once (a backfill's logs
+    /// end, live ones load): the step limit guards against a clock ahead, and this day is
+    /// behind the oracle's.
+    pub by_watermark: bool,
 }
 
 /// Advances the IdRegistry boundary to `day` (never backwards; by more than

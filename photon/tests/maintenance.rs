@@ -280,6 +280,75 @@ async fn the_registry_day_comes_from_the_oracle_not_the_local_clock() {
     );
 }
 
+/// A backfill: the query logs' event-time watermark is a week behind the oracle. The
+/// retention counts back from the watermark's day, so the registry of the backfill's days
+/// stays (its clicks are joined, not too old); when live logs load, the boundary follows
+/// the watermark by more than a day at once (the step limit is for clocks ahead); once
+/// the input ends (`u64::MAX`), the oracle's day, under the step limit again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_keeps_the_registry_of_its_days() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = client_with_oracle(kv, 0, Duration::from_millis(500)).await;
+    let today = registry::today(&client).await.unwrap();
+    let week_ago = (today - 7) * DAY_MS as u64 + 3_600_000;
+    let publish = |wm: u64| {
+        let client = client.clone();
+        async move {
+            client
+                .run(|txn| async move {
+                    observers::time::publish_source(
+                        &txn,
+                        &photon::expiry::queries_column(),
+                        "queries",
+                        wm,
+                        false,
+                        0,
+                    )
+                    .await?;
+                    Ok::<_, TxnError>(())
+                })
+                .await
+                .unwrap();
+            observers::time::advance(&client, &photon::expiry::queries_column())
+                .await
+                .unwrap();
+        }
+    };
+    publish(week_ago).await;
+    let t = client.begin().await.unwrap();
+    for i in 0..10 {
+        registry::write_entry(&t, today - 8, &format!("backfill{i}"), "token".into());
+        registry::write_entry(&t, today - 12, &format!("old{i}"), "token".into());
+    }
+    t.commit().await.unwrap();
+    let metrics = GcMetrics::default();
+    gc_pass(&client, &registry_spec(), &metrics).await.unwrap();
+    assert_eq!(
+        current_boundary(&client).await,
+        today - 10,
+        "3 days back from the watermark's day"
+    );
+    assert_eq!(
+        registry_entries(&client, today - 8).await,
+        10,
+        "backfill kept"
+    );
+    assert_eq!(
+        registry_entries(&client, today - 12).await,
+        0,
+        "older purged"
+    );
+    // Live logs: the watermark is yesterday's; the boundary follows it, 6 days at once.
+    publish((today - 1) * DAY_MS as u64 + 3_600_000).await;
+    gc_pass(&client, &registry_spec(), &metrics).await.unwrap();
+    assert_eq!(current_boundary(&client).await, today - 4);
+    assert_eq!(registry_entries(&client, today - 8).await, 0, "passed");
+    // The input ends: the oracle's day, one more day (the step limit holds).
+    publish(u64::MAX).await;
+    gc_pass(&client, &registry_spec(), &metrics).await.unwrap();
+    assert_eq!(current_boundary(&client).await, today - 3);
+}
+
 /// The oracle's own clock jumps two days ahead: the periodic pass refuses to move the
 /// boundary that far (nothing is purged); an operator's forced GC does it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -130,7 +130,11 @@
 //! ## IdRegistry GC ([`crate::registry`], `photon gc`)
 //!
 //! Raises the boundary day (never lowers it; by more than one day only with `--force`) in a
-//! transaction, counting the retention back from the oracle's day (not the host's clock), waits
+//! transaction, counting the retention back from the oracle's day (not the host's clock), or
+//! from the query logs' event-time watermark's day when that is behind (a backfill keeps the
+//! registry of its days, so its clicks join rather than turn `too_old`; a boundary that
+//! follows the watermark may move several days at once, since the watermark's day is behind
+//! the oracle's and the step limit guards against a clock ahead), waits
 //! until the oracle is past the boundary's commit_ts plus `max_lifetime` so no transaction that
 //! read the old boundary can still commit (lifetimes are bounded in oracle time, which may lead
 //! the wall clock and run at half speed after a takeover), then deletes the days below it; the
