@@ -12,6 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+impl JoinConfig {
+    /// The default of [`JoinConfig::process`]: this OS process's id.
+    pub fn this_process() -> String {
+        std::process::id().to_string()
+    }
+}
+
 /// Application hook: filter (return `None`) or enrich a joined event before it is written.
 pub trait Adapter: Send + Sync + 'static {
     /// The event to write, or `None` to drop it (the click is still registered).
@@ -25,6 +32,9 @@ pub struct JoinConfig {
     pub pipeline: String,
     /// Worker name, part of the IdRegistry token.
     pub worker: String,
+    /// The process named in the IdRegistry token ([`JoinConfig::this_process`] by default:
+    /// this OS process's id).
+    pub process: String,
     /// Clicks whose query has not arrived this long after the click's event time are
     /// reported as expired instead of waiting forever.
     pub horizon: Duration,
@@ -59,6 +69,11 @@ pub struct JoinStats {
     pub too_old: AtomicU64,
     /// Clicks dropped by the adapter.
     pub filtered: AtomicU64,
+    /// Planted bug `JoinTrustsStaleRegistry` (feature `planted`, `percolator::planted`):
+    /// the pipeline's memory of the IdRegistry lookups it made, by click id.
+    #[cfg(feature = "planted")]
+    #[doc(hidden)]
+    pub planted_lookups: std::sync::Mutex<std::collections::BTreeMap<String, Option<Vec<u8>>>>,
 }
 
 fn bump(c: &AtomicU64) {
@@ -187,6 +202,22 @@ async fn join_clicks(
                 values.next().unwrap_or_default(),
             );
             let token = token.or(legacy);
+            // Planted bug `JoinTrustsStaleRegistry`: the lookup answered from what the
+            // pipeline read before, not from this transaction's snapshot.
+            #[cfg(feature = "planted")]
+            let token =
+                if percolator::planted::active(percolator::planted::Bug::JoinTrustsStaleRegistry) {
+                    let mut lookups = stats
+                        .planted_lookups
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    lookups
+                        .entry(click.stored.event.click_id.clone())
+                        .or_insert(token)
+                        .clone()
+                } else {
+                    token
+                };
             (click, Guard { token, outcome }, query)
         })
         .collect();
@@ -245,9 +276,7 @@ impl JoinToken {
         let notified = notified_ts.map_or(String::new(), |n| format!("{:x}", n as u32));
         format!(
             "{}/{}/{}/n{notified}/{start_ts}",
-            config.pipeline,
-            config.worker,
-            std::process::id(),
+            config.pipeline, config.worker, config.process,
         )
     }
 
@@ -314,7 +343,7 @@ async fn join_click(
         Some(qbytes) => {
             let q: Stored<Query> = serde_json::from_slice(&qbytes)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
-            let joined_at = now_ms();
+            let joined_at = txn.wall_ms();
             let token = JoinToken::format(config, notified_ts, txn.start_ts().0);
             let joined = Joined {
                 arrived_at: stored.loaded_at.max(q.loaded_at),
@@ -587,6 +616,7 @@ mod tests {
         JoinConfig {
             pipeline: "A".to_string(),
             worker: "w".to_string(),
+            process: JoinConfig::this_process(),
             horizon: Duration::from_secs(600),
             expiry: Default::default(),
             adapter: None,

@@ -27,6 +27,10 @@ pub struct Stats {
     pub stalled_reads_too_old: u64,
     /// Events in the trace.
     pub trace_events: u64,
+    /// Photon's clicks joined (once) by the end of the run.
+    pub clicks_joined: u64,
+    /// Photon's clicks expired (their query not in time) by the end of the run.
+    pub clicks_expired: u64,
 }
 
 impl Stats {
@@ -43,6 +47,8 @@ impl Stats {
         self.observer_runs += other.observer_runs;
         self.stalled_reads_too_old += other.stalled_reads_too_old;
         self.trace_events += other.trace_events;
+        self.clicks_joined += other.clicks_joined;
+        self.clicks_expired += other.clicks_expired;
     }
 }
 

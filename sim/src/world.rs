@@ -14,7 +14,7 @@ use crate::rng::{SeededRandom, SimRng};
 use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
-use crate::{app, schema};
+use crate::{app, photon, schema};
 use observers::{Registry, Worker, WorkerConfig};
 use percolator::{Client, ClientConfig, RawKv};
 use std::sync::Arc;
@@ -103,6 +103,8 @@ struct Proc {
     worker_client: Client,
     /// The worker of the beacons' namespace.
     floor_worker: Worker,
+    /// Its worker's observers: the application's and its photon pipeline's.
+    registry: Arc<Registry>,
     /// Whether its worker is down (a worker outage) and how many times it was restarted.
     worker_down: bool,
     worker_restarts: u32,
@@ -167,11 +169,6 @@ fn floor_client(env: &Env, life: &Arc<Life>, host: usize) -> Client {
     client
 }
 
-/// A worker of a process.
-fn start_worker(env: &Env, client: Client, id: String) -> Worker {
-    start_worker_of(client, env.registry.clone(), id)
-}
-
 /// A worker of `registry`'s observers.
 fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worker {
     Worker::start(
@@ -206,7 +203,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     } else {
         client.clone()
     };
-    let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
+    let worker_id = format!("p{i}-{incarnation}");
+    let registry = app::process_registry(i, &worker_id);
+    let worker = start_worker_of(worker_client.clone(), registry.clone(), worker_id);
     let beacons = floor_client(env, &life, i);
     let floor_worker = start_worker_of(
         beacons.clone(),
@@ -226,6 +225,20 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     }
     if i == 1 {
         actors.spawn(workload::retention(ctx.clone()));
+    }
+    // Photon's loaders: the query log on processes 0 and 2 at once (a duplicated loader),
+    // one click log on process 0, the other on process 1.
+    let logs: &[&str] = match i {
+        0 => &[photon::QUERY_LOG, photon::CLICK_LOGS[0]],
+        1 => &[photon::CLICK_LOGS[1]],
+        _ => &[photon::QUERY_LOG],
+    };
+    for log in logs {
+        actors.spawn(photon::loader(ctx.clone(), log.to_string()));
+    }
+    actors.spawn(photon::sweeper(ctx.clone()));
+    if i == 2 {
+        actors.spawn(photon::registry_gc(ctx.clone()));
     }
     if i != 1 {
         // Readers on a client of their own (as a query service would be): its cache of
@@ -267,6 +280,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker,
         worker_client,
         floor_worker,
+        registry,
         worker_down: false,
         worker_restarts: 0,
         actors,
@@ -274,7 +288,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
 }
 
 /// Brings a process's worker back after a worker outage (a new worker id).
-fn restart_worker(env: &Env, proc: &mut Proc) {
+fn restart_worker(proc: &mut Proc) {
     if proc.worker_down {
         proc.worker_down = false;
         proc.worker_restarts += 1;
@@ -282,7 +296,7 @@ fn restart_worker(env: &Env, proc: &mut Proc) {
             "p{}-{}w{}",
             proc.life.process, proc.life.incarnation, proc.worker_restarts
         );
-        proc.worker = start_worker(env, proc.worker_client.clone(), id);
+        proc.worker = start_worker_of(proc.worker_client.clone(), proc.registry.clone(), id);
     }
 }
 
@@ -545,7 +559,12 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         .collect();
     let floor_walls = hosts.clone();
     let model = Shared::default();
-    model.with(|m| m.sources = sources(&rng));
+    model.with(|m| {
+        m.sources = sources(&rng);
+        // Photon's logs count their lines' times from the start of simulated time.
+        m.photon.began = Some(tokio::time::Instant::now());
+        m.photon.logs = photon::logs(&rng);
+    });
     let env = Env {
         store: shared_store(),
         oracle: SimOracle::new(hosts.clone(), faults.clone(), trace.clone()),
@@ -672,7 +691,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 workers_out = false;
                 model.with(|m| m.gc_paused = false);
                 for proc in procs.iter_mut().flatten() {
-                    restart_worker(&env, proc);
+                    restart_worker(proc);
                 }
             }
             Event::GcBurst => {
@@ -703,7 +722,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         match slot {
             Some(proc) => {
                 proc.actors.abort_all();
-                restart_worker(&env, proc);
+                restart_worker(proc);
             }
             None => {
                 incarnations[p] += 1;
@@ -750,6 +769,21 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
         )),
     }
+    // Photon's drain: every click's horizon passed, the workers quiescent, a sweep of
+    // parked clicks waking none.
+    let proc = procs[0].as_ref().expect("all up");
+    match tokio::time::timeout(
+        LIVENESS_LIMIT,
+        photon::drain(&harness, &proc.worker, &model, 10),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => model.violation(format!("liveness: photon's drain: {e}")),
+        Err(_) => model.violation(format!(
+            "liveness: photon's drain not done {LIVENESS_LIMIT:?} after faults stopped"
+        )),
+    }
     // A last GC past everything written, then the final checks read after it.
     tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
     if !workload::gc_pass(&harness_ctx, GC_LAG).await {
@@ -757,6 +791,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     }
     let observer_runs = check::final_checks(&harness, &model).await?
         + check::check_beacons(&floor_harness, &model).await?;
+    let (clicks_joined, clicks_expired) = photon::check_join(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         proc.worker.shutdown().await;
         proc.floor_worker.shutdown().await;
@@ -783,6 +818,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         observer_runs,
         stalled_reads_too_old: m.too_old,
         trace_events: trace.events(),
+        clicks_joined,
+        clicks_expired,
     });
     Ok(SeedReport {
         seed,

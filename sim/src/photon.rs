@@ -1,0 +1,546 @@
+//! Photon's join in the simulation (`photon::design::join`): its observers on every
+//! process's worker (two redundant pipelines, `A` on processes 0 and 2, `B` on process 1,
+//! splitting the clicks between their workers), loaders writing query and click logs through
+//! photon's own batch transactions (`app::load::load_source` with `photon::load::PhotonLogs`),
+//! the periodic sweep of parked clicks, the purge of the handled parked index (with every GC
+//! pass) and the IdRegistry GC; at the end, photon's join verified
+//! ([`check_join`]).
+//!
+//! The logs: queries logged at random times, some never (their clicks park, then expire),
+//! some late (clicks park, then are woken, or expire if the query is past the horizon);
+//! clicks logged around their query's time (often before it: out of order), each in one of
+//! two click logs, some delivered again in the other log (a redundant logger) or twice in
+//! the same one (a duplicate line). The query log is loaded by two processes at once (a
+//! duplicated loader: their batches conflict on the log's offset).
+//!
+//! The IdRegistry GC runs with a retention of 0 days: every run lies within one UTC day, so
+//! it raises the boundary to today once and deletes nothing (crossing day boundaries would
+//! take a simulated day); the join reads the boundary in every run.
+
+use crate::model::Shared;
+use crate::rng::SimRng;
+use crate::workload::Ctx;
+use app::load::lines::MappingSink;
+use app::load::{Batch, Context, LoadError, LoadOptions, LoadStats, Rejects, Source};
+use observers::Registry;
+use percolator::{Cell, Client, Transaction, TxnError};
+use photon::event::{Click, Query};
+use photon::expiry::{Expiry, Horizon};
+use photon::join::{JoinConfig, JoinStats};
+use photon::load::{Parsed, PhotonLogs};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a click waits for its query (in event time; no watermark is published, so on
+/// the deciding client's wall clock).
+pub const HORIZON: Duration = Duration::from_secs(8);
+
+/// How much earlier than a click's horizon its query's load must have been acknowledged for
+/// the click to be joined for sure: a run that expires a click reads "now" (its host's
+/// clock, up to 0.4 s off) at most `max_lifetime` (5 s) after its snapshot, so a query
+/// acknowledged this long before the horizon is in that snapshot.
+pub const MUST_JOIN_MARGIN: Duration = Duration::from_secs(6);
+
+/// Queries in a run's logs.
+const QUERIES: u64 = 40;
+/// Queries are logged within this many ms of the run's start (so every click's horizon
+/// passes before the chaos ends).
+const LOGGED_WITHIN_MS: u64 = 44_000;
+
+/// The query log's name (two processes load it).
+pub const QUERY_LOG: &str = "queries";
+/// The click logs' names.
+pub const CLICK_LOGS: [&str; 2] = ["clicks-a", "clicks-b"];
+
+/// A line of a log: when it is appended (since the run began) and its event.
+#[derive(Clone, Debug)]
+pub struct Line {
+    /// When the line is appended to its log, since the run began.
+    pub at: Duration,
+    /// The event.
+    pub event: Event,
+}
+
+/// A logged event.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A query.
+    Query(Query),
+    /// A click.
+    Click(Click),
+}
+
+impl Event {
+    fn parsed(&self) -> Parsed {
+        match self {
+            Event::Query(q) => Parsed::Query(q.clone()),
+            Event::Click(c) => Parsed::Click(c.clone()),
+        }
+    }
+
+    fn event_time(&self) -> u64 {
+        match self {
+            Event::Query(q) => q.event_time,
+            Event::Click(c) => c.event_time,
+        }
+    }
+}
+
+/// What the harness knows of photon's side of a run.
+#[derive(Debug, Default)]
+pub struct PhotonModel {
+    /// Every log by name, its lines in the order they are appended.
+    pub logs: BTreeMap<String, Arc<Vec<Line>>>,
+    /// When the first acknowledged load of each query id was acknowledged.
+    pub queries_acked: BTreeMap<String, Instant>,
+    /// When the first acknowledged load of each click id was acknowledged.
+    pub clicks_acked: BTreeMap<String, Instant>,
+    /// When the run began (line times and event times count from it).
+    pub began: Option<Instant>,
+}
+
+/// The pipeline of process `p`: redundant pipelines `A` and `B` share the clicks.
+pub fn pipeline_of(p: usize) -> &'static str {
+    if p % 2 == 0 {
+        "A"
+    } else {
+        "B"
+    }
+}
+
+/// The horizon as the join and the sweep measure it.
+pub fn horizon() -> Horizon {
+    Horizon {
+        length: HORIZON,
+        expiry: Expiry::EventTime,
+    }
+}
+
+/// Registers process `p`'s pipeline (its worker named `worker`) in `registry`.
+pub fn register(registry: &mut Registry, p: usize, worker: &str) -> Arc<JoinStats> {
+    let stats = Arc::new(JoinStats::default());
+    let config = JoinConfig {
+        pipeline: pipeline_of(p).to_string(),
+        worker: worker.to_string(),
+        // The simulated process (an OS process id would change the trace between runs).
+        process: format!("p{p}"),
+        horizon: HORIZON,
+        expiry: Expiry::EventTime,
+        adapter: None,
+    };
+    photon::join::register(registry, config, stats.clone()).expect("photon's columns are free");
+    stats
+}
+
+/// The logs of a run, drawn from the seed: event times are the simulated wall clock
+/// ([`crate::clock::SIM_EPOCH_MS`] plus the time since the run began) when the line is
+/// logged, late query lines keeping their event time.
+pub fn logs(rng: &SimRng) -> BTreeMap<String, Arc<Vec<Line>>> {
+    let epoch = crate::clock::SIM_EPOCH_MS;
+    let mut queries = Vec::new();
+    let mut clicks: [Vec<Line>; 2] = [Vec::new(), Vec::new()];
+    for q in 0..QUERIES {
+        let t = rng.range(0, LOGGED_WITHIN_MS);
+        let query_id = format!("q{q:03}");
+        // One in eight never logged (its clicks expire), one in eight logged late (past
+        // the horizon at times).
+        let logged = if rng.chance(0.125) {
+            None
+        } else if rng.chance(0.14) {
+            Some(t + rng.range(3_000, 14_000))
+        } else {
+            Some(t)
+        };
+        if let Some(at) = logged {
+            queries.push(Line {
+                at: Duration::from_millis(at),
+                event: Event::Query(Query {
+                    query_id: query_id.clone(),
+                    event_time: epoch + t,
+                    fields: Default::default(),
+                }),
+            });
+        }
+        for k in 0..rng.range(0, 4) {
+            // Up to 1.5 s before its query (out of order) or 3 s after it.
+            let at = (t + rng.range(0, 4_500)).saturating_sub(1_500);
+            let click = Click {
+                click_id: format!("c{q:03}-{k}"),
+                query_id: query_id.clone(),
+                event_time: epoch + at,
+                fields: Default::default(),
+            };
+            let log = rng.index(2);
+            let line = |at: u64| Line {
+                at: Duration::from_millis(at),
+                event: Event::Click(click.clone()),
+            };
+            clicks[log].push(line(at));
+            if rng.chance(0.1) {
+                // A duplicate line in the same log.
+                clicks[log].push(line(at + rng.range(0, 5_000)));
+            }
+            if rng.chance(0.15) {
+                // Delivered again by the other logger.
+                clicks[1 - log].push(line(at + rng.range(0, 4_000)));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    let mut sorted = |name: &str, mut lines: Vec<Line>| {
+        lines.sort_by_key(|l| l.at);
+        out.insert(name.to_string(), Arc::new(lines));
+    };
+    sorted(QUERY_LOG, queries);
+    let [a, b] = clicks;
+    sorted(CLICK_LOGS[0], a);
+    sorted(CLICK_LOGS[1], b);
+    out
+}
+
+/// A log as the loader's [`Source`]: the lines appended so far, its offset a line number
+/// in a cell of photon's loader table.
+struct SimLog {
+    name: String,
+    lines: Arc<Vec<Line>>,
+    /// Lines appended so far.
+    available: usize,
+}
+
+fn offset_cell(log: &str) -> Cell {
+    photon::schema::offset_cell(&format!("sim/{log}"))
+}
+
+#[async_trait::async_trait]
+impl Source for SimLog {
+    type Record = Parsed;
+    type Offset = u64;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn committed(&self, txn: &Transaction) -> Result<u64, LoadError> {
+        Ok(crate::schema::number(txn.get(&offset_cell(&self.name)).await?).unwrap_or(0))
+    }
+
+    async fn next_batch(
+        &mut self,
+        from: &u64,
+        max: usize,
+    ) -> Result<Option<Batch<Parsed, u64>>, LoadError> {
+        let from = *from as usize;
+        if from >= self.available {
+            return Ok(None);
+        }
+        let end = (from + max).min(self.available);
+        let lines = &self.lines[from..end];
+        let times = lines.iter().map(|l| l.event.event_time());
+        let event_times = times.clone().min().zip(times.max());
+        Ok(Some(Batch {
+            records: lines.iter().map(|l| l.event.parsed()).collect(),
+            rejects: Vec::new(),
+            offset: end as u64,
+            id: format!("{}@{from}", self.name),
+            units: (end - from) as u64,
+            event_times,
+            long_lines: 0,
+            nul_bytes: 0,
+        }))
+    }
+
+    fn write_offset(&self, txn: &Transaction, _from: &u64, to: &u64) -> Result<(), LoadError> {
+        txn.set(offset_cell(&self.name), to.to_string());
+        Ok(())
+    }
+}
+
+/// A loader of log `log`: every 100-500 ms it loads the lines appended so far through
+/// photon's loader (`app::load::load_source` with [`PhotonLogs`], batches of 1-6 lines each
+/// committed with the log's offset); once it has, every one of them is acknowledged.
+pub async fn loader(ctx: Ctx, log: String) {
+    let (lines, began) = ctx
+        .model
+        .with(|m| (m.photon.logs[&log].clone(), m.photon.began));
+    let Some(began) = began else { return };
+    // Never written: the logs hold no malformed line.
+    let rejects = Rejects::new(std::env::temp_dir().join("percolator-sim-rejects.txt"));
+    loop {
+        tokio::time::sleep(ctx.rng.millis(100, 500)).await;
+        let elapsed = began.elapsed();
+        let available = lines.partition_point(|l| l.at <= elapsed);
+        let mut source = SimLog {
+            name: log.clone(),
+            lines: lines.clone(),
+            available,
+        };
+        let options = LoadOptions {
+            batch: ctx.rng.range(1, 7) as usize,
+            max_backlog: 0,
+            ..LoadOptions::default()
+        };
+        let stats = LoadStats::default();
+        let load = Context {
+            options: &options,
+            stats: &stats,
+            rejects: &rejects,
+            backlog: None,
+            align: None,
+            pace: None,
+            watermarks: None,
+        };
+        match app::load::load_source(&ctx.client, &mut source, &MappingSink(&PhotonLogs), &load)
+            .await
+        {
+            Ok(_) => {
+                // Every line appended so far is committed (by this loader or another).
+                let now = Instant::now();
+                ctx.model.with(|m| {
+                    for line in &lines[..available] {
+                        match &line.event {
+                            Event::Query(q) => {
+                                m.photon
+                                    .queries_acked
+                                    .entry(q.query_id.clone())
+                                    .or_insert(now);
+                            }
+                            Event::Click(c) => {
+                                m.photon
+                                    .clicks_acked
+                                    .entry(c.click_id.clone())
+                                    .or_insert(now);
+                            }
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                ctx.model
+                    .violation(format!("p{} photon loader of {log}: {e}", ctx.process));
+                return;
+            }
+        }
+    }
+}
+
+/// The periodic sweep of parked clicks (`photon::join::sweep_pending`, as `photon work`
+/// runs it), every 1-3 s.
+pub async fn sweeper(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(ctx.rng.millis(1_000, 3_000)).await;
+        if let Err(e) = photon::join::sweep_pending(&ctx.client, horizon()).await {
+            if !e.is_transient() {
+                ctx.model
+                    .violation(format!("p{} sweep of parked clicks: {e}", ctx.process));
+            }
+        }
+    }
+}
+
+/// The IdRegistry GC (`photon::registry::gc_registry`) every 5-15 s, with a retention of
+/// 0 days (see the module doc).
+pub async fn registry_gc(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(ctx.rng.millis(5_000, 15_000)).await;
+        let today = match photon::registry::today(&ctx.client).await {
+            Ok(today) => today,
+            Err(_) => continue,
+        };
+        match photon::registry::gc_registry(&ctx.client, today, false).await {
+            Ok(_) => {}
+            Err(photon::registry::RegistryError::Txn(e)) if e.is_transient() => {}
+            Err(e) => ctx
+                .model
+                .violation(format!("p{} IdRegistry GC: {e}", ctx.process)),
+        }
+    }
+}
+
+/// The handled part of the parked-click index purged below the sweep's cursor and GC's
+/// safe point, as photon's GC pass does after version GC (`photon::maintenance`). A
+/// failure is left to the next pass (as there).
+pub async fn purge_parked(client: &Client, safe_ms: u64) -> Result<(), TxnError> {
+    photon::parked::purge_handled(client, safe_ms, 0)
+        .await
+        .map(|_| ())
+}
+
+/// Photon's drain in the liveness phase: waits until every click's horizon has passed,
+/// then until the workers are quiescent and a sweep of parked clicks wakes none (as
+/// `photon::pipeline::drain` does), at most `rounds` times.
+pub async fn drain(
+    client: &Client,
+    worker: &observers::Worker,
+    model: &Shared,
+    rounds: usize,
+) -> Result<(), String> {
+    let due = model.with(|m| {
+        let began = m.photon.began?;
+        let last = m
+            .photon
+            .logs
+            .values()
+            .flat_map(|lines| lines.iter())
+            .filter(|l| matches!(l.event, Event::Click(_)))
+            .map(|l| l.at)
+            .max()?;
+        Some(began + last + HORIZON + Duration::from_secs(1))
+    });
+    if let Some(due) = due {
+        tokio::time::sleep_until(due).await;
+    }
+    for _ in 0..rounds {
+        worker
+            .wait_until_quiescent()
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            match photon::join::sweep_pending(client, horizon()).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => break,
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    Err(format!("a sweep still woke clicks after {rounds} rounds"))
+}
+
+fn harness(step: &'static str) -> impl FnOnce(TxnError) -> crate::SimError {
+    move |source| crate::SimError::Harness { step, source }
+}
+
+/// Photon's join verified, on a quiet system after the drain: every click loaded is in
+/// the store; no click has two joined outputs (across both pipelines); a joined click has
+/// its query, one IdRegistry entry naming the join's token and no outcome left; a click not
+/// joined expired (outcome `expired`, entry `expired/...`), and only if its query's load was
+/// not acknowledged [`MUST_JOIN_MARGIN`] before its horizon; a click never loaded left
+/// nothing. Returns the clicks joined and those expired.
+pub async fn check_join(client: &Client, model: &Shared) -> Result<(u64, u64), crate::SimError> {
+    use photon::outcome::Outcome;
+    use photon::schema::{click_cell, idregistry_cell, outcome_cell, query_cell, JOINED};
+    let (logs, queries_acked, clicks_acked, began) = model.with(|m| {
+        (
+            m.photon.logs.clone(),
+            m.photon.queries_acked.clone(),
+            m.photon.clicks_acked.clone(),
+            m.photon.began,
+        )
+    });
+    let Some(began) = began else {
+        return Ok((0, 0));
+    };
+    let (mut joined_clicks, mut expired_clicks) = (0, 0);
+    let mut clicks: BTreeMap<String, Click> = BTreeMap::new();
+    for line in logs.values().flat_map(|l| l.iter()) {
+        if let Event::Click(c) = &line.event {
+            clicks
+                .entry(c.click_id.clone())
+                .or_insert_with(|| c.clone());
+        }
+    }
+    let txn = client.begin().await.map_err(harness("photon begin"))?;
+    let mut present_queries: BTreeSet<String> = BTreeSet::new();
+    let wanted: BTreeSet<&String> = clicks.values().map(|c| &c.query_id).collect();
+    for q in wanted {
+        if txn
+            .get(&query_cell(q))
+            .await
+            .map_err(harness("photon query"))?
+            .is_some()
+        {
+            present_queries.insert(q.clone());
+        }
+    }
+    for (id, click) in &clicks {
+        let bad = |what: String| model.violation(format!("photon click {id}: {what}"));
+        let present = txn
+            .get(&click_cell(id))
+            .await
+            .map_err(harness("photon click"))?
+            .is_some();
+        let mut row_end = id.as_bytes().to_vec();
+        row_end.push(0);
+        let joined: Vec<String> = txn
+            .scan(JOINED.as_bytes(), id.as_bytes(), Some(&row_end))
+            .await
+            .map_err(harness("photon joined"))?
+            .into_iter()
+            .map(|(cell, _)| String::from_utf8_lossy(&cell.column).into_owned())
+            .collect();
+        let entry = txn
+            .get(&idregistry_cell(id))
+            .await
+            .map_err(harness("photon entry"))?
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        let outcome = txn
+            .get(&outcome_cell(id))
+            .await
+            .map_err(harness("photon outcome"))?
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        if !present {
+            if clicks_acked.contains_key(id) {
+                bad("its load was acknowledged but it is not in the store".into());
+            }
+            if !joined.is_empty() || entry.is_some() || outcome.is_some() {
+                bad(format!(
+                    "never loaded, yet joined {joined:?}, entry {entry:?}, outcome {outcome:?}"
+                ));
+            }
+            continue;
+        }
+        let query_loaded = present_queries.contains(&click.query_id);
+        match joined.as_slice() {
+            [] => {
+                let expired = outcome
+                    .as_deref()
+                    .and_then(Outcome::decode)
+                    .is_some_and(|o| matches!(o, Outcome::Expired { .. }));
+                expired_clicks += u64::from(expired);
+                if !expired || !entry.as_deref().is_some_and(|e| e.starts_with("expired/")) {
+                    bad(format!(
+                        "neither joined nor expired after the drain: outcome {outcome:?}, \
+                         entry {entry:?} (query loaded: {query_loaded})"
+                    ));
+                }
+                let horizon_at = began
+                    + Duration::from_millis(click.event_time - crate::clock::SIM_EPOCH_MS)
+                    + HORIZON;
+                if let Some(&acked) = queries_acked.get(&click.query_id) {
+                    if acked + MUST_JOIN_MARGIN <= horizon_at {
+                        bad(format!(
+                            "not joined, though its query {}'s load was acknowledged {:?} \
+                             before its horizon (outcome {outcome:?})",
+                            click.query_id,
+                            horizon_at - acked
+                        ));
+                    }
+                }
+            }
+            [token] => {
+                joined_clicks += 1;
+                if entry.as_deref() != Some(token.as_str()) {
+                    bad(format!(
+                        "joined by {token}, but its IdRegistry entry is {entry:?}"
+                    ));
+                }
+                if outcome.is_some() {
+                    bad(format!("joined by {token}, yet its outcome is {outcome:?}"));
+                }
+                if !query_loaded {
+                    bad(format!("joined by {token} without its query in the store"));
+                }
+            }
+            many => bad(format!(
+                "joined {} times (tokens {many:?}; IdRegistry entry {entry:?})",
+                many.len()
+            )),
+        }
+    }
+    txn.rollback();
+    Ok((joined_clicks, expired_clicks))
+}
