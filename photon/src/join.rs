@@ -743,6 +743,80 @@ mod tests {
         assert_eq!(outputs.len(), 1, "one joined event");
     }
 
+    /// A wall clock stopped at a fixed time.
+    #[derive(Debug)]
+    struct Stopped(u64);
+
+    impl percolator::clock::WallClock for Stopped {
+        fn now_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    /// The join reads "now" on its client's wall clock (`ClientConfig::wall_clock`), not the
+    /// host's: on a client whose clock stands at `T`, a click logged 1 s before `T` whose
+    /// query is missing parks (on the host's clock, years later, it expired), and a joined
+    /// click carries `joined_at` `T`, in event time (no watermark published: the wall
+    /// clock) as in wall-clock expiry. (It read the host's clock before the deterministic
+    /// simulation, whose clocks are simulated, ran the join: issue 40.)
+    #[tokio::test]
+    async fn the_join_reads_now_on_the_clients_wall_clock() {
+        const T: u64 = 1_000_000_000_000;
+        for expiry in [
+            crate::expiry::Expiry::EventTime,
+            crate::expiry::Expiry::WallClock,
+        ] {
+            let client = Client::with_config(
+                Arc::new(MemoryKv::new()),
+                Arc::new(LocalClock::new()),
+                percolator::ClientConfig {
+                    wall_clock: Arc::new(Stopped(T)),
+                    ..percolator::ClientConfig::default()
+                },
+            );
+            crate::schema::declare_columns(&client);
+            let setup = client.begin().await.unwrap();
+            setup.set(click_cell("c1"), stored(click("c1", "missing", T - 1_000)));
+            setup.set(click_cell("c2"), stored(click("c2", "q", T - 1_000)));
+            setup.set(
+                query_cell("q"),
+                stored(Query {
+                    query_id: "q".to_string(),
+                    event_time: T - 2_000,
+                    fields: Default::default(),
+                }),
+            );
+            setup.commit().await.unwrap();
+            let config = JoinConfig {
+                expiry,
+                ..test_config()
+            };
+            let stats = JoinStats::default();
+            let txn = client.begin().await.unwrap();
+            join_clicks(
+                &txn,
+                &[click_cell("c1"), click_cell("c2")],
+                &[None; 2],
+                &config,
+                &stats,
+            )
+            .await
+            .unwrap();
+            txn.commit().await.unwrap();
+            assert_eq!(stats.expired.load(Ordering::Relaxed), 0, "{expiry:?}");
+            assert_eq!(stats.parked.load(Ordering::Relaxed), 1, "{expiry:?}");
+            assert_eq!(stats.joined.load(Ordering::Relaxed), 1, "{expiry:?}");
+            let read = client.begin().await.unwrap();
+            let outputs = read
+                .scan(JOINED.as_bytes(), b"c2", Some(b"c2\0"))
+                .await
+                .unwrap();
+            assert_eq!(outputs.len(), 1);
+            let joined: Joined = serde_json::from_slice(&outputs[0].1).unwrap();
+            assert_eq!(joined.joined_at, T, "{expiry:?}");
+        }
+    }
+
     /// One batch of four clicks: two park on the same missing query (both stay on its
     /// pending list: the second park reads the first one's write), two join their query.
     #[tokio::test]
