@@ -367,13 +367,15 @@ pub async fn purge_parked(client: &Client, safe_ms: u64) -> Result<(), TxnError>
         .map(|_| ())
 }
 
-/// Photon's drain in the liveness phase: waits until every click's horizon has passed,
-/// then until the workers are quiescent and a sweep of parked clicks wakes none (as
+/// Photon's drain in the liveness phase: waits until the horizon of every click the
+/// loaders could load (appended before `loaders_stopped`) has passed, then until the
+/// workers are quiescent and a sweep of parked clicks wakes none (as
 /// `photon::pipeline::drain` does), at most `rounds` times.
 pub async fn drain(
     client: &Client,
     worker: &observers::Worker,
     model: &Shared,
+    loaders_stopped: Instant,
     rounds: usize,
 ) -> Result<(), String> {
     let due = model.with(|m| {
@@ -383,7 +385,7 @@ pub async fn drain(
             .logs
             .values()
             .flat_map(|lines| lines.iter())
-            .filter(|l| matches!(l.event, Event::Click(_)))
+            .filter(|l| matches!(l.event, Event::Click(_)) && began + l.at <= loaders_stopped)
             .map(|l| l.at)
             .max()?;
         Some(began + last + HORIZON + Duration::from_secs(1))

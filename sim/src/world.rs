@@ -774,7 +774,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let proc = procs[0].as_ref().expect("all up");
     match tokio::time::timeout(
         LIVENESS_LIMIT,
-        photon::drain(&harness, &proc.worker, &model, 10),
+        photon::drain(&harness, &proc.worker, &model, began + chaos, 10),
     )
     .await
     {
