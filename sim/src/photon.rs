@@ -2,7 +2,8 @@
 //! process's worker (two redundant pipelines, `A` on processes 0 and 2, `B` on process 1,
 //! splitting the clicks between their workers), loaders writing query and click logs through
 //! photon's own batch transactions (`app::load::load_source` with `photon::load::PhotonLogs`),
-//! the periodic sweep of parked clicks, the purge of the handled parked index (with every GC
+//! the periodic sweep of parked clicks (in half the seeds; in the others only wake-ups wake
+//! parked clicks, and the drain checks that none was lost), the purge of the handled parked index (with every GC
 //! pass) and the IdRegistry GC; at the end, photon's join verified
 //! ([`check_join`]).
 //!
@@ -99,6 +100,10 @@ pub struct PhotonModel {
     pub clicks_acked: BTreeMap<String, Instant>,
     /// When the run began (line times and event times count from it).
     pub began: Option<Instant>,
+    /// Whether the processes sweep parked clicks periodically (drawn per seed). Without,
+    /// only wake-ups wake a parked click whose query arrives, and the drain checks that none
+    /// was lost ([`lost_wakeups`]).
+    pub sweeps: bool,
 }
 
 /// The pipeline of process `p`: redundant pipelines `A` and `B` share the clicks.
@@ -393,6 +398,31 @@ pub async fn drain(
     if let Some(due) = due {
         tokio::time::sleep_until(due).await;
     }
+    if !model.with(|m| m.photon.sweeps) {
+        // No sweep has run: every parked click whose query is in the store was woken by
+        // the park's own wake run or by its query's batch's wake check, or a wake-up was
+        // lost. A wake run in flight on another worker once the notify keys are gone
+        // finishes within a transaction's lifetime: a click still parked then is reported.
+        worker
+            .wait_until_quiescent()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut lost = lost_wakeups(client).await.map_err(|e| e.to_string())?;
+        if !lost.is_empty() {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            worker
+                .wait_until_quiescent()
+                .await
+                .map_err(|e| e.to_string())?;
+            let again = lost_wakeups(client).await.map_err(|e| e.to_string())?;
+            lost.retain(|c| again.contains(c));
+        }
+        for (click, query) in lost {
+            model.violation(format!(
+                "photon click {click} still parked on query {query}, which is in the store,                  with the workers quiescent and no sweep run: a wake-up was lost"
+            ));
+        }
+    }
     for _ in 0..rounds {
         worker
             .wait_until_quiescent()
@@ -410,6 +440,31 @@ pub async fn drain(
         }
     }
     Err(format!("a sweep still woke clicks after {rounds} rounds"))
+}
+
+/// The clicks parked (outcome `waiting`) whose query is in the store, with the query.
+pub async fn lost_wakeups(client: &Client) -> Result<Vec<(String, String)>, TxnError> {
+    use photon::schema::{click_cell, query_cell, Stored, OUTCOMES};
+    let txn = client.begin().await?;
+    let mut lost = Vec::new();
+    for (cell, outcome) in txn.scan(OUTCOMES.as_bytes(), b"", None).await? {
+        if outcome != b"waiting" {
+            continue;
+        }
+        let click = String::from_utf8_lossy(&cell.row).into_owned();
+        let Some(stored) = txn.get(&click_cell(&click)).await? else {
+            continue;
+        };
+        let Ok(stored) = serde_json::from_slice::<Stored<Click>>(&stored) else {
+            continue;
+        };
+        let query = stored.event.query_id;
+        if txn.get(&query_cell(&query)).await?.is_some() {
+            lost.push((click, query));
+        }
+    }
+    txn.rollback();
+    Ok(lost)
 }
 
 fn harness(step: &'static str) -> impl FnOnce(TxnError) -> crate::SimError {

@@ -236,7 +236,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     for log in logs {
         actors.spawn(photon::loader(ctx.clone(), log.to_string()));
     }
-    actors.spawn(photon::sweeper(ctx.clone()));
+    if env.model.with(|m| m.photon.sweeps) {
+        actors.spawn(photon::sweeper(ctx.clone()));
+    }
     if i == 2 {
         actors.spawn(photon::registry_gc(ctx.clone()));
     }
@@ -564,6 +566,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         // Photon's logs count their lines' times from the start of simulated time.
         m.photon.began = Some(tokio::time::Instant::now());
         m.photon.logs = photon::logs(&rng);
+        m.photon.sweeps = rng.chance(0.5);
     });
     let env = Env {
         store: shared_store(),
