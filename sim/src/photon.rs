@@ -419,7 +419,8 @@ pub async fn drain(
         }
         for (click, query) in lost {
             model.violation(format!(
-                "photon click {click} still parked on query {query}, which is in the store, with the workers quiescent and no sweep run: a wake-up was lost"
+                "photon click {click} still parked on query {query}, which is in the store, \
+                 with the workers quiescent and no sweep run: a wake-up was lost"
             ));
         }
     }
