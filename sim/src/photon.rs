@@ -14,9 +14,14 @@
 //! the same one (a duplicate line). The query log is loaded by two processes at once (a
 //! duplicated loader: their batches conflict on the log's offset).
 //!
-//! The IdRegistry GC runs with a retention of 0 days: every run lies within one UTC day, so
-//! it raises the boundary to today once and deletes nothing (crossing day boundaries would
-//! take a simulated day); the join reads the boundary in every run.
+//! Runs start 30 s before a UTC midnight ([`crate::clock::SIM_EPOCH_MS`]): the clicks of
+//! the first 30 s are of one day, the rest of the next, and a click delivered again by the
+//! other logger, whose clock is up to 0.3 s off, may be of the other day (the IdRegistry's
+//! one entry per click id, whatever the days). The IdRegistry GC runs with a retention of 0
+//! days: it sets the boundary to the first day, then after midnight raises it to the second,
+//! while clicks of the first are still being joined (those not joined by then are settled
+//! `too_old`); it deletes nothing, an entry going only once the boundary is two days past
+//! its day (a run of two simulated days is out of reach).
 
 use crate::model::Shared;
 use crate::rng::SimRng;
@@ -188,8 +193,16 @@ pub fn logs(rng: &SimRng) -> BTreeMap<String, Arc<Vec<Line>>> {
                 clicks[log].push(line(at + rng.range(0, 5_000)));
             }
             if rng.chance(0.15) {
-                // Delivered again by the other logger.
-                clicks[1 - log].push(line(at + rng.range(0, 4_000)));
+                // Delivered again by the other logger, whose clock is up to 0.3 s off (the
+                // click's event time re-stamped: around midnight, on another day).
+                let skewed = Click {
+                    event_time: (click.event_time + rng.range(0, 601)).saturating_sub(300),
+                    ..click.clone()
+                };
+                clicks[1 - log].push(Line {
+                    at: Duration::from_millis(at + rng.range(0, 4_000)),
+                    event: Event::Click(skewed),
+                });
             }
         }
     }
@@ -475,10 +488,15 @@ fn harness(step: &'static str) -> impl FnOnce(TxnError) -> crate::SimError {
 /// Photon's join verified, on a quiet system after the drain: every click loaded is in
 /// the store; no click has two joined outputs (across both pipelines); a joined click has
 /// its query, one IdRegistry entry naming the join's token and no outcome left; a click not
-/// joined expired (outcome `expired`, entry `expired/...`), and only if its query's load was
-/// not acknowledged [`MUST_JOIN_MARGIN`] before its horizon; a click never loaded left
-/// nothing. Returns the clicks joined and those expired.
-pub async fn check_join(client: &Client, model: &Shared) -> Result<(u64, u64), crate::SimError> {
+/// joined expired (outcome `expired`, entry `expired/...`) or, with a delivery of a day
+/// below the final IdRegistry boundary, was settled `too_old`; a click with no such
+/// delivery is not joined only if its query's load was not acknowledged
+/// [`MUST_JOIN_MARGIN`] before its (earliest) horizon; a click never loaded left nothing.
+/// Returns the clicks joined, expired and settled `too_old`.
+pub async fn check_join(
+    client: &Client,
+    model: &Shared,
+) -> Result<(u64, u64, u64), crate::SimError> {
     use photon::outcome::Outcome;
     use photon::schema::{click_cell, idregistry_cell, outcome_cell, query_cell, JOINED};
     let (logs, queries_acked, clicks_acked, began) = model.with(|m| {
@@ -490,18 +508,25 @@ pub async fn check_join(client: &Client, model: &Shared) -> Result<(u64, u64), c
         )
     });
     let Some(began) = began else {
-        return Ok((0, 0));
+        return Ok((0, 0, 0));
     };
-    let (mut joined_clicks, mut expired_clicks) = (0, 0);
+    let (mut joined_clicks, mut expired_clicks, mut too_old_clicks) = (0, 0, 0);
     let mut clicks: BTreeMap<String, Click> = BTreeMap::new();
     for line in logs.values().flat_map(|l| l.iter()) {
         if let Event::Click(c) = &line.event {
-            clicks
+            // The earliest event time of its deliveries (the earliest horizon, the earliest
+            // day).
+            let first = clicks
                 .entry(c.click_id.clone())
                 .or_insert_with(|| c.clone());
+            first.event_time = first.event_time.min(c.event_time);
         }
     }
     let txn = client.begin().await.map_err(harness("photon begin"))?;
+    // Clicks of a delivery below the IdRegistry boundary may be settled `too_old`.
+    let boundary = photon::registry::boundary(&txn)
+        .await
+        .map_err(harness("photon boundary"))?;
     let mut present_queries: BTreeSet<String> = BTreeSet::new();
     let wanted: BTreeSet<&String> = clicks.values().map(|c| &c.query_id).collect();
     for q in wanted {
@@ -552,18 +577,23 @@ pub async fn check_join(client: &Client, model: &Shared) -> Result<(u64, u64), c
             continue;
         }
         let query_loaded = present_queries.contains(&click.query_id);
+        let below = photon::event::day_of(click.event_time) < boundary;
+        let decoded = outcome.as_deref().and_then(Outcome::decode);
         match joined.as_slice() {
+            [] if below && decoded == Some(Outcome::TooOld) => too_old_clicks += 1,
             [] => {
-                let expired = outcome
-                    .as_deref()
-                    .and_then(Outcome::decode)
-                    .is_some_and(|o| matches!(o, Outcome::Expired { .. }));
+                let expired = matches!(decoded, Some(Outcome::Expired { .. }));
                 expired_clicks += u64::from(expired);
                 if !expired || !entry.as_deref().is_some_and(|e| e.starts_with("expired/")) {
                     bad(format!(
                         "neither joined nor expired after the drain: outcome {outcome:?}, \
-                         entry {entry:?} (query loaded: {query_loaded})"
+                         entry {entry:?} (query loaded: {query_loaded}, IdRegistry boundary \
+                         {boundary})"
                     ));
+                }
+                if below {
+                    // Its first day was closed: it may have been settled `too_old` first.
+                    continue;
                 }
                 let horizon_at = began
                     + Duration::from_millis(click.event_time - crate::clock::SIM_EPOCH_MS)
@@ -600,5 +630,5 @@ pub async fn check_join(client: &Client, model: &Shared) -> Result<(u64, u64), c
         }
     }
     txn.rollback();
-    Ok((joined_clicks, expired_clicks))
+    Ok((joined_clicks, expired_clicks, too_old_clicks))
 }

@@ -31,6 +31,8 @@ pub struct Stats {
     pub clicks_joined: u64,
     /// Photon's clicks expired (their query not in time) by the end of the run.
     pub clicks_expired: u64,
+    /// Photon's clicks settled `too_old` (their day closed by the IdRegistry GC first).
+    pub clicks_too_old: u64,
 }
 
 impl Stats {
@@ -49,6 +51,7 @@ impl Stats {
         self.trace_events += other.trace_events;
         self.clicks_joined += other.clicks_joined;
         self.clicks_expired += other.clicks_expired;
+        self.clicks_too_old += other.clicks_too_old;
     }
 }
 

@@ -794,7 +794,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     }
     let observer_runs = check::final_checks(&harness, &model).await?
         + check::check_beacons(&floor_harness, &model).await?;
-    let (clicks_joined, clicks_expired) = photon::check_join(&harness, &model).await?;
+    let (clicks_joined, clicks_expired, clicks_too_old) =
+        photon::check_join(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         proc.worker.shutdown().await;
         proc.floor_worker.shutdown().await;
@@ -823,6 +824,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         trace_events: trace.events(),
         clicks_joined,
         clicks_expired,
+        clicks_too_old,
     });
     Ok(SeedReport {
         seed,
