@@ -113,7 +113,7 @@ pub struct PhotonModel {
 
 /// The pipeline of process `p`: redundant pipelines `A` and `B` share the clicks.
 pub fn pipeline_of(p: usize) -> &'static str {
-    if p % 2 == 0 {
+    if p.is_multiple_of(2) {
         "A"
     } else {
         "B"
