@@ -3,8 +3,8 @@
 //! splitting the clicks between their workers), loaders writing query and click logs through
 //! photon's own batch transactions (`app::load::load_source` with `photon::load::PhotonLogs`),
 //! the periodic sweep of parked clicks (in half the seeds; in the others only wake-ups wake
-//! parked clicks, and the drain checks that none was lost), the purge of the handled parked index (with every GC
-//! pass) and the IdRegistry GC; at the end, photon's join verified
+//! parked clicks, and the drain checks that none was lost), the purge of the handled parked
+//! index (with every GC pass) and the IdRegistry GC; at the end, photon's join verified
 //! ([`check_join`]).
 //!
 //! The logs: queries logged at random times, some never (their clicks park, then expire),
