@@ -173,7 +173,7 @@ async fn join_clicks(
         .into_iter()
         .map(|click| click.stored.event.click_id)
         .collect();
-    crate::registry::settle_below_boundary(txn, &old, stats).await?;
+    crate::registry::settle_below_boundary(txn, &old, boundary, stats).await?;
     if current.is_empty() {
         return Ok(());
     }
@@ -741,6 +741,73 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outputs.len(), 1, "one joined event");
+    }
+
+    /// A join that read the IdRegistry boundary before GC raised it past the click's day,
+    /// and a run on the same click (another delivery, another pipeline) that read the raised
+    /// boundary and so settles the click `too_old`, finding no joined output in its
+    /// snapshot: only one of them may commit. Both did (the join wrote no cell the settling
+    /// run writes), leaving a joined click `too_old`, which `photon verify` counts as a join
+    /// of a click that is not joinable. Found by the deterministic simulation (issue 40,
+    /// seed 68 of `run --seeds 100 --from 30`).
+    #[tokio::test]
+    async fn a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit() {
+        let at = now_ms();
+        let day = day_of(at);
+        // The boundary at the click's day, or unset (the first raise closes every day).
+        for initial in [Some(day), None] {
+            let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+            crate::schema::declare_columns(&client);
+            let setup = client.begin().await.unwrap();
+            setup.set(click_cell("c1"), stored(click("c1", "q", at)));
+            setup.set(
+                query_cell("q"),
+                stored(Query {
+                    query_id: "q".to_string(),
+                    event_time: at,
+                    fields: Default::default(),
+                }),
+            );
+            if let Some(boundary) = initial {
+                setup.set(boundary_cell(), boundary.to_string());
+            }
+            setup.commit().await.unwrap();
+            let config = test_config();
+            let stats = JoinStats::default();
+            // The join, from a snapshot with the click's day open.
+            let join = client.begin().await.unwrap();
+            join_clicks(&join, &[click_cell("c1")], &[None], &config, &stats)
+                .await
+                .unwrap();
+            assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+            // GC closes the day meanwhile.
+            let raise = client.begin().await.unwrap();
+            raise.set(boundary_cell(), (day + 1).to_string());
+            raise.commit().await.unwrap();
+            // A run from the raised boundary settles the click: no output in its snapshot.
+            let settle = client.begin().await.unwrap();
+            join_clicks(&settle, &[click_cell("c1")], &[None], &config, &stats)
+                .await
+                .unwrap();
+            assert_eq!(stats.too_old.load(Ordering::Relaxed), 1);
+            let settled = settle.commit().await;
+            let joined = join.commit().await;
+            assert!(
+                settled.is_err() || joined.is_err(),
+                "boundary {initial:?}: both committed: settled {settled:?}, joined {joined:?}"
+            );
+            let read = client.begin().await.unwrap();
+            let outputs = read
+                .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+                .await
+                .unwrap();
+            let outcome = read.get(&outcome_cell("c1")).await.unwrap();
+            assert!(
+                outputs.is_empty() || outcome.is_none(),
+                "boundary {initial:?}: joined ({} outputs) and settled {outcome:?}",
+                outputs.len()
+            );
+        }
     }
 
     /// A wall clock stopped at a fixed time.

@@ -580,7 +580,14 @@ pub async fn check_join(
         let below = photon::event::day_of(click.event_time) < boundary;
         let decoded = outcome.as_deref().and_then(Outcome::decode);
         match joined.as_slice() {
-            [] if below && decoded == Some(Outcome::TooOld) => too_old_clicks += 1,
+            [] if below && decoded == Some(Outcome::TooOld) => {
+                too_old_clicks += 1;
+                if !entry.as_deref().is_some_and(|e| e.starts_with("too_old/")) {
+                    bad(format!(
+                        "settled too_old, but its IdRegistry entry is {entry:?}"
+                    ));
+                }
+            }
             [] => {
                 let expired = matches!(decoded, Some(Outcome::Expired { .. }));
                 expired_clicks += u64::from(expired);

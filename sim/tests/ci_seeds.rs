@@ -36,3 +36,14 @@ fn the_ci_seeds_pass() {
     assert!(summary.stats.takeovers >= summary.seeds);
     assert!(summary.stats.gc_overlaps >= 2 * summary.seeds);
 }
+
+/// Seed 68 of `run --seeds 100 --from 30` (at the commit that put photon's join in the
+/// simulation): a join from a snapshot before the IdRegistry boundary's first raise and a
+/// run settling the same click `too_old` from the raised boundary both committed (a joined
+/// click `too_old`). Fixed in `photon::registry::settle_below_boundary`; the regression test
+/// is `photon::join::tests::a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit`.
+#[test]
+fn seed_68_a_join_and_a_settling_run_do_not_both_commit() {
+    let report = percolator_sim::run_seed(68, &RunOptions::default()).expect("the simulation runs");
+    assert!(report.passed(), "seed 68: {:?}", report.violations);
+}

@@ -57,8 +57,9 @@
 //! reads the list after the earlier click's write (a transaction reads its own writes). Per
 //! click:
 //!
-//! - below the IdRegistry boundary → outcome `too_old` (a click with a terminal outcome keeps
-//!   it: below);
+//! - below the IdRegistry boundary → outcome `too_old` and an IdRegistry entry
+//!   `too_old/<start_ts>` filed under the boundary (a click with a terminal outcome keeps it:
+//!   below);
 //! - a final outcome (`too_old`, `filtered`, `expired`) or an IdRegistry entry present →
 //!   nothing (counted `deduplicated` when the run is for the notification of another write
 //!   of the click than the join ran for, or, where either is unknown, when the click version
@@ -80,7 +81,11 @@
 //! key) has no effect. A park repeated leaves the same state (the list already holds the
 //! click). Two concurrent runs that could both have an effect write a common cell and conflict:
 //! two joins or two expiries the entry; a join and an expiry the entry (expiry writes it too); a
-//! join of a parked click and an expiry the outcome.
+//! join of a parked click and an expiry the outcome; a join and a run that read a boundary
+//! raised meanwhile and settles the click `too_old` the entry (settling writes it too, filed
+//! under the boundary it read; before, both committed, leaving a joined click `too_old`:
+//! found by the deterministic simulation,
+//! `join::tests::a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit`).
 //!
 //! ## Wake observer and wake checks
 //!
