@@ -175,7 +175,14 @@
 //! no transaction that read an older boundary can commit; a transaction that read `B` admits
 //! only deliveries of days `>= B`, and for those the argument above says whether the entry it
 //! needs is still there. Raw deletes never meet a lock of an entry being deleted: a run that
-//! could write the entry of a click reads it first, and it is present until deleted.
+//! could write the entry of a click reads it first, and it is present until deleted. A run
+//! settling a click `too_old` writes its entry without reading it (below the boundary the
+//! registry is not read), only when its snapshot holds neither a joined output nor a final
+//! outcome of the click, so no entry of the click was committed before it began; one
+//! committed after, by a run that read an older boundary, makes the settling run conflict
+//! (and that run committed before the J5 wait of the raise that lets GC delete its entry
+//! ended, so before GC deletes it); the settling run files its entry under the boundary it
+//! read, which GC passes only after a later raise and its J5 wait.
 //!
 //! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
 //! the join reads that cell too (the delivery's own day, in the same batched read), and GC
