@@ -424,6 +424,11 @@ async fn park_click(
     }
     txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
     txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    // The IdRegistry entry, which this run read absent, deleted (it stays absent): the cell
+    // every join writes, so a join of the click from a snapshot with its query conflicts
+    // with this park instead of both committing (a joined click left `waiting` on the
+    // pending list; found by the deterministic simulation).
+    txn.delete(idregistry_cell(&click.click_id));
     // The index the sweep reads instead of the whole pending table (crate::parked).
     crate::parked::file(txn, &click.query_id, &click.click_id);
     bump(&stats.parked);
@@ -808,6 +813,60 @@ mod tests {
                 outputs.len()
             );
         }
+    }
+
+    /// A park from a snapshot without the click's query and a join of the same click from
+    /// a snapshot with it (another delivery, the other pipeline): only one of them may
+    /// commit. Both did (they wrote no common cell), leaving a joined click with the outcome
+    /// `waiting` and on its query's pending list. Found by the deterministic simulation
+    /// (issue 40, seed 200 of `run --seeds 100 --from 130`).
+    #[tokio::test]
+    async fn a_park_and_a_join_of_one_click_do_not_both_commit() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
+        let at = now_ms();
+        let setup = client.begin().await.unwrap();
+        setup.set(click_cell("c1"), stored(click("c1", "q", at)));
+        setup.commit().await.unwrap();
+        let config = test_config();
+        let stats = JoinStats::default();
+        let park = client.begin().await.unwrap();
+        join_clicks(&park, &[click_cell("c1")], &[None], &config, &stats)
+            .await
+            .unwrap();
+        assert_eq!(stats.parked.load(Ordering::Relaxed), 1);
+        let load = client.begin().await.unwrap();
+        load.set(
+            query_cell("q"),
+            stored(Query {
+                query_id: "q".to_string(),
+                event_time: at,
+                fields: Default::default(),
+            }),
+        );
+        load.commit().await.unwrap();
+        let join = client.begin().await.unwrap();
+        join_clicks(&join, &[click_cell("c1")], &[None], &config, &stats)
+            .await
+            .unwrap();
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+        let joined = join.commit().await;
+        let parked = park.commit().await;
+        assert!(
+            joined.is_err() || parked.is_err(),
+            "both committed: joined {joined:?}, parked {parked:?}"
+        );
+        let read = client.begin().await.unwrap();
+        let outputs = read
+            .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+            .await
+            .unwrap();
+        let outcome = read.get(&outcome_cell("c1")).await.unwrap();
+        assert!(
+            outputs.is_empty() || outcome.is_none(),
+            "joined ({} outputs) with outcome {outcome:?}",
+            outputs.len()
+        );
     }
 
     /// A wall clock stopped at a fixed time.

@@ -72,7 +72,8 @@
 //! - query absent, past the horizon (in event time: `crate::expiry`) → outcome `expired:<horizon secs>` and an IdRegistry entry
 //!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
-//!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
+//!   ([`super::growth`]), notify the query's wake cell `queries/<query_id>/wake`, and delete
+//!   the (absent) IdRegistry entry, a write that leaves it absent but conflicts with a join.
 //!
 //! It is a guarded observer (`observers::Registry::guarded`: no acknowledgment cell). The
 //! guard is the pair (IdRegistry entry, outcome): every run with an effect writes one of them
@@ -81,8 +82,12 @@
 //! key) has no effect. A park repeated leaves the same state (the list already holds the
 //! click). Two concurrent runs that could both have an effect write a common cell and conflict:
 //! two joins or two expiries the entry; a join and an expiry the entry (expiry writes it too); a
-//! join of a parked click and an expiry the outcome; a join and a run that read a boundary
-//! raised meanwhile and settles the click `too_old` the entry (settling writes it too, filed
+//! join of a parked click and an expiry the outcome; a park and a join from a snapshot that
+//! has the query the entry (the park deletes it, absent as it read it; before, both
+//! committed, leaving a joined click `waiting`: found by the deterministic simulation,
+//! `join::tests::a_park_and_a_join_of_one_click_do_not_both_commit`); a park and an expiry,
+//! or a park and a settling run, the outcome; a join and a run that read a boundary raised
+//! meanwhile and settles the click `too_old` the entry (settling writes it too, filed
 //! under the boundary it read; before, both committed, leaving a joined click `too_old`:
 //! found by the deterministic simulation,
 //! `join::tests::a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit`).
