@@ -385,6 +385,24 @@ pub async fn purge_parked(client: &Client, safe_ms: u64) -> Result<(), TxnError>
         .map(|_| ())
 }
 
+/// Why photon's drain ([`drain`]) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DrainError {
+    /// Waiting for the workers failed.
+    #[error(transparent)]
+    Worker(#[from] observers::WorkerError),
+    /// A transaction (a sweep, the lost wake-ups' read) failed otherwise than transiently.
+    #[error(transparent)]
+    Txn(#[from] TxnError),
+    /// Sweeps still woke clicks after `rounds` rounds.
+    #[error("a sweep still woke clicks after {rounds} rounds")]
+    NotDrained {
+        /// Rounds run.
+        rounds: usize,
+    },
+}
+
 /// Photon's drain in the liveness phase: waits until the horizon of every click the
 /// loaders could load (appended before `loaders_stopped`) has passed, then until the
 /// workers are quiescent and a sweep of parked clicks wakes none (as
@@ -395,7 +413,7 @@ pub async fn drain(
     model: &Shared,
     loaders_stopped: Instant,
     rounds: usize,
-) -> Result<(), String> {
+) -> Result<(), DrainError> {
     let due = model.with(|m| {
         let began = m.photon.began?;
         let last = m
@@ -416,18 +434,12 @@ pub async fn drain(
         // the park's own wake run or by its query's batch's wake check, or a wake-up was
         // lost. A wake run in flight on another worker once the notify keys are gone
         // finishes within a transaction's lifetime: a click still parked then is reported.
-        worker
-            .wait_until_quiescent()
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut lost = lost_wakeups(client).await.map_err(|e| e.to_string())?;
+        worker.wait_until_quiescent().await?;
+        let mut lost = lost_wakeups(client).await?;
         if !lost.is_empty() {
             tokio::time::sleep(Duration::from_secs(6)).await;
-            worker
-                .wait_until_quiescent()
-                .await
-                .map_err(|e| e.to_string())?;
-            let again = lost_wakeups(client).await.map_err(|e| e.to_string())?;
+            worker.wait_until_quiescent().await?;
+            let again = lost_wakeups(client).await?;
             lost.retain(|c| again.contains(c));
         }
         for (click, query) in lost {
@@ -438,10 +450,7 @@ pub async fn drain(
         }
     }
     for _ in 0..rounds {
-        worker
-            .wait_until_quiescent()
-            .await
-            .map_err(|e| e.to_string())?;
+        worker.wait_until_quiescent().await?;
         loop {
             match photon::join::sweep_pending(client, horizon()).await {
                 Ok(0) => return Ok(()),
@@ -449,11 +458,11 @@ pub async fn drain(
                 Err(e) if e.is_transient() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
     }
-    Err(format!("a sweep still woke clicks after {rounds} rounds"))
+    Err(DrainError::NotDrained { rounds })
 }
 
 /// The clicks parked (outcome `waiting`) whose query is in the store, with the query.
