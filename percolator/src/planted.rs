@@ -43,6 +43,13 @@ pub enum Bug {
     /// (no self-fencing), so another worker that took it for dead owns the share too (the
     /// "wasted joins" bug of photon's two pipelines).
     WorkerKeepsShareWhenHeldUp,
+    /// `photon::join`: the click join answers IdRegistry lookups from its pipeline's memory
+    /// of the lookups it made before (a cache never told of its own writes) instead of its
+    /// transaction's snapshot, so a later run on a joined click trusts a stale "not
+    /// registered" and joins it again; its write of the entry meets no conflict, the first
+    /// join having committed before it began (the exactly-once bug class of Photon's
+    /// IdRegistry: a lookup trusted past the transaction that wrote the entry).
+    JoinTrustsStaleRegistry,
 }
 
 thread_local! {

@@ -9,7 +9,7 @@
 //! written by other means, stores of earlier versions) event time falls back to the wall
 //! clock.
 
-use crate::schema::{now_ms, EVENT, QUERIES};
+use crate::schema::{EVENT, QUERIES};
 use observers::time::Column;
 use percolator::{Transaction, TxnError};
 use std::time::Duration;
@@ -56,12 +56,14 @@ pub fn queries_column() -> Column {
     Column::new(QUERIES, EVENT)
 }
 
-/// Now, in ms, on `expiry`'s clock, as of `txn`'s snapshot.
+/// Now, in ms, on `expiry`'s clock, as of `txn`'s snapshot. The wall clock is the one of
+/// `txn`'s client ([`Transaction::wall_ms`], `percolator::ClientConfig::wall_clock`), not
+/// the host's directly.
 pub async fn now(txn: &Transaction, expiry: Expiry) -> Result<u64, TxnError> {
     match expiry {
-        Expiry::WallClock => Ok(now_ms()),
+        Expiry::WallClock => Ok(txn.wall_ms()),
         Expiry::EventTime => Ok(observers::time::published(txn, &queries_column())
             .await?
-            .unwrap_or_else(now_ms)),
+            .unwrap_or_else(|| txn.wall_ms())),
     }
 }

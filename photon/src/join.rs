@@ -12,6 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+impl JoinConfig {
+    /// The default of [`JoinConfig::process`]: this OS process's id.
+    pub fn this_process() -> String {
+        std::process::id().to_string()
+    }
+}
+
 /// Application hook: filter (return `None`) or enrich a joined event before it is written.
 pub trait Adapter: Send + Sync + 'static {
     /// The event to write, or `None` to drop it (the click is still registered).
@@ -25,6 +32,9 @@ pub struct JoinConfig {
     pub pipeline: String,
     /// Worker name, part of the IdRegistry token.
     pub worker: String,
+    /// The process named in the IdRegistry token ([`JoinConfig::this_process`] by default:
+    /// this OS process's id).
+    pub process: String,
     /// Clicks whose query has not arrived this long after the click's event time are
     /// reported as expired instead of waiting forever.
     pub horizon: Duration,
@@ -59,6 +69,11 @@ pub struct JoinStats {
     pub too_old: AtomicU64,
     /// Clicks dropped by the adapter.
     pub filtered: AtomicU64,
+    /// Planted bug `JoinTrustsStaleRegistry` (feature `planted`, `percolator::planted`):
+    /// the pipeline's memory of the IdRegistry lookups it made, by click id.
+    #[cfg(feature = "planted")]
+    #[doc(hidden)]
+    pub planted_lookups: std::sync::Mutex<std::collections::BTreeMap<String, Option<Vec<u8>>>>,
 }
 
 fn bump(c: &AtomicU64) {
@@ -158,7 +173,7 @@ async fn join_clicks(
         .into_iter()
         .map(|click| click.stored.event.click_id)
         .collect();
-    crate::registry::settle_below_boundary(txn, &old, stats).await?;
+    crate::registry::settle_below_boundary(txn, &old, boundary, stats).await?;
     if current.is_empty() {
         return Ok(());
     }
@@ -187,6 +202,22 @@ async fn join_clicks(
                 values.next().unwrap_or_default(),
             );
             let token = token.or(legacy);
+            // Planted bug `JoinTrustsStaleRegistry`: the lookup answered from what the
+            // pipeline read before, not from this transaction's snapshot.
+            #[cfg(feature = "planted")]
+            let token =
+                if percolator::planted::active(percolator::planted::Bug::JoinTrustsStaleRegistry) {
+                    let mut lookups = stats
+                        .planted_lookups
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    lookups
+                        .entry(click.stored.event.click_id.clone())
+                        .or_insert(token)
+                        .clone()
+                } else {
+                    token
+                };
             (click, Guard { token, outcome }, query)
         })
         .collect();
@@ -245,9 +276,7 @@ impl JoinToken {
         let notified = notified_ts.map_or(String::new(), |n| format!("{:x}", n as u32));
         format!(
             "{}/{}/{}/n{notified}/{start_ts}",
-            config.pipeline,
-            config.worker,
-            std::process::id(),
+            config.pipeline, config.worker, config.process,
         )
     }
 
@@ -314,7 +343,7 @@ async fn join_click(
         Some(qbytes) => {
             let q: Stored<Query> = serde_json::from_slice(&qbytes)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
-            let joined_at = now_ms();
+            let joined_at = txn.wall_ms();
             let token = JoinToken::format(config, notified_ts, txn.start_ts().0);
             let joined = Joined {
                 arrived_at: stored.loaded_at.max(q.loaded_at),
@@ -395,6 +424,11 @@ async fn park_click(
     }
     txn.set(pending, serde_json::to_vec(&waiting).unwrap_or_default());
     txn.set(outcome_cell(&click.click_id), Outcome::Waiting.encode());
+    // The IdRegistry entry, which this run read absent, deleted (it stays absent): the cell
+    // every join writes, so a join of the click from a snapshot with its query conflicts
+    // with this park instead of both committing (a joined click left `waiting` on the
+    // pending list; found by the deterministic simulation).
+    txn.delete(idregistry_cell(&click.click_id));
     // The index the sweep reads instead of the whole pending table (crate::parked).
     crate::parked::file(txn, &click.query_id, &click.click_id);
     bump(&stats.parked);
@@ -587,6 +621,7 @@ mod tests {
         JoinConfig {
             pipeline: "A".to_string(),
             worker: "w".to_string(),
+            process: JoinConfig::this_process(),
             horizon: Duration::from_secs(600),
             expiry: Default::default(),
             adapter: None,
@@ -711,6 +746,201 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(outputs.len(), 1, "one joined event");
+    }
+
+    /// A join that read the IdRegistry boundary before GC raised it past the click's day,
+    /// and a run on the same click (another delivery, another pipeline) that read the raised
+    /// boundary and so settles the click `too_old`, finding no joined output in its
+    /// snapshot: only one of them may commit. Both did (the join wrote no cell the settling
+    /// run writes), leaving a joined click `too_old`, which `photon verify` counts as a join
+    /// of a click that is not joinable. Found by the deterministic simulation (issue 40,
+    /// seed 68 of `run --seeds 100 --from 30`).
+    #[tokio::test]
+    async fn a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit() {
+        let at = now_ms();
+        let day = day_of(at);
+        // The boundary at the click's day, or unset (the first raise closes every day).
+        for initial in [Some(day), None] {
+            let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+            crate::schema::declare_columns(&client);
+            let setup = client.begin().await.unwrap();
+            setup.set(click_cell("c1"), stored(click("c1", "q", at)));
+            setup.set(
+                query_cell("q"),
+                stored(Query {
+                    query_id: "q".to_string(),
+                    event_time: at,
+                    fields: Default::default(),
+                }),
+            );
+            if let Some(boundary) = initial {
+                setup.set(boundary_cell(), boundary.to_string());
+            }
+            setup.commit().await.unwrap();
+            let config = test_config();
+            let stats = JoinStats::default();
+            // The join, from a snapshot with the click's day open.
+            let join = client.begin().await.unwrap();
+            join_clicks(&join, &[click_cell("c1")], &[None], &config, &stats)
+                .await
+                .unwrap();
+            assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+            // GC closes the day meanwhile.
+            let raise = client.begin().await.unwrap();
+            raise.set(boundary_cell(), (day + 1).to_string());
+            raise.commit().await.unwrap();
+            // A run from the raised boundary settles the click: no output in its snapshot.
+            let settle = client.begin().await.unwrap();
+            join_clicks(&settle, &[click_cell("c1")], &[None], &config, &stats)
+                .await
+                .unwrap();
+            assert_eq!(stats.too_old.load(Ordering::Relaxed), 1);
+            let settled = settle.commit().await;
+            let joined = join.commit().await;
+            assert!(
+                settled.is_err() || joined.is_err(),
+                "boundary {initial:?}: both committed: settled {settled:?}, joined {joined:?}"
+            );
+            let read = client.begin().await.unwrap();
+            let outputs = read
+                .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+                .await
+                .unwrap();
+            let outcome = read.get(&outcome_cell("c1")).await.unwrap();
+            assert!(
+                outputs.is_empty() || outcome.is_none(),
+                "boundary {initial:?}: joined ({} outputs) and settled {outcome:?}",
+                outputs.len()
+            );
+        }
+    }
+
+    /// A park from a snapshot without the click's query and a join of the same click from
+    /// a snapshot with it (another delivery, the other pipeline): only one of them may
+    /// commit. Both did (they wrote no common cell), leaving a joined click with the outcome
+    /// `waiting` and on its query's pending list. Found by the deterministic simulation
+    /// (issue 40, seed 200 of `run --seeds 100 --from 130`).
+    #[tokio::test]
+    async fn a_park_and_a_join_of_one_click_do_not_both_commit() {
+        let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+        crate::schema::declare_columns(&client);
+        let at = now_ms();
+        let setup = client.begin().await.unwrap();
+        setup.set(click_cell("c1"), stored(click("c1", "q", at)));
+        setup.commit().await.unwrap();
+        let config = test_config();
+        let stats = JoinStats::default();
+        let park = client.begin().await.unwrap();
+        join_clicks(&park, &[click_cell("c1")], &[None], &config, &stats)
+            .await
+            .unwrap();
+        assert_eq!(stats.parked.load(Ordering::Relaxed), 1);
+        let load = client.begin().await.unwrap();
+        load.set(
+            query_cell("q"),
+            stored(Query {
+                query_id: "q".to_string(),
+                event_time: at,
+                fields: Default::default(),
+            }),
+        );
+        load.commit().await.unwrap();
+        let join = client.begin().await.unwrap();
+        join_clicks(&join, &[click_cell("c1")], &[None], &config, &stats)
+            .await
+            .unwrap();
+        assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+        let joined = join.commit().await;
+        let parked = park.commit().await;
+        assert!(
+            joined.is_err() || parked.is_err(),
+            "both committed: joined {joined:?}, parked {parked:?}"
+        );
+        let read = client.begin().await.unwrap();
+        let outputs = read
+            .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+            .await
+            .unwrap();
+        let outcome = read.get(&outcome_cell("c1")).await.unwrap();
+        assert!(
+            outputs.is_empty() || outcome.is_none(),
+            "joined ({} outputs) with outcome {outcome:?}",
+            outputs.len()
+        );
+    }
+
+    /// A wall clock stopped at a fixed time.
+    #[derive(Debug)]
+    struct Stopped(u64);
+
+    impl percolator::clock::WallClock for Stopped {
+        fn now_ms(&self) -> u64 {
+            self.0
+        }
+    }
+
+    /// The join reads "now" on its client's wall clock (`ClientConfig::wall_clock`), not the
+    /// host's: on a client whose clock stands at `T`, a click logged 1 s before `T` whose
+    /// query is missing parks (on the host's clock, years later, it expired), and a joined
+    /// click carries `joined_at` `T`, in event time (no watermark published: the wall
+    /// clock) as in wall-clock expiry. (It read the host's clock before the deterministic
+    /// simulation, whose clocks are simulated, ran the join: issue 40.)
+    #[tokio::test]
+    async fn the_join_reads_now_on_the_clients_wall_clock() {
+        const T: u64 = 1_000_000_000_000;
+        for expiry in [
+            crate::expiry::Expiry::EventTime,
+            crate::expiry::Expiry::WallClock,
+        ] {
+            let client = Client::with_config(
+                Arc::new(MemoryKv::new()),
+                Arc::new(LocalClock::new()),
+                percolator::ClientConfig {
+                    wall_clock: Arc::new(Stopped(T)),
+                    ..percolator::ClientConfig::default()
+                },
+            );
+            crate::schema::declare_columns(&client);
+            let setup = client.begin().await.unwrap();
+            setup.set(click_cell("c1"), stored(click("c1", "missing", T - 1_000)));
+            setup.set(click_cell("c2"), stored(click("c2", "q", T - 1_000)));
+            setup.set(
+                query_cell("q"),
+                stored(Query {
+                    query_id: "q".to_string(),
+                    event_time: T - 2_000,
+                    fields: Default::default(),
+                }),
+            );
+            setup.commit().await.unwrap();
+            let config = JoinConfig {
+                expiry,
+                ..test_config()
+            };
+            let stats = JoinStats::default();
+            let txn = client.begin().await.unwrap();
+            join_clicks(
+                &txn,
+                &[click_cell("c1"), click_cell("c2")],
+                &[None; 2],
+                &config,
+                &stats,
+            )
+            .await
+            .unwrap();
+            txn.commit().await.unwrap();
+            assert_eq!(stats.expired.load(Ordering::Relaxed), 0, "{expiry:?}");
+            assert_eq!(stats.parked.load(Ordering::Relaxed), 1, "{expiry:?}");
+            assert_eq!(stats.joined.load(Ordering::Relaxed), 1, "{expiry:?}");
+            let read = client.begin().await.unwrap();
+            let outputs = read
+                .scan(JOINED.as_bytes(), b"c2", Some(b"c2\0"))
+                .await
+                .unwrap();
+            assert_eq!(outputs.len(), 1);
+            let joined: Joined = serde_json::from_slice(&outputs[0].1).unwrap();
+            assert_eq!(joined.joined_at, T, "{expiry:?}");
+        }
     }
 
     /// One batch of four clicks: two park on the same missing query (both stay on its

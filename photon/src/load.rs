@@ -11,9 +11,7 @@ pub use app::load::{
 };
 
 use crate::event::{Click, Kind, Query};
-use crate::schema::{
-    click_cell, declare_columns, now_ms, query_cell, wake_check_cell, Stored, LOADER,
-};
+use crate::schema::{click_cell, declare_columns, query_cell, wake_check_cell, Stored, LOADER};
 use app::load::lines::{LineMapping, Lines};
 use percolator::{Client, Transaction};
 use std::path::{Path, PathBuf};
@@ -99,7 +97,8 @@ impl LineMapping for PhotonLogs {
     }
 
     fn write(&self, txn: &Transaction, batch: &[Parsed], id: &str) -> Result<(), LoadError> {
-        let loaded_at = now_ms();
+        // The client's wall clock (`percolator::ClientConfig::wall_clock`).
+        let loaded_at = txn.wall_ms();
         let json =
             |r: serde_json::Result<Vec<u8>>| r.map_err(|e| LoadError::Mapping(e.to_string()));
         let mut queries: Vec<&str> = Vec::new();

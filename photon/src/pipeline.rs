@@ -86,6 +86,7 @@ impl Pipeline {
         let join = JoinConfig {
             pipeline: spec.name.clone(),
             worker: worker.worker_name(),
+            process: JoinConfig::this_process(),
             horizon: spec.horizon,
             expiry: Default::default(),
             adapter: None,

@@ -238,15 +238,25 @@ async fn wait_for_oracle_past(client: &Client, physical_ms: u64) -> Result<Times
     }
 }
 
-/// Settles the clicks of a join batch that are below the boundary (their registry may be
-/// gone, so they are never joined): each one that has no terminal outcome yet gets `too_old`.
-/// A click already joined keeps its output and no outcome (a later delivery of a click joined
-/// before the boundary passed its day, the case the IdRegistry is there for); one already
-/// filtered, expired or too old keeps that outcome. A click still waiting for its query
-/// becomes too old.
+/// Settles the clicks of a join batch that are below the boundary `boundary` (read in
+/// `txn`; their registry may be gone, so they are never joined): each one that has no
+/// terminal outcome yet gets `too_old`. A click already joined keeps its output and no
+/// outcome (a later delivery of a click joined before the boundary passed its day, the case
+/// the IdRegistry is there for); one already filtered, expired or too old keeps that
+/// outcome. A click still waiting for its query becomes too old.
+///
+/// Settling writes the click's IdRegistry entry too (`too_old/<start_ts>`, filed in the day
+/// index under `boundary`), the cell every run that joins or expires the click writes: a
+/// join from a snapshot before the boundary was raised, not committed yet when this run
+/// read (no output found), conflicts with it, so they do not both commit (a joined click
+/// settled `too_old`, found by the deterministic simulation; the first raise, from an unset
+/// boundary, closes every earlier day at once). Filed under the boundary it read, as a join
+/// files under a day at or above it, the entry is deleted by the same GC, by the same
+/// argument.
 pub(crate) async fn settle_below_boundary(
     txn: &Transaction,
     click_ids: &[String],
+    boundary: u64,
     stats: &JoinStats,
 ) -> Result<(), TxnError> {
     if click_ids.is_empty() {
@@ -269,6 +279,7 @@ pub(crate) async fn settle_below_boundary(
                     .await?;
                 if joined.is_empty() {
                     txn.set(cell, Outcome::TooOld.encode());
+                    write_entry(txn, boundary, id, format!("too_old/{}", txn.start_ts()));
                     stats.too_old.fetch_add(1, Ordering::Relaxed);
                 } else {
                     stats.deduplicated.fetch_add(1, Ordering::Relaxed);

@@ -37,6 +37,7 @@ fn pipeline(client: &Client) -> (Worker, Arc<JoinStats>) {
         JoinConfig {
             pipeline: "dc1".to_string(),
             worker: "dc1-w0".to_string(),
+            process: JoinConfig::this_process(),
             horizon: HORIZON,
             expiry: Default::default(),
             adapter: None,

@@ -32,6 +32,7 @@ fn pipeline(client: &Client, horizon: impl Into<Horizon>) -> (Worker, Arc<JoinSt
     let join = JoinConfig {
         pipeline: "dc1".to_string(),
         worker: "dc1-w0".to_string(),
+        process: JoinConfig::this_process(),
         horizon: horizon.length,
         expiry: horizon.expiry,
         adapter: None,

@@ -25,6 +25,7 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
     let join = JoinConfig {
         pipeline: name.to_string(),
         worker: format!("{name}-w{n}"),
+        process: JoinConfig::this_process(),
         horizon: Duration::from_secs(3600),
         expiry: Default::default(),
         adapter: None,

@@ -1,14 +1,27 @@
 //! The simulated application's observers: a strong observer on the events (recording each
 //! committed run in its own transaction) whose output is observed by a guarded one (a
-//! chain), a weak observer on pings, and the timed window observer ([`crate::timed`]).
+//! chain), a weak observer on pings and the timed window observer ([`crate::timed`]);
+//! each process's worker runs photon's join beside them ([`crate::photon`]).
 
 use crate::schema;
 use observers::{observer_fn, ObserverError, Registry};
 use percolator::{Cell, Client};
 use std::sync::Arc;
 
-/// The registry every process runs.
+/// The application's observers (without photon's join).
 pub fn registry() -> Arc<Registry> {
+    Arc::new(base())
+}
+
+/// The registry of process `p`'s worker `worker`: the application's observers and photon's
+/// join of the process's pipeline ([`crate::photon::register`]).
+pub fn process_registry(p: usize, worker: &str) -> Arc<Registry> {
+    let mut r = base();
+    crate::photon::register(&mut r, p, worker);
+    Arc::new(r)
+}
+
+fn base() -> Registry {
     let mut r = Registry::new();
     r.strong(
         "events",
@@ -56,7 +69,7 @@ pub fn registry() -> Arc<Registry> {
     )
     .expect("one observer per column");
     crate::timed::register(&mut r);
-    Arc::new(r)
+    r
 }
 
 /// The registry of the beacons' namespace: the weak observer alone, on a notify space
@@ -78,9 +91,11 @@ pub fn floor_registry() -> Arc<Registry> {
     Arc::new(r)
 }
 
-/// Declares the application's columns to a client (every client of the namespace does).
+/// Declares the application's columns to a client (every client of the namespace does),
+/// photon's too.
 pub fn declare(client: &Client, registry: &Registry) {
     client.write_once_column("events", "body");
     client.write_once_column("archive", "body");
     registry.declare(client);
+    photon::schema::declare_columns(client);
 }

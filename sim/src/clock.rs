@@ -3,8 +3,10 @@
 
 use tokio::time::Instant;
 
-/// The wall-clock time (ms since the Unix epoch) at which every run starts.
-pub const SIM_EPOCH_MS: u64 = 1_700_000_000_000;
+/// The wall-clock time (ms since the Unix epoch) at which every run starts: 30 s before a
+/// UTC midnight (2023-11-15), so photon's event days change during the chaos and the
+/// IdRegistry boundary is raised past the first day's clicks (`crate::photon`).
+pub const SIM_EPOCH_MS: u64 = 1_700_006_370_000;
 
 /// The simulated time of a run.
 #[derive(Clone, Copy, Debug)]

@@ -13,7 +13,8 @@
 //!
 //! Modules, one concern each: [`rng`] (the seed's generator), [`trace`] (the run's hash),
 //! [`faults`], [`store`] (the fault layer), [`clock`], [`oracle`], [`schema`] and [`app`]
-//! (the simulated application), [`workload`] (its actors), [`timed`] (event time), [`model`] (what the harness
+//! (the simulated application), [`workload`] (its actors), [`timed`] (event time),
+//! [`photon`] (photon's join, its loaders, maintenance and check), [`model`] (what the harness
 //! knows), [`world`] (one seed), [`check`] (final checks), [`report`], [`runner`] (many
 //! seeds), [`planted`] (the planted bugs' search).
 
@@ -24,6 +25,7 @@ pub mod error;
 pub mod faults;
 pub mod model;
 pub mod oracle;
+pub mod photon;
 #[cfg(feature = "planted")]
 pub mod planted;
 pub mod report;

@@ -24,6 +24,7 @@ pub const BUGS: &[(&str, Bug)] = &[
         "worker_keeps_share_when_held_up",
         Bug::WorkerKeepsShareWhenHeldUp,
     ),
+    ("join_trusts_stale_registry", Bug::JoinTrustsStaleRegistry),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

@@ -30,6 +30,12 @@ pub struct Stats {
     /// The longest stretch (ms) in which two live workers whose heartbeats both went on
     /// owned one probe cell (the split changing; a maximum, not a sum).
     pub split_overlap_ms_max: u64,
+    /// Photon's clicks joined (once) by the end of the run.
+    pub clicks_joined: u64,
+    /// Photon's clicks expired (their query not in time) by the end of the run.
+    pub clicks_expired: u64,
+    /// Photon's clicks settled `too_old` (their day closed by the IdRegistry GC first).
+    pub clicks_too_old: u64,
 }
 
 impl Stats {
@@ -47,6 +53,9 @@ impl Stats {
         self.stalled_reads_too_old += other.stalled_reads_too_old;
         self.trace_events += other.trace_events;
         self.split_overlap_ms_max = self.split_overlap_ms_max.max(other.split_overlap_ms_max);
+        self.clicks_joined += other.clicks_joined;
+        self.clicks_expired += other.clicks_expired;
+        self.clicks_too_old += other.clicks_too_old;
     }
 }
 

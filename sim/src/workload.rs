@@ -608,6 +608,15 @@ pub async fn gc_pass(ctx: &Ctx, lag: Duration) -> bool {
     let _running = Running::start(&ctx.model);
     let result = ctx.client.gc(safe_point).await;
     tracing::debug!(p = ctx.process, %safe_point, ?result, "gc pass");
+    if result.is_ok() {
+        // Photon's GC pass goes on with the handled parked-click index.
+        if let Err(e) = crate::photon::purge_parked(&ctx.client, safe_point.physical_ms()).await {
+            if !e.is_transient() {
+                ctx.model
+                    .violation(format!("p{} purge of the parked index: {e}", ctx.process));
+            }
+        }
+    }
     match result {
         Ok(_) => true,
         Err(e) if e.is_transient() => false,

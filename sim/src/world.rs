@@ -14,7 +14,7 @@ use crate::rng::{SeededRandom, SimRng};
 use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
-use crate::{app, schema, timed};
+use crate::{app, photon, schema, timed};
 use observers::time::TimerDriver;
 use observers::{Registry, Worker, WorkerConfig};
 use percolator::{Client, ClientConfig, RawKv};
@@ -104,6 +104,8 @@ struct Proc {
     worker_client: Client,
     /// The worker of the beacons' namespace.
     floor_worker: Worker,
+    /// Its worker's observers: the application's and its photon pipeline's.
+    registry: Arc<Registry>,
     /// The window timers' driver on the worker's share (none while the worker is down).
     timers: Option<TimerDriver>,
     /// Whether its worker is down (a worker outage) and how many times it was restarted.
@@ -170,11 +172,6 @@ fn floor_client(env: &Env, life: &Arc<Life>, host: usize) -> Client {
     client
 }
 
-/// A worker of a process.
-fn start_worker(env: &Env, client: Client, id: String) -> Worker {
-    start_worker_of(client, env.registry.clone(), id)
-}
-
 /// A worker of `registry`'s observers.
 fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worker {
     Worker::start(
@@ -209,7 +206,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     } else {
         client.clone()
     };
-    let worker = start_worker(env, worker_client.clone(), format!("p{i}-{incarnation}"));
+    let worker_id = format!("p{i}-{incarnation}");
+    let registry = app::process_registry(i, &worker_id);
+    let worker = start_worker_of(worker_client.clone(), registry.clone(), worker_id);
     let timers = Some(timed::driver(&worker));
     let beacons = floor_client(env, &life, i);
     let floor_worker = start_worker_of(
@@ -235,6 +234,22 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     }
     if i == 1 {
         actors.spawn(workload::retention(ctx.clone()));
+    }
+    // Photon's loaders: the query log on processes 0 and 2 at once (a duplicated loader),
+    // one click log on process 0, the other on process 1.
+    let logs: &[&str] = match i {
+        0 => &[photon::QUERY_LOG, photon::CLICK_LOGS[0]],
+        1 => &[photon::CLICK_LOGS[1]],
+        _ => &[photon::QUERY_LOG],
+    };
+    for log in logs {
+        actors.spawn(photon::loader(ctx.clone(), log.to_string()));
+    }
+    if env.model.with(|m| m.photon.sweeps) {
+        actors.spawn(photon::sweeper(ctx.clone()));
+    }
+    if i == 2 {
+        actors.spawn(photon::registry_gc(ctx.clone()));
     }
     if i != 1 {
         // Readers on a client of their own (as a query service would be): its cache of
@@ -276,6 +291,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker,
         worker_client,
         floor_worker,
+        registry,
         timers,
         worker_down: false,
         worker_restarts: 0,
@@ -284,7 +300,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
 }
 
 /// Brings a process's worker back after a worker outage (a new worker id).
-fn restart_worker(env: &Env, proc: &mut Proc) {
+fn restart_worker(proc: &mut Proc) {
     if proc.worker_down {
         proc.worker_down = false;
         proc.worker_restarts += 1;
@@ -292,7 +308,7 @@ fn restart_worker(env: &Env, proc: &mut Proc) {
             "p{}-{}w{}",
             proc.life.process, proc.life.incarnation, proc.worker_restarts
         );
-        proc.worker = start_worker(env, proc.worker_client.clone(), id);
+        proc.worker = start_worker_of(proc.worker_client.clone(), proc.registry.clone(), id);
         proc.timers = Some(timed::driver(&proc.worker));
     }
 }
@@ -583,9 +599,13 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         .collect();
     let floor_walls = hosts.clone();
     let model = Shared::default();
-    model.with(|m| m.sources = sources(&rng));
-    let (times, orders) = timed::inputs(&rng);
     model.with(|m| {
+        m.sources = sources(&rng);
+        // Photon's logs count their lines' times from the start of simulated time.
+        m.photon.began = Some(tokio::time::Instant::now());
+        m.photon.logs = photon::logs(&rng);
+        m.photon.sweeps = rng.chance(0.5);
+        let (times, orders) = timed::inputs(&rng);
         m.timed_times = times;
         m.timed_orders = orders;
     });
@@ -727,7 +747,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 workers_out = false;
                 model.with(|m| m.gc_paused = false);
                 for proc in procs.iter_mut().flatten() {
-                    restart_worker(&env, proc);
+                    restart_worker(proc);
                 }
             }
             Event::GcBurst => {
@@ -758,7 +778,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         match slot {
             Some(proc) => {
                 proc.actors.abort_all();
-                restart_worker(&env, proc);
+                restart_worker(proc);
             }
             None => {
                 incarnations[p] += 1;
@@ -805,6 +825,21 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
         )),
     }
+    // Photon's drain: every click's horizon passed, the workers quiescent, a sweep of
+    // parked clicks waking none.
+    let proc = procs[0].as_ref().expect("all up");
+    match tokio::time::timeout(
+        LIVENESS_LIMIT,
+        photon::drain(&harness, &proc.worker, &model, began + chaos, 10),
+    )
+    .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => model.violation(format!("liveness: photon's drain: {e}")),
+        Err(_) => model.violation(format!(
+            "liveness: photon's drain not done {LIVENESS_LIMIT:?} after faults stopped"
+        )),
+    }
     // The end of the timed input: every window's timer comes due and must fire.
     timed::finish(&harness_ctx).await;
     let fired = tokio::time::timeout(LIVENESS_LIMIT, async {
@@ -834,6 +869,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 step: "timed checks",
                 source,
             })?;
+    let (clicks_joined, clicks_expired, clicks_too_old) =
+        photon::check_join(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
         if let Some(timers) = proc.timers {
             timers.shutdown().await;
@@ -864,6 +901,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         stalled_reads_too_old: m.too_old,
         trace_events: trace.events(),
         split_overlap_ms_max: owners.longest.as_millis() as u64,
+        clicks_joined,
+        clicks_expired,
+        clicks_too_old,
     });
     Ok(SeedReport {
         seed,

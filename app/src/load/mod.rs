@@ -467,6 +467,8 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
     // The records written here must notify the observers, whoever built the client.
     sink.declare(client);
     let name = source.name();
+    // Retry jitter from the client's random source (a simulation's seed).
+    let random = client.config().random.as_ref();
     let mut loaded = 0;
     let mut cleared = false;
     loop {
@@ -478,7 +480,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
             return Ok(loaded);
         }
         // Where we are, as committed (another loader of the same input may have moved it).
-        let found = retry_transient(&name, || async {
+        let found = retry_transient_with(random, &name, || async {
             let txn = client.begin().await?;
             source.committed(&txn).await
         })
@@ -507,7 +509,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
                 }
                 // Durably too, for operators in other processes (`percolator-ctl status`).
                 let cause = e.to_string();
-                retry_transient(&name, || async {
+                retry_transient_with(random, &name, || async {
                     observers::admin::record_quarantine(client, &name, &cause)
                         .await
                         .map_err(LoadError::Txn)
@@ -520,7 +522,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         };
         if !cleared {
             // The source loads: a quarantine recorded for it before is over.
-            retry_transient(&name, || async {
+            retry_transient_with(random, &name, || async {
                 observers::admin::clear_quarantine(client, &name)
                     .await
                     .map_err(LoadError::Txn)
@@ -544,7 +546,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         let count = batch.records.len() as u64;
         let marks = sink.marks(&batch.records);
         let source = &*source;
-        let committed = retry_transient(&name, || {
+        let committed = retry_transient_with(random, &name, || {
             client.run(|txn| {
                 let (found, batch, marks) = (&found, &batch, &marks);
                 async move {
@@ -596,14 +598,33 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
 pub const TRANSIENT_RETRY_FOR: Duration = Duration::from_secs(120);
 
 /// Runs `attempt` until it succeeds, fails with a non-transient error, or
-/// [`TRANSIENT_RETRY_FOR`] has passed, with jittered exponential backoff (10 ms to 2 s).
-pub async fn retry_transient<T, E, F, Fut>(name: &str, mut attempt: F) -> Result<T, E>
+/// [`TRANSIENT_RETRY_FOR`] has passed, with jittered exponential backoff (10 ms to 2 s),
+/// the jitter drawn from the thread's generator. [`load_source`] uses
+/// [`retry_transient_with`] and its client's random source.
+pub async fn retry_transient<T, E, F, Fut>(name: &str, attempt: F) -> Result<T, E>
 where
     E: RunError + std::fmt::Display,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let started = std::time::Instant::now();
+    retry_transient_with(&percolator::random::ThreadRandom, name, attempt).await
+}
+
+/// [`retry_transient`] with the jitter drawn from `random` (a client's
+/// [`percolator::ClientConfig::random`], which a deterministic simulation draws from its
+/// seed). The time spent is measured on `tokio::time::Instant` (the monotonic clock; paused
+/// time in tests and simulations).
+pub async fn retry_transient_with<T, E, F, Fut>(
+    random: &dyn percolator::random::RandomSource,
+    name: &str,
+    mut attempt: F,
+) -> Result<T, E>
+where
+    E: RunError + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let started = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(10);
     loop {
         match attempt().await {
@@ -612,7 +633,7 @@ where
                     && started.elapsed() < TRANSIENT_RETRY_FOR =>
             {
                 tracing::warn!(source = name, error = %e, "transient error; retrying the batch");
-                let jitter = rand::random::<f64>() * 0.5 + 0.5;
+                let jitter = random.range_f64(0.5, 1.0);
                 tokio::time::sleep(backoff.mul_f64(jitter)).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }

@@ -103,6 +103,13 @@ impl Transaction {
         self.inner.start_ts.physical_ms() + self.shared().config.max_lifetime.as_millis() as u64
     }
 
+    /// Milliseconds since the Unix epoch on the wall clock of the client that began this
+    /// transaction ([`crate::ClientConfig::wall_clock`]): what an observer reads as "now"
+    /// (a click's horizon, the time of an output), so it follows the client's clock seam.
+    pub fn wall_ms(&self) -> u64 {
+        self.shared().config.wall_clock.now_ms()
+    }
+
     /// Installs a crash hook (feature `failpoints`, tests only).
     #[cfg(feature = "failpoints")]
     pub fn set_crash_hook(&self, hook: super::failpoint::CrashHook) {

@@ -57,8 +57,9 @@
 //! reads the list after the earlier click's write (a transaction reads its own writes). Per
 //! click:
 //!
-//! - below the IdRegistry boundary → outcome `too_old` (a click with a terminal outcome keeps
-//!   it: below);
+//! - below the IdRegistry boundary → outcome `too_old` and an IdRegistry entry
+//!   `too_old/<start_ts>` filed under the boundary (a click with a terminal outcome keeps it:
+//!   below);
 //! - a final outcome (`too_old`, `filtered`, `expired`) or an IdRegistry entry present →
 //!   nothing (counted `deduplicated` when the run is for the notification of another write
 //!   of the click than the join ran for, or, where either is unknown, when the click version
@@ -71,7 +72,8 @@
 //! - query absent, past the horizon (in event time: `crate::expiry`) → outcome `expired:<horizon secs>` and an IdRegistry entry
 //!   `expired/<pipeline>/<start_ts>`;
 //! - else park: add the click to `pending/<query_id>`, file it in the parked index
-//!   ([`super::growth`]) and notify the query's wake cell `queries/<query_id>/wake`.
+//!   ([`super::growth`]), notify the query's wake cell `queries/<query_id>/wake`, and delete
+//!   the (absent) IdRegistry entry, a write that leaves it absent but conflicts with a join.
 //!
 //! It is a guarded observer (`observers::Registry::guarded`: no acknowledgment cell). The
 //! guard is the pair (IdRegistry entry, outcome): every run with an effect writes one of them
@@ -80,7 +82,15 @@
 //! key) has no effect. A park repeated leaves the same state (the list already holds the
 //! click). Two concurrent runs that could both have an effect write a common cell and conflict:
 //! two joins or two expiries the entry; a join and an expiry the entry (expiry writes it too); a
-//! join of a parked click and an expiry the outcome.
+//! join of a parked click and an expiry the outcome; a park and a join from a snapshot that
+//! has the query the entry (the park deletes it, absent as it read it; before, both
+//! committed, leaving a joined click `waiting`: found by the deterministic simulation,
+//! `join::tests::a_park_and_a_join_of_one_click_do_not_both_commit`); a park and an expiry,
+//! or a park and a settling run, the outcome; a join and a run that read a boundary raised
+//! meanwhile and settles the click `too_old` the entry (settling writes it too, filed
+//! under the boundary it read; before, both committed, leaving a joined click `too_old`:
+//! found by the deterministic simulation,
+//! `join::tests::a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit`).
 //!
 //! ## Wake observer and wake checks
 //!
@@ -174,7 +184,14 @@
 //! no transaction that read an older boundary can commit; a transaction that read `B` admits
 //! only deliveries of days `>= B`, and for those the argument above says whether the entry it
 //! needs is still there. Raw deletes never meet a lock of an entry being deleted: a run that
-//! could write the entry of a click reads it first, and it is present until deleted.
+//! could write the entry of a click reads it first, and it is present until deleted. A run
+//! settling a click `too_old` writes its entry without reading it (below the boundary the
+//! registry is not read), only when its snapshot holds neither a joined output nor a final
+//! outcome of the click, so no entry of the click was committed before it began; one
+//! committed after, by a run that read an older boundary, makes the settling run conflict
+//! (and that run committed before the J5 wait of the raise that lets GC delete its entry
+//! ended, so before GC deletes it); the settling run files its entry under the boundary it
+//! read, which GC passes only after a later raise and its J5 wait.
 //!
 //! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
 //! the join reads that cell too (the delivery's own day, in the same batched read), and GC

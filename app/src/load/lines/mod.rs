@@ -118,8 +118,10 @@ pub trait LineMapping: Send + Sync + 'static {
     ) -> Result<(), LoadError>;
 }
 
-/// A [`LineMapping`] as a [`Sink`].
-struct MappingSink<'a, M>(&'a M);
+/// A [`LineMapping`] as a [`Sink`]: what a batch of its records writes, whatever
+/// [`Source`] the records come from (the line files of [`Lines`], or another source, as
+/// the deterministic simulation loads photon's logs).
+pub struct MappingSink<'a, M>(pub &'a M);
 
 impl<M: LineMapping> Sink<M::Record> for MappingSink<'_, M> {
     fn declare(&self, client: &Client) {
