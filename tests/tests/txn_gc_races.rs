@@ -417,6 +417,144 @@ async fn a_stalled_reader_is_refused_not_answered_absent(scene: Scene) {
     }
 }
 
+/// The matcher of a CAS of `cell`'s head (GC's trim of the head's older versions).
+fn head_cas(cell: &Cell) -> impl for<'a> Fn(&Call<'a>) -> bool + Send + Sync + 'static {
+    let key = percolator::KeyCodec::new(test_config().namespace).head(cell);
+    move |call: &Call<'_>| matches!(call, Call::CompareAndSwap { key: k, .. } if *k == key.as_slice())
+}
+
+/// The matcher of a read of write-once records (a point read scans its cell's records in one
+/// `scan_many`, after it read the cell's head).
+fn records_scan(call: &Call<'_>) -> bool {
+    matches!(call, Call::ScanMany { .. })
+}
+
+/// What a read at R between a record (committed at c2 <= R) and a newer head version (c3 >
+/// R) may answer once GC passed R: the record's value or `SnapshotTooOld`.
+fn assert_record_or_too_old(read: Result<Option<Vec<u8>>, TxnError>, what: &str) {
+    match read {
+        Ok(Some(value)) if value == b"record" => {}
+        Err(TxnError::SnapshotTooOld { .. }) => {}
+        other => panic!(
+            "{what}: the record's value or SnapshotTooOld, not {:?}",
+            other.map(|v| v.map(|v| String::from_utf8_lossy(&v).into_owned()))
+        ),
+    }
+}
+
+/// Hole 7 (the reviewer's interleaving): event 1 written through its head at c1 ("old", a
+/// transaction of write-once cells only), then as a record at c2 ("record"), then through
+/// its head again at c3 ("new"). A reader at R in [c2, c3). GC at sp >= c3 collects the
+/// record (hidden under c3) and is held before it trims c1 from the head; the reader reads
+/// meanwhile: its head shows c1 at R (inline, no safe point check) and the record is gone.
+/// It must answer "record" or `SnapshotTooOld`, never "old".
+///
+/// Found by a targeted review (hole 7): a read checked the safe point after its records scan
+/// only when its head answer came from `V` or a record of a writer after R, or committed
+/// after R, was left. GC collects a record also under a newer *head* version, which a read
+/// that read the head before the records scan may not have seen, so nothing triggered the
+/// check. Now a read no record answers, and every scan or page, checks it
+/// (`percolator::design::once`, "Snapshots under GC").
+async fn a_read_between_gc_collecting_a_record_and_trimming_the_head(scene: Scene) {
+    scene.commit(&[(event(1), Some("old"))]).await;
+    scene
+        .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
+        .await;
+    let reader = Scene::client_with(&scene.kv, &scene.clock, stalled_reader_config());
+    let snapshot = reader.begin().await.unwrap();
+    scene.commit(&[(event(1), Some("new"))]).await;
+    let sp = scene.safe_point().await;
+    let (gc, held) = scene.held(gc_config());
+    held.hooks().arm(head_cas(&event(1)));
+    let pass = tokio::spawn(async move { Scene::gc_with(&gc, sp).await });
+    held.hooks().reached().await;
+    assert!(
+        scene.records().await.is_empty(),
+        "GC collected the record before trimming the head"
+    );
+    let read = snapshot.get(&event(1)).await;
+    held.hooks().release();
+    let stats = pass.await.unwrap();
+    assert_eq!(
+        (stats.records_deleted, stats.versions_deleted),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_record_or_too_old(read, "a read while GC trims the head");
+}
+
+/// Hole 7, the reader's side: the same history, the reader reads the head before c3 even
+/// commits (it shows c1), and is held before its records scan; c3 commits, a whole GC pass
+/// at sp >= c3 collects the record (and trims the head). The reader must answer "record"
+/// or `SnapshotTooOld`, never "old".
+async fn a_read_holding_its_records_scan_across_gc(scene: Scene) {
+    scene.commit(&[(event(1), Some("old"))]).await;
+    scene
+        .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
+        .await;
+    let (reader, held) = scene.held(stalled_reader_config());
+    let snapshot = reader.begin().await.unwrap();
+    held.hooks().arm(records_scan);
+    let read = tokio::spawn(async move { snapshot.get(&event(1)).await });
+    held.hooks().reached().await;
+    scene.commit(&[(event(1), Some("new"))]).await;
+    let sp = scene.safe_point().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    held.hooks().release();
+    assert_record_or_too_old(read.await.unwrap(), "a read held across GC");
+}
+
+/// Hole 7 without an older head version: event 1 written only as a record at c2, then
+/// through its (new) head at c3. A reader at R in [c2, c3) reads the head (none yet) and is
+/// held before its records scan; GC at sp >= c3 collects the record under c3. The reader
+/// must answer "record" or `SnapshotTooOld`, never "absent".
+async fn a_read_holding_its_records_scan_across_gc_no_older_head(scene: Scene) {
+    scene
+        .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
+        .await;
+    let (reader, held) = scene.held(stalled_reader_config());
+    let snapshot = reader.begin().await.unwrap();
+    held.hooks().arm(records_scan);
+    let read = tokio::spawn(async move { snapshot.get(&event(1)).await });
+    held.hooks().reached().await;
+    scene.commit(&[(event(1), Some("new"))]).await;
+    let sp = scene.safe_point().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    held.hooks().release();
+    assert_record_or_too_old(read.await.unwrap(), "a read held across GC (no older head)");
+}
+
+/// Hole 7 for scans: the history of [`a_read_holding_its_records_scan_across_gc`]; a scan at
+/// R reads the heads of the table (event 1's shows c1) and is held before it scans the
+/// table's records; c3 commits and GC at sp >= c3 collects the record. The scan must show
+/// "record" for event 1 or fail with `SnapshotTooOld`, never show "old".
+async fn a_scan_holding_its_records_scan_across_gc(scene: Scene) {
+    scene.commit(&[(event(1), Some("old"))]).await;
+    scene
+        .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
+        .await;
+    let (reader, held) = scene.held(stalled_reader_config());
+    let snapshot = reader.begin().await.unwrap();
+    let once = scene.writer.codec().space_range(Space::Once).start;
+    held.hooks().arm(
+        move |call: &Call<'_>| matches!(call, Call::Scan { range, .. } if range.start.starts_with(&once)),
+    );
+    let scan = tokio::spawn(async move { snapshot.scan(EVENTS.as_bytes(), b"", None).await });
+    held.hooks().reached().await;
+    scene.commit(&[(event(1), Some("new"))]).await;
+    let sp = scene.safe_point().await;
+    let stats = Scene::gc_with(&scene.gc, sp).await;
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    held.hooks().release();
+    let read = scan.await.unwrap().map(|rows| {
+        assert!(rows.len() <= 1, "{rows:?}");
+        rows.into_iter().next().map(|(_, value)| value)
+    });
+    assert_record_or_too_old(read, "a scan held across GC");
+}
+
 /// Hole 5: pages over a mix of heads and records are full unless the range is exhausted.
 async fn scan_pages_are_full_over_heads_and_records(scene: Scene) {
     scene
@@ -499,6 +637,23 @@ macro_rules! scenarios {
             #[$flavor]
             async fn a_stalled_reader_is_refused_not_answered_absent() {
                 super::a_stalled_reader_is_refused_not_answered_absent(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_read_between_gc_collecting_a_record_and_trimming_the_head() {
+                super::a_read_between_gc_collecting_a_record_and_trimming_the_head(scene().await)
+                    .await;
+            }
+            #[$flavor]
+            async fn a_read_holding_its_records_scan_across_gc() {
+                super::a_read_holding_its_records_scan_across_gc(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_read_holding_its_records_scan_across_gc_no_older_head() {
+                super::a_read_holding_its_records_scan_across_gc_no_older_head(scene().await).await;
+            }
+            #[$flavor]
+            async fn a_scan_holding_its_records_scan_across_gc() {
+                super::a_scan_holding_its_records_scan_across_gc(scene().await).await;
             }
             #[$flavor]
             async fn scan_pages_are_full_over_heads_and_records() {

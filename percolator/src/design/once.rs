@@ -79,19 +79,29 @@
 //! request deadline, far inside `gc_lag`), which the reader reports as `CommitUnknown` rather
 //! than guess.
 //!
-//! **Snapshots under GC.** GC deletes a record only below a newer committed one that it keeps.
-//! So a snapshot at `R` whose answer GC changed sees that newer record, committed above `R`:
-//! a read scans all of a cell's records (writers after `R` included, skipped for the answer).
-//! Only when it finds one committed above `R`, or one of a writer after `R`, does it check the
-//! published safe point, read after it, against `R`, and refuse with `SnapshotTooOld` if GC
-//! passed it (the rule of [`super::gc`] for answers from beyond a head). A cell written once
-//! is never checked. (`tests/tests/txn_once.rs::a_snapshot_gc_passed_is_refused_...`.)
+//! **Snapshots under GC.** GC deletes a record only below a newer committed write that it
+//! keeps: a newer record, or a newer version in the cell's head (`hidden_records`). A read
+//! reads the head first, then the records. When a record gives the answer, it is the answer
+//! (a collected record is older than one kept). When none does (the head's answer, or
+//! nothing), a record committed at or below `R` may have been collected under a head version
+//! committed after `R` that the head read came too early to see (hole 7 of
+//! `tests/tests/txn_gc_races.rs`: the read answered an older head version, or nothing). So
+//! such a read checks the published safe point, read after its last read, against `R`, and
+//! refuses with `SnapshotTooOld` if GC passed it (the rule of [`super::gc`] for answers from
+//! beyond a head): if the safe point read then is at or below `R`, every pass that deleted a
+//! record had a safe point at or below `R`, so the newer write it kept was committed at or
+//! below `R` and the read saw it (a record is found; a head version's lock was placed before
+//! `R` was drawn, so the head read saw or resolved it). Scans and pages check once after their
+//! last read, always. A read answered by a record is never checked. A read whose record scan
+//! found one committed above `R`, or one of a writer after `R`, is checked as before.
+//! (`tests/tests/txn_once.rs::a_snapshot_gc_passed_is_refused_...`.)
 //!
 //! ## Cost
 //!
 //! A write-once cell costs no store call of its own at commit (its record rides in the
 //! `batch_put` the prewrite makes for notify keys anyway) and no secondary commit. A read
 //! costs one scan of the cell's records besides its head (in the same `batch_get` as the
-//! other heads). Tests: `tests/tests/txn_once.rs` (readers meeting records of running,
+//! other heads), and a read no record answers (a miss) one read of the safe point per
+//! `get`, `get_many`, scan or page. Tests: `tests/tests/txn_once.rs` (readers meeting records of running,
 //! committed and rolled-back writers; crashes between the records and the primary; GC meeting
 //! unresolved records; the bank and model histories with write-once cells).

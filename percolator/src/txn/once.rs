@@ -258,7 +258,6 @@ impl Transaction {
         let kv = shared.kv.clone();
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 1024);
         let mut out: Vec<(Cell, OnceVersion)> = Vec::new();
-        let mut newer_commit = false;
         let mut values = 0;
         let mut exhausted = true;
         let mut group: Option<(Cell, Vec<KvPair>)> = None;
@@ -294,7 +293,6 @@ impl Transaction {
                 }
                 if let Some((g, records)) = group.take() {
                     let read = self.visible_record(&g, records).await?;
-                    newer_commit |= read.newer_commit;
                     if let Some(version) = read.visible {
                         values += usize::from(matches!(version.1, Op::Put(_)));
                         out.push((g, version));
@@ -314,7 +312,6 @@ impl Transaction {
         }
         Ok(OnceRows {
             rows: out,
-            newer_commit,
             exhausted,
         })
     }
@@ -324,8 +321,6 @@ impl Transaction {
 pub(super) struct OnceRows {
     /// Cells with their visible write, in cell order.
     pub(super) rows: Vec<(Cell, OnceVersion)>,
-    /// Whether the answer needs the safe point check ([`OnceRead::newer_commit`]).
-    pub(super) newer_commit: bool,
     /// Whether every record of the range was read; if not, every cell up to the last of
     /// `rows` was (the read stopped once `limit` cells held a value).
     pub(super) exhausted: bool,
