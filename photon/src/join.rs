@@ -801,18 +801,23 @@ mod tests {
                 settled.is_err() || joined.is_err(),
                 "boundary {initial:?}: both committed: settled {settled:?}, joined {joined:?}"
             );
-            let read = client.begin().await.unwrap();
-            let outputs = read
-                .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
-                .await
-                .unwrap();
-            let outcome = read.get(&outcome_cell("c1")).await.unwrap();
-            assert!(
-                outputs.is_empty() || outcome.is_none(),
-                "boundary {initial:?}: joined ({} outputs) and settled {outcome:?}",
-                outputs.len()
-            );
+            assert_not_joined_with_an_outcome(&client, &format!("boundary {initial:?}")).await;
         }
+    }
+
+    /// Click `c1` is not both joined (an output) and given an outcome.
+    async fn assert_not_joined_with_an_outcome(client: &Client, case: &str) {
+        let read = client.begin().await.unwrap();
+        let outputs = read
+            .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+            .await
+            .unwrap();
+        let outcome = read.get(&outcome_cell("c1")).await.unwrap();
+        assert!(
+            outputs.is_empty() || outcome.is_none(),
+            "{case}: joined ({} outputs) with outcome {outcome:?}",
+            outputs.len()
+        );
     }
 
     /// A park from a snapshot without the click's query and a join of the same click from
@@ -856,17 +861,7 @@ mod tests {
             joined.is_err() || parked.is_err(),
             "both committed: joined {joined:?}, parked {parked:?}"
         );
-        let read = client.begin().await.unwrap();
-        let outputs = read
-            .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
-            .await
-            .unwrap();
-        let outcome = read.get(&outcome_cell("c1")).await.unwrap();
-        assert!(
-            outputs.is_empty() || outcome.is_none(),
-            "joined ({} outputs) with outcome {outcome:?}",
-            outputs.len()
-        );
+        assert_not_joined_with_an_outcome(&client, "park and join").await;
     }
 
     /// A wall clock stopped at a fixed time.

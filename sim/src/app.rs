@@ -56,18 +56,7 @@ fn base() -> Registry {
         }),
     )
     .expect("one observer per column");
-    r.weak(
-        "pings",
-        "hit",
-        "pinged",
-        observer_fn(|txn, cell: Cell| async move {
-            let runs = schema::runs(&cell.row, "weak");
-            let n = schema::number(txn.get(&runs).await?).unwrap_or(0);
-            txn.set(runs, (n + 1).to_string());
-            Ok::<_, ObserverError>(())
-        }),
-    )
-    .expect("one observer per column");
+    weak_pings(&mut r);
     crate::timed::register(&mut r);
     r
 }
@@ -76,6 +65,12 @@ fn base() -> Registry {
 /// whose backlog is small, so its floor follows the clock closely.
 pub fn floor_registry() -> Arc<Registry> {
     let mut r = Registry::new();
+    weak_pings(&mut r);
+    Arc::new(r)
+}
+
+/// The weak observer on pings, counting its runs (both namespaces run it).
+fn weak_pings(r: &mut Registry) {
     r.weak(
         "pings",
         "hit",
@@ -88,7 +83,6 @@ pub fn floor_registry() -> Arc<Registry> {
         }),
     )
     .expect("one observer per column");
-    Arc::new(r)
 }
 
 /// Declares the application's columns to a client (every client of the namespace does),

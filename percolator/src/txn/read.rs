@@ -497,7 +497,6 @@ impl Transaction {
         }
         let mut rows = HeadRows {
             rows: Vec::new(),
-            beyond_head: false,
             exhausted: true,
         };
         let mut values = 0;
@@ -521,7 +520,6 @@ impl Transaction {
                 };
                 let snap = HeadSnapshot::decode(&key, Some(raw))?;
                 let read = self.read_versioned(&cell, key, snap).await?;
-                rows.beyond_head |= read.beyond_head;
                 let has_value = read.value.is_some();
                 rows.rows.push((cell, read.commit_ts, read.value));
                 if has_value {
@@ -541,8 +539,6 @@ impl Transaction {
 struct HeadRows {
     /// (cell, commit_ts of what the head shows, value), in cell order.
     rows: Vec<(Cell, Option<u64>, Option<Vec<u8>>)>,
-    /// Whether an answer came from beyond a head.
-    beyond_head: bool,
     /// Whether every head of the range was read; if not, every cell up to the last of
     /// `rows` was.
     exhausted: bool,
