@@ -33,6 +33,13 @@ pub enum Bug {
     ScanPageShort,
     /// `commit`: the `WrittenOnce` check skips the head path (issue 38, hole 6).
     WrittenOnceSkipsHead,
+    /// `Transaction` reads of a write-once cell: a read no record answers (the head's
+    /// answer, or nothing) is not checked against the safe point, so a record committed
+    /// at or below the snapshot and collected under a head version committed after it,
+    /// which the head read came too early to see, is missed silently (issue 40, hole 7 of
+    /// the write-once GC races: found by a review, not by the simulator, until it wrote
+    /// cells through their heads after a record).
+    OnceMissSkipsSafePoint,
     /// The worker counts store outages towards dead letters.
     OutageCountsTowardsDeadLetter,
     /// `RoundTrips::lease_margin` is zero: leases are `lock_ttl` alone, so a writer whose

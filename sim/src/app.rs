@@ -90,6 +90,8 @@ fn weak_pings(r: &mut Registry) {
 pub fn declare(client: &Client, registry: &Registry) {
     client.write_once_column("events", "body");
     client.write_once_column("archive", "body");
+    client.write_once_column("revised", "a");
+    client.write_once_column("revised", "b");
     registry.declare(client);
     photon::schema::declare_columns(client);
 }

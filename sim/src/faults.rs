@@ -57,6 +57,11 @@ pub struct FaultRates {
     /// first, and the window counts a run adds to and a firing reads, so an advance, the
     /// run of a change committed after its snapshot and the window's firing overlap.
     pub timed_hold: f64,
+    /// A stalled reader's scan of a revised cell's records ([`crate::revisions`]) held
+    /// 10-20 s after its head read: the cell is written again through its head meanwhile
+    /// and a GC pass whose safe point passed that write collects the record the reader
+    /// was to answer (hole 7 of the write-once GC races).
+    pub reader_scan_hold: f64,
 }
 
 impl Default for FaultRates {
@@ -75,6 +80,7 @@ impl Default for FaultRates {
             notify_put_hold: 0.0,
             heartbeat_hold: 0.0,
             timed_hold: 0.0,
+            reader_scan_hold: 0.0,
         }
     }
 }
@@ -104,12 +110,14 @@ pub struct Faults {
     notify_prefixes: Mutex<Vec<Vec<u8>>>,
     floor_keys: Mutex<Vec<Vec<u8>>>,
     timed_keys: Mutex<Vec<Vec<u8>>>,
+    revision_scans: Mutex<Vec<Vec<u8>>>,
     held_put_prefix: Mutex<Vec<u8>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
     heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
     slow: Mutex<Option<(usize, Instant, Duration)>>,
     fate_holding: AtomicBool,
+    revision_fate_keys: Mutex<Vec<Vec<u8>>>,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
     /// runs to completion while the held one waits).
     pub kick: std::sync::Arc<Notify>,
@@ -128,12 +136,14 @@ impl Faults {
             notify_prefixes: Mutex::new(Vec::new()),
             floor_keys: Mutex::new(Vec::new()),
             timed_keys: Mutex::new(Vec::new()),
+            revision_scans: Mutex::new(Vec::new()),
             held_put_prefix: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
             heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
             slow: Mutex::new(None),
             fate_holding: AtomicBool::new(false),
+            revision_fate_keys: Mutex::new(Vec::new()),
             kick: std::sync::Arc::new(Notify::new()),
         }
     }
@@ -156,6 +166,41 @@ impl Faults {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .any(|k| k.as_slice() == key)
+    }
+
+    /// The heads of the primaries of the revised cells' writes ([`crate::revisions`]): a
+    /// reader's fate check of one is held until GC trimmed the evidence of older writes.
+    pub fn set_revision_fate_keys(&self, keys: Vec<Vec<u8>>) {
+        *self
+            .revision_fate_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Whether `key` is one of [`Faults::set_revision_fate_keys`]'.
+    pub fn is_revision_fate_key(&self, key: &[u8]) -> bool {
+        self.revision_fate_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
+    }
+
+    /// The starts of the record ranges of the revised cells ([`crate::revisions`]).
+    pub fn set_revision_scans(&self, starts: Vec<Vec<u8>>) {
+        *self
+            .revision_scans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = starts;
+    }
+
+    /// Whether a scan starting at `start` is of a revised cell's records.
+    pub fn is_revision_scan(&self, start: &[u8]) -> bool {
+        self.revision_scans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == start)
     }
 
     /// Adds a namespace's notify space (its keys begin with `prefix`) and the key of its

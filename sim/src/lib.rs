@@ -13,7 +13,8 @@
 //!
 //! Modules, one concern each: [`rng`] (the seed's generator), [`trace`] (the run's hash),
 //! [`faults`], [`store`] (the fault layer), [`clock`], [`oracle`], [`schema`] and [`app`]
-//! (the simulated application), [`workload`] (its actors), [`timed`] (event time),
+//! (the simulated application), [`workload`] (its actors), [`revisions`] (write-once
+//! cells written again and again), [`timed`] (event time),
 //! [`photon`] (photon's join, its loaders, maintenance and check), [`model`] (what the harness
 //! knows), [`world`] (one seed), [`check`] (final checks), [`report`], [`runner`] (many
 //! seeds), [`planted`] (the planted bugs' search).
@@ -29,6 +30,7 @@ pub mod photon;
 #[cfg(feature = "planted")]
 pub mod planted;
 pub mod report;
+pub mod revisions;
 pub mod rng;
 pub mod runner;
 pub mod schema;

@@ -53,6 +53,8 @@ pub struct Model {
     /// The event a stalled reader is about to read, for retention to delete after its
     /// snapshot began.
     pub reader_target: Option<u64>,
+    /// The revised write-once cells ([`crate::revisions`]).
+    pub revisions: crate::revisions::RevisionModel,
     /// Photon's logs and what of them was acknowledged ([`crate::photon`]).
     pub photon: crate::photon::PhotonModel,
 }

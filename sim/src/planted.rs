@@ -15,6 +15,7 @@ pub const BUGS: &[(&str, Bug)] = &[
     ("record_gone_is_rolled_back", Bug::RecordGoneIsRolledBack),
     ("scan_page_short", Bug::ScanPageShort),
     ("written_once_skips_head", Bug::WrittenOnceSkipsHead),
+    ("once_miss_skips_safe_point", Bug::OnceMissSkipsSafePoint),
     (
         "outage_counts_towards_dead_letter",
         Bug::OutageCountsTowardsDeadLetter,

@@ -25,6 +25,10 @@ pub struct Stats {
     pub observer_runs: u64,
     /// Stalled reads answered `SnapshotTooOld`.
     pub stalled_reads_too_old: u64,
+    /// Reads of revised write-once cells ([`crate::revisions`]) answered or refused.
+    pub revision_reads: u64,
+    /// Of which refused `SnapshotTooOld`.
+    pub revision_reads_too_old: u64,
     /// Events in the trace.
     pub trace_events: u64,
     /// The longest stretch (ms) in which two live workers whose heartbeats both went on
@@ -51,6 +55,8 @@ impl Stats {
         self.transactions += other.transactions;
         self.observer_runs += other.observer_runs;
         self.stalled_reads_too_old += other.stalled_reads_too_old;
+        self.revision_reads += other.revision_reads;
+        self.revision_reads_too_old += other.revision_reads_too_old;
         self.trace_events += other.trace_events;
         self.split_overlap_ms_max = self.split_overlap_ms_max.max(other.split_overlap_ms_max);
         self.clicks_joined += other.clicks_joined;

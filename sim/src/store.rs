@@ -69,12 +69,22 @@ pub enum Role {
 }
 
 /// The hooks of one incarnation's view of the store.
-#[derive(Debug)]
 pub struct FaultHooks {
     life: Arc<Life>,
     role: Role,
     faults: Arc<Faults>,
     trace: Trace,
+    /// The store itself, read past the faults (a hold that waits for GC looks at it).
+    store: Arc<dyn RawKv>,
+}
+
+impl std::fmt::Debug for FaultHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultHooks")
+            .field("process", &self.life.process)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One incarnation's store: the shared store behind its fault layer.
@@ -86,12 +96,13 @@ pub fn process_store(
     trace: Trace,
 ) -> Arc<dyn RawKv> {
     Arc::new(Intercepted::wrap(
-        inner,
+        inner.clone(),
         FaultHooks {
             life,
             role,
             faults,
             trace,
+            store: inner,
         },
     ))
 }
@@ -134,6 +145,16 @@ fn is_write(op: Op) -> bool {
 }
 
 impl FaultHooks {
+    /// Whether the head at `key` keeps no committed version but its newest (GC trimmed the
+    /// others, or there were none).
+    async fn only_newest_version(&self, key: &[u8]) -> bool {
+        match self.store.get(key).await {
+            Ok(Some(raw)) => percolator::record::Head::decode(&raw)
+                .is_ok_and(|head| head.latest.is_some() && head.recent.is_empty()),
+            _ => false,
+        }
+    }
+
     fn record(&self, what: &str, op: Op, key: &[u8]) {
         let p = [self.life.process as u8];
         self.trace
@@ -180,7 +201,44 @@ impl Hooks for FaultHooks {
                 Role::Worker => Some((f.rates.worker_fate_hold, 1_000, 4_000)),
                 Role::Reader => Some((f.rates.reader_fate_hold, 12_000, 24_000)),
             };
-            if let Some((rate, low, high)) = role_hold.filter(|r| fate && r.0 > 0.0) {
+            if self.role == Role::Reader
+                && f.rates.reader_scan_hold > 0.0
+                && matches!(call, Call::ScanMany { .. })
+                && f.is_revision_scan(key)
+                && rng.chance(f.rates.reader_scan_hold)
+            {
+                f.count();
+                self.record("hold-revision-scan", op, key);
+                f.kick.notify_waiters();
+                let hold = rng.millis(10_000, 20_000);
+                tracing::debug!(process = self.life.process, ?hold, "revision scan held");
+                tokio::time::sleep(hold).await;
+            } else if self.role == Role::Reader
+                && f.rates.reader_fate_hold > 0.0
+                && matches!(call, Call::Get { key } if f.is_revision_fate_key(key))
+                && rng.chance(f.rates.reader_fate_hold)
+            {
+                // A reader's fate check of a revised cell's write, held at least 10 s and
+                // until GC trimmed the primary's older versions from its head (the cell was
+                // written again meanwhile, a pass whose safe point passed that write
+                // collected the record the reader read and trimmed the evidence of its
+                // commit), at most 40 s.
+                f.count();
+                self.record("hold-fate", op, key);
+                f.kick.notify_waiters();
+                let began = tokio::time::Instant::now();
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                    let held = began.elapsed();
+                    if held >= std::time::Duration::from_secs(40)
+                        || (held >= std::time::Duration::from_secs(10)
+                            && self.only_newest_version(key).await)
+                    {
+                        break;
+                    }
+                }
+                tracing::debug!(process = self.life.process, "revision fate check held");
+            } else if let Some((rate, low, high)) = role_hold.filter(|r| fate && r.0 > 0.0) {
                 if rng.chance(rate) {
                     f.count();
                     self.record("hold-fate", op, key);

@@ -9,7 +9,6 @@ use crate::schema::{self, RING};
 use percolator::{Client, Timestamp, TxnError};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What every actor of a process holds.
@@ -23,8 +22,8 @@ pub struct Ctx {
     pub model: Shared,
     /// The seed's generator.
     pub rng: SimRng,
-    /// Woken when the fault layer holds a fate check ([`crate::faults::Faults::kick`]).
-    pub kick: Arc<Notify>,
+    /// The seed's faults (GC actors wait on their kick, [`crate::faults::Faults::kick`]).
+    pub faults: Arc<crate::faults::Faults>,
 }
 
 /// Runs `body` until it commits or fails with an error that is not transient; transient
@@ -558,7 +557,7 @@ pub async fn gc(ctx: Ctx, lag: Duration) {
     // workers coming back to an old backlog meet it mid-way.
     tokio::select! {
         biased;
-        _ = ctx.kick.notified() => {}
+        _ = ctx.faults.kick.notified() => {}
         _ = tokio::time::sleep(ctx.rng.millis(0, 5_000)) => {}
     }
     loop {
@@ -569,7 +568,7 @@ pub async fn gc(ctx: Ctx, lag: Duration) {
         // A held fate check starts a pass at once: it may run whole while the held one waits.
         tokio::select! {
             biased;
-            _ = ctx.kick.notified() => {}
+            _ = ctx.faults.kick.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
         }
         if ctx.model.with(|m| m.gc_paused) {

@@ -14,7 +14,7 @@ use crate::rng::{SeededRandom, SimRng};
 use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
-use crate::{app, photon, schema, timed};
+use crate::{app, photon, revisions, schema, timed};
 use observers::time::TimerDriver;
 use observers::{Registry, Worker, WorkerConfig};
 use percolator::{Client, ClientConfig, RawKv};
@@ -91,7 +91,6 @@ struct Env {
     floor_registry: Arc<Registry>,
     /// The hosts' wall clocks as the beacons' clients see them (one may be seconds late).
     floor_walls: Vec<HostClock>,
-    kick: Arc<tokio::sync::Notify>,
     own_worker_client: bool,
     own_gc_client: bool,
 }
@@ -221,7 +220,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client: client.clone(),
         model: env.model.clone(),
         rng: env.rng.clone(),
-        kick: env.kick.clone(),
+        faults: env.faults.clone(),
     };
     let mut actors = JoinSet::new();
     if i < LOADERS {
@@ -259,7 +258,11 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
             client: client_for(env, &life, i, Role::Reader),
             ..ctx.clone()
         };
-        actors.spawn(workload::stalled_reader(reader));
+        actors.spawn(workload::stalled_reader(reader.clone()));
+        actors.spawn(revisions::readers(reader, PROCESSES));
+    }
+    for k in revisions::cells_of(i) {
+        actors.spawn(revisions::reviser(ctx.clone(), k));
     }
     if i == 2 {
         actors.spawn(workload::rewriter(ctx.clone()));
@@ -570,6 +573,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         },
         heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
         timed_hold: [0.0, 0.3, 0.7][rng.index(3)],
+        reader_scan_hold: [0.2, 0.5][rng.index(2)],
         floor_hold: if floor_stress {
             [0.3, 0.6][rng.index(2)]
         } else {
@@ -620,7 +624,6 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         registry: app::registry(),
         floor_registry: app::floor_registry(),
         floor_walls,
-        kick: faults.kick.clone(),
         own_worker_client,
         own_gc_client,
     };
@@ -658,6 +661,29 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     faults.set_fate_keys(
         (0..LOADERS)
             .map(|j| harness.codec().head(&schema::offset(j)))
+            .collect(),
+    );
+    // The primaries of the revised cells' writes: an ordinary cell beside records, or the
+    // first cell, written through its head.
+    faults.set_revision_fate_keys(
+        revisions::all(PROCESSES)
+            .flat_map(|k| {
+                [
+                    harness.codec().head(&revisions::primary(k)),
+                    harness.codec().head(&revisions::cell(k, "a")),
+                ]
+            })
+            .collect(),
+    );
+    faults.set_revision_scans(
+        revisions::columns(PROCESSES)
+            .iter()
+            .map(|cell| {
+                harness
+                    .codec()
+                    .cell_range(percolator::codec::Space::Once, cell)
+                    .start
+            })
             .collect(),
     );
     harness
@@ -757,7 +783,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                         client: proc.client.clone(),
                         model: model.clone(),
                         rng: rng.clone(),
-                        kick: env.kick.clone(),
+                        faults: env.faults.clone(),
                     };
                     proc.actors.spawn(async move {
                         workload::gc_pass(&ctx, GC_LAG).await;
@@ -796,7 +822,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 client: proc.client.clone(),
                 model: model.clone(),
                 rng: rng.clone(),
-                kick: env.kick.clone(),
+                faults: env.faults.clone(),
             };
             proc.actors.spawn(workload::gc(ctx, GC_LAG));
         }
@@ -806,7 +832,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         client: harness.clone(),
         model: model.clone(),
         rng: rng.clone(),
-        kick: env.kick.clone(),
+        faults: env.faults.clone(),
     };
     let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
     workload::finish_deletes(&harness_ctx, marked).await;
@@ -869,6 +895,12 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 step: "timed checks",
                 source,
             })?;
+    revisions::check(&harness, &model, PROCESSES)
+        .await
+        .map_err(|source| SimError::Harness {
+            step: "revisions check",
+            source,
+        })?;
     let (clicks_joined, clicks_expired, clicks_too_old) =
         photon::check_join(&harness, &model).await?;
     for proc in procs.into_iter().flatten() {
@@ -899,6 +931,8 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         transactions: m.transactions,
         observer_runs,
         stalled_reads_too_old: m.too_old,
+        revision_reads: m.revisions.reads,
+        revision_reads_too_old: m.revisions.too_old,
         trace_events: trace.events(),
         split_overlap_ms_max: owners.longest.as_millis() as u64,
         clicks_joined,

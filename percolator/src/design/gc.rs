@@ -24,6 +24,19 @@
 //! stored map that differs otherwise (`TableIdsError::Mismatch`) or lacks the id too
 //! ([`crate::codec::TableIdsError::UnknownId`]) fails the pass.
 //!
+//! **Transient failures.** A pass makes calls per cell (a scan of each cell's `V`, a read of
+//! the versions a hot head hides, a batched delete), so a store that fails one call in a few
+//! hundred would fail almost every pass on a table of thousands of cells, and GC would never
+//! complete while the store is flaky (the simulator's passes completed only outside its
+//! faults). The idempotent calls of a pass, its scans and batched reads and its deletes of
+//! versions, records and values nobody writes again, are retried on
+//! [`crate::kv::KvError::Unavailable`] up to [`crate::kv::UNAVAILABLE_RETRIES`] times
+//! ([`crate::kv::retry_unavailable`]): a retried read is a slower read, and a delete repeated
+//! after its reply was lost deletes nothing more (the two of these reads transactions share,
+//! of a version a head hides and of a primary's older versions, are retried for them too). A
+//! CAS or a point read that fails ends the pass, which the next one repeats (passes are safe to repeat, as concurrent ones are).
+//! `tests/tests/txn_gc_retries.rs`.
+//!
 //! ## Decisions on a "rolled back" fate
 //!
 //! A fate check answers "rolled back" exactly unless the evidence of the writer's commit (its

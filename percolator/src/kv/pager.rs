@@ -1,6 +1,8 @@
 //! Paging through ranges larger than one scan call may return.
 
-use super::{KeyRange, KvPair, KvResult, RawKv, ScanOrder};
+use super::{KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder};
+use std::future::Future;
+use std::time::Duration;
 
 /// The most pairs one [`RawKv::scan`] call may return (TiKV's raw scan limit).
 pub const MAX_SCAN_LIMIT: usize = 10_240;
@@ -59,6 +61,61 @@ impl<'a> RangePager<'a> {
             self.done = true;
         }
         Ok(Some(page))
+    }
+
+    /// [`RangePager::next_page`], the scan retried with [`retry_unavailable`] (a failed
+    /// scan leaves the pager where it was).
+    pub async fn next_page_retrying(&mut self) -> KvResult<Option<Vec<KvPair>>> {
+        let mut attempt = 0;
+        loop {
+            match self.next_page().await {
+                Err(e) => match retry_after(&e, attempt) {
+                    Some(pause) => {
+                        tokio::time::sleep(pause).await;
+                        attempt += 1;
+                    }
+                    None => return Err(e),
+                },
+                ok => return ok,
+            }
+        }
+    }
+}
+
+/// Retries of a call [`retry_unavailable`] makes after the first.
+pub const UNAVAILABLE_RETRIES: u32 = 5;
+
+/// The pause before retry `attempt` (from 0) of a call that failed with `e`: doubling from
+/// 20 ms (620 ms over all [`UNAVAILABLE_RETRIES`]) while `e` is [`KvError::Unavailable`];
+/// `None` once retries are spent or for any other error.
+fn retry_after(e: &KvError, attempt: u32) -> Option<Duration> {
+    (matches!(e, KvError::Unavailable { .. }) && attempt < UNAVAILABLE_RETRIES)
+        .then(|| Duration::from_millis(20 << attempt))
+}
+
+/// Runs `call` again while it fails with [`KvError::Unavailable`] (a region error, a lost
+/// reply), up to [`UNAVAILABLE_RETRIES`] times over about 0.6 s, for calls that are
+/// idempotent: reads, and deletes of keys nobody writes again. GC passes make thousands of
+/// such calls, so without retries a store that fails one call in a few hundred would fail
+/// almost every pass (`percolator::design::gc`).
+pub async fn retry_unavailable<T, F, Fut>(mut call: F) -> KvResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = KvResult<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        match call().await {
+            Err(e) => match retry_after(&e, attempt) {
+                Some(pause) => {
+                    tracing::debug!(error = %e, attempt, "store call retried");
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                None => return Err(e),
+            },
+            ok => return ok,
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use super::locks::TxnStatus;
 use super::notify::KeyRecheck;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
-use crate::kv::{KeyRange, RangePager, ScanOrder};
+use crate::kv::{retry_unavailable, KeyRange, RangePager, ScanOrder};
 use crate::record::{Head, Op, Version};
 use crate::ts::Timestamp;
 use std::collections::HashSet;
@@ -46,7 +46,7 @@ pub(crate) async fn resolve_notifications_below(
         .codec
         .notify_from(shared.read_notify_floor().await?.scan_from);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, raw) in page {
             let Ok(Notification::Strong {
                 start_ts,
@@ -112,7 +112,7 @@ pub(crate) async fn resolve_locks_below(shared: &Shared, below: Timestamp) -> Tx
     let mut resolved = 0;
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, raw) in page {
             let Key::Head(cell) = cell_of(shared, &key)? else {
                 continue;
@@ -200,7 +200,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, raw) in page {
             let Key::Head(cell) = cell_of(shared, &key)? else {
                 continue;
@@ -218,7 +218,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
 async fn versions_in(shared: &Shared, range: KeyRange) -> TxnResult<Vec<(Vec<u8>, Version)>> {
     let mut out = Vec::new();
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, bytes) in page {
             let v = Version::decode(&bytes).map_err(|why| TxnError::corrupt(&key, why))?;
             out.push((key, v));
@@ -242,7 +242,7 @@ async fn delete_versions(
         keys.push(key);
         stats.versions_deleted += 1;
     }
-    shared.kv.batch_delete(keys).await?;
+    retry_unavailable(|| shared.kv.batch_delete(keys.clone())).await?;
     Ok(())
 }
 
@@ -331,7 +331,7 @@ async fn collect_orphan_data(shared: &Shared, sp: u64, stats: &mut GcStats) -> T
     let range = shared.codec.space_range(Space::Data);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     let mut doomed = Vec::new();
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, _) in page {
             let Key::Data(cell, start_ts) = cell_of(shared, &key)? else {
                 continue;
@@ -356,6 +356,6 @@ async fn collect_orphan_data(shared: &Shared, sp: u64, stats: &mut GcStats) -> T
         }
     }
     stats.data_deleted += doomed.len();
-    shared.kv.batch_delete(doomed).await?;
+    retry_unavailable(|| shared.kv.batch_delete(doomed.clone())).await?;
     Ok(())
 }

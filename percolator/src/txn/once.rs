@@ -6,7 +6,7 @@ use super::notify::NotifyEntry;
 use super::transaction::Transaction;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
-use crate::kv::{KvPair, RangePager, ScanOrder};
+use crate::kv::{retry_unavailable, KvPair, RangePager, ScanOrder};
 use crate::record::{Notification, OnceRecord, Op};
 use crate::ts::Timestamp;
 
@@ -209,7 +209,8 @@ impl Transaction {
                         // newer write is visible to us too and is the answer, so skipping
                         // this record is exact (`percolator::design::once`).
                         None if safe_point > self.inner.start_ts && !planted_gone() => {
-                            return Err(self.too_old())
+                            tracing::debug!(%cell, start_ts = s, "a record gone below the safe point: snapshot too old");
+                            return Err(self.too_old());
                         }
                         None => return Ok(None),
                         Some(raw) => {
@@ -351,7 +352,7 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
     let mut resolved = 0;
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page().await? {
+    while let Some(page) = pager.next_page_retrying().await? {
         for (key, raw) in page {
             let (_, s) = once_key(shared, &key)?;
             if s >= below.0 {
@@ -425,7 +426,7 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
     // Cells whose records are all read, waiting for one batched read of their heads.
     let mut cells: Vec<(Cell, Vec<CommittedRecord>)> = Vec::new();
     loop {
-        let page = pager.next_page().await?;
+        let page = pager.next_page_retrying().await?;
         let done = page.is_none();
         for (key, raw) in page.into_iter().flatten() {
             let (cell, _) = once_key(shared, &key)?;
@@ -450,7 +451,7 @@ pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
             let doomed = hidden_records(shared, std::mem::take(&mut cells), sp).await?;
             if !doomed.is_empty() {
                 deleted += doomed.len();
-                shared.kv.batch_delete(doomed).await?;
+                retry_unavailable(|| shared.kv.batch_delete(doomed.clone())).await?;
             }
         }
         if done {
@@ -476,7 +477,7 @@ async fn hidden_records(
         .iter()
         .map(|(cell, _)| shared.codec.head(cell))
         .collect();
-    let heads = shared.kv.batch_get(&keys).await?;
+    let heads = retry_unavailable(|| shared.kv.batch_get(&keys)).await?;
     let mut doomed = Vec::new();
     for (((cell, mut records), key), raw) in cells.into_iter().zip(keys).zip(heads) {
         records.sort_by_key(|(_, c)| std::cmp::Reverse(*c));

@@ -81,7 +81,7 @@ impl Transaction {
             // first) did not see. Checked against the safe point after this read, as an
             // answer from beyond the head is (`crate::design::once`, "Snapshots under GC").
             _ => VersionedRead {
-                beyond_head: true,
+                beyond_head: !planted_miss_unchecked() || read.beyond_head,
                 ..read
             },
         };
@@ -596,4 +596,13 @@ enum LocalRead {
     Written(Option<Vec<u8>>),
     /// The cell's head key, and the head the transaction already read, if any.
     Head(Vec<u8>, Option<HeadSnapshot>),
+}
+
+/// Planted bug `OnceMissSkipsSafePoint` (`crate::planted`): a read no record answers is not
+/// checked against the safe point.
+fn planted_miss_unchecked() -> bool {
+    #[cfg(feature = "planted")]
+    return crate::planted::active(crate::planted::Bug::OnceMissSkipsSafePoint);
+    #[cfg(not(feature = "planted"))]
+    false
 }

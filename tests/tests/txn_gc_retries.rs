@@ -1,0 +1,150 @@
+//! A GC pass retries its idempotent store calls (scans, batched reads, batched deletes) when
+//! they fail transiently (`percolator::design::gc`, "Transient failures"): a pass makes
+//! calls per cell, so without retries a store failing one call in a few hundred fails almost
+//! every pass on a table of thousands of cells, and GC never completes (the simulator's
+//! passes completed only before and after its faults). A call that keeps failing still ends
+//! the pass with the store's error.
+
+mod common;
+
+use common::test_config;
+use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::{KvError, KvResult, MemoryKv, RawKv, UNAVAILABLE_RETRIES};
+use percolator::ts::{LocalClock, Timestamp};
+use percolator::txn::{Client, ClientConfig, TxnError};
+use percolator::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const GC_LAG: Duration = Duration::from_millis(50);
+
+/// Fails scans, batched reads and batched deletes before they reach the store: each
+/// `fail_in_a_row` times, then lets one through.
+#[derive(Debug)]
+struct Flaky {
+    fail_in_a_row: u64,
+    calls: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Flaky {
+    fn new(fail_in_a_row: u64) -> Self {
+        Flaky {
+            fail_in_a_row,
+            calls: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Hooks for Flaky {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        let idempotent = matches!(
+            call,
+            Call::Scan { .. }
+                | Call::ScanMany { .. }
+                | Call::BatchGet { .. }
+                | Call::BatchDelete { .. }
+        );
+        if !idempotent {
+            return Ok(());
+        }
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        if n % (self.fail_in_a_row + 1) < self.fail_in_a_row {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(KvError::Unavailable {
+                op: call.op().name(),
+                message: "flaky".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn config() -> ClientConfig {
+    ClientConfig {
+        gc_lag: GC_LAG,
+        ..test_config()
+    }
+}
+
+fn client(kv: Arc<dyn RawKv>, clock: &Arc<LocalClock>) -> Client {
+    let client = Client::with_config(kv, clock.clone(), config());
+    client.write_once_column("events", "body");
+    client
+}
+
+/// Writes an ordinary cell three times and a write-once cell twice (as records), on a
+/// healthy store; returns a safe point above every write, once it is past the GC lag.
+async fn history(writer: &Client) -> Timestamp {
+    for n in 0..3 {
+        let txn = writer.begin().await.unwrap();
+        txn.set(Cell::new("t", "r", "c"), format!("v{n}"));
+        if n > 0 {
+            txn.set(Cell::new("events", "e1", "body"), format!("body {n}"));
+        }
+        txn.commit().await.unwrap();
+    }
+    let txn = writer.begin().await.unwrap();
+    let sp = txn.start_ts();
+    txn.rollback();
+    tokio::time::sleep(GC_LAG * 3).await;
+    sp
+}
+
+#[tokio::test]
+async fn a_gc_pass_completes_through_transient_failures_of_its_reads_and_deletes() {
+    let store: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let sp = history(&client(store.clone(), &clock)).await;
+    // Every idempotent call fails as many times in a row as a call may be retried.
+    let flaky = Arc::new(Intercepted::wrap(
+        store.clone(),
+        Flaky::new(u64::from(UNAVAILABLE_RETRIES)),
+    ));
+    let gc = client(flaky.clone(), &clock);
+    let stats = gc.gc(sp).await.expect("the pass retries each failed call");
+    assert!(flaky.hooks().failed.load(Ordering::Relaxed) > 0);
+    assert_eq!(stats.versions_deleted, 2, "{stats:?}");
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    // What GC kept is what a snapshot at the safe point reads.
+    let reader = client(store, &clock);
+    let txn = reader.begin().await.unwrap();
+    assert_eq!(
+        txn.get(&Cell::new("t", "r", "c")).await.unwrap().as_deref(),
+        Some(&b"v2"[..])
+    );
+    assert_eq!(
+        txn.get(&Cell::new("events", "e1", "body"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"body 2"[..])
+    );
+}
+
+#[tokio::test]
+async fn a_gc_pass_fails_when_a_call_keeps_failing() {
+    let store: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let sp = history(&client(store.clone(), &clock)).await;
+    // One failure more than the retries.
+    let flaky = Arc::new(Intercepted::wrap(
+        store.clone(),
+        Flaky::new(u64::from(UNAVAILABLE_RETRIES) + 1),
+    ));
+    let gc = client(flaky.clone(), &clock);
+    match gc.gc(sp).await {
+        Err(TxnError::Storage(KvError::Unavailable { message, .. })) => {
+            assert_eq!(message, "flaky")
+        }
+        other => panic!("expected the store's error, got {other:?}"),
+    }
+    assert_eq!(
+        flaky.hooks().failed.load(Ordering::Relaxed),
+        u64::from(UNAVAILABLE_RETRIES) + 1,
+        "the first idempotent call of the pass was tried 1 + {UNAVAILABLE_RETRIES} times"
+    );
+}
