@@ -605,8 +605,9 @@ pub async fn gc_pass(ctx: &Ctx, lag: Duration) -> bool {
     };
     let safe_point = Timestamp::compose(ms, 0);
     let _running = Running::start(&ctx.model);
+    let began = Instant::now();
     let result = ctx.client.gc(safe_point).await;
-    tracing::debug!(p = ctx.process, %safe_point, ?result, "gc pass");
+    tracing::debug!(p = ctx.process, %safe_point, ?result, took = ?began.elapsed(), "gc pass");
     if result.is_ok() {
         // Photon's GC pass goes on with the handled parked-click index.
         if let Err(e) = crate::photon::purge_parked(&ctx.client, safe_point.physical_ms()).await {

@@ -25,16 +25,22 @@
 //! ([`crate::codec::TableIdsError::UnknownId`]) fails the pass.
 //!
 //! **Transient failures.** A pass makes calls per cell (a scan of each cell's `V`, a read of
-//! the versions a hot head hides, a batched delete), so a store that fails one call in a few
-//! hundred would fail almost every pass on a table of thousands of cells, and GC would never
-//! complete while the store is flaky (the simulator's passes completed only outside its
-//! faults). The idempotent calls of a pass, its scans and batched reads and its deletes of
-//! versions, records and values nobody writes again, are retried on
-//! [`crate::kv::KvError::Unavailable`] up to [`crate::kv::UNAVAILABLE_RETRIES`] times
-//! ([`crate::kv::retry_unavailable`]): a retried read is a slower read, and a delete repeated
-//! after its reply was lost deletes nothing more (the two of these reads transactions share,
-//! of a version a head hides and of a primary's older versions, are retried for them too). A
-//! CAS or a point read that fails ends the pass, which the next one repeats (passes are safe to repeat, as concurrent ones are).
+//! the versions a hot head hides, a batched delete, a CAS of a head it trims), so a store
+//! that fails one call in a few hundred failed almost every pass on a table of thousands of
+//! cells, and GC never completed while the store was flaky (in the simulator no pass
+//! completed while its faults were on). A pass retries on
+//! [`crate::kv::KvError::Unavailable`], up to [`crate::kv::UNAVAILABLE_RETRIES`] times over
+//! about 5 s ([`crate::kv::retry_unavailable`], `gc::retried`), every step that is safe to
+//! repeat: its scans and batched reads (a retried read is a slower read); its deletes of
+//! versions, records and values nobody writes again (a repeated delete deletes nothing
+//! more); the put of a committed notify record (a late put, harmless as argued in
+//! [`super::notify`]); the publication of the safe point (read, then CAS, again); and its
+//! CASes from the exact bytes it read (of a pending record it rewrites, of a head it trims
+//! or shrinks): one that applied but lost its reply fails on the retry, exactly as a race
+//! lost to another pass, which the pass already handles. The reads transactions share with
+//! GC (a version a head hides, a primary's older versions) are retried for them too. Status
+//! checks and lock resolution are not retried inside the pass: their failure ends it, and
+//! the next pass repeats it (passes are safe to repeat, as concurrent ones are).
 //! `tests/tests/txn_gc_retries.rs`.
 //!
 //! ## Decisions on a "rolled back" fate

@@ -22,6 +22,7 @@ pub use embedded::{
     WRITE_BUFFER_MB_ENV,
 };
 pub use memory::MemoryKv;
+pub(crate) use pager::retry_after;
 pub use pager::{retry_unavailable, scan_all, RangePager, MAX_SCAN_LIMIT, UNAVAILABLE_RETRIES};
 
 use async_trait::async_trait;

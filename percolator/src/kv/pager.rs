@@ -83,18 +83,19 @@ impl<'a> RangePager<'a> {
 }
 
 /// Retries of a call [`retry_unavailable`] makes after the first.
-pub const UNAVAILABLE_RETRIES: u32 = 5;
+pub const UNAVAILABLE_RETRIES: u32 = 8;
 
 /// The pause before retry `attempt` (from 0) of a call that failed with `e`: doubling from
-/// 20 ms (620 ms over all [`UNAVAILABLE_RETRIES`]) while `e` is [`KvError::Unavailable`];
-/// `None` once retries are spent or for any other error.
-fn retry_after(e: &KvError, attempt: u32) -> Option<Duration> {
+/// 20 ms (5.1 s over all [`UNAVAILABLE_RETRIES`], past a region's election or a short
+/// outage) while `e` is [`KvError::Unavailable`]; `None` once retries are spent or for any
+/// other error.
+pub(crate) fn retry_after(e: &KvError, attempt: u32) -> Option<Duration> {
     (matches!(e, KvError::Unavailable { .. }) && attempt < UNAVAILABLE_RETRIES)
         .then(|| Duration::from_millis(20 << attempt))
 }
 
 /// Runs `call` again while it fails with [`KvError::Unavailable`] (a region error, a lost
-/// reply), up to [`UNAVAILABLE_RETRIES`] times over about 0.6 s, for calls that are
+/// reply), up to [`UNAVAILABLE_RETRIES`] times over about 5 s, for calls that are
 /// idempotent: reads, and deletes of keys nobody writes again. GC passes make thousands of
 /// such calls, so without retries a store that fails one call in a few hundred would fail
 /// almost every pass (`percolator::design::gc`).

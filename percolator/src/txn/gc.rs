@@ -44,7 +44,7 @@ pub(crate) async fn resolve_notifications_below(
     // Nothing is left below the notify floor.
     let range = shared
         .codec
-        .notify_from(shared.read_notify_floor().await?.scan_from);
+        .notify_from(retried(|| shared.read_notify_floor()).await?.scan_from);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page_retrying().await? {
         for (key, raw) in page {
@@ -69,7 +69,7 @@ pub(crate) async fn resolve_notifications_below(
                     // A plain put (notify keys are never CASed): if an observer consumed the
                     // key meanwhile, the resurrected key is harmless, as its acknowledgment
                     // already covers commit_ts and the observer will not run again.
-                    shared.kv.put(key.clone(), record).await?;
+                    retry_unavailable(|| shared.kv.put(key.clone(), record.clone())).await?;
                 }
                 _ => {
                     // Only if the key still holds the strong record read above: a "rolled
@@ -91,6 +91,30 @@ pub(crate) async fn resolve_notifications_below(
         }
     }
     Ok(resolved)
+}
+
+/// Runs `step` again while it fails with a transient store error
+/// ([`crate::kv::KvError::Unavailable`]), as [`retry_unavailable`] does for one call: for
+/// steps a pass may repeat (`percolator::design::gc`, "Transient failures").
+pub(super) async fn retried<T, F, Fut>(mut step: F) -> TxnResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = TxnResult<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        match step().await {
+            Err(TxnError::Storage(e)) => match crate::kv::retry_after(&e, attempt) {
+                Some(pause) => {
+                    tracing::debug!(error = %e, attempt, "gc step retried");
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                None => return Err(TxnError::Storage(e)),
+            },
+            other => return other,
+        }
+    }
 }
 
 /// The decoded `key` met by a GC pass; a key of a table id this client does not know is
@@ -188,7 +212,7 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     }
     let mut stats = GcStats::default();
     // 1. Publish; 2. resolve every older lock before deleting anything.
-    publish_safe_point(shared, safe_point).await?;
+    retried(|| publish_safe_point(shared, safe_point)).await?;
     stats.locks_resolved = resolve_locks_below(shared, safe_point).await?;
     stats.notifications_resolved = resolve_notifications_below(shared, safe_point).await?;
     stats.records_resolved = super::once::resolve_below(shared, safe_point).await?;
@@ -296,7 +320,12 @@ async fn collect_cell(
             rollback_ts: head.rollback_ts,
             floor: head.floor.max(sp),
         };
-        if shared.cas_head(cell, &snap, new).await?.is_ok() {
+        // Retried after a lost reply: a CAS that applied then fails the retry (the head
+        // moved on), as a lost race does.
+        if retried(|| shared.cas_head(cell, &snap, new.clone()))
+            .await?
+            .is_ok()
+        {
             stats.heads_tombstoned += 1;
             // Only versions at or below sp: once the head is a tombstone, new transactions
             // may commit the cell again (above sp, since sp is published and lags the
@@ -314,7 +343,10 @@ async fn collect_cell(
     if head.recent.iter().any(|v| v.commit_ts < c_star) {
         let mut trimmed = head.next();
         trimmed.recent.retain(|v| v.commit_ts >= c_star);
-        if shared.cas_head(cell, &snap, trimmed).await?.is_ok() {
+        if retried(|| shared.cas_head(cell, &snap, trimmed.clone()))
+            .await?
+            .is_ok()
+        {
             stats.versions_deleted +=
                 head.recent.len() - head.recent.iter().filter(|v| v.commit_ts >= c_star).count();
         }

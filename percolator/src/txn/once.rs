@@ -386,10 +386,15 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                         resolved += 1;
                         continue;
                     }
-                    shared
-                        .kv
-                        .compare_and_swap(key.clone(), Some(raw.clone()), record.encode())
-                        .await?;
+                    // Retried after a lost reply: one that applied then finds the record
+                    // rewritten, which is the outcome above.
+                    let encoded = record.encode();
+                    retry_unavailable(|| {
+                        shared
+                            .kv
+                            .compare_and_swap(key.clone(), Some(raw.clone()), encoded.clone())
+                    })
+                    .await?;
                 }
                 _ => {
                     // Only if the record is still the pending one read above: "rolled back"
