@@ -105,6 +105,8 @@ pub struct Faults {
     floor_keys: Mutex<Vec<Vec<u8>>>,
     timed_keys: Mutex<Vec<Vec<u8>>>,
     held_put_prefix: Mutex<Vec<u8>>,
+    held_floor_key: Mutex<Vec<u8>>,
+    held_puts: Mutex<Vec<(u64, Instant)>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
     heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
@@ -129,6 +131,8 @@ impl Faults {
             floor_keys: Mutex::new(Vec::new()),
             timed_keys: Mutex::new(Vec::new()),
             held_put_prefix: Mutex::new(Vec::new()),
+            held_floor_key: Mutex::new(Vec::new()),
+            held_puts: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
             heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
@@ -171,12 +175,78 @@ impl Faults {
             .push(floor_key);
     }
 
-    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds.
-    pub fn set_held_put_space(&self, prefix: Vec<u8>) {
+    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds (its keys begin
+    /// with `prefix`, then the bucket), and the key of its floor record, whose raises wait
+    /// for those puts ([`Faults::floor_raise_gate`]).
+    pub fn set_held_put_space(&self, prefix: Vec<u8>, floor_key: Vec<u8>) {
         *self
             .held_put_prefix
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = prefix;
+        *self
+            .held_floor_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = floor_key;
+    }
+
+    /// Notes a put of the held notify space (its first key `key`) held until `lands`.
+    pub fn note_held_put(&self, key: &[u8], lands: Instant) {
+        let prefix = self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let Some(bucket) = key
+            .get(prefix..prefix + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+        else {
+            return;
+        };
+        let mut held = self.held_puts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        held.retain(|(_, until)| *until > now);
+        held.push((bucket, lands));
+    }
+
+    /// For a CAS of the held notify space's floor record from `expected` to `new`: if it
+    /// raises the floor past the bucket of a notify put held now (the raiser's scan went
+    /// past that bucket before the key was there), until when to hold it: until that put
+    /// has landed and its writer read the floor (still below its key). Correct raises owe
+    /// the rescan of what they skipped and find the key; one cut short leaves it there.
+    pub fn floor_raise_gate(
+        &self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Option<Instant> {
+        if self
+            .held_floor_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_slice()
+            != key
+        {
+            return None;
+        }
+        // The floor of a record (both layouts; none is 0).
+        let floor = |bytes: Option<&[u8]>| -> Option<u64> {
+            let word = match bytes {
+                None => return Some(0),
+                Some(b) if b.len() == 8 => b,
+                Some(b) if b.len() == 17 => &b[1..9],
+                Some(_) => return None,
+            };
+            <[u8; 8]>::try_from(word).ok().map(u64::from_be_bytes)
+        };
+        let (from, to) = (floor(expected)?, floor(Some(new))?);
+        let mut held = self.held_puts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        held.retain(|(_, until)| *until > now);
+        held.iter()
+            .filter(|(bucket, _)| from <= *bucket && *bucket < to)
+            .map(|(_, until)| *until + Duration::from_millis(30))
+            .max()
     }
 
     /// Whether a put of `key` may be held ([`FaultRates::notify_put_hold`]).

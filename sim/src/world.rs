@@ -642,13 +642,11 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     );
     let floor_harness = floor_client(&env, &harness_life, 0);
     let notify = floor_harness.codec().notify_between(0, 0).start;
-    faults.set_held_put_space(notify[..notify.len() - 8].to_vec());
-    faults.add_notify_space(
-        notify[..notify.len() - 8].to_vec(),
-        floor_harness
-            .codec()
-            .meta(percolator::txn::NOTIFY_FLOOR_META),
-    );
+    let floor_key = floor_harness
+        .codec()
+        .meta(percolator::txn::NOTIFY_FLOOR_META);
+    faults.set_held_put_space(notify[..notify.len() - 8].to_vec(), floor_key.clone());
+    faults.add_notify_space(notify[..notify.len() - 8].to_vec(), floor_key);
     faults.set_timed_keys(
         timed::held_cells()
             .iter()
