@@ -36,8 +36,8 @@ pub struct FaultRates {
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
     /// A scan of the notify space that fails before it reaches the store (a region error):
-    /// a worker's pass, or (at twice the rate) the rescan a floor raise owes, which a raise
-    /// cut short leaves to the next pass.
+    /// a worker's pass, or (at three times the rate) the rescan a floor raise owes, which a
+    /// raise cut short leaves to the next pass.
     pub notify_scan_fail: f64,
     /// A CAS of a notify floor record held 0.3-1.5 s before it applies: a scanner's raise
     /// then lands long after its scan, while writers (held puts among them) put keys in the
@@ -265,6 +265,19 @@ impl Faults {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .any(|prefix| key.starts_with(prefix))
+    }
+
+    /// Whether a scan of `range` is a floor raise's rescan: it ends at a bucket of a notify
+    /// space (a pass ends at the space's end).
+    pub fn is_rescan(&self, range: &percolator::kv::KeyRange) -> bool {
+        let Some(end) = range.end.as_deref() else {
+            return false;
+        };
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|prefix| end.len() == prefix.len() + 8 && end.starts_with(prefix))
     }
 
     /// Whether `key` is a notify floor record's.

@@ -273,11 +273,11 @@ impl Hooks for FaultHooks {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }
-            // A scan of a bounded range of the notify space is a floor raise's rescan (a
-            // pass scans from the floor on): failed at the higher rate.
+            // A scan of the notify space ending at a bucket is a floor raise's rescan (a
+            // pass scans from the floor to the space's end): failed at three times the rate.
             let notify_scan = match &call {
                 Call::Scan { range, .. } if f.is_notify_key(key) => {
-                    Some(if range.end.is_some() { 2.0 } else { 1.0 })
+                    Some(if f.is_rescan(range) { 3.0 } else { 1.0 })
                 }
                 _ => None,
             };

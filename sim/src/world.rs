@@ -576,7 +576,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             0.0
         },
         notify_put_hold: if floor_stress {
-            [0.1, 0.3][rng.index(2)]
+            [0.3, 0.5][rng.index(2)]
         } else {
             0.0
         },
