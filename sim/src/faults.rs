@@ -46,7 +46,10 @@ pub struct FaultRates {
     /// A put of notify keys of the beacons' namespace held 1.2-3 s after its writer chose
     /// their bucket: it lands after scanners went past that bucket, and its writer's floor
     /// read follows it (the other namespace's notify puts are a commit's prewrite: held
-    /// that long, most would only be fenced).
+    /// that long, most would only be fenced). A CAS raising the beacons' floor past the
+    /// bucket of a put held then waits until the put landed and its writer read the floor
+    /// ([`Faults::floor_raise_gate`]): the key lies in the range the raise skips, below
+    /// every reader's start unless the raise's rescan (owed in the record) moves it.
     pub notify_put_hold: f64,
     /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
     /// at a time: a busy process whose heartbeat waits while its runs go on. The others take

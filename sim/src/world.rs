@@ -549,8 +549,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let rng = SimRng::new(seed);
     let trace = Trace::new(options.keep_trace);
     // In half the seeds the notify floors are stressed: floor CASes and the beacons'
-    // notify puts held, and scans of the notify space failing (a rescan at twice the rate),
-    // so raises are cut short while keys lie in the range they skip (invariant N2).
+    // notify puts held (a raise of the beacons' floor past a held put's bucket waits for
+    // it to land), and scans of the notify space failing (a rescan at three times the
+    // rate), so raises are cut short while keys lie in the range they skip (invariant N2).
     let floor_stress = rng.chance(0.5);
     // Swarm testing: each seed draws how often calls are held.
     let rates = FaultRates {
