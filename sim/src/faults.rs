@@ -36,8 +36,8 @@ pub struct FaultRates {
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
     /// A scan of the notify space that fails before it reaches the store (a region error):
-    /// a worker's pass, or (at three times the rate) the rescan a floor raise owes, which a
-    /// raise cut short leaves to the next pass.
+    /// a worker's pass, or (at one and a half times the rate) the rescan a floor raise
+    /// owes, which a raise cut short leaves to the next pass.
     pub notify_scan_fail: f64,
     /// A CAS of a notify floor record held 0.3-1.5 s before it applies: a scanner's raise
     /// then lands long after its scan, while writers (held puts among them) put keys in the

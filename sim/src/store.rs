@@ -274,10 +274,11 @@ impl Hooks for FaultHooks {
                 return Err(unavailable(op.name(), "simulated outage"));
             }
             // A scan of the notify space ending at a bucket is a floor raise's rescan (a
-            // pass scans from the floor to the space's end): failed at three times the rate.
+            // pass scans from the floor to the space's end): failed at one and a half times
+            // the rate.
             let notify_scan = match &call {
                 Call::Scan { range, .. } if f.is_notify_key(key) => {
-                    Some(if f.is_rescan(range) { 3.0 } else { 1.0 })
+                    Some(if f.is_rescan(range) { 1.5 } else { 1.0 })
                 }
                 _ => None,
             };

@@ -550,8 +550,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let trace = Trace::new(options.keep_trace);
     // In half the seeds the notify floors are stressed: floor CASes and the beacons'
     // notify puts held (a raise of the beacons' floor past a held put's bucket waits for
-    // it to land), and scans of the notify space failing (a rescan at three times the
-    // rate), so raises are cut short while keys lie in the range they skip (invariant N2).
+    // it to land), and scans of the notify space failing (a rescan at one and a half times
+    // the rate), so raises are cut short while keys lie in the range they skip (invariant
+    // N2).
     let floor_stress = rng.chance(0.5);
     // Swarm testing: each seed draws how often calls are held.
     let rates = FaultRates {
@@ -565,9 +566,9 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         // Scans of the notify space failing now and then (the rescan a floor raise owes
         // among them: a raise cut short, issue 25).
         notify_scan_fail: if floor_stress {
-            0.2
+            0.4
         } else {
-            [0.0, 0.05][rng.index(2)]
+            [0.0, 0.1][rng.index(2)]
         },
         heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
         timed_hold: [0.0, 0.3, 0.7][rng.index(3)],
