@@ -57,6 +57,13 @@ pub enum Bug {
     /// join having committed before it began (the exactly-once bug class of Photon's
     /// IdRegistry: a lookup trusted past the transaction that wrote the entry).
     JoinTrustsStaleRegistry,
+    /// `txn::notify`, the floor raise: `floor` and `scan_from` move together in one CAS
+    /// and the raiser rescans the range it skipped from its memory of that CAS, so a raise
+    /// cut short between the CAS and the end of its rescan (a failed scan, a crash) leaves
+    /// no rescan owed in the record, and a notify key put there by a writer whose floor read
+    /// came before the CAS (its put after the raiser's scan) is below every reader's start
+    /// for good: a notification never observed (invariant N2, issue 25).
+    FloorRaiseCutShort,
 }
 
 thread_local! {

@@ -36,8 +36,8 @@ pub struct FaultRates {
     /// whose safe point passed that delete.
     pub reader_fate_hold: f64,
     /// A scan of the notify space that fails before it reaches the store (a region error):
-    /// a worker's pass, or (at twice the rate) the rescan a floor raise owes, which a raise
-    /// cut short leaves to the next pass.
+    /// a worker's pass, or (at one and a half times the rate) the rescan a floor raise
+    /// owes, which a raise cut short leaves to the next pass.
     pub notify_scan_fail: f64,
     /// A CAS of a notify floor record held 0.3-1.5 s before it applies: a scanner's raise
     /// then lands long after its scan, while writers (held puts among them) put keys in the
@@ -46,7 +46,10 @@ pub struct FaultRates {
     /// A put of notify keys of the beacons' namespace held 1.2-3 s after its writer chose
     /// their bucket: it lands after scanners went past that bucket, and its writer's floor
     /// read follows it (the other namespace's notify puts are a commit's prewrite: held
-    /// that long, most would only be fenced).
+    /// that long, most would only be fenced). A CAS raising the beacons' floor past the
+    /// bucket of a put held then waits until the put landed and its writer read the floor
+    /// ([`Faults::floor_raise_gate`]): the key lies in the range the raise skips, below
+    /// every reader's start unless the raise's rescan (owed in the record) moves it.
     pub notify_put_hold: f64,
     /// A worker's heartbeat (the put of its record in the worker registry) held 4-10 s, one
     /// at a time: a busy process whose heartbeat waits while its runs go on. The others take
@@ -112,6 +115,8 @@ pub struct Faults {
     timed_keys: Mutex<Vec<Vec<u8>>>,
     revision_scans: Mutex<Vec<Vec<u8>>>,
     held_put_prefix: Mutex<Vec<u8>>,
+    held_floor_key: Mutex<Vec<u8>>,
+    held_puts: Mutex<Vec<(u64, Instant)>>,
     worker_prefix: Mutex<Vec<u8>>,
     heartbeat_holding: AtomicBool,
     heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
@@ -138,6 +143,8 @@ impl Faults {
             timed_keys: Mutex::new(Vec::new()),
             revision_scans: Mutex::new(Vec::new()),
             held_put_prefix: Mutex::new(Vec::new()),
+            held_floor_key: Mutex::new(Vec::new()),
+            held_puts: Mutex::new(Vec::new()),
             worker_prefix: Mutex::new(Vec::new()),
             heartbeat_holding: AtomicBool::new(false),
             heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
@@ -216,12 +223,78 @@ impl Faults {
             .push(floor_key);
     }
 
-    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds.
-    pub fn set_held_put_space(&self, prefix: Vec<u8>) {
+    /// The notify space whose puts [`FaultRates::notify_put_hold`] holds (its keys begin
+    /// with `prefix`, then the bucket), and the key of its floor record, whose raises wait
+    /// for those puts ([`Faults::floor_raise_gate`]).
+    pub fn set_held_put_space(&self, prefix: Vec<u8>, floor_key: Vec<u8>) {
         *self
             .held_put_prefix
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = prefix;
+        *self
+            .held_floor_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = floor_key;
+    }
+
+    /// Notes a put of the held notify space (its first key `key`) held until `lands`.
+    pub fn note_held_put(&self, key: &[u8], lands: Instant) {
+        let prefix = self
+            .held_put_prefix
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let Some(bucket) = key
+            .get(prefix..prefix + 8)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_be_bytes)
+        else {
+            return;
+        };
+        let mut held = self.held_puts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        held.retain(|(_, until)| *until > now);
+        held.push((bucket, lands));
+    }
+
+    /// For a CAS of the held notify space's floor record from `expected` to `new`: if it
+    /// raises the floor past the bucket of a notify put held now (the raiser's scan went
+    /// past that bucket before the key was there), until when to hold it: until that put
+    /// has landed and its writer read the floor (still below its key). Correct raises owe
+    /// the rescan of what they skipped and find the key; one cut short leaves it there.
+    pub fn floor_raise_gate(
+        &self,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Option<Instant> {
+        if self
+            .held_floor_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_slice()
+            != key
+        {
+            return None;
+        }
+        // The floor of a record (both layouts; none is 0).
+        let floor = |bytes: Option<&[u8]>| -> Option<u64> {
+            let word = match bytes {
+                None => return Some(0),
+                Some(b) if b.len() == 8 => b,
+                Some(b) if b.len() == 17 => &b[1..9],
+                Some(_) => return None,
+            };
+            <[u8; 8]>::try_from(word).ok().map(u64::from_be_bytes)
+        };
+        let (from, to) = (floor(expected)?, floor(Some(new))?);
+        let mut held = self.held_puts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        held.retain(|(_, until)| *until > now);
+        held.iter()
+            .filter(|(bucket, _)| from <= *bucket && *bucket < to)
+            .map(|(_, until)| *until + Duration::from_millis(30))
+            .max()
     }
 
     /// Whether a put of `key` may be held ([`FaultRates::notify_put_hold`]).
@@ -240,6 +313,19 @@ impl Faults {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .any(|prefix| key.starts_with(prefix))
+    }
+
+    /// Whether a scan of `range` is a floor raise's rescan: it ends at a bucket of a notify
+    /// space (a pass ends at the space's end).
+    pub fn is_rescan(&self, range: &percolator::kv::KeyRange) -> bool {
+        let Some(end) = range.end.as_deref() else {
+            return false;
+        };
+        self.notify_prefixes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|prefix| end.len() == prefix.len() + 8 && end.starts_with(prefix))
     }
 
     /// Whether `key` is a notify floor record's.

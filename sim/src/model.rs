@@ -34,6 +34,10 @@ pub struct Model {
     pub lease_commits_slow: u64,
     /// Beacons (process, sequence) whose weak notification was acknowledged.
     pub beacons: BTreeSet<(usize, u64)>,
+    /// The last beacon sequence each process used, over all its incarnations: a restarted
+    /// process's beacons go on from there, so each is a row of its own (a lost one is not
+    /// covered by a later incarnation's beacon of the same row).
+    pub beacon_seqs: BTreeMap<usize, u64>,
     /// Violations found along the way.
     pub violations: Vec<String>,
     /// Transactions the workload committed.

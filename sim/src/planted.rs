@@ -26,6 +26,7 @@ pub const BUGS: &[(&str, Bug)] = &[
         Bug::WorkerKeepsShareWhenHeldUp,
     ),
     ("join_trusts_stale_registry", Bug::JoinTrustsStaleRegistry),
+    ("floor_raise_cut_short", Bug::FloorRaiseCutShort),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

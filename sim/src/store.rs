@@ -267,6 +267,17 @@ impl Hooks for FaultHooks {
                 let hold = rng.millis(max / 4, max);
                 tracing::debug!(process = self.life.process, ?hold, "fate check held");
                 tokio::time::sleep(hold).await;
+            } else if let Some(until) = match call {
+                Call::CompareAndSwap {
+                    key, expected, new, ..
+                } if f.rates.notify_put_hold > 0.0 => f.floor_raise_gate(key, expected, new),
+                _ => None,
+            } {
+                // A raise past a held notify put's bucket waits for it to land and its
+                // writer to read the floor below its key.
+                f.count();
+                self.record("gate-floor", op, key);
+                tokio::time::sleep_until(until).await;
             } else if f.rates.floor_hold > 0.0
                 && matches!(call, Call::CompareAndSwap { key, .. } if f.is_floor_key(key))
                 && rng.chance(f.rates.floor_hold)
@@ -281,7 +292,9 @@ impl Hooks for FaultHooks {
             {
                 f.count();
                 self.record("hold-notify-put", op, key);
-                tokio::time::sleep(rng.millis(1_200, 3_000)).await;
+                let hold = rng.millis(1_200, 3_000);
+                f.note_held_put(key, tokio::time::Instant::now() + hold);
+                tokio::time::sleep(hold).await;
                 self.record("lands-notify-put", op, key);
             } else if f.rates.heartbeat_hold > 0.0
                 && matches!(call, Call::Put { key, .. } if f.is_worker_key(key))
@@ -318,11 +331,12 @@ impl Hooks for FaultHooks {
                 self.record("outage", op, &[]);
                 return Err(unavailable(op.name(), "simulated outage"));
             }
-            // A scan of a bounded range of the notify space is a floor raise's rescan (a
-            // pass scans from the floor on): failed at the higher rate.
+            // A scan of the notify space ending at a bucket is a floor raise's rescan (a
+            // pass scans from the floor to the space's end): failed at one and a half times
+            // the rate.
             let notify_scan = match &call {
                 Call::Scan { range, .. } if f.is_notify_key(key) => {
-                    Some(if range.end.is_some() { 2.0 } else { 1.0 })
+                    Some(if f.is_rescan(range) { 1.5 } else { 1.0 })
                 }
                 _ => None,
             };

@@ -95,14 +95,18 @@ pub async fn loader(ctx: Ctx, j: usize) {
     }
 }
 
-/// Beacons: weak notifications of fresh rows every 20-200 ms, each acknowledged one to be
-/// observed at least once. On a host whose clock is behind they go in the bucket of the
-/// floor this client last saw, while scanners raise it past them (invariant N2).
+/// Beacons: weak notifications of fresh rows every 20-200 ms (numbered on from the last
+/// row any incarnation of the process used), each acknowledged one to be observed at least
+/// once. On a host whose clock is behind they go in the bucket of the floor this client
+/// last saw, while scanners raise it past them (invariant N2).
 pub async fn beacons(ctx: Ctx) {
-    let mut seq = 0u64;
     loop {
         tokio::time::sleep(ctx.rng.millis(20, 200)).await;
-        seq += 1;
+        let seq = ctx.model.with(|m| {
+            let seq = m.beacon_seqs.entry(ctx.process).or_default();
+            *seq += 1;
+            *seq
+        });
         let cell = schema::beacon(ctx.process, seq);
         if ctx.client.weak_notify(&cell).await.is_ok() {
             let p = ctx.process;

@@ -234,6 +234,10 @@ impl Shared {
     /// outcome is unknown is decided by the record found next, not by this call's memory.
     pub(crate) async fn raise_notify_floor(&self, from: u64, to: u64) -> TxnResult<FloorRaise> {
         let read = self.read_floor().await?;
+        #[cfg(feature = "planted")]
+        if crate::planted::active(crate::planted::Bug::FloorRaiseCutShort) {
+            return self.raise_notify_floor_in_one_cas(read, from, to).await;
+        }
         // The caller's scan began at `from`, at or below where readers start now
         // (`scan_from` only grows), and found nothing left below `to`.
         let (read, raised) = self
@@ -251,6 +255,59 @@ impl Shared {
         } else {
             0
         };
+        Ok(FloorRaise { raised, relocated })
+    }
+
+    /// The planted [`crate::planted::Bug::FloorRaiseCutShort`]: the raise moves `floor` and
+    /// `scan_from` together in one CAS and rescans the range it skipped from its memory of
+    /// that CAS, so a rescan cut short (a failed scan, a crash) is owed nowhere and the keys
+    /// writers left there (their floor read before the raise, their put after its scan) are
+    /// below every reader's start for good.
+    #[cfg(feature = "planted")]
+    async fn raise_notify_floor_in_one_cas(
+        &self,
+        read: FloorRead,
+        from: u64,
+        to: u64,
+    ) -> TxnResult<FloorRaise> {
+        let skipped_from = read.record.scan_from;
+        let (read, raised) = self
+            .update_floor(read, |r| {
+                (to > from && r.floor < to).then_some(NotifyFloor {
+                    floor: to,
+                    scan_from: to,
+                })
+            })
+            .await?;
+        self.notify_floor_seen
+            .fetch_max(read.record.floor, Ordering::Relaxed);
+        let mut relocated = 0;
+        if raised {
+            // The rescan, from memory: what this call's CAS skipped.
+            let range = self.codec.notify_between(skipped_from, to);
+            let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 1024);
+            while let Some(page) = pager.next_page().await? {
+                let mut entries = Vec::new();
+                let mut old = Vec::new();
+                for (key, record) in page {
+                    let Ok(Key::Notify { cell, ts, .. }) = self.codec.decode(&key) else {
+                        continue;
+                    };
+                    entries.push((cell, ts, record));
+                    old.push(key);
+                }
+                if entries.is_empty() {
+                    continue;
+                }
+                self.put_notify_keys(&entries).await?;
+                relocated += old.len();
+                let moved = old.len();
+                self.kv.batch_delete(old).await?;
+                self.count_removed(moved);
+            }
+        } else if read.record.owes_rescan() {
+            relocated = self.rescan_below_floor(read.record).await?;
+        }
         Ok(FloorRaise { raised, relocated })
     }
 
