@@ -4,7 +4,9 @@
 //!
 //! - A commit is registered from before its first prewrite until its commit point has been
 //!   decided by its own CAS, or it gave up; the entry goes when the [`InFlight`] guard drops,
-//!   and with it the channel, which wakes every reader waiting on it.
+//!   which wakes every reader waiting on it, in the order they began waiting (a
+//!   `tokio::sync::Notify`: a `watch` channel wakes its receivers in an order drawn from
+//!   the runtime's random source, which made the simulation's seeds replay differently).
 //! - A commit that reached its commit point records `Committed(c)` in the client's status
 //!   cache before its guard drops, so the woken readers' next status check needs no read.
 //! - This only changes *when* a reader checks the primary again, never what the check says:
@@ -12,9 +14,9 @@
 //!   as before.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// How long a reader waits on a commit of this client before it checks the primary anyway
 /// (the writer may be stalled past its TTL; the check then fences it, as for any writer).
@@ -23,7 +25,7 @@ pub(crate) const LOCAL_RECHECK: Duration = Duration::from_millis(250);
 /// The commits of one client between their first prewrite and their decision, by start_ts.
 #[derive(Default)]
 pub(crate) struct LocalWriters {
-    in_flight: Mutex<HashMap<u64, watch::Sender<()>>>,
+    in_flight: Mutex<HashMap<u64, Arc<Notify>>>,
 }
 
 /// A registered commit; dropping it wakes the readers waiting on it.
@@ -34,19 +36,21 @@ pub(crate) struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        // Dropping the sender ends every receiver's `changed()` with an error: they wake.
-        self.writers.lock().remove(&self.start_ts);
+        // Waiters registered under the lock while the entry was there: all woken.
+        if let Some(decided) = self.writers.lock().remove(&self.start_ts) {
+            decided.notify_waiters();
+        }
     }
 }
 
 impl LocalWriters {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Sender<()>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Notify>>> {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers the commit of transaction `start_ts` until the guard drops.
     pub(crate) fn begin(&self, start_ts: u64) -> InFlight<'_> {
-        self.lock().insert(start_ts, watch::channel(()).0);
+        self.lock().insert(start_ts, Arc::new(Notify::new()));
         InFlight {
             writers: self,
             start_ts,
@@ -63,14 +67,20 @@ impl LocalWriters {
     /// decision (at most [`LOCAL_RECHECK`]) if it is a commit of this client in flight, else
     /// for `backoff`.
     pub(crate) async fn wait(&self, start_ts: u64, backoff: Duration) {
-        let receiver = self.lock().get(&start_ts).map(|tx| tx.subscribe());
-        match receiver {
-            // `changed` returns once the sender is dropped (no value is ever sent).
-            Some(mut rx) => {
-                let _ = tokio::time::timeout(LOCAL_RECHECK, rx.changed()).await;
-            }
-            None => tokio::time::sleep(backoff).await,
+        let Some(decided) = self.lock().get(&start_ts).cloned() else {
+            tokio::time::sleep(backoff).await;
+            return;
+        };
+        let woken = decided.notified();
+        tokio::pin!(woken);
+        // Registered before the entry is looked up again: a guard dropped after this point
+        // wakes it; one dropped before removed the entry, and then there is nothing to wait
+        // for.
+        woken.as_mut().enable();
+        if !self.lock().contains_key(&start_ts) {
+            return;
         }
+        let _ = tokio::time::timeout(LOCAL_RECHECK, woken).await;
     }
 }
 
