@@ -8,7 +8,7 @@
 mod common;
 
 use common::test_config;
-use percolator::kv::intercept::{Call, Hooks, Intercepted};
+use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
 use percolator::kv::{KvError, KvResult, MemoryKv, RawKv, UNAVAILABLE_RETRIES};
 use percolator::ts::{LocalClock, Timestamp};
 use percolator::txn::{Client, ClientConfig, TxnError};
@@ -57,6 +57,31 @@ impl Hooks for Flaky {
             return Err(KvError::Unavailable {
                 op: call.op().name(),
                 message: "flaky".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Applies every CAS, and reports every other one (the first, the third, ...) as failed: its
+/// reply lost.
+#[derive(Debug, Default)]
+struct LostReplies {
+    cases: AtomicU64,
+    lost: AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Hooks for LostReplies {
+    async fn after(&self, op: Op) -> KvResult<()> {
+        if op != Op::CompareAndSwap {
+            return Ok(());
+        }
+        if self.cases.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+            return Err(KvError::Unavailable {
+                op: op.name(),
+                message: "reply lost".to_string(),
             });
         }
         Ok(())
@@ -143,5 +168,51 @@ async fn a_gc_pass_fails_when_a_call_keeps_failing() {
         flaky.hooks().failed.load(Ordering::Relaxed),
         u64::from(UNAVAILABLE_RETRIES) + 1,
         "the first idempotent call of the pass was tried 1 + {UNAVAILABLE_RETRIES} times"
+    );
+}
+
+#[tokio::test]
+async fn a_gc_pass_completes_when_its_cases_apply_and_lose_their_replies() {
+    let store: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let writer = client(store.clone(), &clock);
+    // A cell deleted (its head shrinks to a tombstone), besides the history (a head whose
+    // older versions are trimmed, pending records rewritten as committed).
+    let txn = writer.begin().await.unwrap();
+    txn.set(Cell::new("t", "gone", "c"), "x");
+    txn.commit().await.unwrap();
+    let txn = writer.begin().await.unwrap();
+    txn.delete(Cell::new("t", "gone", "c"));
+    txn.commit().await.unwrap();
+    let sp = history(&writer).await;
+    let lossy = Arc::new(Intercepted::wrap(store.clone(), LostReplies::default()));
+    let gc = client(lossy.clone(), &clock);
+    let stats = gc
+        .gc(sp)
+        .await
+        .expect("each CAS is retried after its lost reply");
+    assert!(lossy.hooks().lost.load(Ordering::Relaxed) >= 3, "{stats:?}");
+    assert_eq!(stats.heads_tombstoned, 1, "{stats:?}");
+    assert_eq!(stats.records_deleted, 1, "{stats:?}");
+    let reader = client(store, &clock);
+    let txn = reader.begin().await.unwrap();
+    assert_eq!(txn.get(&Cell::new("t", "gone", "c")).await.unwrap(), None);
+    assert_eq!(
+        txn.get(&Cell::new("t", "r", "c")).await.unwrap().as_deref(),
+        Some(&b"v2"[..])
+    );
+    assert_eq!(
+        txn.get(&Cell::new("events", "e1", "body"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"body 2"[..])
+    );
+    // A second pass finds nothing left to do.
+    let again = gc.gc(sp).await.expect("a second pass");
+    assert_eq!(
+        again.versions_deleted + again.records_deleted + again.heads_tombstoned,
+        0,
+        "{again:?}"
     );
 }

@@ -33,15 +33,16 @@
 //! about 5 s ([`crate::kv::retry_unavailable`], `gc::retried`), every step that is safe to
 //! repeat: its scans and batched reads (a retried read is a slower read); its deletes of
 //! versions, records and values nobody writes again (a repeated delete deletes nothing
-//! more); the put of a committed notify record (a late put, harmless as argued in
-//! [`super::notify`]); the publication of the safe point (read, then CAS, again); and its
-//! CASes from the exact bytes it read (of a pending record it rewrites, of a head it trims
-//! or shrinks): one that applied but lost its reply fails on the retry, exactly as a race
-//! lost to another pass, which the pass already handles. The reads transactions share with
-//! GC (a version a head hides, a primary's older versions) are retried for them too. Status
-//! checks and lock resolution are not retried inside the pass: their failure ends it, and
-//! the next pass repeats it (passes are safe to repeat, as concurrent ones are).
-//! `tests/tests/txn_gc_retries.rs`.
+//! more); the publication of the safe point (read, then CAS, again); and its CASes from the
+//! exact bytes it read (of a pending record it rewrites, of a head it trims or shrinks): one
+//! that applied but lost its reply either finds its own bytes (heads carry a `seq`, so equal
+//! bytes are this CAS's) or fails as a race lost to another pass, which the pass already
+//! handles. Not retried: the put of a committed notify key (a late repeat could land after a
+//! floor raise's rescan moved the key, below `scan_from`, where nothing scans it again),
+//! status checks and lock resolution; their failure ends the pass, and the next one repeats
+//! it (passes are safe to repeat, as concurrent ones are). Transactions' own reads are not
+//! retried (an outage reaches the caller at once). `tests/tests/txn_gc_retries.rs`: reads and
+//! deletes failing before they reach the store, and CASes whose replies are lost.
 //!
 //! ## Decisions on a "rolled back" fate
 //!

@@ -95,10 +95,11 @@ pub(crate) fn retry_after(e: &KvError, attempt: u32) -> Option<Duration> {
 }
 
 /// Runs `call` again while it fails with [`KvError::Unavailable`] (a region error, a lost
-/// reply), up to [`UNAVAILABLE_RETRIES`] times over about 5 s, for calls that are
-/// idempotent: reads, and deletes of keys nobody writes again. GC passes make thousands of
-/// such calls, so without retries a store that fails one call in a few hundred would fail
-/// almost every pass (`percolator::design::gc`).
+/// reply), up to [`UNAVAILABLE_RETRIES`] times over about 5 s, for calls that are safe to
+/// repeat: reads, deletes of keys nobody writes again, and CASes from bytes whose retry
+/// after a lost reply reads as a lost race (GC's steps, `percolator::design::gc`,
+/// "Transient failures"). GC passes make thousands of such calls, so without retries a
+/// store that fails one call in a few hundred would fail almost every pass.
 pub async fn retry_unavailable<T, F, Fut>(mut call: F) -> KvResult<T>
 where
     F: FnMut() -> Fut,

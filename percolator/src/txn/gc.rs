@@ -69,7 +69,7 @@ pub(crate) async fn resolve_notifications_below(
                     // A plain put (notify keys are never CASed): if an observer consumed the
                     // key meanwhile, the resurrected key is harmless, as its acknowledgment
                     // already covers commit_ts and the observer will not run again.
-                    retry_unavailable(|| shared.kv.put(key.clone(), record.clone())).await?;
+                    shared.kv.put(key.clone(), record).await?;
                 }
                 _ => {
                     // Only if the key still holds the strong record read above: a "rolled
@@ -281,17 +281,15 @@ async fn collect_cell(
     // c*: the newest version at or below sp.
     let c_star = match &head.latest {
         Some(latest) if latest.commit_ts <= sp => Some(latest.commit_ts),
-        _ => shared
-            .visible_version(
-                cell,
-                &Head {
-                    latest: None,
-                    ..head.clone()
-                },
-                Timestamp(sp),
-            )
-            .await?
-            .map(|v| v.commit_ts),
+        _ => {
+            let hidden = Head {
+                latest: None,
+                ..head.clone()
+            };
+            retried(|| shared.visible_version(cell, &hidden, Timestamp(sp)))
+                .await?
+                .map(|v| v.commit_ts)
+        }
     };
     let Some(c_star) = c_star else {
         // Nothing visible at sp. V entries below the floor are garbage readers ignore, put

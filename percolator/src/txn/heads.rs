@@ -206,12 +206,10 @@ impl Shared {
             return Ok(Some(version.clone()));
         }
         let range = self.codec.versions_at_or_below(cell, ts.0);
-        // A read: retried on a transient failure (GC asks this of most hot cells a pass).
-        let page = crate::kv::retry_unavailable(|| {
-            self.kv
-                .scan(range.clone(), 1, crate::kv::ScanOrder::Forward)
-        })
-        .await?;
+        let page = self
+            .kv
+            .scan(range, 1, crate::kv::ScanOrder::Forward)
+            .await?;
         let Some((key, bytes)) = page.into_iter().next() else {
             return Ok(None);
         };

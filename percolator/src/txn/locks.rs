@@ -65,7 +65,7 @@ impl Shared {
         let all = self.codec.cell_range(Space::Version, primary);
         let range = KeyRange::new(all.start, self.codec.version(primary, start_ts.0));
         let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 256);
-        while let Some(page) = pager.next_page_retrying().await? {
+        while let Some(page) = pager.next_page().await? {
             for (key, bytes) in page {
                 let v = Version::decode(&bytes).map_err(|why| TxnError::corrupt(&key, why))?;
                 if v.start_ts == start_ts.0 {

@@ -494,8 +494,7 @@ async fn hidden_records(
             None => false,
             Some(raw) => {
                 let snap = super::heads::HeadSnapshot::decode(&key, Some(raw))?;
-                shared
-                    .visible_version(&cell, &snap.head, Timestamp(sp))
+                super::gc::retried(|| shared.visible_version(&cell, &snap.head, Timestamp(sp)))
                     .await?
                     .is_some_and(|v| v.commit_ts > newest)
             }
