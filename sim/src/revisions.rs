@@ -13,8 +13,8 @@
 //! primary is never committed after the crash): a snapshot begun after version `n` was
 //! acknowledged reads `a` and `b` equal and at `n` or later, or `SnapshotTooOld`.
 //!
-//! Cells are written in bursts: a write after a pause of 5-12 s (its older record is
-//! rewritten committed by GC by then), most often a second one 0.3-1.2 s later. A reader
+//! Cells are written in bursts: a write after a pause of 3-8 s, most often a second one
+//! 0.3-1.2 s later. A reader
 //! is told of the first write of a burst and reads the cell at once, between the two: it
 //! meets the first write's record pending and checks its fate, or has its record scan
 //! held, while the second write is committed and a GC pass passes it.
@@ -25,10 +25,10 @@ use percolator::{Cell, TxnError};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Cells each process writes.
-pub const CELLS_PER_PROCESS: u64 = 2;
+pub const CELLS_PER_PROCESS: u64 = 3;
 
 /// The pause before a burst, ms.
-const PAUSE: (u64, u64) = (5_000, 12_000);
+const PAUSE: (u64, u64) = (3_000, 8_000);
 
 /// The pause before a burst's second write, ms.
 const AGAIN: (u64, u64) = (300, 1_200);

@@ -77,7 +77,7 @@ impl Hooks for LostReplies {
         if op != Op::CompareAndSwap {
             return Ok(());
         }
-        if self.cases.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+        if self.cases.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
             self.lost.fetch_add(1, Ordering::Relaxed);
             return Err(KvError::Unavailable {
                 op: op.name(),
