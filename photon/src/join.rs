@@ -628,6 +628,14 @@ mod tests {
         }
     }
 
+    fn query(id: &str, at: u64) -> Query {
+        Query {
+            query_id: id.to_string(),
+            event_time: at,
+            fields: Default::default(),
+        }
+    }
+
     fn click(id: &str, query: &str, at: u64) -> Click {
         Click {
             click_id: id.to_string(),
@@ -655,14 +663,7 @@ mod tests {
             // A common ordinary cell, as the loader's offset: the primary.
             load.set(Cell::new("loader", "f", "offset"), n.to_string());
             if n == 0 {
-                load.set(
-                    query_cell("q"),
-                    stored(Query {
-                        query_id: "q".to_string(),
-                        event_time: at,
-                        fields: Default::default(),
-                    }),
-                );
+                load.set(query_cell("q"), stored(query("q", at)));
             }
             deliveries.push(Some(load.commit().await.unwrap().0));
         }
@@ -712,14 +713,7 @@ mod tests {
         let config = test_config();
         let stats = JoinStats::default();
         let setup = client.begin().await.unwrap();
-        setup.set(
-            query_cell("q"),
-            stored(Query {
-                query_id: "q".to_string(),
-                event_time: midnight - 5_000,
-                fields: Default::default(),
-            }),
-        );
+        setup.set(query_cell("q"), stored(query("q", midnight - 5_000)));
         setup.commit().await.unwrap();
         for (n, at) in [midnight - 1, midnight + 1].into_iter().enumerate() {
             let load = client.begin().await.unwrap();
@@ -765,14 +759,7 @@ mod tests {
             crate::schema::declare_columns(&client);
             let setup = client.begin().await.unwrap();
             setup.set(click_cell("c1"), stored(click("c1", "q", at)));
-            setup.set(
-                query_cell("q"),
-                stored(Query {
-                    query_id: "q".to_string(),
-                    event_time: at,
-                    fields: Default::default(),
-                }),
-            );
+            setup.set(query_cell("q"), stored(query("q", at)));
             if let Some(boundary) = initial {
                 setup.set(boundary_cell(), boundary.to_string());
             }
@@ -841,14 +828,7 @@ mod tests {
             .unwrap();
         assert_eq!(stats.parked.load(Ordering::Relaxed), 1);
         let load = client.begin().await.unwrap();
-        load.set(
-            query_cell("q"),
-            stored(Query {
-                query_id: "q".to_string(),
-                event_time: at,
-                fields: Default::default(),
-            }),
-        );
+        load.set(query_cell("q"), stored(query("q", at)));
         load.commit().await.unwrap();
         let join = client.begin().await.unwrap();
         join_clicks(&join, &[click_cell("c1")], &[None], &config, &stats)
@@ -899,14 +879,7 @@ mod tests {
             let setup = client.begin().await.unwrap();
             setup.set(click_cell("c1"), stored(click("c1", "missing", T - 1_000)));
             setup.set(click_cell("c2"), stored(click("c2", "q", T - 1_000)));
-            setup.set(
-                query_cell("q"),
-                stored(Query {
-                    query_id: "q".to_string(),
-                    event_time: T - 2_000,
-                    fields: Default::default(),
-                }),
-            );
+            setup.set(query_cell("q"), stored(query("q", T - 2_000)));
             setup.commit().await.unwrap();
             let config = JoinConfig {
                 expiry,
@@ -954,14 +927,7 @@ mod tests {
         ] {
             setup.set(click_cell(id), stored(click(id, query, at)));
         }
-        setup.set(
-            query_cell("q"),
-            stored(Query {
-                query_id: "q".to_string(),
-                event_time: now_ms(),
-                fields: Default::default(),
-            }),
-        );
+        setup.set(query_cell("q"), stored(query("q", now_ms())));
         setup.commit().await.unwrap();
         let config = test_config();
         let stats = JoinStats::default();

@@ -21,7 +21,7 @@ pub struct FaultRates {
     pub fail_before: f64,
     /// A write that applies and then fails (its reply lost).
     pub fail_after: f64,
-    /// A point read of a fate key ([`Faults::set_fate_keys`]: the head of a cell that is
+    /// A point read of a fate key ([`Faults::fate_keys`]: the head of a cell that is
     /// the primary of many transactions) held back for 0.5 s to `fate_hold_max` while
     /// others run: the fate check of a GC pass, a worker or a reader stalled while another
     /// GC pass rewrites what it read and trims the evidence it is about to look for.
@@ -88,6 +88,27 @@ impl Default for FaultRates {
     }
 }
 
+/// A set of store keys (or key prefixes' starts) the fault layer aims at, set once the
+/// harness knows the codec.
+#[derive(Debug, Default)]
+pub struct KeySet(Mutex<Vec<Vec<u8>>>);
+
+impl KeySet {
+    /// Sets the keys.
+    pub fn set(&self, keys: Vec<Vec<u8>>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = keys;
+    }
+
+    /// Whether `key` is one of them.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|k| k.as_slice() == key)
+    }
+}
+
 /// What an outage takes down.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
@@ -109,11 +130,16 @@ pub struct Faults {
     chaos: AtomicBool,
     outage_until: Mutex<Option<(Instant, Scope)>>,
     injected: AtomicU64,
-    fate_keys: Mutex<Vec<Vec<u8>>>,
+    /// Heads whose point reads are fate checks worth holding: those of the cells that are
+    /// the primaries of most transactions (the loaders' offsets).
+    pub fate_keys: KeySet,
     notify_prefixes: Mutex<Vec<Vec<u8>>>,
     floor_keys: Mutex<Vec<Vec<u8>>>,
-    timed_keys: Mutex<Vec<Vec<u8>>>,
-    revision_scans: Mutex<Vec<Vec<u8>>>,
+    /// Keys of event-time state whose reads [`FaultRates::timed_hold`] holds.
+    pub timed_keys: KeySet,
+    /// The starts of the record ranges of the revised cells ([`crate::revisions`]), whose
+    /// scans [`FaultRates::reader_scan_hold`] holds.
+    pub revision_scans: KeySet,
     held_put_prefix: Mutex<Vec<u8>>,
     held_floor_key: Mutex<Vec<u8>>,
     held_puts: Mutex<Vec<(u64, Instant)>>,
@@ -122,7 +148,9 @@ pub struct Faults {
     heartbeat_puts: Mutex<std::collections::HashMap<Vec<u8>, Instant>>,
     slow: Mutex<Option<(usize, Instant, Duration)>>,
     fate_holding: AtomicBool,
-    revision_fate_keys: Mutex<Vec<Vec<u8>>>,
+    /// The heads of the primaries of the revised cells' writes ([`crate::revisions`]): a
+    /// reader's fate check of one is held until GC trimmed the evidence of older writes.
+    pub revision_fate_keys: KeySet,
     /// Woken when a fate check is held: GC actors start a pass at once (so another pass
     /// runs to completion while the held one waits).
     pub kick: std::sync::Arc<Notify>,
@@ -137,11 +165,11 @@ impl Faults {
             chaos: AtomicBool::new(true),
             outage_until: Mutex::new(None),
             injected: AtomicU64::new(0),
-            fate_keys: Mutex::new(Vec::new()),
+            fate_keys: KeySet::default(),
             notify_prefixes: Mutex::new(Vec::new()),
             floor_keys: Mutex::new(Vec::new()),
-            timed_keys: Mutex::new(Vec::new()),
-            revision_scans: Mutex::new(Vec::new()),
+            timed_keys: KeySet::default(),
+            revision_scans: KeySet::default(),
             held_put_prefix: Mutex::new(Vec::new()),
             held_floor_key: Mutex::new(Vec::new()),
             held_puts: Mutex::new(Vec::new()),
@@ -150,64 +178,9 @@ impl Faults {
             heartbeat_puts: Mutex::new(std::collections::HashMap::new()),
             slow: Mutex::new(None),
             fate_holding: AtomicBool::new(false),
-            revision_fate_keys: Mutex::new(Vec::new()),
+            revision_fate_keys: KeySet::default(),
             kick: std::sync::Arc::new(Notify::new()),
         }
-    }
-
-    /// The store keys whose point reads are fate checks worth holding: the heads of the
-    /// cells that are the primaries of most transactions (the loaders' offsets).
-    pub fn set_fate_keys(&self, keys: Vec<Vec<u8>>) {
-        *self.fate_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
-    }
-
-    /// Sets the keys of event-time state whose reads [`FaultRates::timed_hold`] holds.
-    pub fn set_timed_keys(&self, keys: Vec<Vec<u8>>) {
-        *self.timed_keys.lock().unwrap_or_else(|p| p.into_inner()) = keys;
-    }
-
-    /// Whether `key` is one of [`Faults::set_timed_keys`]'.
-    pub fn is_timed_key(&self, key: &[u8]) -> bool {
-        self.timed_keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|k| k.as_slice() == key)
-    }
-
-    /// The heads of the primaries of the revised cells' writes ([`crate::revisions`]): a
-    /// reader's fate check of one is held until GC trimmed the evidence of older writes.
-    pub fn set_revision_fate_keys(&self, keys: Vec<Vec<u8>>) {
-        *self
-            .revision_fate_keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = keys;
-    }
-
-    /// Whether `key` is one of [`Faults::set_revision_fate_keys`]'.
-    pub fn is_revision_fate_key(&self, key: &[u8]) -> bool {
-        self.revision_fate_keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|k| k.as_slice() == key)
-    }
-
-    /// The starts of the record ranges of the revised cells ([`crate::revisions`]).
-    pub fn set_revision_scans(&self, starts: Vec<Vec<u8>>) {
-        *self
-            .revision_scans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = starts;
-    }
-
-    /// Whether a scan starting at `start` is of a revised cell's records.
-    pub fn is_revision_scan(&self, start: &[u8]) -> bool {
-        self.revision_scans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|k| k.as_slice() == start)
     }
 
     /// Adds a namespace's notify space (its keys begin with `prefix`) and the key of its
@@ -403,15 +376,6 @@ impl Faults {
     /// Ends the hold taken by [`Faults::begin_fate_hold`].
     pub fn end_fate_hold(&self) {
         self.fate_holding.store(false, Ordering::Relaxed);
-    }
-
-    /// Whether a point read of `key` is a fate check to hold now and then.
-    pub fn is_fate_key(&self, key: &[u8]) -> bool {
-        self.fate_keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|k| k.as_slice() == key)
     }
 
     /// Whether faults are injected now.

@@ -195,7 +195,7 @@ impl Hooks for FaultHooks {
         }
         if f.chaos() {
             let rng = &f.rng;
-            let fate = matches!(call, Call::Get { key } if f.is_fate_key(key));
+            let fate = matches!(call, Call::Get { key } if f.fate_keys.contains(key));
             let role_hold = match self.role {
                 Role::Process => None,
                 Role::Worker => Some((f.rates.worker_fate_hold, 1_000, 4_000)),
@@ -204,7 +204,7 @@ impl Hooks for FaultHooks {
             if self.role == Role::Reader
                 && f.rates.reader_scan_hold > 0.0
                 && matches!(call, Call::ScanMany { .. })
-                && f.is_revision_scan(key)
+                && f.revision_scans.contains(key)
                 && rng.chance(f.rates.reader_scan_hold)
             {
                 f.count();
@@ -215,7 +215,7 @@ impl Hooks for FaultHooks {
                 tokio::time::sleep(hold).await;
             } else if self.role == Role::Reader
                 && f.rates.reader_fate_hold > 0.0
-                && matches!(call, Call::Get { key } if f.is_revision_fate_key(key))
+                && matches!(call, Call::Get { key } if f.revision_fate_keys.contains(key))
                 && rng.chance(f.rates.reader_fate_hold)
             {
                 // A reader's fate check of a revised cell's write, held at least 10 s and
@@ -314,7 +314,7 @@ impl Hooks for FaultHooks {
                 tracing::debug!(process = self.life.process, ?hold, "heartbeat held");
                 tokio::time::sleep(hold).await;
             } else if f.rates.timed_hold > 0.0
-                && matches!(call, Call::Get { key } if f.is_timed_key(key))
+                && matches!(call, Call::Get { key } if f.timed_keys.contains(key))
                 && rng.chance(f.rates.timed_hold)
             {
                 f.count();

@@ -652,20 +652,20 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         .meta(percolator::txn::NOTIFY_FLOOR_META);
     faults.set_held_put_space(notify[..notify.len() - 8].to_vec(), floor_key.clone());
     faults.add_notify_space(notify[..notify.len() - 8].to_vec(), floor_key);
-    faults.set_timed_keys(
+    faults.timed_keys.set(
         timed::held_cells()
             .iter()
             .map(|cell| harness.codec().head(cell))
             .collect(),
     );
-    faults.set_fate_keys(
+    faults.fate_keys.set(
         (0..LOADERS)
             .map(|j| harness.codec().head(&schema::offset(j)))
             .collect(),
     );
     // The primaries of the revised cells' writes: an ordinary cell beside records, or the
     // first cell, written through its head.
-    faults.set_revision_fate_keys(
+    faults.revision_fate_keys.set(
         revisions::all(PROCESSES)
             .flat_map(|k| {
                 [
@@ -675,7 +675,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
             })
             .collect(),
     );
-    faults.set_revision_scans(
+    faults.revision_scans.set(
         revisions::columns(PROCESSES)
             .iter()
             .map(|cell| {

@@ -489,6 +489,12 @@ async fn a_read_between_gc_collecting_a_record_and_trimming_the_head(scene: Scen
 /// or `SnapshotTooOld`, never "old".
 async fn a_read_holding_its_records_scan_across_gc(scene: Scene) {
     scene.commit(&[(event(1), Some("old"))]).await;
+    read_held_across_gc(scene, "a read held across GC").await;
+}
+
+/// The rest of the two hole-7 reads: event 1 written as a record at c2, a reader at R in
+/// [c2, c3) held before its records scan, c3 written through the head, GC at sp >= c3.
+async fn read_held_across_gc(scene: Scene, what: &str) {
     scene
         .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
         .await;
@@ -502,7 +508,7 @@ async fn a_read_holding_its_records_scan_across_gc(scene: Scene) {
     let stats = Scene::gc_with(&scene.gc, sp).await;
     assert_eq!(stats.records_deleted, 1, "{stats:?}");
     held.hooks().release();
-    assert_record_or_too_old(read.await.unwrap(), "a read held across GC");
+    assert_record_or_too_old(read.await.unwrap(), what);
 }
 
 /// Hole 7 without an older head version: event 1 written only as a record at c2, then
@@ -510,20 +516,7 @@ async fn a_read_holding_its_records_scan_across_gc(scene: Scene) {
 /// held before its records scan; GC at sp >= c3 collects the record under c3. The reader
 /// must answer "record" or `SnapshotTooOld`, never "absent".
 async fn a_read_holding_its_records_scan_across_gc_no_older_head(scene: Scene) {
-    scene
-        .commit(&[(event(1), Some("record")), (offset(), Some("1"))])
-        .await;
-    let (reader, held) = scene.held(stalled_reader_config());
-    let snapshot = reader.begin().await.unwrap();
-    held.hooks().arm(records_scan);
-    let read = tokio::spawn(async move { snapshot.get(&event(1)).await });
-    held.hooks().reached().await;
-    scene.commit(&[(event(1), Some("new"))]).await;
-    let sp = scene.safe_point().await;
-    let stats = Scene::gc_with(&scene.gc, sp).await;
-    assert_eq!(stats.records_deleted, 1, "{stats:?}");
-    held.hooks().release();
-    assert_record_or_too_old(read.await.unwrap(), "a read held across GC (no older head)");
+    read_held_across_gc(scene, "a read held across GC (no older head)").await;
 }
 
 /// Hole 7 for scans: the history of [`a_read_holding_its_records_scan_across_gc`]; a scan at

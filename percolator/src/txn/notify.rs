@@ -284,27 +284,7 @@ impl Shared {
         let mut relocated = 0;
         if raised {
             // The rescan, from memory: what this call's CAS skipped.
-            let range = self.codec.notify_between(skipped_from, to);
-            let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 1024);
-            while let Some(page) = pager.next_page().await? {
-                let mut entries = Vec::new();
-                let mut old = Vec::new();
-                for (key, record) in page {
-                    let Ok(Key::Notify { cell, ts, .. }) = self.codec.decode(&key) else {
-                        continue;
-                    };
-                    entries.push((cell, ts, record));
-                    old.push(key);
-                }
-                if entries.is_empty() {
-                    continue;
-                }
-                self.put_notify_keys(&entries).await?;
-                relocated += old.len();
-                let moved = old.len();
-                self.kv.batch_delete(old).await?;
-                self.count_removed(moved);
-            }
+            relocated = self.relocate_notify_keys(skipped_from, to).await?;
         } else if read.record.owes_rescan() {
             relocated = self.rescan_below_floor(read.record).await?;
         }
@@ -316,8 +296,33 @@ impl Shared {
     /// the floor reached `owed.floor` is found (the scan runs after that raise was read);
     /// a key put there later is moved by its writer, whose floor read follows its put.
     async fn rescan_below_floor(&self, owed: NotifyFloor) -> TxnResult<usize> {
+        let relocated = self
+            .relocate_notify_keys(owed.scan_from, owed.floor)
+            .await?;
+        if relocated > 0 {
+            tracing::debug!(
+                scan_from = owed.scan_from,
+                floor = owed.floor,
+                relocated,
+                "notify keys moved above the raised floor"
+            );
+        }
+        let read = self.read_floor().await?;
+        self.update_floor(read, |r| {
+            (r.scan_from < owed.floor).then_some(NotifyFloor {
+                floor: r.floor,
+                scan_from: owed.floor,
+            })
+        })
+        .await?;
+        Ok(relocated)
+    }
+
+    /// Moves every notify key in the buckets `[from, to)` above the floor (put again, in
+    /// the bucket of the floor this client last saw or above); returns how many moved.
+    async fn relocate_notify_keys(&self, from: u64, to: u64) -> TxnResult<usize> {
         let mut relocated = 0;
-        let range = self.codec.notify_between(owed.scan_from, owed.floor);
+        let range = self.codec.notify_between(from, to);
         let mut pager = RangePager::new(self.kv.as_ref(), range, ScanOrder::Forward, 1024);
         while let Some(page) = pager.next_page().await? {
             let mut entries = Vec::new();
@@ -342,22 +347,6 @@ impl Shared {
             self.kv.batch_delete(old).await?;
             self.count_removed(moved);
         }
-        if relocated > 0 {
-            tracing::debug!(
-                scan_from = owed.scan_from,
-                floor = owed.floor,
-                relocated,
-                "notify keys moved above the raised floor"
-            );
-        }
-        let read = self.read_floor().await?;
-        self.update_floor(read, |r| {
-            (r.scan_from < owed.floor).then_some(NotifyFloor {
-                floor: r.floor,
-                scan_from: owed.floor,
-            })
-        })
-        .await?;
         Ok(relocated)
     }
 
