@@ -132,7 +132,7 @@ pub async fn reviser(ctx: Ctx, k: u64) {
 
 /// Readers: a read of each cell just written once a burst began (read between its two
 /// writes), and every 0.4-1.2 s of a random cell, each in a task of its own (a held read
-/// does not hold up the next; at most [`RANDOM_READS`] random ones at once); the tasks
+/// does not hold up the next; at most `RANDOM_READS` random ones at once); the tasks
 /// end with this one (a crash).
 pub async fn readers(ctx: Ctx, processes: usize) {
     let mut fresh_reads = tokio::task::JoinSet::new();
