@@ -191,31 +191,36 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<usize, TxnError> 
             boundary.saturating_sub(MAX_SKEW_DAYS)
         ),
     );
-    let range = client.codec().rows_range(
-        Space::Head,
-        IDREGISTRY.as_bytes(),
-        start.as_bytes(),
-        Some(end.as_bytes()),
-    );
-    let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
-    while let Some(page) = pager.next_page().await? {
-        for (key, _) in page {
-            let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
-                continue;
-            };
-            // `day/<day:08>/<click_id>`.
-            let Some(click_id) = cell
-                .row
-                .strip_prefix(REGISTRY_DAY_PREFIX.as_bytes())
-                .and_then(|rest| rest.get(9..))
-            else {
-                continue;
-            };
-            let mut row = REGISTRY_ENTRY_PREFIX.as_bytes().to_vec();
-            row.extend_from_slice(click_id);
-            let mut row_end = row.clone();
-            row_end.push(0);
-            deleted += crate::schema::purge_rows(client, IDREGISTRY, &row, &row_end).await?;
+    // Index cells are write-once records (`schema::declare_columns`), or heads in stores
+    // written before they were declared so, or by a client that did not declare them.
+    for space in [Space::Once, Space::Head] {
+        let range = client.codec().rows_range(
+            space,
+            IDREGISTRY.as_bytes(),
+            start.as_bytes(),
+            Some(end.as_bytes()),
+        );
+        let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
+        while let Some(page) = pager.next_page().await? {
+            for (key, _) in page {
+                let (Ok(Key::Head(cell)) | Ok(Key::Once(cell, _))) = client.codec().decode(&key)
+                else {
+                    continue;
+                };
+                // `day/<day:08>/<click_id>`.
+                let Some(click_id) = cell
+                    .row
+                    .strip_prefix(REGISTRY_DAY_PREFIX.as_bytes())
+                    .and_then(|rest| rest.get(9..))
+                else {
+                    continue;
+                };
+                let mut row = REGISTRY_ENTRY_PREFIX.as_bytes().to_vec();
+                row.extend_from_slice(click_id);
+                let mut row_end = row.clone();
+                row_end.push(0);
+                deleted += crate::schema::purge_rows(client, IDREGISTRY, &row, &row_end).await?;
+            }
         }
     }
     deleted +=

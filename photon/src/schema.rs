@@ -74,16 +74,20 @@ pub fn client_config(namespace: &str) -> percolator::ClientConfig {
 
 /// Declares photon's columns to `client`: the observed ones (`clicks/event`,
 /// `wakechecks/queries`), so its writes of clicks and wake checks put notify keys, and the
-/// write-once ones (events, wake checks, joined outputs: `percolator::design::once`), so they
-/// are written and read as records without heads. The declaration lives in the client, not
+/// write-once ones (events, wake checks, joined outputs, the IdRegistry's day index:
+/// `percolator::design::once`), so they are written and read as records without heads (a
+/// record is one put in the commit's first round; a head costs a lock and a commit, two
+/// compare-and-swaps, each an RPC on TiKV). The declaration lives in the client, not
 /// in the store: every client that reads or writes them needs it, not only the workers' (a
 /// loader in its own process would otherwise load clicks no observer ever hears of, and a
 /// verifier would not find the records). Queries' wake cells are notified explicitly.
 ///
 /// Every cell declared write-once is written by one committed transaction: events and wake
 /// checks by the loader batch that moves its file's offset past them (the offset cell is
-/// where duplicated loaders conflict), a joined output by the run that writes the click's
-/// IdRegistry entry (where two pipelines conflict).
+/// where duplicated loaders conflict), a joined output and a day index cell by the run that
+/// writes the click's IdRegistry entry (where two pipelines conflict; the entry itself stays a
+/// head, since that conflict is what makes the join happen once). Stores written before the
+/// day index was declared hold its cells as heads: [`crate::registry`]'s GC reads both.
 pub fn declare_columns(client: &Client) {
     client.observe_column(CLICKS, EVENT);
     client.observe_column(WAKE_CHECKS, QUERY_IDS);
@@ -91,6 +95,7 @@ pub fn declare_columns(client: &Client) {
     client.write_once_column(QUERIES, EVENT);
     client.write_once_column(WAKE_CHECKS, QUERY_IDS);
     client.write_once_table(JOINED);
+    client.write_once_column(IDREGISTRY, REGISTRY_DAY_COLUMN);
 }
 
 /// The cell holding query `query_id`.
@@ -130,9 +135,12 @@ pub fn idregistry_day_cell(day: u64, click_id: &str) -> Cell {
     Cell::new(
         IDREGISTRY,
         format!("{REGISTRY_DAY_PREFIX}{day:08}/{click_id}"),
-        "entry",
+        REGISTRY_DAY_COLUMN,
     )
 }
+
+/// The column of the IdRegistry's day index cells (write-once: [`declare_columns`]).
+pub const REGISTRY_DAY_COLUMN: &str = "entry";
 
 /// The IdRegistry entry of `click_id` on event day `day` as stores written before entries
 /// were keyed by click id alone hold it (read by the join, purged by day).
@@ -190,8 +198,8 @@ pub fn now_ms() -> u64 {
 }
 
 /// Deletes outright (raw deletes, no transaction) every key of `table`'s rows in
-/// `[row_start, row_end)`: values and versions first, then heads, so a crash between spaces
-/// never leaves a head whose versions are gone. Only for rows no transaction can read or
+/// `[row_start, row_end)`: values, versions and write-once records first, then heads, so a
+/// crash between spaces never leaves a head whose versions are gone. Only for rows no transaction can read or
 /// write any more (the caller's argument); the table must not be observed (its notify keys,
 /// ordered by bucket, are not touched). Each page starts after the last key deleted, so a
 /// pass does not walk its own delete markers again. Returns the keys deleted.
@@ -206,7 +214,7 @@ pub async fn purge_rows(
     /// Keys deleted per store call.
     const PAGE: usize = 1000;
     let mut deleted = 0;
-    for space in [Space::Data, Space::Version, Space::Head] {
+    for space in [Space::Data, Space::Version, Space::Once, Space::Head] {
         let range = client
             .codec()
             .rows_range(space, table.as_bytes(), row_start, Some(row_end));

@@ -221,10 +221,20 @@ async fn client_with_oracle(kv: Arc<dyn RawKv>, skew_ms: i64, max_lifetime: Dura
     Client::with_config(kv, Arc::new(ts), config)
 }
 
-/// Index cells of the IdRegistry filed under `day`.
+/// Index cells of the IdRegistry filed under `day`: write-once records (as clients that
+/// declare photon's columns write them) and heads (as stores written before did).
 async fn registry_entries(client: &Client, day: u64) -> usize {
+    let mut n = 0;
+    for space in [Space::Once, Space::Head] {
+        n += registry_keys(client, space, day).await;
+    }
+    n
+}
+
+/// Keys of `space` in the IdRegistry's day index under `day`.
+async fn registry_keys(client: &Client, space: Space, day: u64) -> usize {
     let range = client.codec().rows_range(
-        Space::Head,
+        space,
         b"idregistry",
         format!("day/{day:08}").as_bytes(),
         Some(format!("day/{:08}", day + 1).as_bytes()),
@@ -429,29 +439,47 @@ async fn the_purge_waits_for_the_oracle_not_the_local_clock() {
 
 /// An entry filed under the day just below the boundary stays (a delivery of the click up to
 /// a day later may still be joinable: `registry::MAX_SKEW_DAYS`); one two days below goes,
-/// with its index cell; an entry of the earlier layout goes with its day.
+/// with its index cell, whether the index cell is a write-once record (photon's columns
+/// declared, as every photon client does) or a head (a store written before); an entry of
+/// the earlier layout goes with its day.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_gc_keeps_the_day_below_the_boundary() {
     let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    // A client of a build before the index was write-once writes heads...
+    let heads = client_with_oracle(kv.clone(), 0, Duration::from_millis(500)).await;
+    let boundary = registry::today(&heads).await.unwrap() - 3;
+    let t = heads.begin().await.unwrap();
+    registry::write_entry(&t, boundary - 1, "kept-head", "token".into());
+    registry::write_entry(&t, boundary - 2, "gone-head", "token".into());
+    t.commit().await.unwrap();
+    drop(heads);
+    // ...and today's (its oracle takes over) records.
     let client = client_with_oracle(kv, 0, Duration::from_millis(500)).await;
-    let today = registry::today(&client).await.unwrap();
-    let boundary = today - 3;
+    photon::schema::declare_columns(&client);
     let t = client.begin().await.unwrap();
     registry::write_entry(&t, boundary - 1, "kept", "token".into());
     registry::write_entry(&t, boundary - 2, "gone", "token".into());
     t.set(legacy_idregistry_cell(boundary - 1, "legacy"), "token");
     t.commit().await.unwrap();
+    for day in [boundary - 1, boundary - 2] {
+        assert_eq!(registry_keys(&client, Space::Once, day).await, 1, "a record");
+        assert_eq!(registry_keys(&client, Space::Head, day).await, 1, "a head");
+    }
     registry::gc_registry(&client, boundary, false)
         .await
         .unwrap();
     let t = client.begin().await.unwrap();
-    assert!(t.get(&idregistry_cell("kept")).await.unwrap().is_some());
-    assert!(t.get(&idregistry_cell("gone")).await.unwrap().is_none());
+    for kept in ["kept", "kept-head"] {
+        assert!(t.get(&idregistry_cell(kept)).await.unwrap().is_some());
+    }
+    for gone in ["gone", "gone-head"] {
+        assert!(t.get(&idregistry_cell(gone)).await.unwrap().is_none());
+    }
     assert!(t
         .get(&legacy_idregistry_cell(boundary - 1, "legacy"))
         .await
         .unwrap()
         .is_none());
-    assert_eq!(registry_entries(&client, boundary - 1).await, 1);
+    assert_eq!(registry_entries(&client, boundary - 1).await, 2);
     assert_eq!(registry_entries(&client, boundary - 2).await, 0);
 }
