@@ -166,7 +166,14 @@
 //! `idregistry/day/<d:08>/<click_id>/entry`, `d` the event day of the delivery the run read
 //! (`registry::write_entry`). A pass that moves the boundary to `B` (after the J5 wait below)
 //! reads the index rows of days below `B - MAX_SKEW_DAYS` (1), deletes each one's entry, then
-//! the index rows (a crash between leaves index rows that the next pass finds again).
+//! the index rows (a crash between leaves index rows that the next pass finds again). Index
+//! cells are write-once (`schema::declare_columns`): a record put in the commit's first round,
+//! not a head locked and committed (two compare-and-swaps, two RPCs on TiKV, per click). This
+//! is sound because each is written by the one committed run that writes the click's entry,
+//! which is still a head and is where those runs conflict. GC reads only the keys, so a
+//! record of a run that rolled back is read as an index row too. That is what a head locked
+//! by such a run gave before, and the margin argument below covers it. The pass reads both
+//! spaces, so index cells written as heads, by earlier builds, are purged as before.
 //!
 //! *Why the margin.* A delivery is admitted (looked up, maybe joined) only if its own event day
 //! `e >= B`. Let the entry have been written for a delivery of day `d`, and a later delivery of
