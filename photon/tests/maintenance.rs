@@ -462,7 +462,11 @@ async fn registry_gc_keeps_the_day_below_the_boundary() {
     t.set(legacy_idregistry_cell(boundary - 1, "legacy"), "token");
     t.commit().await.unwrap();
     for day in [boundary - 1, boundary - 2] {
-        assert_eq!(registry_keys(&client, Space::Once, day).await, 1, "a record");
+        assert_eq!(
+            registry_keys(&client, Space::Once, day).await,
+            1,
+            "a record"
+        );
         assert_eq!(registry_keys(&client, Space::Head, day).await, 1, "a head");
     }
     registry::gc_registry(&client, boundary, false)
