@@ -21,6 +21,16 @@
 //!
 //! A pass therefore visits the index cells that fell due since the previous pass (plus the
 //! pending rows they name), not the history: cells below the cursor are never read again.
+//!
+//! Index cells are write-once (`schema::declare_columns`): a park puts a record in its
+//! commit's first round instead of locking and committing a head (two compare-and-swaps,
+//! two RPCs on TiKV). Reads, and so the invariants above, are the same for records and
+//! heads. A record is visible from its writer's commit_ts, as a version is, and a reader
+//! waits on an undecided one, as on a lock. Two writers of one cell (a park and a refile in
+//! the same second) write the same empty value, so no conflict between them is needed. A
+//! refile that writes nothing else writes its first cell through the head, as every
+//! transaction needs a primary. The sweep's scan reads heads and records, so cells written
+//! as heads by earlier builds are read too.
 
 use crate::event::Click;
 use crate::expiry::Horizon;
@@ -266,13 +276,13 @@ async fn legacy_pass(
     Ok(())
 }
 
-/// Deletes outright (raw deletes of heads, versions and values) the index cells of the
-/// buckets below both the sweep's cursor and the GC safe point `safe_ms`, which GC has just
-/// passed; returns the keys deleted. Why nothing is lost: no pass reads below the cursor
+/// Deletes outright (raw deletes of records, heads, versions and values) the index cells of
+/// the buckets below both the sweep's cursor and the GC safe point `safe_ms`, which GC has
+/// just passed; returns the keys deleted. Why nothing is lost: no pass reads below the cursor
 /// again (a pass that read an older cursor only finds fewer cells it has handled anyway),
 /// and below the safe point no transaction that could write or lock such a cell is left (a
-/// transaction filing bucket `b` commits by `b`, GC resolved every lock below its safe
-/// point, and no transaction older than the safe point can still lock anything). Without
+/// transaction filing bucket `b` commits by `b`, GC resolved every lock and record below its
+/// safe point, and no transaction older than the safe point can still put either). Without
 /// this, every park would leave its index cell forever.
 ///
 /// `from` is a bucket below which an earlier purge has deleted everything (0 if unknown):

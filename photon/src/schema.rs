@@ -74,8 +74,8 @@ pub fn client_config(namespace: &str) -> percolator::ClientConfig {
 
 /// Declares photon's columns to `client`: the observed ones (`clicks/event`,
 /// `wakechecks/queries`), so its writes of clicks and wake checks put notify keys, and the
-/// write-once ones (events, wake checks, joined outputs, the IdRegistry's day index:
-/// `percolator::design::once`), so they are written and read as records without heads (a
+/// write-once ones (events, wake checks, joined outputs, the IdRegistry's day index, the
+/// index of parked clicks: `percolator::design::once`), so they are written and read as records without heads (a
 /// record is one put in the commit's first round; a head costs a lock and a commit, two
 /// compare-and-swaps, each an RPC on TiKV). The declaration lives in the client, not
 /// in the store: every client that reads or writes them needs it, not only the workers' (a
@@ -87,7 +87,10 @@ pub fn client_config(namespace: &str) -> percolator::ClientConfig {
 /// where duplicated loaders conflict), a joined output and a day index cell by the run that
 /// writes the click's IdRegistry entry (where two pipelines conflict; the entry itself stays a
 /// head, since that conflict is what makes the join happen once). Stores written before the
-/// day index was declared hold its cells as heads: [`crate::registry`]'s GC reads both.
+/// day index was declared hold its cells as heads: [`crate::registry`]'s GC reads both. An
+/// index cell of a parked click may be written again, by a park and a sweep's refile of the
+/// same click in the same second, always with the same empty value: nothing to conflict on
+/// (`crate::parked`).
 pub fn declare_columns(client: &Client) {
     client.observe_column(CLICKS, EVENT);
     client.observe_column(WAKE_CHECKS, QUERY_IDS);
@@ -96,6 +99,7 @@ pub fn declare_columns(client: &Client) {
     client.write_once_column(WAKE_CHECKS, QUERY_IDS);
     client.write_once_table(JOINED);
     client.write_once_column(IDREGISTRY, REGISTRY_DAY_COLUMN);
+    client.write_once_table(crate::parked::PARKED);
 }
 
 /// The cell holding query `query_id`.

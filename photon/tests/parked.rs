@@ -166,15 +166,22 @@ async fn sweep_passes_read_what_fell_due_not_the_history() {
 
     // GC's pass deletes the handled index cells (below the cursor and its safe point)
     // outright; the orphans' refiled cells, due at their horizon, stay and still wake them.
-    let index = |client: Client| async move {
+    // Parks put records; a refile that writes nothing else writes its cell's head (its
+    // transaction's primary).
+    let keys = |client: Client, space: Space| async move {
         let range = client
             .codec()
-            .rows_range(Space::Head, PARKED.as_bytes(), b"", None);
+            .rows_range(space, PARKED.as_bytes(), b"", None);
         percolator::kv::scan_all(client.store().as_ref(), range, ScanOrder::Forward)
             .await
             .unwrap()
             .len()
     };
+    let index = |client: Client| async move {
+        keys(client.clone(), Space::Once).await + keys(client, Space::Head).await
+    };
+    assert_eq!(keys(client.clone(), Space::Once).await, 1010, "parked");
+    assert_eq!(keys(client.clone(), Space::Head).await, 10, "refiled");
     assert_eq!(
         index(client.clone()).await,
         1020,
