@@ -75,10 +75,10 @@ pub fn client_config(namespace: &str) -> percolator::ClientConfig {
 /// Declares photon's columns to `client`: the observed ones (`clicks/event`,
 /// `wakechecks/queries`), so its writes of clicks and wake checks put notify keys, and the
 /// write-once ones (events, wake checks, joined outputs, the IdRegistry's day index, the
-/// index of parked clicks: `percolator::design::once`), so they are written and read as records without heads (a
-/// record is one put in the commit's first round; a head costs a lock and a commit, two
-/// compare-and-swaps, each an RPC on TiKV). The declaration lives in the client, not
-/// in the store: every client that reads or writes them needs it, not only the workers' (a
+/// index of parked clicks: `percolator::design::once`), so they are written and read as
+/// records without heads (a record is one put in the commit's first round; a head costs a
+/// lock and a commit, two compare-and-swaps, each an RPC on TiKV). The declaration lives in
+/// the client, not in the store: every client that reads or writes them needs it, not only the workers' (a
 /// loader in its own process would otherwise load clicks no observer ever hears of, and a
 /// verifier would not find the records). Queries' wake cells are notified explicitly.
 ///
