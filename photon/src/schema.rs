@@ -78,9 +78,10 @@ pub fn client_config(namespace: &str) -> percolator::ClientConfig {
 /// index of parked clicks: `percolator::design::once`), so they are written and read as
 /// records without heads (a record is one put in the commit's first round; a head costs a
 /// lock and a commit, two compare-and-swaps, each an RPC on TiKV). The declaration lives in
-/// the client, not in the store: every client that reads or writes them needs it, not only the workers' (a
-/// loader in its own process would otherwise load clicks no observer ever hears of, and a
-/// verifier would not find the records). Queries' wake cells are notified explicitly.
+/// the client, not in the store: every client that reads or writes them needs it, not only
+/// the workers' (a loader in its own process would otherwise load clicks no observer ever
+/// hears of, and a verifier would not find the records). Queries' wake cells are notified
+/// explicitly.
 ///
 /// Every cell declared write-once is written by one committed transaction: events and wake
 /// checks by the loader batch that moves its file's offset past them (the offset cell is
