@@ -9,7 +9,7 @@ use observers::{
 };
 use percolator::codec::Space;
 use percolator::kv::intercept::{Call, Hooks, Intercepted};
-use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, ScanOrder};
+use percolator::kv::{CasOutcome, KeyRange, KvPair, KvResult, MemoryKv, RawKv, ScanOrder};
 use percolator::txn::{Client, CrashPoint, TxnError};
 use percolator::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -710,5 +710,59 @@ async fn a_worker_adopts_table_ids_declared_after_it_started() {
     let r = app.begin().await.unwrap();
     let outs = r.scan(b"out", b"", None).await.unwrap();
     assert_eq!(outs.len(), 5, "every change ran, written by id: {outs:?}");
+    worker.shutdown().await;
+}
+
+/// Holds every scan of the worker registry (a heartbeat's read of the others' records).
+struct HoldRegistryScans {
+    registry: Vec<u8>,
+    hold: Duration,
+}
+
+#[async_trait::async_trait]
+impl Hooks for HoldRegistryScans {
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        if let Call::Scan { range, .. } = call {
+            if range.start.starts_with(&self.registry) {
+                tokio::time::sleep(self.hold).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A new worker whose heartbeats' reads of the registry are held judges the records it read
+/// by the time after the read: a dead worker's record, young enough when the heartbeat began
+/// but past the horizon once read, is a ghost, and the new worker owns every cell once
+/// settled. Judged by the time the heartbeat began, the ghost counted as live for three more
+/// reads, and the new worker owned a share computed with it while the others owned that
+/// share too (found by the simulation: two owners of one cell for 3.2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_registry_read_is_judged_by_the_time_after_it() {
+    let codec = percolator::KeyCodec::new("test");
+    let registry_prefix = codec.meta_prefix_range(b"workers/").start.to_vec();
+    let config = quick();
+    // Heartbeats are 100 ms apart: a record is stale after 6 of them (600 ms), and a worker
+    // fences itself 4 of them (400 ms) after its last completed heartbeat began, so a read
+    // is held for 2 (200 ms).
+    let kv = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()) as Arc<dyn percolator::RawKv>,
+        HoldRegistryScans {
+            registry: registry_prefix,
+            hold: config.heartbeat * 2,
+        },
+    ));
+    let c: Client = client_on(kv.clone(), test_config());
+    // A worker that died 500 ms ago: its record is 100 ms short of stale.
+    let now = c.oracle().get_timestamp().await.unwrap().physical_ms();
+    let mut record = (now - 500).to_be_bytes().to_vec();
+    record.extend_from_slice(&0u64.to_be_bytes());
+    kv.put(codec.meta("workers/ghost"), record).await.unwrap();
+    let worker = Worker::start(c.clone(), noop_registry("t"), config);
+    worker.wait_until_settled().await;
+    let owned = (0..64)
+        .filter(|i| worker.owns(&Cell::new("t", format!("r{i}"), "v")))
+        .count();
+    assert_eq!(owned, 64, "the ghost counted as a live worker");
     worker.shutdown().await;
 }

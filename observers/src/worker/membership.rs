@@ -9,7 +9,8 @@
 //!   `stable_hash(cell) % live` of the sorted worker keys (hash, index and count are read
 //!   under one lock, so an owner test never mixes two heartbeats' views).
 //! - A worker is dead to another only when its beat (oracle ms, drawn at the start of its
-//!   heartbeat) is [`DEAD_AFTER_BEATS`] periods old on the reader's clock and its record
+//!   heartbeat) is [`DEAD_AFTER_BEATS`] periods old on the reader's clock (the oracle's time
+//!   drawn after the reader read the record, not when its heartbeat began) and its record
 //!   stayed the same over [`DEAD_AFTER_READS`] of the reader's own heartbeats, or when the
 //!   reader first meets it with a beat already that old (a worker that died before the
 //!   reader started). Counted from the beat, every reader takes a dead worker for dead at
@@ -220,6 +221,17 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     .await?;
     let dead_after = u64::from(DEAD_AFTER_BEATS) * inner.config.heartbeat.as_millis() as u64;
     let me = inner.worker_key();
+    // The records are judged against the oracle's time after they were read, not at the
+    // start of this heartbeat: a put or scan held for a second made a new reader take a
+    // worker dead to the others for a live one (a ghost read first with a stale clock), and
+    // own a share computed with it for `DEAD_AFTER_READS` more reads (found by the
+    // simulation: two owners of one cell for 3.2 s).
+    let judged = inner
+        .client
+        .oracle()
+        .get_timestamp()
+        .await
+        .map_err(percolator::TxnError::from)?;
     let mut split = lock(&inner.membership.split);
     let records: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
         .into_iter()
@@ -228,7 +240,7 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
             Some((k, beat, progress))
         })
         .collect();
-    let now_ms = now.physical_ms();
+    let now_ms = judged.physical_ms();
     let beats = records.iter().map(|(k, beat, _)| (k.as_slice(), *beat));
     let alive = split.liveness.observe(beats, now_ms, dead_after);
     split.fenced_after = Some((started, inner.config.heartbeat * FENCE_AFTER_BEATS));
