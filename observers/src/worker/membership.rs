@@ -199,17 +199,18 @@ pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {
     }
 }
 
+/// The oracle's time now, in ms.
+async fn oracle_ms(inner: &Inner) -> Result<u64, WorkerError> {
+    let now = inner.client.oracle().get_timestamp().await;
+    Ok(now.map_err(percolator::TxnError::from)?.physical_ms())
+}
+
 async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     let started = Instant::now();
-    let now = inner
-        .client
-        .oracle()
-        .get_timestamp()
-        .await
-        .map_err(percolator::TxnError::from)?;
+    let beat_ms = oracle_ms(inner).await?;
     let key = inner.worker_key();
     // The beat (oracle ms) and the progress (notifications handled so far).
-    let mut record = now.physical_ms().to_be_bytes().to_vec();
+    let mut record = beat_ms.to_be_bytes().to_vec();
     let handled = inner.membership.handled.load(Ordering::Relaxed);
     record.extend_from_slice(&handled.to_be_bytes());
     inner.client.store().put(key, record).await?;
@@ -226,12 +227,7 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
     // worker dead to the others for a live one (a ghost read first with a stale clock), and
     // own a share computed with it for `DEAD_AFTER_READS` more reads (found by the
     // simulation: two owners of one cell for 3.2 s).
-    let judged = inner
-        .client
-        .oracle()
-        .get_timestamp()
-        .await
-        .map_err(percolator::TxnError::from)?;
+    let now_ms = oracle_ms(inner).await?;
     let mut split = lock(&inner.membership.split);
     let records: Vec<(Vec<u8>, u64, Option<u64>)> = pairs
         .into_iter()
@@ -240,7 +236,6 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
             Some((k, beat, progress))
         })
         .collect();
-    let now_ms = judged.physical_ms();
     let beats = records.iter().map(|(k, beat, _)| (k.as_slice(), *beat));
     let alive = split.liveness.observe(beats, now_ms, dead_after);
     split.fenced_after = Some((started, inner.config.heartbeat * FENCE_AFTER_BEATS));
