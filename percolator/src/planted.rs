@@ -64,6 +64,11 @@ pub enum Bug {
     /// came before the CAS (its put after the raiser's scan) is below every reader's start
     /// for good: a notification never observed (invariant N2, issue 25).
     FloorRaiseCutShort,
+    /// `photon::schema::purge_settled_rows` (the IdRegistry purge): entries below the
+    /// boundary are deleted without waiting for GC to resolve the transactions they are the
+    /// primary of, so their pending records (joined outputs, index cells) read as rolled back
+    /// (found by a review of the write-once index change: a boundary jump).
+    RegistryPurgeIgnoresResolution,
 }
 
 thread_local! {

@@ -362,13 +362,23 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             // day, when that is behind: a backfill).
             let now = client.oracle().get_timestamp().await?;
             let today = registry::retention_day(&client, now.physical_ms()).await?;
-            let (boundary, deleted) = registry::gc_registry(
+            let purge = registry::gc_registry(
                 &client,
                 today.day.saturating_sub(retention_days),
                 force || today.by_watermark,
             )
             .await?;
-            println!("IdRegistry boundary at day {boundary}; deleted {deleted} keys");
+            println!(
+                "IdRegistry boundary at day {}; deleted {} keys",
+                purge.boundary, purge.deleted
+            );
+            if purge.deferred > 0 {
+                println!(
+                    "kept {} entries below it whose transactions GC has not resolved yet \
+                     (deleted by a later pass once version GC has run past them)",
+                    purge.deferred
+                );
+            }
         }
         Command::Demo {
             clicks,

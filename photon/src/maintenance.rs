@@ -36,6 +36,9 @@ pub struct GcMetrics {
     pub versions: VersionMetrics,
     /// IdRegistry keys deleted behind the boundary.
     pub registry_keys_deleted: AtomicU64,
+    /// IdRegistry entries behind the boundary kept for a later pass, counted once per pass
+    /// that kept them: a transaction that wrote them is not resolved by GC yet.
+    pub registry_entries_deferred: AtomicU64,
     /// Keys of handled parked-click index cells deleted (below the sweep's cursor and the
     /// safe point).
     pub parked_keys_deleted: AtomicU64,
@@ -90,13 +93,14 @@ pub async fn gc_pass(
         // clock, or by the query logs' watermark when that is behind (a backfill); a
         // boundary more than a day ahead of the one in force is refused.
         let today = crate::registry::retention_day(client, now.physical_ms()).await?;
-        let (_, deleted) = crate::registry::gc_registry(
+        let purge = crate::registry::gc_registry(
             client,
             today.day.saturating_sub(days),
             today.by_watermark,
         )
         .await?;
-        add(&metrics.registry_keys_deleted, deleted);
+        add(&metrics.registry_keys_deleted, purge.deleted);
+        add(&metrics.registry_entries_deferred, purge.deferred);
     }
     Ok(())
 }

@@ -70,11 +70,17 @@ pub fn register(
     metrics.register_sampled(families);
     let Some(gc) = gc else { return };
     app::metrics::register_gc(metrics, namespace, gc.clone());
-    let own: [CounterRow<GcMetrics>; 2] = [
+    let own: [CounterRow<GcMetrics>; 3] = [
         (
             "photon_gc_registry_keys_deleted",
             "IdRegistry keys deleted behind the boundary.",
             |g| get(&g.registry_keys_deleted),
+        ),
+        (
+            "photon_gc_registry_entries_deferred",
+            "IdRegistry entries behind the boundary kept for a later pass (their transactions \
+             not resolved by GC yet), counted once per pass.",
+            |g| get(&g.registry_entries_deferred),
         ),
         (
             "photon_gc_parked_keys_deleted",

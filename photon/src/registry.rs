@@ -15,6 +15,7 @@
 use crate::event::day_of;
 use crate::join::JoinStats;
 use crate::outcome::Outcome;
+use crate::schema::Purged;
 use crate::schema::{
     boundary_cell, idregistry_cell, idregistry_day_cell, outcome_cell, IDREGISTRY, JOINED,
     REGISTRY_DAY_PREFIX, REGISTRY_ENTRY_PREFIX,
@@ -123,7 +124,8 @@ pub struct RetentionDay {
 /// Advances the IdRegistry boundary to `day` (never backwards; by more than
 /// [`MAX_STEP_DAYS`] over a boundary already set only with `force`), waits until no
 /// transaction that could have read the old boundary can still commit, then deletes the
-/// registry's days below it outright. Returns the boundary in force and the keys deleted.
+/// registry's days below it outright, each entry once GC has resolved the transactions that
+/// wrote it (the rest on a later call: see `purge_below`).
 ///
 /// The wait is in oracle time, as transaction lifetimes are: a transaction whose snapshot
 /// is below the boundary's commit_ts can only commit with a commit_ts at most
@@ -134,7 +136,7 @@ pub async fn gc_registry(
     client: &Client,
     day: u64,
     force: bool,
-) -> Result<(u64, usize), RegistryError> {
+) -> Result<RegistryPurge, RegistryError> {
     let boundary = client
         .run(|txn| async move {
             let current = boundary(&txn).await?;
@@ -162,28 +164,61 @@ pub async fn gc_registry(
         .map_err(TxnError::from)?;
     let lifetime = client.config().max_lifetime;
     wait_for_oracle_past(client, written.physical_ms() + lifetime.as_millis() as u64).await?;
-    let deleted = purge_below(client, boundary).await?;
+    let purged = purge_below(client, boundary).await?;
     tracing::info!(
         boundary,
-        deleted,
-        "IdRegistry days below the boundary deleted"
+        deleted = purged.deleted,
+        deferred = purged.deferred,
+        "IdRegistry days below the boundary deleted (deferred: entries whose transactions GC \
+         has not resolved yet)"
     );
-    Ok((boundary, deleted))
+    Ok(RegistryPurge {
+        boundary,
+        deleted: purged.deleted,
+        deferred: purged.deferred,
+    })
+}
+
+/// What [`gc_registry`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegistryPurge {
+    /// The boundary in force (day number).
+    pub boundary: u64,
+    /// Keys deleted.
+    pub deleted: usize,
+    /// Entries below the boundary kept for a later pass: a transaction that wrote them is
+    /// not resolved by GC yet (their index cells stay with them).
+    pub deferred: usize,
 }
 
 /// Deletes the IdRegistry behind `boundary`: the entries filed under days below `boundary -
 /// MAX_SKEW_DAYS` (each through its index cell: the entry first, so a crash leaves an index
 /// cell that the next pass finds again) and then those index cells, and the entries of the
 /// earlier layout keyed by days below `boundary`. The registry is never observed, so it has
-/// no notify keys. Returns the keys deleted.
-async fn purge_below(client: &Client, boundary: u64) -> Result<usize, TxnError> {
+/// no notify keys.
+///
+/// An entry is the primary of the join batch that wrote it, whose other writes (joined
+/// outputs, index cells) are write-once records that stay pending until a GC pass resolves
+/// them: deleted before that, the entry would make them read as rolled back. So an entry is
+/// deleted only once GC has resolved below its last commit
+/// ([`crate::schema::purge_settled_rows`]); the others, and the index cells of the pass, wait
+/// for a later pass.
+async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError> {
     use percolator::codec::{Key, Space};
     use percolator::kv::{RangePager, ScanOrder};
     /// Index cells read per store call.
     const PAGE: usize = 1000;
+    // Read once, before the heads it is compared with: it only rises.
+    let resolved_below = client.gc_resolved_below().await?;
     let legacy_end = format!("{boundary:08}");
-    let mut deleted =
-        crate::schema::purge_rows(client, IDREGISTRY, b"", legacy_end.as_bytes()).await?;
+    let mut purged = crate::schema::purge_settled_rows(
+        client,
+        IDREGISTRY,
+        b"",
+        legacy_end.as_bytes(),
+        resolved_below,
+    )
+    .await?;
     let (start, end) = (
         REGISTRY_DAY_PREFIX.to_string(),
         format!(
@@ -219,13 +254,25 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<usize, TxnError> 
                 row.extend_from_slice(click_id);
                 let mut row_end = row.clone();
                 row_end.push(0);
-                deleted += crate::schema::purge_rows(client, IDREGISTRY, &row, &row_end).await?;
+                let entry = crate::schema::purge_settled_rows(
+                    client,
+                    IDREGISTRY,
+                    &row,
+                    &row_end,
+                    resolved_below,
+                )
+                .await?;
+                purged.deleted += entry.deleted;
+                purged.deferred += entry.deferred;
             }
         }
     }
-    deleted +=
-        crate::schema::purge_rows(client, IDREGISTRY, start.as_bytes(), end.as_bytes()).await?;
-    Ok(deleted)
+    // The index cells only once every entry they lead to is gone.
+    if purged.deferred == 0 {
+        purged.deleted +=
+            crate::schema::purge_rows(client, IDREGISTRY, start.as_bytes(), end.as_bytes()).await?;
+    }
+    Ok(purged)
 }
 
 /// Waits until the oracle hands out a timestamp whose physical time is past `physical_ms`.

@@ -70,6 +70,25 @@
 //! on TiKV): a key it puts back after a worker removed it is covered by the acknowledgment
 //! (a guarded observer's guard), so the observer does not run again with effects.
 //!
+//! ## Resolved below
+//!
+//! A pass publishes a second point, `M gc_resolved_below`, after its resolution steps
+//! complete: every lock, strong notify key and write-once record with start_ts below the
+//! pass's safe point is then decided and rewritten (or rolled forward or back), so none of
+//! them needs its primary any more. Like the safe point it is published by CAS and never
+//! moves back; a pass publishes its own safe point, below which it resolved everything itself,
+//! so concurrent passes cannot publish a point nothing resolved. A write landing later below
+//! it needs no primary either: a writer that started below a safe point `gc_lag` behind the
+//! oracle is past `max_lifetime` and can no longer commit, so a late record of it is rolled
+//! back, which is what a missing primary reads as. Transactions never delete a cell's head,
+//! but a client may delete rows outright (raw deletes) once no transaction can write them
+//! again; if a primary is among them, every transaction whose primary it was must be decided
+//! and resolved first, or its pending records read as rolled back. Such a client deletes a
+//! cell only when its head has no lock and every commit in it (its latest version, or for a
+//! tombstone its floor) is at or below [`crate::Client::gc_resolved_below`]; a transaction's
+//! start_ts is below its commit_ts, so all of the cell's writers started below the point.
+//! Photon's IdRegistry purge does (`photon::design::join`).
+//!
 //! ## Snapshots and GC
 //!
 //! A reader's start_ts may arrive late (a slow oracle reply, a paused process, oracle time

@@ -13,6 +13,12 @@ use std::collections::HashSet;
 /// Name of the meta record holding the last published GC safe point.
 pub const SAFE_POINT_META: &[u8] = b"gc_safe_point";
 
+/// Name of the meta record holding the highest safe point a GC pass has resolved below:
+/// published once the pass's locks, strong notify keys and write-once records with
+/// start_ts below it are all decided and rewritten, so none of them needs its primary any
+/// more (`percolator::design::gc`, "Resolved below").
+pub const RESOLVED_BELOW_META: &[u8] = b"gc_resolved_below";
+
 /// What a GC pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GcStats {
@@ -157,9 +163,9 @@ pub(crate) async fn resolve_locks_below(shared: &Shared, below: Timestamp) -> Tx
     Ok(resolved)
 }
 
-/// Publishes `safe_point` in the meta space; it never moves backwards.
-async fn publish_safe_point(shared: &Shared, safe_point: Timestamp) -> TxnResult<()> {
-    let key = shared.codec.meta(SAFE_POINT_META);
+/// Publishes `safe_point` in the meta record `name`; it never moves backwards.
+async fn publish_safe_point(shared: &Shared, name: &[u8], safe_point: Timestamp) -> TxnResult<()> {
+    let key = shared.codec.meta(name);
     let mut current = shared.kv.get(&key).await?;
     loop {
         let published = decode_safe_point(&key, current.as_deref())?;
@@ -180,7 +186,17 @@ async fn publish_safe_point(shared: &Shared, safe_point: Timestamp) -> TxnResult
 
 /// The last published GC safe point (zero if none).
 pub(crate) async fn read_safe_point(shared: &Shared) -> TxnResult<Timestamp> {
-    let key = shared.codec.meta(SAFE_POINT_META);
+    read_meta_point(shared, SAFE_POINT_META).await
+}
+
+/// The highest safe point a GC pass has resolved below (zero if none): see
+/// [`RESOLVED_BELOW_META`].
+pub(crate) async fn read_resolved_below(shared: &Shared) -> TxnResult<Timestamp> {
+    read_meta_point(shared, RESOLVED_BELOW_META).await
+}
+
+async fn read_meta_point(shared: &Shared, name: &[u8]) -> TxnResult<Timestamp> {
+    let key = shared.codec.meta(name);
     let bytes = shared.kv.get(&key).await?;
     decode_safe_point(&key, bytes.as_deref())
 }
@@ -212,10 +228,13 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     }
     let mut stats = GcStats::default();
     // 1. Publish; 2. resolve every older lock before deleting anything.
-    retried(|| publish_safe_point(shared, safe_point)).await?;
+    retried(|| publish_safe_point(shared, SAFE_POINT_META, safe_point)).await?;
     stats.locks_resolved = resolve_locks_below(shared, safe_point).await?;
     stats.notifications_resolved = resolve_notifications_below(shared, safe_point).await?;
     stats.records_resolved = super::once::resolve_below(shared, safe_point).await?;
+    // Nothing below the safe point needs its primary now: say so, for clients that delete
+    // primaries outright (`percolator::design::gc`, "Resolved below").
+    retried(|| publish_safe_point(shared, RESOLVED_BELOW_META, safe_point)).await?;
     // Below, sp is compared with the timestamps inside records.
     let sp = safe_point.0;
     // Records before heads: a record hidden under a head's delete goes before that head may

@@ -624,6 +624,31 @@ impl Client {
         gc::read_safe_point(&self.shared).await
     }
 
+    /// The highest safe point a GC pass has resolved below
+    /// ([`Timestamp::ZERO`](crate::ts::Timestamp::ZERO) if none): every lock, strong notify
+    /// key and write-once record of a transaction that started below it is decided and
+    /// rewritten, so none needs its primary any more. A cell whose every commit is below it,
+    /// with no lock, may be deleted outright by a caller that knows no transaction can
+    /// write it again (`percolator::design::gc`, "Resolved below").
+    pub async fn gc_resolved_below(&self) -> TxnResult<crate::ts::Timestamp> {
+        gc::read_resolved_below(&self.shared).await
+    }
+
+    /// Whether `cell` may be deleted outright without changing the fate of a transaction
+    /// whose primary it was: its head has no lock, and every commit it holds (its latest
+    /// version; a tombstone's floor) is at or below `resolved_below`, a point read from
+    /// [`Client::gc_resolved_below`]. A cell with no head qualifies (never written).
+    /// `percolator::design::gc`, "Resolved below".
+    pub async fn settled_at_or_below(
+        &self,
+        cell: &crate::codec::Cell,
+        resolved_below: crate::ts::Timestamp,
+    ) -> TxnResult<bool> {
+        let head = self.shared.read_head(cell).await?.head;
+        let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
+        Ok(head.lock.is_none() && newest <= resolved_below.0)
+    }
+
     /// Garbage-collects below `safe_point` (`percolator::design::gc`):
     /// publishes it, resolves every older lock, then deletes versions no snapshot at or after
     /// it can see. Refuses a safe point less than `config.gc_lag` behind the oracle.

@@ -200,6 +200,24 @@
 //! ended, so before GC deletes it); the settling run files its entry under the boundary it
 //! read, which GC passes only after a later raise and its J5 wait.
 //!
+//! *Entries are primaries.* An entry may be the primary of the batch that wrote it (the
+//! primary is the batch's first head in key order), and the batch's joined outputs and index
+//! cells are write-once records, `Pending` until a version GC pass rewrites them as
+//! committed. A raw delete of the entry before that makes every reader without the fate in
+//! its memory fence the missing primary and take those records for rolled back: a joined
+//! output lost, a parked click's index cell gone. The J5 wait does not cover it: it bounds
+//! when a run can *commit*, not when its records stop needing the primary, which is `gc_lag`
+//! (600 s) and a GC pass later; a boundary that moves a day at a time passes entries days old,
+//! but one that jumps (a backfill's watermark, `photon gc --force`) passes entries written a
+//! moment ago. So the purge deletes an entry only when its head has no lock and its last
+//! commit is at or below the point a version GC pass has resolved below
+//! (`percolator::design::gc`, "Resolved below"): every run that wrote it started below that
+//! point, so its records are rewritten and need no primary. The others are counted as
+//! deferred and wait for a later pass, and so do the index cells of the pass (the next pass
+//! finds them again). `photon gc` alone deletes only what version GC has resolved; the
+//! periodic pass runs version GC first. Test: `photon/tests/maintenance.rs`
+//! `a_purge_keeps_the_entries_of_unresolved_joins`.
+//!
 //! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
 //! the join reads that cell too (the delivery's own day, in the same batched read), and GC
 //! deletes those rows below `B` as before (the new rows start with letters, which sort after
