@@ -20,8 +20,12 @@
 //! one entry per click id, whatever the days). The IdRegistry GC runs with a retention of 0
 //! days: it sets the boundary to the first day, then after midnight raises it to the second,
 //! while clicks of the first are still being joined (those not joined by then are settled
-//! `too_old`); it deletes nothing, an entry going only once the boundary is two days past
-//! its day (a run of two simulated days is out of reach).
+//! `too_old`). A backfill of a few queries and clicks three days back, logged in the first
+//! seconds, is mostly joined before the first raise (from unset: days at once), which then
+//! purges those entries while the joins' outputs may still be pending records; the run's
+//! own entries would go only once the boundary is two days past their day (out of reach).
+//! A reader records every joined output it sees along the way ([`output_watcher`]); each
+//! must still be there at the end.
 
 use crate::model::Shared;
 use crate::rng::SimRng;
@@ -54,6 +58,11 @@ const QUERIES: u64 = 40;
 /// Queries are logged within this many ms of the run's start (so every click's horizon
 /// passes before the chaos ends).
 const LOGGED_WITHIN_MS: u64 = 44_000;
+
+/// Backfill queries in a run's logs (of three days before the run, each with one click).
+const BACKFILL_QUERIES: u64 = 4;
+/// Backfill queries are logged within this many ms of the run's start.
+const BACKFILL_WITHIN_MS: u64 = 3_000;
 
 /// The query log's name (two processes load it).
 pub const QUERY_LOG: &str = "queries";
@@ -109,6 +118,10 @@ pub struct PhotonModel {
     /// only wake-ups wake a parked click whose query arrives, and the drain checks that none
     /// was lost ([`lost_wakeups`]).
     pub sweeps: bool,
+    /// Joined outputs (click id, token) a reader saw committed during the run, with when it
+    /// first saw each: a committed output is never lost, whatever GC and the IdRegistry
+    /// purge do ([`output_watcher`]).
+    pub outputs_seen: BTreeMap<(String, String), Duration>,
 }
 
 /// The pipeline of process `p`: redundant pipelines `A` and `B` share the clicks.
@@ -205,6 +218,33 @@ pub fn logs(rng: &SimRng) -> BTreeMap<String, Arc<Vec<Line>>> {
                 });
             }
         }
+    }
+    // A backfill: queries of three days ago, each with a click logged just after it, in the
+    // first seconds, so most are joined before the IdRegistry GC first sets the boundary
+    // (from unset: a jump of days). Their entries are then purged while the joins' outputs
+    // may still be pending records (drawn last, so the lines above do not depend on them).
+    for q in 0..BACKFILL_QUERIES {
+        let t = rng.range(0, BACKFILL_WITHIN_MS);
+        let event_time = epoch - 3 * 86_400_000 + t;
+        let query_id = format!("bq{q}");
+        queries.push(Line {
+            at: Duration::from_millis(t),
+            event: Event::Query(Query {
+                query_id: query_id.clone(),
+                event_time,
+                fields: Default::default(),
+            }),
+        });
+        let click = Click {
+            click_id: format!("b{q}"),
+            query_id,
+            event_time,
+            fields: Default::default(),
+        };
+        clicks[rng.index(2)].push(Line {
+            at: Duration::from_millis(t + rng.range(300, 1_500)),
+            event: Event::Click(click),
+        });
     }
     let mut out = BTreeMap::new();
     let mut sorted = |name: &str, mut lines: Vec<Line>| {
@@ -376,6 +416,35 @@ pub async fn registry_gc(ctx: Ctx) {
     }
 }
 
+/// Reads every joined output every 2-4 s, in a snapshot of a reader's client, and records
+/// those it sees in the model; the final check finds each of them still there. (A lost
+/// committed output that a later run on the click masks, settling it `too_old` once its
+/// IdRegistry entry is gone, leaves the final state looking legal: only a reader along the
+/// way sees that the output was committed.) A failed read (faults, a snapshot too old) is
+/// skipped.
+pub async fn output_watcher(ctx: Ctx) {
+    loop {
+        tokio::time::sleep(ctx.rng.millis(2_000, 4_000)).await;
+        let Ok(txn) = ctx.client.begin().await else {
+            continue;
+        };
+        let Ok(rows) = txn.scan(photon::schema::JOINED.as_bytes(), b"", None).await else {
+            continue;
+        };
+        txn.rollback();
+        ctx.model.with(|m| {
+            let at = m.photon.began.map(|b| b.elapsed()).unwrap_or_default();
+            for (cell, _) in rows {
+                let key = (
+                    String::from_utf8_lossy(&cell.row).into_owned(),
+                    String::from_utf8_lossy(&cell.column).into_owned(),
+                );
+                m.photon.outputs_seen.entry(key).or_insert(at);
+            }
+        });
+    }
+}
+
 /// The handled part of the parked-click index purged below the sweep's cursor and GC's
 /// safe point, as photon's GC pass does after version GC (`photon::maintenance`). A
 /// failure is left to the next pass (as there).
@@ -508,12 +577,13 @@ pub async fn check_join(
 ) -> Result<(u64, u64, u64), crate::SimError> {
     use photon::outcome::Outcome;
     use photon::schema::{click_cell, idregistry_cell, outcome_cell, query_cell, JOINED};
-    let (logs, queries_acked, clicks_acked, began) = model.with(|m| {
+    let (logs, queries_acked, clicks_acked, began, outputs_seen) = model.with(|m| {
         (
             m.photon.logs.clone(),
             m.photon.queries_acked.clone(),
             m.photon.clicks_acked.clone(),
             m.photon.began,
+            m.photon.outputs_seen.clone(),
         )
     });
     let Some(began) = began else {
@@ -585,8 +655,22 @@ pub async fn check_join(
             }
             continue;
         }
+        let seen_of_click = outputs_seen
+            .range((id.clone(), String::new())..)
+            .take_while(|((click, _), _)| click == id);
+        for ((_, token), seen) in seen_of_click {
+            if !joined.contains(token) {
+                bad(format!(
+                    "its joined output {token}, read committed {seen:?} into the run, is gone \
+                     (joined now: {joined:?}, outcome {outcome:?}, entry {entry:?})"
+                ));
+            }
+        }
         let query_loaded = present_queries.contains(&click.query_id);
         let below = photon::event::day_of(click.event_time) < boundary;
+        // The IdRegistry GC deleted the entry (filed under the delivery's day).
+        let purged = entry.is_none()
+            && photon::event::day_of(click.event_time) + photon::registry::MAX_SKEW_DAYS < boundary;
         let decoded = outcome.as_deref().and_then(Outcome::decode);
         match joined.as_slice() {
             [] if below && decoded == Some(Outcome::TooOld) => {
@@ -600,7 +684,9 @@ pub async fn check_join(
             [] => {
                 let expired = matches!(decoded, Some(Outcome::Expired { .. }));
                 expired_clicks += u64::from(expired);
-                if !expired || !entry.as_deref().is_some_and(|e| e.starts_with("expired/")) {
+                let entry_ok =
+                    purged || entry.as_deref().is_some_and(|e| e.starts_with("expired/"));
+                if !expired || !entry_ok {
                     bad(format!(
                         "neither joined nor expired after the drain: outcome {outcome:?}, \
                          entry {entry:?} (query loaded: {query_loaded}, IdRegistry boundary \
@@ -627,7 +713,7 @@ pub async fn check_join(
             }
             [token] => {
                 joined_clicks += 1;
-                if entry.as_deref() != Some(token.as_str()) {
+                if !purged && entry.as_deref() != Some(token.as_str()) {
                     bad(format!(
                         "joined by {token}, but its IdRegistry entry is {entry:?}"
                     ));

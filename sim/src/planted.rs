@@ -27,6 +27,10 @@ pub const BUGS: &[(&str, Bug)] = &[
     ),
     ("join_trusts_stale_registry", Bug::JoinTrustsStaleRegistry),
     ("floor_raise_cut_short", Bug::FloorRaiseCutShort),
+    (
+        "registry_purge_ignores_resolution",
+        Bug::RegistryPurgeIgnoresResolution,
+    ),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

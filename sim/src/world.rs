@@ -259,6 +259,9 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
             ..ctx.clone()
         };
         actors.spawn(workload::stalled_reader(reader.clone()));
+        if i == 0 {
+            actors.spawn(photon::output_watcher(reader.clone()));
+        }
         actors.spawn(revisions::readers(reader, PROCESSES));
     }
     for k in revisions::cells_of(i) {
