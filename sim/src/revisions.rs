@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 pub const CELLS_PER_PROCESS: u64 = 3;
 
 /// The pause before a burst, ms.
-const PAUSE: (u64, u64) = (3_000, 8_000);
+const PAUSE: (u64, u64) = (2_000, 6_000);
 
 /// The pause before a burst's second write, ms.
 const AGAIN: (u64, u64) = (300, 1_200);

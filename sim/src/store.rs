@@ -196,6 +196,17 @@ impl Hooks for FaultHooks {
         if f.chaos() {
             let rng = &f.rng;
             let fate = matches!(call, Call::Get { key } if f.fate_keys.contains(key));
+            // A reader's fate check of a revised cell's write: one read of the primary's head
+            // (`get`), or among others (`get_many`'s fate checks are batched).
+            let revision_fate_key: Option<&[u8]> = match &call {
+                _ if self.role != Role::Reader => None,
+                Call::Get { key } => Some(*key).filter(|k| f.revision_fate_keys.contains(k)),
+                Call::BatchGet { keys } => keys
+                    .iter()
+                    .map(Vec::as_slice)
+                    .find(|k| f.revision_fate_keys.contains(k)),
+                _ => None,
+            };
             let role_hold = match self.role {
                 Role::Process => None,
                 Role::Worker => Some((f.rates.worker_fate_hold, 1_000, 4_000)),
@@ -213,10 +224,8 @@ impl Hooks for FaultHooks {
                 let hold = rng.millis(10_000, 20_000);
                 tracing::debug!(process = self.life.process, ?hold, "revision scan held");
                 tokio::time::sleep(hold).await;
-            } else if self.role == Role::Reader
-                && f.rates.reader_fate_hold > 0.0
-                && matches!(call, Call::Get { key } if f.revision_fate_keys.contains(key))
-                && rng.chance(f.rates.reader_fate_hold)
+            } else if let Some(key) = revision_fate_key
+                .filter(|_| f.rates.reader_fate_hold > 0.0 && rng.chance(f.rates.reader_fate_hold))
             {
                 // A reader's fate check of a revised cell's write, held at least 10 s and
                 // until GC trimmed the primary's older versions from its head (the cell was

@@ -578,7 +578,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         },
         heartbeat_hold: [0.0, 0.01, 0.03][rng.index(3)],
         timed_hold: [0.0, 0.3, 0.7][rng.index(3)],
-        reader_scan_hold: [0.2, 0.5][rng.index(2)],
+        reader_scan_hold: [0.1, 0.3][rng.index(2)],
         floor_hold: if floor_stress {
             [0.3, 0.6][rng.index(2)]
         } else {
