@@ -766,3 +766,61 @@ async fn a_held_registry_read_is_judged_by_the_time_after_it() {
     assert_eq!(owned, 64, "the ghost counted as a live worker");
     worker.shutdown().await;
 }
+
+/// A new worker that first reads a dead worker's record while it is still young, and whose
+/// next reads of the registry are held, cannot judge it once it passes the horizon: the
+/// record never changed, but the worker has not read it unchanged often enough. Workers that
+/// read it longer already split without it; so while it is undecided, the new worker owns
+/// nothing, and then (the record judged dead) every cell. Counting it live, the new worker
+/// owned half the cells for as long as its held reads took, beside the others (found by the
+/// simulation: two owners of one cell for 3.1 s, seed 130 at 70074a1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_worker_owns_nothing_while_a_ghost_is_undecided() {
+    let codec = percolator::KeyCodec::new("test");
+    let registry_prefix = codec.meta_prefix_range(b"workers/").start.to_vec();
+    let config = quick();
+    // Heartbeats 100 ms apart: stale after 600 ms; a worker fences itself 400 ms after its
+    // last completed heartbeat began; every read of the registry is held 200 ms.
+    let kv = Arc::new(Intercepted::wrap(
+        Arc::new(MemoryKv::new()) as Arc<dyn percolator::RawKv>,
+        HoldRegistryScans {
+            registry: registry_prefix,
+            hold: config.heartbeat * 2,
+        },
+    ));
+    let c: Client = client_on(kv.clone(), test_config());
+    // A worker that died 300 ms ago: young at the new worker's first read (200 ms later).
+    let now = c.oracle().get_timestamp().await.unwrap().physical_ms();
+    let ghost_beat = now - 300;
+    let mut record = ghost_beat.to_be_bytes().to_vec();
+    record.extend_from_slice(&0u64.to_be_bytes());
+    kv.put(codec.meta("workers/ghost"), record).await.unwrap();
+    let worker = Worker::start(c.clone(), noop_registry("t"), config);
+    let owned = || {
+        (0..64)
+            .filter(|i| worker.owns(&Cell::new("t", format!("r{i}"), "v")))
+            .count()
+    };
+    // Past the horizon (600 ms) and a fence (400 ms) after the ghost's beat, every heartbeat
+    // that judged the ghost young has been fenced; from then on the worker owns nothing
+    // (undecided or fenced) or everything (the ghost judged dead), never a share split with it.
+    let from = ghost_beat + 600 + 400 + 100;
+    while c.oracle().get_timestamp().await.unwrap().physical_ms() < from {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut all = false;
+    for _ in 0..1_000 {
+        let n = owned();
+        assert!(
+            n == 0 || n == 64,
+            "owned {n} of 64 cells: a share split with the ghost"
+        );
+        if n == 64 {
+            all = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(all, "the ghost was never judged dead");
+    worker.shutdown().await;
+}

@@ -17,7 +17,9 @@
 //!   about the same time (within a heartbeat period and its reads), whenever it started.
 //!   Comparing the beat alone, without the reads, took a worker whose heartbeat was held up by
 //!   a busy process (its beat is drawn before its put) for dead: both then owned its share
-//!   and ran it twice ([`Liveness`]).
+//!   and ran it twice ([`Liveness`]). A reader owns nothing while it holds a record past the
+//!   horizon that it has never seen change and has not read unchanged often enough to
+//!   judge (a late starter meeting a ghost the others already dropped).
 //! - A worker owns nothing once [`FENCE_AFTER_BEATS`] periods passed since the start of its
 //!   last heartbeat that completed (self-fencing): another worker takes its share only when
 //!   the beat of the last record it read is older than that (`FENCE_AFTER_BEATS <
@@ -70,6 +72,11 @@ struct Split {
     /// after its first heartbeat, when the others have seen it, so that its share does not
     /// overlap theirs as it joins. `None` before the first heartbeat.
     owns_from: Option<Instant>,
+    /// The last heartbeat met a record it could not judge: past the horizon, never seen to
+    /// change, read unchanged fewer than [`DEAD_AFTER_READS`] times ([`Liveness::undecided`]).
+    /// Readers that have read it longer may already take it for dead and split without it,
+    /// so this worker owns nothing until it decides.
+    undecided: bool,
 }
 
 impl Split {
@@ -139,6 +146,7 @@ impl Membership {
                 liveness: Liveness::default(),
                 fenced_after: None,
                 owns_from: None,
+                undecided: false,
             }),
             handled: AtomicU64::new(0),
         }
@@ -158,7 +166,7 @@ impl Membership {
     /// fenced: its last completed heartbeat started [`FENCE_AFTER_BEATS`] periods ago).
     pub(super) fn owns(&self, cell: &Cell) -> bool {
         let split = lock(&self.split);
-        if !split.settled() || split.fenced() {
+        if !split.settled() || split.fenced() || split.undecided {
             return false;
         }
         let (index, live) = split.share;
@@ -238,6 +246,8 @@ async fn heartbeat_once(inner: &Inner) -> Result<(), WorkerError> {
         .collect();
     let beats = records.iter().map(|(k, beat, _)| (k.as_slice(), *beat));
     let alive = split.liveness.observe(beats, now_ms, dead_after);
+    let undecided = split.liveness.undecided().any(|k| k != me.as_slice());
+    split.undecided = undecided;
     split.fenced_after = Some((started, inner.config.heartbeat * FENCE_AFTER_BEATS));
     // (key, beat, progress) of the live workers (this one always); a record without
     // progress (an older worker) counts as always progressing.
@@ -301,10 +311,22 @@ const _: () = assert!(FENCE_AFTER_BEATS < DEAD_AFTER_BEATS);
 /// first read, a worker that started after the crash (or whose heartbeats failed) took it
 /// for dead up to a horizon later than the others, and for that long two live workers owned
 /// the same cells (issue 40, found by the simulation).
+///
+/// A record this reader has never seen change, past the horizon but read unchanged fewer
+/// than [`DEAD_AFTER_READS`] times, is live but *undecided*: a reader that started late (a
+/// restarted process, its first heartbeats held) cannot tell a dead worker that the others,
+/// having read it for longer, already split without from a live one whose puts are slow. While
+/// it holds one, the reader owns nothing (`Split::undecided`): it would otherwise split with
+/// a worker the others dropped, and own cells they own, for as long as its own reads take
+/// (found by the simulation: seed 130 at 70074a1, two owners for 3.1 s while a new worker's
+/// heartbeats were held).
 #[derive(Default)]
 pub(super) struct Liveness {
-    /// Per worker key: the beat last read and how many reads since found it unchanged.
-    seen: HashMap<Vec<u8>, (u64, u32)>,
+    /// Per worker key: the beat last read, how many reads since found it unchanged, and
+    /// whether this reader has seen the record change.
+    seen: HashMap<Vec<u8>, (u64, u32, bool)>,
+    /// The keys the last read left undecided.
+    undecided: Vec<Vec<u8>>,
 }
 
 impl Liveness {
@@ -319,23 +341,35 @@ impl Liveness {
     ) -> std::collections::HashSet<Vec<u8>> {
         let mut alive = std::collections::HashSet::new();
         let mut seen = HashMap::with_capacity(self.seen.len());
+        self.undecided.clear();
         for (key, beat) in records {
             let fresh = beat.saturating_add(horizon_ms) >= now_ms;
-            let reads = match self.seen.get(key) {
-                Some(&(last, reads)) if last == beat => reads.saturating_add(1),
-                // A new beat; or the first read of this record (a ghost if already old:
-                // counted as unchanged long enough).
-                Some(_) => 0,
-                None if fresh => 0,
-                None => DEAD_AFTER_READS,
+            let (reads, changed) = match self.seen.get(key) {
+                Some(&(last, reads, changed)) if last == beat => (reads.saturating_add(1), changed),
+                // A new beat.
+                Some(_) => (0, true),
+                // The first read of this record (a ghost if already old: counted as
+                // unchanged long enough).
+                None if fresh => (0, false),
+                None => (DEAD_AFTER_READS, false),
             };
             if fresh || reads < DEAD_AFTER_READS {
                 alive.insert(key.to_vec());
+                if !fresh && !changed {
+                    self.undecided.push(key.to_vec());
+                }
             }
-            seen.insert(key.to_vec(), (beat, reads));
+            seen.insert(key.to_vec(), (beat, reads, changed));
         }
         self.seen = seen;
         alive
+    }
+
+    /// The keys the last [`Liveness::observe`] took for live without being able to judge
+    /// them: past the horizon, never seen to change, read unchanged fewer than
+    /// [`DEAD_AFTER_READS`] times.
+    pub(super) fn undecided(&self) -> impl Iterator<Item = &[u8]> {
+        self.undecided.iter().map(Vec::as_slice)
     }
 }
 
@@ -422,6 +456,43 @@ mod tests {
         assert!(l
             .observe([(b"b".as_slice(), 1_000)], 12_000, HORIZON)
             .contains(b"b".as_slice()));
+    }
+
+    #[test]
+    fn a_late_reader_is_undecided_on_a_ghost_the_others_already_dropped() {
+        // The worker's last beat was at 10 s. A reader running all along takes it for dead
+        // at the first read past the horizon; a reader that first read it at 12.5 s and
+        // then had its heartbeats held reads it again only at 14.3 s: the record is live to
+        // it (one unchanged read) but undecided, until DEAD_AFTER_READS unchanged reads.
+        let early = dead_at(10_100);
+        assert!(early <= 13_100, "{early}");
+        let mut late = Liveness::default();
+        let ghost = b"ghost".as_slice();
+        let live = b"b".as_slice();
+        let read = |l: &mut Liveness, now: u64| {
+            let alive = l.observe([(ghost, 10_000), (live, now - 100)], now, HORIZON);
+            let undecided: Vec<Vec<u8>> = l.undecided().map(<[u8]>::to_vec).collect();
+            (alive.contains(ghost), undecided)
+        };
+        assert_eq!(
+            read(&mut late, 12_500),
+            (true, vec![]),
+            "fresh at first read"
+        );
+        assert_eq!(read(&mut late, 14_300), (true, vec![ghost.to_vec()]));
+        assert_eq!(read(&mut late, 14_800), (true, vec![ghost.to_vec()]));
+        assert_eq!(
+            read(&mut late, 15_300),
+            (false, vec![]),
+            "dead at the third"
+        );
+        // A record seen to change is judged by its reads alone, never undecided: a live
+        // worker whose puts are slow does not stop this reader from owning its share.
+        let mut l = Liveness::default();
+        l.observe([(live, 1_000)], 1_200, HORIZON);
+        l.observe([(live, 1_500)], 5_000, HORIZON);
+        assert!(l.observe([(live, 1_500)], 5_500, HORIZON).contains(live));
+        assert_eq!(l.undecided().count(), 0);
     }
 
     #[test]
