@@ -11,6 +11,8 @@ use std::sync::Mutex;
 pub struct Frontier {
     /// Per file: event time of the first event of its next batch; `None` until known.
     next: Mutex<Vec<Option<u64>>>,
+    /// Per file: how much further than `slack_ms` it may run ahead of the others.
+    lead_ms: Vec<u64>,
     /// Files done (at their end) for this call.
     done: Mutex<Vec<bool>>,
     changed: tokio::sync::Notify,
@@ -20,8 +22,18 @@ pub struct Frontier {
 impl Frontier {
     /// A frontier over `files` files allowing `slack_ms` of event time ahead.
     pub fn new(files: usize, slack_ms: u64) -> Self {
+        Self::with_leads(vec![0; files], slack_ms)
+    }
+
+    /// A frontier over one file per entry of `lead_ms`, each allowed `slack_ms` plus its
+    /// lead of event time ahead of the others: the files of events others depend on (Photon's
+    /// queries, which clicks are joined with) lead, so the events that depend on them find
+    /// them loaded; the others stay within `slack_ms` of them.
+    pub fn with_leads(lead_ms: Vec<u64>, slack_ms: u64) -> Self {
+        let files = lead_ms.len();
         Frontier {
             next: Mutex::new(vec![None; files]),
+            lead_ms,
             done: Mutex::new(vec![false; files]),
             changed: tokio::sync::Notify::new(),
             slack_ms,
@@ -33,9 +45,10 @@ impl Frontier {
     pub(super) fn may_go(&self, me: usize, at: u64) -> bool {
         let next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-        next.iter().enumerate().all(|(i, t)| {
-            i == me || done[i] || t.is_some_and(|t| t.saturating_add(self.slack_ms) >= at)
-        })
+        let ahead = self.slack_ms.saturating_add(self.lead_ms[me]);
+        next.iter()
+            .enumerate()
+            .all(|(i, t)| i == me || done[i] || t.is_some_and(|t| t.saturating_add(ahead) >= at))
     }
 
     /// Waits until file `me` may commit its batch starting at `at`.
@@ -56,5 +69,22 @@ impl Frontier {
     pub(super) fn finish(&self, me: usize) {
         self.done.lock().unwrap_or_else(|p| p.into_inner())[me] = true;
         self.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Frontier;
+
+    #[test]
+    fn a_leading_file_runs_ahead_by_its_lead_and_the_others_stay_in_step() {
+        // File 0 leads by 3 s (queries), file 1 does not (clicks); slack 100 ms.
+        let f = Frontier::with_leads(vec![3_000, 0], 100);
+        f.next.lock().unwrap()[1] = Some(10_000);
+        assert!(f.may_go(0, 13_100), "up to slack and lead ahead");
+        assert!(!f.may_go(0, 13_101));
+        f.next.lock().unwrap()[0] = Some(10_000);
+        assert!(f.may_go(1, 10_100), "the other within the slack");
+        assert!(!f.may_go(1, 10_101));
     }
 }

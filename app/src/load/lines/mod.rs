@@ -100,6 +100,15 @@ pub trait LineMapping: Send + Sync + 'static {
         true
     }
 
+    /// How much further than [`ALIGN_SLACK_MS`] of event time files tagged `tag` may load
+    /// ahead of the others in [`Lines::load_dir`] (default: 0). The files of events others
+    /// depend on lead (Photon's queries, which clicks logged seconds later are joined with):
+    /// the dependent events then find them loaded instead of waiting for them.
+    fn lead_ms(&self, tag: &str) -> u64 {
+        let _ = tag;
+        0
+    }
+
     /// Whether files tagged `tag` drive the loader's watermark (default: every file). A
     /// mapping whose timed column is written by some files only names those (Photon: the
     /// query logs', whose watermark decides expiry).
@@ -314,7 +323,10 @@ impl<M: LineMapping> Lines<M> {
         for u in &unreadable {
             rejects.unreadable(stats, &u.path.display().to_string(), &u.error)?;
         }
-        let frontier = Frontier::new(files.len(), ALIGN_SLACK_MS);
+        let frontier = Frontier::with_leads(
+            files.iter().map(|f| self.mapping.lead_ms(&f.tag)).collect(),
+            ALIGN_SLACK_MS,
+        );
         self.injector.found(
             files
                 .iter()
