@@ -346,8 +346,10 @@ impl Liveness {
             let fresh = beat.saturating_add(horizon_ms) >= now_ms;
             let (reads, changed) = match self.seen.get(key) {
                 Some(&(last, reads, changed)) if last == beat => (reads.saturating_add(1), changed),
-                // A new beat.
-                Some(_) => (0, true),
+                // A new beat: proof of life only if it is young (a new beat already past
+                // the horizon, read after this reader's own reads were held, is as hard to
+                // judge as a first read: the others may have dropped the worker since).
+                Some(&(_, _, changed)) => (0, changed || fresh),
                 // The first read of this record (a ghost if already old: counted as
                 // unchanged long enough).
                 None if fresh => (0, false),
@@ -486,12 +488,22 @@ mod tests {
             (false, vec![]),
             "dead at the third"
         );
-        // A record seen to change is judged by its reads alone, never undecided: a live
-        // worker whose puts are slow does not stop this reader from owning its share.
+        // A held reader that meets a ghost's last beat only after it is past the horizon
+        // (the beat changed since its first read, but it is old): still undecided, as the
+        // others may have dropped the ghost already (found by review).
+        let mut l = Liveness::default();
+        assert!(l.observe([(ghost, 9_500)], 9_900, HORIZON).contains(ghost));
+        assert!(l
+            .observe([(ghost, 10_000)], 14_300, HORIZON)
+            .contains(ghost));
+        assert_eq!(l.undecided().count(), 1);
+        // A record seen to change to a young beat is judged by its reads alone, never
+        // undecided: a live worker whose later puts are slow does not stop this reader
+        // from owning its share.
         let mut l = Liveness::default();
         l.observe([(live, 1_000)], 1_200, HORIZON);
-        l.observe([(live, 1_500)], 5_000, HORIZON);
-        assert!(l.observe([(live, 1_500)], 5_500, HORIZON).contains(live));
+        l.observe([(live, 1_500)], 1_700, HORIZON);
+        assert!(l.observe([(live, 1_500)], 5_000, HORIZON).contains(live));
         assert_eq!(l.undecided().count(), 0);
     }
 
