@@ -737,32 +737,44 @@ impl Hooks for HoldRegistryScans {
 /// settled. Judged by the time the heartbeat began, the ghost counted as live for three more
 /// reads, and the new worker owned a share computed with it while the others owned that
 /// share too (found by the simulation: two owners of one cell for 3.2 s).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_registry_read_is_judged_by_the_time_after_it() {
+/// A worker started on a store whose registry scans (each heartbeat's read of the others'
+/// records) are held two heartbeats (200 ms with `quick()`: a record is stale after 600 ms,
+/// a worker fences itself 400 ms after its last completed heartbeat began), beside the
+/// record of a worker that died `ghost_age_ms` ago. Returns the client, the worker and the
+/// ghost's beat (oracle ms).
+async fn worker_beside_a_ghost(ghost_age_ms: u64) -> (Client, Worker, u64) {
     let codec = percolator::KeyCodec::new("test");
-    let registry_prefix = codec.meta_prefix_range(b"workers/").start.to_vec();
     let config = quick();
-    // Heartbeats are 100 ms apart: a record is stale after 6 of them (600 ms), and a worker
-    // fences itself 4 of them (400 ms) after its last completed heartbeat began, so a read
-    // is held for 2 (200 ms).
     let kv = Arc::new(Intercepted::wrap(
         Arc::new(MemoryKv::new()) as Arc<dyn percolator::RawKv>,
         HoldRegistryScans {
-            registry: registry_prefix,
+            registry: codec.meta_prefix_range(b"workers/").start.to_vec(),
             hold: config.heartbeat * 2,
         },
     ));
     let c: Client = client_on(kv.clone(), test_config());
-    // A worker that died 500 ms ago: its record is 100 ms short of stale.
     let now = c.oracle().get_timestamp().await.unwrap().physical_ms();
-    let mut record = (now - 500).to_be_bytes().to_vec();
+    let ghost_beat = now - ghost_age_ms;
+    let mut record = ghost_beat.to_be_bytes().to_vec();
     record.extend_from_slice(&0u64.to_be_bytes());
     kv.put(codec.meta("workers/ghost"), record).await.unwrap();
     let worker = Worker::start(c.clone(), noop_registry("t"), config);
-    worker.wait_until_settled().await;
-    let owned = (0..64)
+    (c, worker, ghost_beat)
+}
+
+/// How many of 64 cells `worker` owns.
+fn owned_of_64(worker: &Worker) -> usize {
+    (0..64)
         .filter(|i| worker.owns(&Cell::new("t", format!("r{i}"), "v")))
-        .count();
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_registry_read_is_judged_by_the_time_after_it() {
+    // A worker that died 500 ms ago: its record is 100 ms short of stale.
+    let (_, worker, _) = worker_beside_a_ghost(500).await;
+    worker.wait_until_settled().await;
+    let owned = owned_of_64(&worker);
     assert_eq!(owned, 64, "the ghost counted as a live worker");
     worker.shutdown().await;
 }
@@ -776,31 +788,8 @@ async fn a_held_registry_read_is_judged_by_the_time_after_it() {
 /// simulation: two owners of one cell for 3.1 s, seed 130 at 70074a1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_worker_owns_nothing_while_a_ghost_is_undecided() {
-    let codec = percolator::KeyCodec::new("test");
-    let registry_prefix = codec.meta_prefix_range(b"workers/").start.to_vec();
-    let config = quick();
-    // Heartbeats 100 ms apart: stale after 600 ms; a worker fences itself 400 ms after its
-    // last completed heartbeat began; every read of the registry is held 200 ms.
-    let kv = Arc::new(Intercepted::wrap(
-        Arc::new(MemoryKv::new()) as Arc<dyn percolator::RawKv>,
-        HoldRegistryScans {
-            registry: registry_prefix,
-            hold: config.heartbeat * 2,
-        },
-    ));
-    let c: Client = client_on(kv.clone(), test_config());
     // A worker that died 300 ms ago: young at the new worker's first read (200 ms later).
-    let now = c.oracle().get_timestamp().await.unwrap().physical_ms();
-    let ghost_beat = now - 300;
-    let mut record = ghost_beat.to_be_bytes().to_vec();
-    record.extend_from_slice(&0u64.to_be_bytes());
-    kv.put(codec.meta("workers/ghost"), record).await.unwrap();
-    let worker = Worker::start(c.clone(), noop_registry("t"), config);
-    let owned = || {
-        (0..64)
-            .filter(|i| worker.owns(&Cell::new("t", format!("r{i}"), "v")))
-            .count()
-    };
+    let (c, worker, ghost_beat) = worker_beside_a_ghost(300).await;
     // Past the horizon (600 ms) and a fence (400 ms) after the ghost's beat, every heartbeat
     // that judged the ghost young has been fenced; from then on the worker owns nothing
     // (undecided or fenced) or everything (the ghost judged dead), never a share split with it.
@@ -810,7 +799,7 @@ async fn a_new_worker_owns_nothing_while_a_ghost_is_undecided() {
     }
     let mut all = false;
     for _ in 0..1_000 {
-        let n = owned();
+        let n = owned_of_64(&worker);
         assert!(
             n == 0 || n == 64,
             "owned {n} of 64 cells: a share split with the ghost"
