@@ -762,20 +762,37 @@ async fn worker_beside_a_ghost(ghost_age_ms: u64) -> (Client, Worker, u64) {
     (c, worker, ghost_beat)
 }
 
-/// How many of 64 cells `worker` owns.
+/// How many of 64 cells `worker` owns, all as of one moment (one view of its split).
 fn owned_of_64(worker: &Worker) -> usize {
-    (0..64)
-        .filter(|i| worker.owns(&Cell::new("t", format!("r{i}"), "v")))
-        .count()
+    let cells: Vec<Cell> = (0..64)
+        .map(|i| Cell::new("t", format!("r{i}"), "v"))
+        .collect();
+    worker.owns_each(&cells).into_iter().filter(|&o| o).count()
+}
+
+/// Watches `worker` (beside a ghost, alone otherwise) until it owns every cell: at every
+/// look it owns nothing (not settled, fenced between its held heartbeats, undecided) or
+/// everything, never a share split with the ghost.
+async fn owns_all_and_never_a_share_with_the_ghost(worker: &Worker) {
+    for _ in 0..1_000 {
+        let n = owned_of_64(worker);
+        assert!(
+            n == 0 || n == 64,
+            "owned {n} of 64 cells: a share split with the ghost"
+        );
+        if n == 64 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the ghost was never judged dead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_registry_read_is_judged_by_the_time_after_it() {
     // A worker that died 500 ms ago: its record is 100 ms short of stale.
     let (_, worker, _) = worker_beside_a_ghost(500).await;
-    worker.wait_until_settled().await;
-    let owned = owned_of_64(&worker);
-    assert_eq!(owned, 64, "the ghost counted as a live worker");
+    owns_all_and_never_a_share_with_the_ghost(&worker).await;
     worker.shutdown().await;
 }
 
@@ -797,19 +814,6 @@ async fn a_new_worker_owns_nothing_while_a_ghost_is_undecided() {
     while c.oracle().get_timestamp().await.unwrap().physical_ms() < from {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let mut all = false;
-    for _ in 0..1_000 {
-        let n = owned_of_64(&worker);
-        assert!(
-            n == 0 || n == 64,
-            "owned {n} of 64 cells: a share split with the ghost"
-        );
-        if n == 64 {
-            all = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(all, "the ghost was never judged dead");
+    owns_all_and_never_a_share_with_the_ghost(&worker).await;
     worker.shutdown().await;
 }

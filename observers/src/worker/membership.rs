@@ -81,19 +81,23 @@ struct Split {
 
 impl Split {
     fn settled(&self) -> bool {
-        self.owns_from.is_some_and(|from| Instant::now() >= from)
+        self.settled_at(Instant::now())
+    }
+
+    fn settled_at(&self, now: Instant) -> bool {
+        self.owns_from.is_some_and(|from| now >= from)
     }
 
     /// Whether the worker's last completed heartbeat started too long ago for it to own
     /// anything: another worker may be taking its share.
-    fn fenced(&self) -> bool {
+    fn fenced_at(&self, now: Instant) -> bool {
         // Planted bug `WorkerKeepsShareWhenHeldUp` (`percolator::planted`): no self-fencing.
         #[cfg(feature = "planted")]
         if percolator::planted::active(percolator::planted::Bug::WorkerKeepsShareWhenHeldUp) {
             return false;
         }
         self.fenced_after
-            .is_some_and(|(started, after)| started.elapsed() >= after)
+            .is_some_and(|(started, after)| now.saturating_duration_since(started) >= after)
     }
 }
 
@@ -165,12 +169,25 @@ impl Membership {
     /// Whether `cell` is in this worker's share (never before it is settled, nor while it is
     /// fenced: its last completed heartbeat started [`FENCE_AFTER_BEATS`] periods ago).
     pub(super) fn owns(&self, cell: &Cell) -> bool {
+        self.owns_each([cell]).first().copied().unwrap_or(false)
+    }
+
+    /// [`Membership::owns`] for each of `cells`, all under one view of the split and one
+    /// reading of the clock: a heartbeat completing, or the fence passing, between two
+    /// cells cannot make them disagree on the view.
+    pub(super) fn owns_each<'a>(&self, cells: impl IntoIterator<Item = &'a Cell>) -> Vec<bool> {
         let split = lock(&self.split);
-        if !split.settled() || split.fenced() || split.undecided {
-            return false;
-        }
-        let (index, live) = split.share;
-        live <= 1 || stable_hash(cell) % live == index
+        let now = Instant::now();
+        let owning = split.settled_at(now) && !split.fenced_at(now) && !split.undecided;
+        let share = owning.then_some(split.share);
+        drop(split);
+        cells
+            .into_iter()
+            .map(|cell| match share {
+                None => false,
+                Some((index, live)) => live <= 1 || stable_hash(cell) % live == index,
+            })
+            .collect()
     }
 
     /// Whether the owner of `cell` in the hash split has made no progress for `orphan_age`.

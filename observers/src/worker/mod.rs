@@ -223,6 +223,16 @@ impl Worker {
         self.inner.membership.owns(cell)
     }
 
+    /// [`Worker::owns`] for each of `cells`, in order, all as of one moment: one view of
+    /// the split and one reading of the clock (asked one by one, a heartbeat completing or
+    /// the fence passing between two cells shows a share that never existed).
+    pub fn owns_each<'a>(
+        &self,
+        cells: impl IntoIterator<Item = &'a percolator::Cell>,
+    ) -> Vec<bool> {
+        self.inner.membership.owns_each(cells)
+    }
+
     /// The worker's id in the registry.
     pub fn id(&self) -> &str {
         &self.inner.config.id
