@@ -531,8 +531,8 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
             .map_err(|e| e.within(&name))?;
             cleared = true;
         }
-        if let (Some((frontier, me)), Some((first, _))) = (ctx.align, batch.event_times) {
-            frontier.wait_turn(me, first).await;
+        if let (Some((frontier, me)), Some((first, last))) = (ctx.align, batch.event_times) {
+            frontier.wait_turn(me, first, last).await;
         }
         if let (Some(pace), Some(event_times)) = (ctx.pace, batch.event_times) {
             pace.wait_for(event_times).await;
