@@ -366,8 +366,9 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
 
 /// Clicks that park because their query is still loading are woken by the wake observer
 /// (run after each park, which notifies the query's wake cell, and after the wake check of
-/// the batch that loaded the query), with no pending sweep at all: the loader writes queries
-/// and clicks close together in time, so parks race the queries' commits.
+/// the batch that loaded the query), with no pending sweep at all: the logs load side by
+/// side, each at its own pace (not in step, as `load_dir` keeps them: there the click
+/// batches wait for their queries and hardly park), so parks race the queries' commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_clicks_are_woken_without_the_sweep() {
     // The lost wake-up needs a park and its query's wake run to overlap: run a few rounds.
@@ -409,9 +410,15 @@ async fn parked_clicks_woken_without_sweep(seed: u64) {
         max_backlog: 0,
         ..LoadOptions::default()
     };
-    load_dir(&client, &logs, &options, &LoadStats::default())
-        .await
-        .unwrap();
+    let load_stats = LoadStats::default();
+    let files = photon::load::files_to_load(&client, &logs).await.unwrap();
+    futures::future::try_join_all(
+        files
+            .iter()
+            .map(|f| photon::load::load_file(&client, &f.path, f.kind, &options, &load_stats)),
+    )
+    .await
+    .unwrap();
     // Quiescent without sweeping: nothing may be left parked with its query present.
     let joined_all = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
