@@ -187,7 +187,7 @@ impl Transaction {
         cells: &[(Cell, Option<Vec<u8>>)],
         once_cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
-        cached: crate::FastMap<Vec<u8>, HeadSnapshot>,
+        mut cached: crate::FastMap<Vec<u8>, HeadSnapshot>,
         notifies: std::collections::BTreeSet<Cell>,
         notify_bucket: u64,
         primary_head: &PrimaryHead,
@@ -225,12 +225,14 @@ impl Transaction {
                 // returns the current head, which is what a read would have fetched (see
                 // `percolator::design::commit`).
                 let expected = cached
-                    .get(&shared.codec.head(cell))
-                    .cloned()
+                    .remove(&shared.codec.head(cell))
+                    .map(Arc::new)
                     .or_else(|| shared.remembered_head(cell))
-                    .unwrap_or(HeadSnapshot {
-                        raw: None,
-                        head: Head::default(),
+                    .unwrap_or_else(|| {
+                        Arc::new(HeadSnapshot {
+                            raw: None,
+                            head: Head::default(),
+                        })
                     });
                 Prewrite {
                     cell,

@@ -112,9 +112,8 @@ impl Shared {
     /// returns the current head. Conflict checks on it are sound because a lock-free head
     /// only ever gains commits and raises `rollback_ts` (GC tombstones only drop versions
     /// below a safe point, which every prewriter is above).
-    pub(crate) fn remembered_head(&self, cell: &Cell) -> Option<HeadSnapshot> {
-        let cache = self.committed_heads.as_ref()?;
-        cache.get(cell).map(|snap| HeadSnapshot::clone(&snap))
+    pub(crate) fn remembered_head(&self, cell: &Cell) -> Option<Arc<HeadSnapshot>> {
+        self.committed_heads.as_ref()?.get(cell)
     }
 
     /// CAS of the head of `cell` from `expected` to `new`. `Ok` carries the new snapshot;

@@ -78,8 +78,9 @@ pub(super) struct Prewrite<'a> {
     pub(super) notify_primary: &'a Cell,
     /// The bucket of the notify keys.
     pub(super) notify_bucket: u64,
-    /// The head the prewrite expects (read, remembered, or guessed absent).
-    pub(super) expected: HeadSnapshot,
+    /// The head the prewrite expects (read, remembered, or guessed absent); shared with the
+    /// client's cache of committed heads when remembered, not copied.
+    pub(super) expected: Arc<HeadSnapshot>,
 }
 
 /// What the per-cell loop of one cell starts from.
@@ -203,7 +204,7 @@ impl Transaction {
                 // A lock to resolve first: the per-cell loop does that.
                 fallbacks.push(Fallback {
                     index,
-                    start: Some(plan.expected.clone()),
+                    start: Some(HeadSnapshot::clone(&plan.expected)),
                     extras_written: false,
                 });
                 continue;
