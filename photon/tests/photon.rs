@@ -368,7 +368,9 @@ async fn loader_killed_with_sigkill_neither_skips_nor_repeats() {
 /// (run after each park, which notifies the query's wake cell, and after the wake check of
 /// the batch that loaded the query), with no pending sweep at all: the logs load side by
 /// side, each at its own pace (not in step, as `load_dir` keeps them: there the click
-/// batches wait for their queries and hardly park), so parks race the queries' commits.
+/// batches wait for their queries and hardly park), so clicks park before and while their
+/// queries commit (the click log, with fewer lines, pulls ahead: most parks come long
+/// before their query, the rest race its commit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parked_clicks_are_woken_without_the_sweep() {
     // The lost wake-up needs a park and its query's wake run to overlap: run a few rounds.

@@ -133,6 +133,11 @@ pub(super) fn min_orphan_age(max_idle_interval: Duration, heartbeat: Duration) -
     2 * (max_idle_interval + 2 * heartbeat)
 }
 
+/// Whether `cell` falls in `share` (`(index, live)` of the hash split; `None`: owns nothing).
+fn in_share(share: Option<(u64, u64)>, cell: &Cell) -> bool {
+    share.is_some_and(|(index, live)| live <= 1 || stable_hash(cell) % live == index)
+}
+
 fn stable_hash(cell: &Cell) -> u64 {
     #[allow(deprecated)]
     let mut h = std::hash::SipHasher::new();
@@ -169,25 +174,27 @@ impl Membership {
     /// Whether `cell` is in this worker's share (never before it is settled, nor while it is
     /// fenced: its last completed heartbeat started [`FENCE_AFTER_BEATS`] periods ago).
     pub(super) fn owns(&self, cell: &Cell) -> bool {
-        self.owns_each([cell]).first().copied().unwrap_or(false)
+        in_share(self.share_now(), cell)
     }
 
     /// [`Membership::owns`] for each of `cells`, all under one view of the split and one
     /// reading of the clock: a heartbeat completing, or the fence passing, between two
     /// cells cannot make them disagree on the view.
     pub(super) fn owns_each<'a>(&self, cells: impl IntoIterator<Item = &'a Cell>) -> Vec<bool> {
+        let share = self.share_now();
+        cells
+            .into_iter()
+            .map(|cell| in_share(share, cell))
+            .collect()
+    }
+
+    /// The worker's share of the split now, `(index, live)`: `None` before it settled,
+    /// while it is fenced or while it holds an undecided record.
+    fn share_now(&self) -> Option<(u64, u64)> {
         let split = lock(&self.split);
         let now = Instant::now();
         let owning = split.settled_at(now) && !split.fenced_at(now) && !split.undecided;
-        let share = owning.then_some(split.share);
-        drop(split);
-        cells
-            .into_iter()
-            .map(|cell| match share {
-                None => false,
-                Some((index, live)) => live <= 1 || stable_hash(cell) % live == index,
-            })
-            .collect()
+        owning.then_some(split.share)
     }
 
     /// Whether the owner of `cell` in the hash split has made no progress for `orphan_age`.
