@@ -13,7 +13,10 @@ use std::sync::Mutex;
 /// may run its lead further ahead, and a file with a smaller lead (one whose events depend on
 /// it) waits until the leading file has moved past its batch's *last* event, capped at the
 /// difference of their leads, so that the events it depends on are committed before it
-/// commits (a click logged a batch after its query no longer parks).
+/// commits (a click logged a batch after its query no longer parks). A paced replay's
+/// batches do not wait so ([`Frontier::wait_turn`] without a last event): there the leading
+/// files move with the wall clock, and waiting for them to pass a batch's last event held
+/// the dependent file up to the lead, then released its backlog in a burst.
 ///
 /// **No deadlock.** Every wait is for a file whose next batch starts earlier once leads are
 /// taken off: with `k = first - lead` for each waiting file's batch, file `a` waits for
@@ -56,9 +59,9 @@ impl Frontier {
 
     /// Whether file `me` may commit a batch of events from `first` to `last` (event times):
     /// every other file still loading has a known next batch no earlier than `first -
-    /// slack - lead(me)`, and every file with a larger lead has moved past `last` (at most
-    /// the difference of the leads past `first`).
-    pub(super) fn may_go(&self, me: usize, first: u64, last: u64) -> bool {
+    /// slack - lead(me)`, and, when `last` is given, every file with a larger lead has moved
+    /// past it (at most the difference of the leads past `first`).
+    pub(super) fn may_go(&self, me: usize, first: u64, last: Option<u64>) -> bool {
         let next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner());
         let lead = self.lead_ms[me];
@@ -72,12 +75,15 @@ impl Frontier {
             };
             let in_step = t.saturating_add(ahead) >= first;
             let led = self.lead_ms[i].saturating_sub(lead);
-            in_step && (led == 0 || t >= last.max(first).min(first.saturating_add(led)))
+            let passed = |last: u64| t >= last.max(first).min(first.saturating_add(led));
+            in_step && (led == 0 || last.is_none_or(passed))
         })
     }
 
-    /// Waits until file `me` may commit its batch of events from `first` to `last`.
-    pub(super) async fn wait_turn(&self, me: usize, first: u64, last: u64) {
+    /// Waits until file `me` may commit its batch of events from `first` to `last` (`None`:
+    /// the batch does not wait for the leading files to pass its events, as a paced replay,
+    /// where that would wait for the wall clock).
+    pub(super) async fn wait_turn(&self, me: usize, first: u64, last: Option<u64>) {
         self.next.lock().unwrap_or_else(|p| p.into_inner())[me] = Some(first);
         self.changed.notify_waiters();
         loop {
@@ -107,31 +113,38 @@ mod tests {
         // File 0 leads by 3 s (queries), file 1 does not (clicks); slack 100 ms.
         let f = Frontier::with_leads(vec![3_000, 0], 100);
         f.next.lock().unwrap()[1] = Some(10_000);
-        assert!(f.may_go(0, 13_100, 13_500), "up to slack and lead ahead");
-        assert!(!f.may_go(0, 13_101, 13_101));
+        assert!(
+            f.may_go(0, 13_100, Some(13_500)),
+            "up to slack and lead ahead"
+        );
+        assert!(!f.may_go(0, 13_101, Some(13_101)));
         f.next.lock().unwrap()[0] = Some(10_200);
         assert!(
-            f.may_go(1, 10_100, 10_200),
+            f.may_go(1, 10_100, Some(10_200)),
             "the other past the batch's last event"
         );
         assert!(
-            !f.may_go(1, 10_100, 10_201),
+            !f.may_go(1, 10_100, Some(10_201)),
             "the leading file not past the batch's last event"
         );
         // A batch spanning more than the lead (an early click line seconds ahead) waits for
         // the leading file to be the lead past its first event only.
         f.next.lock().unwrap()[0] = Some(13_100);
-        assert!(f.may_go(1, 10_100, 20_000));
+        assert!(f.may_go(1, 10_100, Some(20_000)));
         f.next.lock().unwrap()[0] = Some(13_099);
-        assert!(!f.may_go(1, 10_100, 20_000));
+        assert!(!f.may_go(1, 10_100, Some(20_000)));
+        // Without a last event (a paced replay): the slack rule alone.
+        assert!(f.may_go(1, 10_100, None));
+        assert!(f.may_go(1, 13_099 + 100, None));
+        assert!(!f.may_go(1, 13_099 + 101, None));
     }
 
     #[test]
     fn files_of_equal_leads_wait_for_first_events_only() {
         let f = Frontier::new(2, 100);
         f.next.lock().unwrap()[1] = Some(10_000);
-        assert!(f.may_go(0, 10_100, 50_000));
-        assert!(!f.may_go(0, 10_101, 10_101));
+        assert!(f.may_go(0, 10_100, Some(50_000)));
+        assert!(!f.may_go(0, 10_101, Some(10_101)));
     }
 
     /// Whatever batches the files wait at (random leads, first and last event times), at
@@ -155,7 +168,10 @@ mod tests {
                 f.next.lock().unwrap()[i] = Some(*first);
             }
             assert!(
-                (0..files).any(|i| f.may_go(i, batches[i].0, batches[i].1)),
+                (0..files).any(|i| {
+                    let last = (rng.gen_range(0..4) > 0).then_some(batches[i].1);
+                    f.may_go(i, batches[i].0, last)
+                }),
                 "round {round}: leads {leads:?}, batches {batches:?}"
             );
         }
