@@ -35,8 +35,8 @@ pub struct PhotonLogs;
 /// with the logs in step a click whose query was logged less than a batch earlier parked
 /// and had to be woken (11-12 % of the clicks through TiKV, where the two loaders run at
 /// the same pace). Queries loaded ahead cost nothing: they wait to be joined anyway. Click
-/// batches also wait for the query logs to pass their last click (at most this lead past
-/// their first): through TiKV only the clicks without a query park now.
+/// batches of unpaced loads also wait for the query logs to pass their last click (at most
+/// this lead past their first): through TiKV only the clicks without a query park now.
 pub const QUERY_LEAD_MS: u64 = 3_000;
 
 impl Kind {

@@ -104,7 +104,7 @@ pub trait LineMapping: Send + Sync + 'static {
     /// ahead of the others in [`Lines::load_dir`] (default: 0). The files of events others
     /// depend on lead (Photon's queries, which clicks logged seconds later are joined with),
     /// and a file with a smaller lead commits a batch only once the leading files have moved
-    /// past its last event (at most the difference of the leads past its first; see
+    /// past its last event (unpaced loads; at most the difference of the leads past its first; see
     /// [`crate::load::Frontier`]): the dependent events then find them loaded instead of
     /// waiting for them.
     fn lead_ms(&self, tag: &str) -> u64 {
