@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// it) waits until the leading file has moved past its batch's *last* event, capped at the
 /// difference of their leads, so that the events it depends on are committed before it
 /// commits (a click logged a batch after its query no longer parks). A paced replay's
-/// batches do not wait so ([`Frontier::wait_turn`] without a last event): there the leading
+/// batches do not wait so (`Frontier::wait_turn` without a last event): there the leading
 /// files move with the wall clock, and waiting for them to pass a batch's last event held
 /// the dependent file up to the lead, then released its backlog in a burst.
 ///
