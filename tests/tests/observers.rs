@@ -731,12 +731,6 @@ impl Hooks for HoldRegistryScans {
     }
 }
 
-/// A new worker whose heartbeats' reads of the registry are held judges the records it read
-/// by the time after the read: a dead worker's record, young enough when the heartbeat began
-/// but past the horizon once read, is a ghost, and the new worker owns every cell once
-/// settled. Judged by the time the heartbeat began, the ghost counted as live for three more
-/// reads, and the new worker owned a share computed with it while the others owned that
-/// share too (found by the simulation: two owners of one cell for 3.2 s).
 /// A worker started on a store whose registry scans (each heartbeat's read of the others'
 /// records) are held two heartbeats (200 ms with `quick()`: a record is stale after 600 ms,
 /// a worker fences itself 400 ms after its last completed heartbeat began), beside the
@@ -788,6 +782,12 @@ async fn owns_all_and_never_a_share_with_the_ghost(worker: &Worker) {
     panic!("the ghost was never judged dead");
 }
 
+/// A new worker whose heartbeats' reads of the registry are held judges the records it read
+/// by the time after the read: a dead worker's record, young enough when the heartbeat began
+/// but past the horizon once read, is a ghost, and the new worker owns every cell once
+/// settled. Judged by the time the heartbeat began, the ghost counted as live for three more
+/// reads, and the new worker owned a share computed with it while the others owned that
+/// share too (found by the simulation: two owners of one cell for 3.2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_registry_read_is_judged_by_the_time_after_it() {
     // A worker that died 500 ms ago: its record is 100 ms short of stale.

@@ -75,7 +75,7 @@ impl Frontier {
             };
             let in_step = t.saturating_add(ahead) >= first;
             let led = self.lead_ms[i].saturating_sub(lead);
-            let passed = |last: u64| t >= last.max(first).min(first.saturating_add(led));
+            let passed = |last: u64| t >= last.min(first.saturating_add(led));
             in_step && (led == 0 || last.is_none_or(passed))
         })
     }

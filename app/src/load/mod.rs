@@ -322,7 +322,8 @@ pub struct Batch<R, O> {
     /// Input units (lines) the batch covers, rejects and blank lines included.
     pub units: u64,
     /// The earliest and the latest event time of its records, if they have them (the
-    /// earliest keeps several sources in step and paces a replay: [`Frontier`], [`Pace`]).
+    /// earliest keeps several sources in step and paces a replay, the latest is what a
+    /// dependent source waits for the leading ones to pass: [`Frontier`], [`Pace`]).
     pub event_times: Option<(u64, u64)>,
     /// Lines among its rejects skipped for their length
     /// ([`LoadOptions::max_line_bytes`]), counted in [`LoadStats::long_lines`] once it
@@ -534,8 +535,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         if let (Some((frontier, me)), Some((first, last))) = (ctx.align, batch.event_times) {
             // A paced replay is due at its first event: waiting for the leading files to pass
             // its last would wait for the wall clock (up to the lead for a batch holding an
-            // early click line), and release what piled up behind it in a burst (p90 of
-            // `photon demo --rate 4000` 13-17 ms -> 167-304 ms).
+            // early click line), then release what piled up behind it in a burst.
             let last = ctx.pace.is_none().then_some(last);
             frontier.wait_turn(me, first, last).await;
         }
