@@ -188,6 +188,7 @@ fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worke
             sweep_every: 4,
             orphan_age: Duration::from_secs(4),
             hint_grace: Duration::from_millis(250),
+            follow_shared_counts: Some(Duration::from_millis(50)),
             batch_size: 8,
         },
     )

@@ -19,7 +19,7 @@
 //!
 //! [embedded]            # the embedded store's memory knobs, in MiB
 //! cache_mb = 256
-//! write_buffer_mb = 64
+//! write_buffer_mb = 256
 //!
 //! [tikv]
 //! cas_concurrency = 64

@@ -9,12 +9,19 @@
 //! - While a hint is being dispatched, `hint_floor` holds its notify timestamp (scanners
 //!   leave keys at or above it to this path, as they are most likely queued as hints); once
 //!   the queue is empty it is lifted to `u64::MAX`, so no key is left to hints forever.
+//! - Keys younger than `hint_grace` are left to this path only while this process's client
+//!   has put notify keys within `hint_grace` ([`HintState::may_hold_young`]): a hint carries
+//!   only the keys its own client put, so a worker whose process loads nothing (a worker
+//!   beside a loader in another process) takes young keys at once instead of finding them a
+//!   pass later, in bursts.
 
 use super::dispatch::dispatch;
 use super::Inner;
 use crate::process::{Item, Payload};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// What the hint path shares with the scanners.
 pub(super) struct HintState {
@@ -24,6 +31,16 @@ pub(super) struct HintState {
     floor: AtomicU64,
     /// Wakes the scanners early (hints were lost: scan for what they carried).
     pub(super) rescan: tokio::sync::Notify,
+    /// The client's count of notify keys put, as last sampled, and when it was last seen to
+    /// change ([`HintState::may_hold_young`]).
+    own_puts: Mutex<OwnPuts>,
+}
+
+/// A sample of the client's count of notify keys put.
+#[derive(Default)]
+struct OwnPuts {
+    count: u64,
+    changed_at: Option<Instant>,
 }
 
 impl HintState {
@@ -31,12 +48,33 @@ impl HintState {
         HintState {
             floor: AtomicU64::new(u64::MAX),
             rescan: tokio::sync::Notify::new(),
+            own_puts: Mutex::new(OwnPuts::default()),
         }
     }
 
     /// The notify ts at and above which keys are most likely queued as hints.
     pub(super) fn floor(&self) -> u64 {
         self.floor.load(Ordering::Relaxed)
+    }
+
+    /// Whether keys younger than `grace` may be on the hint path, given `puts_now`, the
+    /// client's count of notify keys put ([`percolator::Client::notify_counts`]): whether
+    /// the count was seen to change within `grace` before now. Scanners sample it at the
+    /// start of each pass; a change is dated at the sample that saw it, never earlier, so
+    /// "no change within `grace`" means no key put by this client is younger than `grace`
+    /// (bar the keys put since the sample, or in the instant between a put and its count:
+    /// a scanner may then take a key its hint also carries, which per-cell exclusion and
+    /// the handled-keys ledger turn into at most one more run, as for any duplicate
+    /// notification). Only pacing rests on this answer, never what must hold.
+    pub(super) fn may_hold_young(&self, puts_now: u64, grace: Duration) -> bool {
+        let now = Instant::now();
+        let mut own = self.own_puts.lock().unwrap_or_else(|p| p.into_inner());
+        if own.count != puts_now {
+            own.count = puts_now;
+            own.changed_at = Some(now);
+        }
+        own.changed_at
+            .is_some_and(|at| now.saturating_duration_since(at) < grace)
     }
 }
 

@@ -70,6 +70,14 @@ pub struct WorkerConfig {
     /// of this process hands its notify keys straight to the worker); a notification written
     /// by another process waits at most this much longer for a scanner.
     pub hint_grace: Duration,
+    /// While idle, scanners read the store's shared count of notify keys put
+    /// (`percolator::Client::shared_notify_counts`, one point read) this often, and pass at
+    /// once when another process has published more puts than when their last pass began:
+    /// a worker beside a loader in another process then follows its commits within about
+    /// twice this period (plus the loader's `ClientConfig::publish_notify_counts`) instead
+    /// of an idle period that has backed off to `max_idle_interval`. `None`: only the
+    /// idle periods.
+    pub follow_shared_counts: Option<Duration>,
     /// Notifications of one observer (strong or weak) handed to one transaction at most (a batch; see
     /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is
     /// found together (a scan page, the hints that queued up while runs were busy), so an
@@ -91,6 +99,7 @@ impl Default for WorkerConfig {
             sweep_every: 8,
             orphan_age: Duration::from_secs(30),
             hint_grace: Duration::from_millis(250),
+            follow_shared_counts: Some(Duration::from_millis(50)),
             batch_size: 32,
         }
     }

@@ -3,7 +3,8 @@
 //!
 //! Invariants it keeps:
 //! - A pass dispatches only keys of registered columns in this worker's share, older than
-//!   `hint_grace` and below the hint floor (younger keys are most likely on the hint path);
+//!   `hint_grace` (while this process's own commits put notify keys within it: younger keys
+//!   are then most likely on the hint path) and below the hint floor;
 //!   every `sweep_every`-th pass also takes keys of a stalled owner older than `orphan_age`.
 //! - At its end a pass raises the notify floor only to the oldest bucket in which it met a
 //!   key (at most the previous second), so no notification that existed when the pass began
@@ -13,7 +14,9 @@
 //! - The candidates of a page go to dispatch together (in batches of `batch_size`), so a
 //!   backlog is handled in batches; a cell appears at most once among them.
 //! - Passes are rationed: after a pass that found nothing, or while hints did at least as
-//!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`. An
+//!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`, or
+//!   until other processes publish notify keys put since the pass began (the shared counts,
+//!   read every `follow_shared_counts`: a worker follows a loader in another process). An
 //!   idle scanner whose wait ran out skips its pass when another scanner of the worker made
 //!   an idle pass meanwhile (a pass covers the whole space, so an idle worker needs one per
 //!   period, not one per scanner); a wake-up for lost hints always scans.
@@ -37,6 +40,8 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     while !inner.stopping() {
         pass = pass.wrapping_add(1);
         let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
+        // Read before the pass: puts published after it began wake the wait that follows.
+        let others_put = others_put(&inner).await;
         let dispatched = match scan_pass(&inner, sweep).await {
             Ok(n) => n,
             Err(e) => {
@@ -58,7 +63,7 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
             inner.idle_passes.fetch_add(1, Ordering::Relaxed);
             loop {
                 let before = inner.idle_passes.load(Ordering::Relaxed);
-                let woken = wait(&inner, &mut shutdown, idle).await;
+                let woken = wait(&inner, &mut shutdown, idle, others_put).await;
                 idle = (idle * 2).min(longest);
                 // Another scanner of this worker made an idle pass while this one waited:
                 // it covered what this pass would have, so wait another period. A pass that
@@ -75,15 +80,51 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     }
 }
 
-/// Waits `period`, or less if hints were lost or the worker stops. Returns whether it was
+/// Waits `period`, or less if hints were lost, other processes published notify keys put
+/// beyond `others_put` ([`others_put_beyond`]) or the worker stops. Returns whether it was
 /// woken before the period ran out.
-async fn wait(inner: &Inner, shutdown: &mut watch::Receiver<bool>, period: Duration) -> bool {
+async fn wait(
+    inner: &Inner,
+    shutdown: &mut watch::Receiver<bool>,
+    period: Duration,
+    others_put: Option<u64>,
+) -> bool {
     // Biased: polled in this order, so a run is repeatable under one seed (simulation).
     tokio::select! {
         biased;
         _ = inner.hints.rescan.notified() => true,
+        _ = others_put_beyond(inner, others_put) => true,
         _ = tokio::time::sleep(period) => false,
         _ = shutdown.changed() => true,
+    }
+}
+
+/// How many notify keys other processes have published as put (`SharedNotifyCounts::others`),
+/// when the worker follows the shared counts (`WorkerConfig::follow_shared_counts`) and the
+/// read succeeds.
+async fn others_put(inner: &Inner) -> Option<u64> {
+    inner.config.follow_shared_counts?;
+    match inner.client.shared_notify_counts().await {
+        Ok(counts) => Some(counts.others().put),
+        Err(error) => {
+            tracing::debug!(%error, "reading the shared notify counts failed");
+            None
+        }
+    }
+}
+
+/// Returns once other processes have published more notify keys put than `seen` (read every
+/// `WorkerConfig::follow_shared_counts`); never without a count to compare with. Pacing only:
+/// a count that is lost or late costs at most the idle period, which still runs.
+async fn others_put_beyond(inner: &Inner, seen: Option<u64>) {
+    let (Some(seen), Some(every)) = (seen, inner.config.follow_shared_counts) else {
+        return std::future::pending().await;
+    };
+    loop {
+        if others_put(inner).await.is_some_and(|now| now != seen) {
+            return;
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -102,6 +143,16 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     let mut dispatched = 0;
     let mut backlog = Backlog::default();
     let now_ms = inner.client.wall_ms();
+    // Young keys wait for the hint path only if this process put any lately: a worker
+    // beside a loader in another process takes them at once.
+    let hint_grace_ms = if inner
+        .hints
+        .may_hold_young(inner.client.notify_counts().put, inner.config.hint_grace)
+    {
+        inner.config.hint_grace.as_millis() as u64
+    } else {
+        0
+    };
     inner.ledger.prune();
     {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
@@ -137,9 +188,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                     {
                         continue;
                     }
-                } else if age_ms < inner.config.hint_grace.as_millis() as u64
-                    || ts >= inner.hints.floor()
-                {
+                } else if age_ms < hint_grace_ms || ts >= inner.hints.floor() {
                     // Most likely waiting in the hint queue: leave it to the hint path.
                     continue;
                 }

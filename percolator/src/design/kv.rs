@@ -92,12 +92,17 @@
 //!   the move of an older store's keys, and the codec's classification of every key against
 //!   every range.
 //! - **Memtables of half the write buffer.** Each partition is created with a memtable limit of
-//!   half `EmbeddedOptions::write_buffer_bytes` (32 MiB of 64) instead of fjall's 16 MiB; the
+//!   half `EmbeddedOptions::write_buffer_bytes` (128 MiB of 256) instead of fjall's 16 MiB; the
 //!   write buffer still bounds all memtables together, and fjall's monitor flushes the largest
 //!   memtable once they pass half of it, so a larger limit would only let one partition fill the
 //!   buffer and stall writers. Fewer flushes leave fewer level-0 segments for a point read of an
-//!   absent key to check and less to compact (measured: `docs/perf/photon.md`). fjall keeps a
-//!   partition's options from its creation, so older stores keep 16 MiB memtables.
+//!   absent key to check, fewer segments for a write-once cell's range scan to merge (a scan
+//!   seeks every level-0 segment it overlaps: no bloom filter applies to a range) and less to
+//!   compact (measured: `docs/perf/photon.md`; the write buffer was 64 MiB until 2026-11-28,
+//!   and 256 MiB took 10 % off the CPU per joined click at 1,000,000 clicks). fjall keeps a
+//!   partition's options from its creation, so older stores keep their memtable size. What it
+//!   costs: up to 256 MiB more memory than the data needs while memtables fill, and a longer
+//!   journal replay when a store reopens after a crash (the journal holds what memtables hold).
 //! - **Exclusivity.** `LOCK` in the data directory is held with an exclusive `flock` (std
 //!   `File::try_lock`) for the life of the store; a second opener, in another process or this
 //!   one, gets `KvError::DirectoryInUse` naming the directory. fjall's files live in `fjall/`.
@@ -110,7 +115,7 @@
 //!   (`conformance::calls_yield_to_other_tasks` checks it on a current-thread runtime).
 //! - **Memory.** The bounded contributors and their knobs: fjall's block cache
 //!   (`EmbeddedOptions::cache_bytes`, 64 MiB) and memtables
-//!   (`EmbeddedOptions::write_buffer_bytes`, 64 MiB), both settable for every binary opening an
+//!   (`EmbeddedOptions::write_buffer_bytes`, 256 MiB), both settable for every binary opening an
 //!   embedded store through `PERCOLATOR_EMBEDDED_CACHE_MB` and
 //!   `PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB` (`EmbeddedOptions::from_env`). In memory the caches
 //!   fill to about 1.8 times their knobs (decoded blocks weigh more than their bytes); what

@@ -27,7 +27,9 @@ pub struct EmbeddedOptions {
     pub cache_bytes: u64,
     /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
     /// memtables are flushed to disk segments. Half of it is each partition's memtable size,
-    /// fixed when the store is created (fjall keeps a partition's options).
+    /// fixed when the store is created (fjall keeps a partition's options). 256 MiB by
+    /// default: fewer, larger flushes leave fewer segments for every range scan to merge and
+    /// less to compact (`percolator::design::kv`, "Memtables of half the write buffer").
     pub write_buffer_bytes: u64,
     /// Keys kept in a partition of their own (`None`: every key in one). The layer that owns
     /// the key layout supplies it (the transaction layer: `percolator::codec::notify_split`);
@@ -41,7 +43,7 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             durability: Durability::Process,
             cache_bytes: 64 * 1024 * 1024,
-            write_buffer_bytes: 64 * 1024 * 1024,
+            write_buffer_bytes: 256 * 1024 * 1024,
             split: None,
         }
     }
