@@ -260,7 +260,9 @@ async fn failing_observers_are_dead_lettered_and_replayable() {
 /// Hooks counting raw reads of keys outside the notify space (and its floor record).
 struct SpaceCounter {
     notify_prefix: Vec<u8>,
-    notify_floor: Vec<u8>,
+    /// The notification machinery's own records: the notify floor and the shared counts
+    /// (idle scanners read the counts to follow other processes).
+    notify_meta: [Vec<u8>; 2],
     outside: AtomicU64,
     calls: AtomicU64,
 }
@@ -268,7 +270,7 @@ struct SpaceCounter {
 impl SpaceCounter {
     fn note(&self, key: &[u8]) {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        if !key.starts_with(&self.notify_prefix) && key != self.notify_floor.as_slice() {
+        if !key.starts_with(&self.notify_prefix) && !self.notify_meta.iter().any(|m| m == key) {
             self.outside.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -297,7 +299,10 @@ async fn scanning_reads_only_the_notify_space() {
         Arc::new(MemoryKv::new()),
         SpaceCounter {
             notify_prefix: codec.space_range(Space::Notify).start,
-            notify_floor: codec.meta(percolator::txn::NOTIFY_FLOOR_META),
+            notify_meta: [
+                codec.meta(percolator::txn::NOTIFY_FLOOR_META),
+                codec.meta(percolator::txn::NOTIFY_COUNTS_META),
+            ],
             outside: AtomicU64::new(0),
             calls: AtomicU64::new(0),
         },
@@ -661,6 +666,67 @@ async fn idle_scanners_take_turns() {
         (scans as f64) <= 2.0 * periods,
         "{scans} scans of the notify space in {periods:.1} idle periods"
     );
+    worker.shutdown().await;
+}
+
+/// A worker whose own client puts nothing follows another process's commits through the
+/// shared notify counts: with idle periods and `hint_grace` far longer than the test, the
+/// change is still handled, because the idle scanner passes once the writer's count is
+/// published (`follow_shared_counts`) and takes the young key (its own client put none, so
+/// no hint can carry it). Without either rule the key waits a minute for the next pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_follows_another_process_through_the_shared_counts() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(percolator::ts::LocalClock::new());
+    let worker_client = Client::with_config(kv.clone(), clock.clone(), test_config());
+    let writer = Client::with_config(
+        kv,
+        clock,
+        percolator::ClientConfig {
+            publish_notify_counts: Some(Duration::from_millis(10)),
+            ..test_config()
+        },
+    );
+    writer.observe_column("t", "v");
+    let runs = Arc::new(AtomicU64::new(0));
+    let count = observer_fn_with(runs.clone(), |runs, _txn, _cell: Cell| async move {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let minute = Duration::from_secs(60);
+    let worker = Worker::start(
+        worker_client,
+        strong_registry("t", "v", "count", count),
+        WorkerConfig {
+            idle_interval: minute,
+            max_idle_interval: minute,
+            hint_grace: minute,
+            orphan_age: Duration::from_secs(600),
+            follow_shared_counts: Some(Duration::from_millis(20)),
+            ..quick()
+        },
+    );
+    let cell = Cell::new("t", "r", "v");
+    // The worker owns the cell (its split settled) before the write, so the write is found
+    // by a pass after the first, which found nothing and began a minute's wait.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !worker.owns(&cell) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let t = writer.begin().await.unwrap();
+    t.set(cell, "x");
+    t.commit().await.unwrap();
+    while runs.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a change committed by another client was not handled while the worker idled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     worker.shutdown().await;
 }
 

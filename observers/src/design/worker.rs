@@ -13,14 +13,21 @@
 //!   this is the path of everything written in the worker's own process.
 //! - **Scanners.** `scanners` tasks each pass over the notify space from the notify floor,
 //!   oldest bucket first (and raise the floor: `percolator::design::notify`): the path of other
-//!   processes' writes and of lost hints. Scanners leave keys younger than `hint_grace` and keys
-//!   at or above the timestamp of the hint being dispatched (`hint_floor`: most likely still
-//!   queued as hints) to the hint path. A key can be skipped by a pass but not forever: once the
-//!   hint queue is empty `hint_floor` is lifted and every key is older than `hint_grace` after
-//!   that long.
-//! - **Latency.** A change committed in the worker's own process reaches it at once (hints);
-//!   one committed by another process is found within `hint_grace` plus the scan period
-//!   (`idle_interval`, backing off to `max_idle_interval` while idle) per hop of a chain.
+//!   processes' writes and of lost hints. Scanners leave keys at or above the timestamp of the
+//!   hint being dispatched (`hint_floor`: most likely still queued as hints) to the hint path,
+//!   and keys younger than `hint_grace` while the worker's own client has put notify keys
+//!   within `hint_grace` (a hint carries only its own client's keys, so in a process that
+//!   loads nothing no young key waits for one). A key can be skipped by a pass but not
+//!   forever: once the hint queue is empty `hint_floor` is lifted and every key is older than
+//!   `hint_grace` after that long. Only pacing rests on these rules: a key taken by both
+//!   paths is one more run at most, as for any duplicate notification.
+//! - **Latency.** A change committed in the worker's own process reaches it at once (hints).
+//!   One committed by another process is found by the next pass: an idle scanner's period
+//!   backs off from `idle_interval` to `max_idle_interval`, but it also reads the store's
+//!   shared count of notify keys put every `follow_shared_counts` (one point read) and passes
+//!   as soon as other processes published more than when its last pass began (they publish
+//!   `ClientConfig::publish_notify_counts` after their puts). So a worker beside a loader in
+//!   another process follows it within about those two periods, not the backed-off one.
 //! - **Rationed passes.** After a pass that found nothing, or while hints carry the work, the
 //!   scanner waits `idle_interval`, doubling up to `max_idle_interval`; scanners back off the
 //!   same way when the hints did at least as much work as their last pass. Idle scanners take

@@ -144,3 +144,35 @@ pub(super) async fn hint_loop(inner: Arc<Inner>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Young keys wait for hints only after the client's put count was seen to change, for
+    /// `grace` from the sample that saw it (not from a later sample of the same count).
+    #[test]
+    fn young_keys_wait_for_hints_only_after_own_puts() {
+        let hints = HintState::new();
+        let hour = Duration::from_secs(3600);
+        assert!(!hints.may_hold_young(0, hour), "nothing put yet");
+        assert!(hints.may_hold_young(5, hour), "a put seen now");
+        assert!(
+            hints.may_hold_young(5, hour),
+            "the same put, within the grace"
+        );
+        assert!(
+            !hints.may_hold_young(5, Duration::ZERO),
+            "past a zero grace"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !hints.may_hold_young(5, Duration::from_millis(1)),
+            "the put is dated at the sample that first saw it"
+        );
+        assert!(
+            hints.may_hold_young(6, Duration::from_millis(1)),
+            "a new put"
+        );
+    }
+}
