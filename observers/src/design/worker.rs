@@ -26,14 +26,17 @@
 //!   backs off from `idle_interval` to `max_idle_interval`, but it also reads the store's
 //!   shared count of notify keys put every `follow_shared_counts` (one point read) and passes
 //!   as soon as other processes published more than when its last pass began (they publish
-//!   `ClientConfig::publish_notify_counts` after their puts). So a worker beside a loader in
-//!   another process follows it within about those two periods, not the backed-off one.
+//!   `ClientConfig::publish_notify_counts` after their puts), at least one such period after
+//!   its pass, so a loader publishing all the time costs an idle worker at most one pass per
+//!   scanner per period. So a worker beside a loader in another
+//!   process follows it within about those two periods, not the backed-off one.
 //! - **Rationed passes.** After a pass that found nothing, or while hints carry the work, the
 //!   scanner waits `idle_interval`, doubling up to `max_idle_interval`; scanners back off the
 //!   same way when the hints did at least as much work as their last pass. Idle scanners take
 //!   turns: one whose wait ran out skips its pass (and waits again) when another scanner of the
 //!   worker made such an idle pass meanwhile, since a pass covers the whole space; a wake-up for
-//!   lost hints always scans, and passes that found work do not count, so a backlog found by
+//!   lost hints always scans, as does every scanner a new shared count wakes (above: new work
+//!   gets all of them), and passes that found work do not count, so a backlog found by
 //!   scanning still gets every scanner (`observers.rs::idle_scanners_take_turns`).
 //! - **Per-cell exclusion.** A hinted key whose cell is already in flight is queued for the run
 //!   on that cell, which takes it next in the same slot; a scanner skips a cell in flight, and

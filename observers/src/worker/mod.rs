@@ -66,17 +66,20 @@ pub struct WorkerConfig {
     /// warning): an idle owner needs up to `max_idle_interval + 2 x heartbeat` to show the
     /// others that it is at work on new notifications.
     pub orphan_age: Duration,
-    /// Scanners leave notifications younger than this to the in-process hint path (a commit
-    /// of this process hands its notify keys straight to the worker); a notification written
-    /// by another process waits at most this much longer for a scanner.
+    /// While the worker's own client has put notify keys within this long (a commit of this
+    /// process hands its notify keys straight to the worker as hints), scanners leave
+    /// notifications younger than this to the hint path; a notification written by another
+    /// process then waits at most this much longer for a scanner. A worker whose client
+    /// put none takes young keys at once (hints carry only its own client's keys).
     pub hint_grace: Duration,
-    /// While idle, scanners read the store's shared count of notify keys put
-    /// (`percolator::Client::shared_notify_counts`, one point read) this often, and pass at
-    /// once when another process has published more puts than when their last pass began:
-    /// a worker beside a loader in another process then follows its commits within about
-    /// twice this period (plus the loader's `ClientConfig::publish_notify_counts`) instead
-    /// of an idle period that has backed off to `max_idle_interval`. `None`: only the
-    /// idle periods.
+    /// Scanners read the store's shared count of notify keys put
+    /// (`percolator::Client::shared_notify_counts`, one point read) before each pass and,
+    /// while idle, this often; an idle scanner passes once another process has published
+    /// puts beyond what it read before its last pass (at most one pass per scanner per
+    /// period, however often the count moves): a worker beside a loader in another process
+    /// then follows its commits within about twice this period (plus the loader's
+    /// `ClientConfig::publish_notify_counts`) instead of an idle period that has backed off
+    /// to `max_idle_interval`. `None`: only the idle periods.
     pub follow_shared_counts: Option<Duration>,
     /// Notifications of one observer (strong or weak) handed to one transaction at most (a batch; see
     /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is

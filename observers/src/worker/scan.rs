@@ -16,7 +16,8 @@
 //! - Passes are rationed: after a pass that found nothing, or while hints did at least as
 //!   much work, the scanner waits `idle_interval`, doubling up to `max_idle_interval`, or
 //!   until other processes publish notify keys put since the pass began (the shared counts,
-//!   read every `follow_shared_counts`: a worker follows a loader in another process). An
+//!   read every `follow_shared_counts`: a worker follows a loader in another process; at
+//!   least one such period after the pass, and every scanner so woken passes). An
 //!   idle scanner whose wait ran out skips its pass when another scanner of the worker made
 //!   an idle pass meanwhile (a pass covers the whole space, so an idle worker needs one per
 //!   period, not one per scanner); a wake-up for lost hints always scans.
@@ -113,18 +114,22 @@ async fn others_put(inner: &Inner) -> Option<u64> {
     }
 }
 
-/// Returns once other processes have published more notify keys put than `seen` (read every
-/// `WorkerConfig::follow_shared_counts`); never without a count to compare with. Pacing only:
-/// a count that is lost or late costs at most the idle period, which still runs.
+/// Returns once other processes have published more notify keys put than `seen`, read every
+/// `WorkerConfig::follow_shared_counts` (the first read one period in, so a scanner's passes
+/// are at least that far apart however often the count moves); never without a count to
+/// compare with. Every idle scanner it wakes passes, as for a backlog found by scanning: new
+/// work gets all of them. Pacing only: a count that is lost or late costs at most the idle
+/// period, which still runs.
 async fn others_put_beyond(inner: &Inner, seen: Option<u64>) {
     let (Some(seen), Some(every)) = (seen, inner.config.follow_shared_counts) else {
         return std::future::pending().await;
     };
     loop {
-        if others_put(inner).await.is_some_and(|now| now != seen) {
+        tokio::time::sleep(every).await;
+        // Counts only grow (a lost reply may add a client's counts twice: one more pass).
+        if others_put(inner).await.is_some_and(|now| now > seen) {
             return;
         }
-        tokio::time::sleep(every).await;
     }
 }
 

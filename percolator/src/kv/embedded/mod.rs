@@ -151,7 +151,8 @@ impl EmbeddedKv {
         // memtables pass half the buffer anyway, so a larger limit would change nothing but
         // let one partition fill the buffer and stall writers. `photon demo --clicks 200000`
         // ran on 5 to 13 % less CPU with it (issue 14). fjall keeps a partition's options
-        // from its creation: stores created before keep 16 MiB memtables.
+        // from its creation: a store keeps the memtable size it was created with (16 MiB
+        // before issue 14, 32 MiB until the 256 MiB default of issue 42).
         let memtable = u32::try_from(write_buffer_bytes / 2).unwrap_or(u32::MAX);
         let partition = || PartitionCreateOptions::default().max_memtable_size(memtable);
         let data = keyspace
