@@ -72,10 +72,10 @@ pub struct WorkerConfig {
     /// process then waits at most this much longer for a scanner. A worker whose client
     /// put none takes young keys at once (hints carry only its own client's keys).
     pub hint_grace: Duration,
-    /// Scanners read the store's shared count of notify keys put
-    /// (`percolator::Client::shared_notify_counts`, one point read) before each pass and,
-    /// while idle, this often; an idle scanner passes once another process has published
-    /// puts beyond what it read before its last pass (at most one pass per scanner per
+    /// Idle scanners read the store's shared count of notify keys put
+    /// (`percolator::Client::shared_notify_counts`, one point read) this often, and pass
+    /// once another process has published puts beyond what they read before their last
+    /// pass (passes that find work read nothing; at most one pass per scanner per
     /// period, however often the count moves): a worker beside a loader in another process
     /// then follows its commits within about twice this period (plus the loader's
     /// `ClientConfig::publish_notify_counts`) instead of an idle period that has backed off

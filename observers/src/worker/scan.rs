@@ -38,11 +38,14 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
     let mut pass: u32 = scanner;
     let mut idle = inner.config.idle_interval;
     let mut hinted_before = 0;
+    // Other processes' notify keys put, as last read before a pass: puts published after
+    // it wake the wait that follows. Read here once, then by the idle waits' polls (the
+    // last one is read before the next pass); passes that find work do not read it, so
+    // after them the count may be older than the pass, which costs at most one more pass.
+    let mut others_seen = others_put(&inner).await;
     while !inner.stopping() {
         pass = pass.wrapping_add(1);
         let sweep = inner.config.sweep_every > 0 && pass.is_multiple_of(inner.config.sweep_every);
-        // Read before the pass: puts published after it began wake the wait that follows.
-        let others_put = others_put(&inner).await;
         let dispatched = match scan_pass(&inner, sweep).await {
             Ok(n) => n,
             Err(e) => {
@@ -64,7 +67,7 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
             inner.idle_passes.fetch_add(1, Ordering::Relaxed);
             loop {
                 let before = inner.idle_passes.load(Ordering::Relaxed);
-                let woken = wait(&inner, &mut shutdown, idle, others_put).await;
+                let woken = wait(&inner, &mut shutdown, idle, &mut others_seen).await;
                 idle = (idle * 2).min(longest);
                 // Another scanner of this worker made an idle pass while this one waited:
                 // it covered what this pass would have, so wait another period. A pass that
@@ -82,19 +85,19 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
 }
 
 /// Waits `period`, or less if hints were lost, other processes published notify keys put
-/// beyond `others_put` ([`others_put_beyond`]) or the worker stops. Returns whether it was
-/// woken before the period ran out.
+/// beyond `others_seen` ([`others_put_beyond`], which keeps it current) or the worker stops.
+/// Returns whether it was woken before the period ran out.
 async fn wait(
     inner: &Inner,
     shutdown: &mut watch::Receiver<bool>,
     period: Duration,
-    others_put: Option<u64>,
+    others_seen: &mut Option<u64>,
 ) -> bool {
     // Biased: polled in this order, so a run is repeatable under one seed (simulation).
     tokio::select! {
         biased;
         _ = inner.hints.rescan.notified() => true,
-        _ = others_put_beyond(inner, others_put) => true,
+        _ = others_put_beyond(inner, others_seen) => true,
         _ = tokio::time::sleep(period) => false,
         _ = shutdown.changed() => true,
     }
@@ -116,18 +119,23 @@ async fn others_put(inner: &Inner) -> Option<u64> {
 
 /// Returns once other processes have published more notify keys put than `seen`, read every
 /// `WorkerConfig::follow_shared_counts` (the first read one period in, so a scanner's passes
-/// are at least that far apart however often the count moves); never without a count to
-/// compare with. Every idle scanner it wakes passes, as for a backlog found by scanning: new
-/// work gets all of them. Pacing only: a count that is lost or late costs at most the idle
-/// period, which still runs.
-async fn others_put_beyond(inner: &Inner, seen: Option<u64>) {
-    let (Some(seen), Some(every)) = (seen, inner.config.follow_shared_counts) else {
+/// are at least that far apart however often the count moves), leaving in `seen` the last
+/// count read; a first count (none was read before) only sets it. Every idle scanner it
+/// wakes passes, as for a backlog found by scanning: new work gets all of them. Pacing only:
+/// a count that is lost or late costs at most the idle period, which still runs.
+async fn others_put_beyond(inner: &Inner, seen: &mut Option<u64>) {
+    let Some(every) = inner.config.follow_shared_counts else {
         return std::future::pending().await;
     };
     loop {
         tokio::time::sleep(every).await;
+        let Some(now) = others_put(inner).await else {
+            continue;
+        };
         // Counts only grow (a lost reply may add a client's counts twice: one more pass).
-        if others_put(inner).await.is_some_and(|now| now > seen) {
+        let beyond = seen.is_some_and(|seen| now > seen);
+        *seen = Some(now);
+        if beyond {
             return;
         }
     }
