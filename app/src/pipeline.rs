@@ -25,6 +25,10 @@ pub struct WorkerSpec {
     /// Notifications of one observer handled per transaction at most (see
     /// [`WorkerConfig::batch_size`]).
     pub batch_size: usize,
+    /// How often idle scanners read the store's shared count of notify keys put, to follow
+    /// commits of other processes (`None`: only their idle periods; see
+    /// [`WorkerConfig::follow_shared_counts`]).
+    pub follow_shared_counts: Option<Duration>,
 }
 
 impl WorkerSpec {
@@ -43,6 +47,7 @@ impl WorkerSpec {
             scanners: self.scanners,
             max_in_flight: self.max_in_flight,
             batch_size: self.batch_size,
+            follow_shared_counts: self.follow_shared_counts,
             ..WorkerConfig::default()
         }
     }

@@ -61,4 +61,4 @@ pub use deadletter::DeadLetter;
 pub use error::{ObserverError, WorkerError};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use registry::{observer_fn, observer_fn_with, Observer, ObserverKind, Registry};
-pub use worker::{Worker, WorkerConfig};
+pub use worker::{Worker, WorkerConfig, DEFAULT_FOLLOW_MS};

@@ -210,6 +210,10 @@ pub enum Command {
 /// The default of `--batch-size` (the worker's default, [`observers::WorkerConfig`]).
 pub const DEFAULT_BATCH_SIZE: usize = 32;
 
+/// The default of `--follow-ms`: the worker's default period of
+/// [`observers::WorkerConfig::follow_shared_counts`].
+pub const DEFAULT_FOLLOW_MS: u64 = observers::DEFAULT_FOLLOW_MS;
+
 /// The longest duration a flag takes, in seconds: ten years. Longer ones are refused when the
 /// command line is parsed (they overflowed timestamp and clock arithmetic in background tasks,
 /// which died while the process went on).
@@ -274,6 +278,12 @@ pub struct WorkArgs {
     /// one per transaction.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
+    /// How often an idle scanner reads the store's shared count of notify keys put, to
+    /// follow what loaders in other processes commit, ms; 0: off (an idle scanner then
+    /// waits out its idle period, up to 1 s). Each read is one point read: through TiKV
+    /// about 1000/N `RawGet` a second per idle scanner.
+    #[arg(long, default_value_t = DEFAULT_FOLLOW_MS, value_parser = millis(0))]
+    pub follow_ms: u64,
     /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
     /// a crash, and for clicks whose query passed the horizon).
     #[arg(long, default_value_t = 5000, value_parser = millis(1))]
@@ -432,7 +442,13 @@ impl WorkArgs {
             max_in_flight: self.max_in_flight,
             scanners: self.scanners,
             batch_size: self.batch_size,
+            follow_shared_counts: self.follow_shared_counts(),
         }
+    }
+
+    /// `--follow-ms` (`None`: 0, off).
+    pub fn follow_shared_counts(&self) -> Option<Duration> {
+        (self.follow_ms > 0).then(|| Duration::from_millis(self.follow_ms))
     }
 
     /// `--horizon-secs`.
@@ -454,5 +470,39 @@ impl WorkArgs {
     /// `--sweep-ms`.
     pub fn sweep_period(&self) -> Duration {
         Duration::from_millis(self.sweep_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipeline spec `photon work ARGS` runs.
+    fn work_spec(args: &[&str]) -> PipelineSpec {
+        let argv = ["photon", "work"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv).expect("parses").command {
+            Command::Work { work, .. } => work.spec(),
+            other => panic!("not work: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn follow_ms_sets_the_workers_follow_period_and_zero_turns_it_off() {
+        assert_eq!(
+            work_spec(&[]).follow_shared_counts,
+            observers::WorkerConfig::default().follow_shared_counts
+        );
+        assert_eq!(
+            work_spec(&["--follow-ms", "200"]).follow_shared_counts,
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(work_spec(&["--follow-ms", "0"]).follow_shared_counts, None);
+        assert_eq!(
+            work_spec(&["--follow-ms", "0"])
+                .worker_spec()
+                .config()
+                .follow_shared_counts,
+            None
+        );
     }
 }

@@ -130,6 +130,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         max_in_flight: 64,
         scanners: 2,
         batch_size,
+        follow_shared_counts: observers::WorkerConfig::default().follow_shared_counts,
     };
     let specs: Vec<_> = (0..pipelines)
         .map(|i| spec(format!("dc{}", i + 1)))

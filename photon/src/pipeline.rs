@@ -43,6 +43,9 @@ pub struct PipelineSpec {
     /// Notifications of one observer handled per transaction at most (see
     /// [`WorkerConfig::batch_size`]).
     pub batch_size: usize,
+    /// How often idle scanners read the shared notify counts (see
+    /// [`WorkerConfig::follow_shared_counts`]; `None`: only the idle periods).
+    pub follow_shared_counts: Option<Duration>,
 }
 
 /// One pipeline's join observers running on a worker of this process.
@@ -64,6 +67,7 @@ impl PipelineSpec {
             max_in_flight: self.max_in_flight,
             scanners: self.scanners,
             batch_size: self.batch_size,
+            follow_shared_counts: self.follow_shared_counts,
         }
     }
 }

@@ -221,6 +221,7 @@ async fn verify_until_retries_until_the_join_catches_up() {
         max_in_flight: 64,
         scanners: 2,
         batch_size: photon::cli::DEFAULT_BATCH_SIZE,
+        follow_shared_counts: observers::WorkerConfig::default().follow_shared_counts,
     };
     let pipeline = Pipeline::start(&client, &spec).unwrap();
     let (report, retries) = verifying.await.unwrap();

@@ -35,6 +35,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// The default period of [`WorkerConfig::follow_shared_counts`], ms.
+pub const DEFAULT_FOLLOW_MS: u64 = 50;
+
 /// Tunables of a [`Worker`].
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -102,7 +105,7 @@ impl Default for WorkerConfig {
             sweep_every: 8,
             orphan_age: Duration::from_secs(30),
             hint_grace: Duration::from_millis(250),
-            follow_shared_counts: Some(Duration::from_millis(50)),
+            follow_shared_counts: Some(Duration::from_millis(DEFAULT_FOLLOW_MS)),
             batch_size: 32,
         }
     }
