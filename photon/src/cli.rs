@@ -261,7 +261,7 @@ pub struct WorkArgs {
     /// Pipeline name; redundant pipelines run at once under different names.
     #[arg(long, default_value = "main")]
     pub pipeline: String,
-    /// Worker name (default: host-process).
+    /// Worker name (default: `<pipeline>-<process id>`).
     #[arg(long)]
     pub worker: Option<String>,
     /// Clicks whose query has not arrived this long after their event time are reported as

@@ -78,6 +78,10 @@ fn every_binary_reads_the_documented_example() {
     let oracle = effective::<oracle_server::cli::Cli>("oracle-server", path, &["serve"]);
     has(&oracle, &shared);
     has(&oracle, &["listen = \"127.0.0.1:7707\"  # file"]);
+    // The oracle's record stays in `default` (where `percolator-ctl --oracle` reads it),
+    // while the shared `namespace` gives photon its own.
+    has(&oracle, &["namespace = \"default\"  # file"]);
+    has(&work, &["namespace = \"photon\"  # file"]);
     let ctl = effective::<percolator_ctl::cli::Cli>("ctl", path, &["serve"]);
     has(&ctl, &shared);
     has(
