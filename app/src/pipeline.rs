@@ -32,6 +32,20 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    /// The spec of pipeline `pipeline` with the worker's defaults ([`WorkerConfig::default`])
+    /// and the default worker name.
+    pub fn named(pipeline: impl Into<String>) -> WorkerSpec {
+        let defaults = WorkerConfig::default();
+        WorkerSpec {
+            pipeline: pipeline.into(),
+            worker: None,
+            max_in_flight: defaults.max_in_flight,
+            scanners: defaults.scanners,
+            batch_size: defaults.batch_size,
+            follow_shared_counts: defaults.follow_shared_counts,
+        }
+    }
+
     /// The worker's name: given, or the pipeline and this process.
     pub fn worker_name(&self) -> String {
         self.worker

@@ -2,6 +2,7 @@
 //! binary does).
 
 use crate::pipeline::PipelineSpec;
+use app::pipeline::WorkerSpec;
 use clap::{Args, Parser, Subcommand};
 use percolator::kv::Durability;
 use percolator_cli::StoreSpec;
@@ -210,10 +211,6 @@ pub enum Command {
 /// The default of `--batch-size` (the worker's default, [`observers::WorkerConfig`]).
 pub const DEFAULT_BATCH_SIZE: usize = 32;
 
-/// The default of `--follow-ms`: the worker's default period of
-/// [`observers::WorkerConfig::follow_shared_counts`].
-pub const DEFAULT_FOLLOW_MS: u64 = observers::DEFAULT_FOLLOW_MS;
-
 /// The longest duration a flag takes, in seconds: ten years. Longer ones are refused when the
 /// command line is parsed (they overflowed timestamp and clock arithmetic in background tasks,
 /// which died while the process went on).
@@ -282,7 +279,7 @@ pub struct WorkArgs {
     /// follow what loaders in other processes commit, ms; 0: off (an idle scanner then
     /// waits out its idle period, up to 1 s). Each read is one point read: through TiKV
     /// about 1000/N `RawGet` a second per idle scanner.
-    #[arg(long, default_value_t = DEFAULT_FOLLOW_MS, value_parser = millis(0))]
+    #[arg(long, default_value_t = observers::DEFAULT_FOLLOW_MS, value_parser = millis(0))]
     pub follow_ms: u64,
     /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
     /// a crash, and for clicks whose query passed the horizon).
@@ -436,13 +433,15 @@ impl WorkArgs {
     /// The pipeline these arguments describe, named `name`.
     pub fn spec_named(&self, name: String) -> PipelineSpec {
         PipelineSpec {
-            name,
-            worker: self.worker.clone(),
+            worker: WorkerSpec {
+                pipeline: name,
+                worker: self.worker.clone(),
+                max_in_flight: self.max_in_flight,
+                scanners: self.scanners,
+                batch_size: self.batch_size,
+                follow_shared_counts: self.follow_shared_counts(),
+            },
             horizon: self.horizon(),
-            max_in_flight: self.max_in_flight,
-            scanners: self.scanners,
-            batch_size: self.batch_size,
-            follow_shared_counts: self.follow_shared_counts(),
         }
     }
 
@@ -489,17 +488,22 @@ mod tests {
     #[test]
     fn follow_ms_sets_the_workers_follow_period_and_zero_turns_it_off() {
         assert_eq!(
-            work_spec(&[]).follow_shared_counts,
+            work_spec(&[]).worker.follow_shared_counts,
             observers::WorkerConfig::default().follow_shared_counts
         );
         assert_eq!(
-            work_spec(&["--follow-ms", "200"]).follow_shared_counts,
+            work_spec(&["--follow-ms", "200"])
+                .worker
+                .follow_shared_counts,
             Some(Duration::from_millis(200))
         );
-        assert_eq!(work_spec(&["--follow-ms", "0"]).follow_shared_counts, None);
+        assert_eq!(
+            work_spec(&["--follow-ms", "0"]).worker.follow_shared_counts,
+            None
+        );
         assert_eq!(
             work_spec(&["--follow-ms", "0"])
-                .worker_spec()
+                .worker
                 .config()
                 .follow_shared_counts,
             None

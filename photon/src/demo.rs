@@ -6,6 +6,7 @@ use crate::pipeline::{PipelineError, PipelineSpec};
 use crate::progress::Display;
 use crate::run::{Loaded, RunSpec};
 use crate::verify::{Report, VerifyError};
+use app::pipeline::WorkerSpec;
 use app::run::{RunError, RunOptions};
 use percolator::kv::intercept::{Intercepted, OpCounts};
 use percolator::Client;
@@ -124,13 +125,11 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         );
     }
     let spec = |name: String| PipelineSpec {
-        name,
-        worker: None,
+        worker: WorkerSpec {
+            batch_size,
+            ..WorkerSpec::named(name)
+        },
         horizon: HORIZON,
-        max_in_flight: 64,
-        scanners: 2,
-        batch_size,
-        follow_shared_counts: observers::WorkerConfig::default().follow_shared_counts,
     };
     let specs: Vec<_> = (0..pipelines)
         .map(|i| spec(format!("dc{}", i + 1)))

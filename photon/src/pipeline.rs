@@ -29,23 +29,12 @@ pub enum PipelineError {
 /// What `photon work` (and the demo) run a pipeline with.
 #[derive(Clone, Debug)]
 pub struct PipelineSpec {
-    /// Pipeline name; redundant pipelines run at once under different names.
-    pub name: String,
-    /// Worker name (default: `<pipeline>-<process id>`).
-    pub worker: Option<String>,
+    /// The pipeline's worker: its name is the pipeline's (redundant pipelines run at once
+    /// under different names).
+    pub worker: WorkerSpec,
     /// Clicks whose query has not arrived this long after their event time are reported as
     /// expired.
     pub horizon: Duration,
-    /// Observer runs in flight at most.
-    pub max_in_flight: usize,
-    /// Scanner tasks.
-    pub scanners: usize,
-    /// Notifications of one observer handled per transaction at most (see
-    /// [`WorkerConfig::batch_size`]).
-    pub batch_size: usize,
-    /// How often idle scanners read the shared notify counts (see
-    /// [`WorkerConfig::follow_shared_counts`]; `None`: only the idle periods).
-    pub follow_shared_counts: Option<Duration>,
 }
 
 /// One pipeline's join observers running on a worker of this process.
@@ -56,20 +45,6 @@ pub struct Pipeline {
     pub stats: Arc<JoinStats>,
     /// The pipeline name.
     pub name: String,
-}
-
-impl PipelineSpec {
-    /// The worker part of the spec.
-    pub fn worker_spec(&self) -> WorkerSpec {
-        WorkerSpec {
-            pipeline: self.name.clone(),
-            worker: self.worker.clone(),
-            max_in_flight: self.max_in_flight,
-            scanners: self.scanners,
-            batch_size: self.batch_size,
-            follow_shared_counts: self.follow_shared_counts,
-        }
-    }
 }
 
 impl Pipeline {
@@ -86,9 +61,9 @@ impl Pipeline {
         spec: &PipelineSpec,
         families: WorkerMetrics,
     ) -> Result<Pipeline, PipelineError> {
-        let worker = spec.worker_spec();
+        let worker = &spec.worker;
         let join = JoinConfig {
-            pipeline: spec.name.clone(),
+            pipeline: worker.pipeline.clone(),
             worker: worker.worker_name(),
             process: JoinConfig::this_process(),
             horizon: spec.horizon,

@@ -215,13 +215,8 @@ async fn verify_until_retries_until_the_join_catches_up() {
     };
     retried.await.unwrap();
     let spec = PipelineSpec {
-        name: "main".into(),
-        worker: None,
+        worker: app::pipeline::WorkerSpec::named("main"),
         horizon: Duration::from_secs(3600),
-        max_in_flight: 64,
-        scanners: 2,
-        batch_size: photon::cli::DEFAULT_BATCH_SIZE,
-        follow_shared_counts: observers::WorkerConfig::default().follow_shared_counts,
     };
     let pipeline = Pipeline::start(&client, &spec).unwrap();
     let (report, retries) = verifying.await.unwrap();
