@@ -3,7 +3,7 @@
 use crate::error::{ObserverError, WorkerError};
 use async_trait::async_trait;
 use percolator::{Cell, Client, Transaction};
-use std::collections::HashMap;
+use percolator::FastMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -127,7 +127,7 @@ pub(crate) struct Registered {
 #[derive(Clone, Default)]
 pub struct Registry {
     /// table -> column -> observer (nested so lookups borrow the cell instead of cloning).
-    observers: HashMap<Vec<u8>, HashMap<Vec<u8>, Registered>>,
+    observers: FastMap<Vec<u8>, FastMap<Vec<u8>, Registered>>,
 }
 
 impl Registry {

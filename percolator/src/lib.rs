@@ -26,12 +26,12 @@ pub mod txn;
 pub use codec::{Cell, KeyCodec};
 
 /// The in-process hash maps of the hot paths (transaction state, observed columns, batched
-/// CAS checks): aHash, randomly seeded per process like std's `RandomState` but several times
+/// CAS checks; the workers' ledgers and observer registry): aHash, randomly seeded per process like std's `RandomState` but several times
 /// cheaper on short keys (SipHash was 5 % of `photon demo`'s CPU, issue 42). Nothing hashed
 /// with it is stored or compared across processes.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 /// The set of [`FastMap`].
-pub(crate) type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
 pub use ts::{Timestamp, TimestampError, TimestampSource};
 pub use txn::{Client, ClientConfig, Transaction, TxnError};

@@ -19,7 +19,7 @@
 use super::{lock, Inner};
 use crate::process::{handle_batch, Item, Payload};
 use percolator::Cell;
-use std::collections::{HashMap, HashSet};
+use percolator::{FastMap, FastSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
@@ -27,10 +27,10 @@ use tokio::sync::Semaphore;
 /// Cells with a run in flight, and the hinted keys waiting for those runs.
 #[derive(Default)]
 struct Cells {
-    in_flight: HashSet<Cell>,
+    in_flight: FastSet<Cell>,
     /// Per cell in flight: hinted notify keys (key, payload) that came while it was: the
     /// run on the cell takes them next, instead of leaving them to a scan.
-    deferred: HashMap<Cell, Vec<(Vec<u8>, Payload)>>,
+    deferred: FastMap<Cell, Vec<(Vec<u8>, Payload)>>,
 }
 
 /// The observer runs of one worker.

@@ -21,7 +21,7 @@ use crate::metrics::Event;
 use crate::process::{Outcome, Payload};
 use crate::telemetry::ObserverLabels;
 use percolator::codec::Key;
-use std::collections::HashMap;
+use percolator::FastMap;
 use std::sync::Mutex;
 use std::time::Duration;
 // Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
@@ -50,10 +50,10 @@ struct Retry {
 #[derive(Default)]
 struct Entries {
     /// Per notify key: its retry state.
-    retry: HashMap<Vec<u8>, Retry>,
+    retry: FastMap<Vec<u8>, Retry>,
     /// Notify keys this worker handled recently, so that a scanner holding a stale page does
     /// not handle them again (pruned after `RECENT_FOR`).
-    recent: HashMap<Vec<u8>, Instant>,
+    recent: FastMap<Vec<u8>, Instant>,
 }
 
 /// Per notify key: failures, when to try again, and whether it was handled recently.
