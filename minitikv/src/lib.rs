@@ -55,7 +55,8 @@ pub use cluster::{
     Churn, FaultCounts, Faults, LayoutError, RegionInfo, PEER_ID, REGION_ID, STORE_ID,
 };
 pub use service::{
-    CasHold, Limits, RpcCounts, SplitPolicy, WriteKinds, CLUSTER_ID, MAX_SPLITS_PER_CHECK,
+    CasHold, Limits, RpcCounts, SplitChecks, SplitPolicy, WriteKinds, CLUSTER_ID,
+    MAX_SPLITS_PER_CHECK,
 };
 
 /// Generated protobuf messages (prost) of the vendored TiKV protos, and the two gRPC
@@ -310,6 +311,12 @@ impl RunningServer {
     /// The RPCs served so far, by method, and the keys scans read.
     pub fn rpc_counts(&self) -> RpcCounts {
         self.state.rpc_counts()
+    }
+
+    /// How the split checks that came due went: counted by a scan, or skipped on the
+    /// region's size bound.
+    pub fn split_checks(&self) -> SplitChecks {
+        self.state.split_checks()
     }
 
     /// How many faults were injected so far, by kind.

@@ -238,3 +238,51 @@ async fn regions_split_by_size_as_data_grows() {
     assert!((4..=8).contains(&n), "{n} regions");
     server.shutdown().await;
 }
+
+/// Keys put and deleted again and again (a notify key's life) leave a region's size where it
+/// was: its due split checks skip the count on the region's size bound instead of scanning
+/// every deleted key, and a region that then grows past its maximum still splits.
+#[tokio::test]
+async fn churn_skips_the_count_and_growth_still_splits() {
+    let policy = SplitPolicy::by_keys(100);
+    let (server, mut pd, mut kv) = splitting(policy).await;
+    // Ten live keys, then 300 rounds of a put and a delete of another key: 600 writes,
+    // a check due every 6 keys written.
+    for i in 0..10u32 {
+        let key = format!("live{i:03}").into_bytes();
+        let c = ctx(&mut pd, &key).await;
+        assert_no_error!(ok(kv.raw_put(put(c, &key, b"v"))).await);
+    }
+    for i in 0..300u32 {
+        let key = format!("churn{i:05}").into_bytes();
+        let c = ctx(&mut pd, &key).await;
+        assert_no_error!(ok(kv.raw_put(put(c.clone(), &key, b"v"))).await);
+        let resp = ok(kv.raw_delete(kvrpcpb::RawDeleteRequest {
+            context: c,
+            key,
+            ..Default::default()
+        }))
+        .await;
+        assert_no_error!(resp);
+    }
+    let churned = server.split_checks();
+    assert_eq!(server.regions().len(), 1);
+    // The first due check counts (no bound yet); the bound then grows by a key per write and
+    // passes the maximum of 150 keys after about 140 more writes, when one count resets it.
+    assert!(churned.skipped >= 80, "{churned:?}");
+    assert!(churned.counted <= 6, "{churned:?}");
+    // Growth: 400 live keys in ascending order split the region as before.
+    for i in 0..400u32 {
+        let key = format!("grow{i:05}").into_bytes();
+        let c = ctx(&mut pd, &key).await;
+        assert_no_error!(ok(kv.raw_put(put(c, &key, b"v"))).await);
+    }
+    let regions = server.regions();
+    assert!(
+        regions.len() >= 3,
+        "410 live keys in {} regions",
+        regions.len()
+    );
+    assert!(server.split_checks().counted > churned.counted);
+    server.shutdown().await;
+}

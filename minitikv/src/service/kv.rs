@@ -76,13 +76,13 @@ impl StoreService {
             }
         }
         let written = req.entry_bytes().map(|bytes| (bytes, req.keys().count()));
-        let region_id = region.id;
+        let (region_id, version) = (region.id, region.version);
         let done = match check_cf(req.cf()) {
             Ok(()) => work(req, region.clone()).await,
             Err(refused) => Err(refused),
         };
         if let (Ok(_), Some((bytes, keys))) = (&done, written) {
-            self.note_write(region_id, bytes, keys).await;
+            self.note_write(region_id, version, bytes, keys).await;
             if let Some(err) = self.applied_region_error(&region) {
                 return Ok(Response::new(R::default().with_region_error(err)));
             }

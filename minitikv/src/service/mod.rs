@@ -12,7 +12,7 @@ mod writes;
 
 pub(crate) use kv::StoreService;
 pub use latches::CasHold;
-pub use split::{SplitPolicy, MAX_SPLITS_PER_CHECK};
+pub use split::{SplitChecks, SplitPolicy, MAX_SPLITS_PER_CHECK};
 pub use writes::WriteKinds;
 
 use crate::cluster::{
@@ -174,6 +174,10 @@ impl State {
 
     pub(crate) fn set_store_addrs(&self, addrs: Vec<String>) {
         *self.store_addrs.write().unwrap_or_else(|e| e.into_inner()) = addrs;
+    }
+
+    pub(crate) fn split_checks(&self) -> SplitChecks {
+        self.tally.checks()
     }
 
     pub(crate) fn fault_counts(&self) -> FaultCounts {

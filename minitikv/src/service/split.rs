@@ -16,10 +16,22 @@
 //! the write applied and before its reply; one check runs at a time (a write that finds one
 //! running keeps its tally for the next). Clients see the splits as TiKV's: `EpochNotMatch`
 //! for the old epoch, new bounds from PD.
+//!
+//! **Counting only when a split is possible.** TiKV's check reads approximate sizes from its
+//! SST properties; minitikv counts by scanning, which walks every deleted key still in the
+//! store (a notify key is put, then deleted). So each region keeps an upper bound of its size
+//! for its current epoch: what its last complete count found plus the bytes and keys of every
+//! write noted since the count began (a write only adds at most its bytes and keys; a delete
+//! or an overwrite is counted as if it added). A due check whose bound is within both maxima
+//! skips the scan: the count could only have found the region within them, so it makes the
+//! same (no) split at the same moment as a count would. A write applied during a count is
+//! noted into the bound whether or not the scan saw it (counted twice at worst). A split or
+//! merge moves the epoch version, and a bound of another version is dropped.
 
 use super::State;
 use percolator::kv::{KeyRange, ScanOrder, MAX_SCAN_LIMIT};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Most splits one check makes (TiKV's `batch-split-limit`, 10).
 pub const MAX_SPLITS_PER_CHECK: usize = 10;
@@ -78,21 +90,72 @@ impl Default for SplitPolicy {
     }
 }
 
-/// The bytes and keys written to each region since its last check.
+/// The bytes and keys written to each region since its last check, and the regions' size
+/// bounds.
 #[derive(Default)]
 pub(crate) struct SplitTally {
     written: std::sync::Mutex<HashMap<u64, (u64, u64)>>,
+    /// Per region id: an upper bound of its size (see the module documentation).
+    bounds: std::sync::Mutex<HashMap<u64, SizeBound>>,
     checking: tokio::sync::Mutex<()>,
+    /// Due checks that counted a region by scanning it.
+    counted: AtomicU64,
+    /// Due checks whose size bound made the count needless.
+    skipped: AtomicU64,
+}
+
+/// How the split checks that came due went ([`crate::RunningServer::split_checks`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitChecks {
+    /// Checks that counted the region by scanning it.
+    pub counted: u64,
+    /// Checks skipped because the region's size bound was within both maxima.
+    pub skipped: u64,
+}
+
+impl SplitTally {
+    /// The checks so far.
+    pub(crate) fn checks(&self) -> SplitChecks {
+        SplitChecks {
+            counted: self.counted.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// An upper bound of a region's bytes and keys in one epoch version.
+#[derive(Clone, Copy, Debug)]
+struct SizeBound {
+    /// The region's epoch version the bound is of.
+    version: u64,
+    /// Bytes: the last count's (none while counting) plus those written since it began.
+    bytes: u64,
+    /// Keys, likewise.
+    keys: u64,
+    /// A count is running: `bytes` and `keys` hold only the writes noted since it began.
+    counting: bool,
 }
 
 impl State {
-    /// Notes a write of `bytes` over `keys` keys applied in region `region_id`, and splits
-    /// the region if it is due for a check and over the policy's maximum.
-    pub(crate) async fn note_write(&self, region_id: u64, bytes: u64, keys: u64) {
+    /// Notes a write of `bytes` over `keys` keys applied in region `region_id` (at epoch
+    /// version `version`), and splits the region if it is due for a check and over the
+    /// policy's maximum.
+    pub(crate) async fn note_write(&self, region_id: u64, version: u64, bytes: u64, keys: u64) {
         let Some(policy) = self.split else {
             return;
         };
         let (due_bytes, due_keys) = policy.check_after();
+        {
+            let mut bounds = self.tally.bounds.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(bound) = bounds.get_mut(&region_id) {
+                if bound.version == version {
+                    bound.bytes = bound.bytes.saturating_add(bytes);
+                    bound.keys = bound.keys.saturating_add(keys);
+                } else {
+                    bounds.remove(&region_id);
+                }
+            }
+        }
         {
             let mut written = self.tally.written.lock().unwrap_or_else(|e| e.into_inner());
             let entry = written.entry(region_id).or_default();
@@ -113,7 +176,49 @@ impl State {
         let Some(region) = self.layout.by_id(region_id) else {
             return;
         };
-        match self.split_points(&region.start, &region.end, &policy).await {
+        {
+            let mut bounds = self.tally.bounds.lock().unwrap_or_else(|e| e.into_inner());
+            match bounds.get(&region_id) {
+                Some(b)
+                    if b.version == region.version
+                        && !b.counting
+                        && b.bytes <= policy.max_bytes
+                        && b.keys <= policy.max_keys =>
+                {
+                    // Within both maxima whatever was deleted: a count would split nothing.
+                    self.tally.skipped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                _ => {}
+            }
+            bounds.insert(
+                region_id,
+                SizeBound {
+                    version: region.version,
+                    bytes: 0,
+                    keys: 0,
+                    counting: true,
+                },
+            );
+        }
+        self.tally.counted.fetch_add(1, Ordering::Relaxed);
+        let counted = self.split_points(&region.start, &region.end, &policy).await;
+        {
+            let mut bounds = self.tally.bounds.lock().unwrap_or_else(|e| e.into_inner());
+            match (&counted, bounds.get_mut(&region_id)) {
+                (Ok((_, Some((bytes, keys)))), Some(bound))
+                    if bound.version == region.version && bound.counting =>
+                {
+                    bound.bytes = bound.bytes.saturating_add(*bytes);
+                    bound.keys = bound.keys.saturating_add(*keys);
+                    bound.counting = false;
+                }
+                _ => {
+                    bounds.remove(&region_id);
+                }
+            }
+        }
+        match counted.map(|(points, _)| points) {
             Ok(points) => {
                 for key in &points {
                     if let Err(e) = self.layout.split(key) {
@@ -135,13 +240,14 @@ impl State {
 
     /// The keys at which the region `[start, end)` splits under `policy`: none unless it
     /// holds more than `max_bytes` or `max_keys`; else the first key after each piece of
-    /// `split_bytes` / `split_keys`.
+    /// `split_bytes` / `split_keys`. With them, the region's bytes and keys if the scan
+    /// counted all of it (it stops at [`MAX_SPLITS_PER_CHECK`] points).
     async fn split_points(
         &self,
         start: &[u8],
         end: &[u8],
         policy: &SplitPolicy,
-    ) -> Result<Vec<Vec<u8>>, percolator::kv::KvError> {
+    ) -> Result<(Vec<Vec<u8>>, Option<(u64, u64)>), percolator::kv::KvError> {
         let mut range = KeyRange {
             start: start.to_vec(),
             end: (!end.is_empty()).then(|| end.to_vec()),
@@ -158,7 +264,7 @@ impl State {
             for (key, value) in &page {
                 if piece_bytes >= policy.split_bytes || piece_keys >= policy.split_keys {
                     if points.len() == MAX_SPLITS_PER_CHECK {
-                        return Ok(over(total_bytes, total_keys, policy, points));
+                        return Ok((over(total_bytes, total_keys, policy, points), None));
                     }
                     points.push(key.clone());
                     (piece_bytes, piece_keys) = (0, 0);
@@ -175,7 +281,10 @@ impl State {
                     next.push(0);
                     range.start = next;
                 }
-                _ => return Ok(over(total_bytes, total_keys, policy, points)),
+                _ => {
+                    let counted = Some((total_bytes, total_keys));
+                    return Ok((over(total_bytes, total_keys, policy, points), counted));
+                }
             }
         }
     }
