@@ -2,8 +2,8 @@
 
 use crate::error::{ObserverError, WorkerError};
 use async_trait::async_trait;
-use percolator::{Cell, Client, Transaction};
 use percolator::FastMap;
+use percolator::{Cell, Client, Transaction};
 use std::future::Future;
 use std::sync::Arc;
 
