@@ -188,6 +188,9 @@ pub enum LayoutError {
 pub(crate) struct Layout {
     regions: RwLock<BTreeMap<Vec<u8>, RegionInfo>>,
     next_id: AtomicU64,
+    /// Bumped by every split and merge (the split checks' size bounds hold only while it
+    /// does not move under a write: `service::split`).
+    generation: AtomicU64,
     pub(crate) stores: u64,
 }
 
@@ -198,6 +201,7 @@ impl Layout {
         let layout = Layout {
             regions: RwLock::new(BTreeMap::new()),
             next_id: AtomicU64::new(REGION_ID + 2),
+            generation: AtomicU64::new(0),
             stores: stores.max(1),
         };
         layout.write().insert(Vec::new(), empty_region());
@@ -223,6 +227,11 @@ impl Layout {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Vec<u8>, RegionInfo>> {
         self.regions.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many splits and merges the layout has seen.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The region holding `key`.
@@ -307,6 +316,7 @@ impl Layout {
         };
         regions.insert(left.start.clone(), left);
         regions.insert(right.start.clone(), right);
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(id)
     }
 
@@ -327,6 +337,7 @@ impl Layout {
             .ok_or_else(|| LayoutError::NotBoundary(key.to_vec()))?;
         left.end = right.end;
         left.version = left.version.max(right.version) + 1;
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 

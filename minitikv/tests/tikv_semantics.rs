@@ -267,11 +267,12 @@ async fn churn_skips_the_count_and_growth_still_splits() {
     }
     let churned = server.split_checks();
     assert_eq!(server.regions().len(), 1);
-    // The first due check counts (no bound yet); the bound then grows by a key per write and
-    // passes the maximum of 150 keys after about 140 more writes, when one count resets it.
-    assert!(churned.skipped >= 80, "{churned:?}");
-    assert!(churned.counted <= 6, "{churned:?}");
-    // Growth: 400 live keys in ascending order split the region as before.
+    // A check is due every 6 keys written (about 100 in all). The first counts (no bound
+    // yet); the bound then grows by a key per write and passes the maximum of 150 keys about
+    // 140 writes after each count, when the next count resets it: 5 counts, 96 skipped.
+    assert_eq!((churned.counted, churned.skipped), (5, 96), "{churned:?}");
+    // Growth: 400 live keys in ascending order split the region as before, and no region
+    // is left over its maximum by more than the keys written between two checks.
     for i in 0..400u32 {
         let key = format!("grow{i:05}").into_bytes();
         let c = ctx(&mut pd, &key).await;
@@ -284,5 +285,56 @@ async fn churn_skips_the_count_and_growth_still_splits() {
         regions.len()
     );
     assert!(server.split_checks().counted > churned.counted);
+    let mut total = 0;
+    for region in &regions {
+        let c = ctx(&mut pd, &region.start).await;
+        let resp = ok(kv.raw_scan(kvrpcpb::RawScanRequest {
+            context: c,
+            start_key: region.start.clone(),
+            end_key: region.end.clone(),
+            limit: 10_000,
+            key_only: true,
+            ..Default::default()
+        }))
+        .await;
+        let n = resp.kvs.len() as u64;
+        assert!(n <= policy.max_keys + 6, "{n} keys in {region:?}");
+        total += n;
+    }
+    assert_eq!(total, 410);
+    server.shutdown().await;
+}
+
+/// The same by size: 1 KiB values put and deleted under a 64 KiB split size skip their
+/// counts; live values then split the region as before.
+#[tokio::test]
+async fn churn_by_size_skips_the_count_and_growth_still_splits() {
+    let policy = SplitPolicy::from_split_size(64 * 1024);
+    let (server, mut pd, mut kv) = splitting(policy).await;
+    for i in 0..200u32 {
+        let key = format!("churn{i:05}").into_bytes();
+        let c = ctx(&mut pd, &key).await;
+        assert_no_error!(ok(kv.raw_put(put(c.clone(), &key, &[7u8; 1024]))).await);
+        let resp = ok(kv.raw_delete(kvrpcpb::RawDeleteRequest {
+            context: c,
+            key,
+            ..Default::default()
+        }))
+        .await;
+        assert_no_error!(resp);
+    }
+    // About 204 KiB written, a check due every 4 KiB (50); the bound passes the
+    // maximum of 96 KiB about every 94 pairs: 3 counts, 47 skipped.
+    let churned = server.split_checks();
+    assert_eq!(server.regions().len(), 1);
+    assert_eq!((churned.counted, churned.skipped), (3, 47), "{churned:?}");
+    for i in 0..400u32 {
+        let key = format!("big{i:05}").into_bytes();
+        let c = ctx(&mut pd, &key).await;
+        assert_no_error!(ok(kv.raw_put(put(c, &key, &[7u8; 1024]))).await);
+    }
+    // 400 KiB in pieces of about 64 KiB, as `regions_split_by_size_as_data_grows`.
+    let n = server.regions().len();
+    assert!((4..=8).contains(&n), "{n} regions");
     server.shutdown().await;
 }

@@ -65,6 +65,8 @@ impl StoreService {
             ));
             return R::default().with_error(refused).map(Response::new);
         }
+        // Read before the route: a split or merge after it shows at the write's note.
+        let generation = self.layout.generation();
         let region = match self.route(req.context(), req.keys()) {
             Ok(region) => region,
             Err(err) => return Ok(Response::new(R::default().with_region_error(*err))),
@@ -77,12 +79,17 @@ impl StoreService {
         }
         let written = req.entry_bytes().map(|bytes| (bytes, req.keys().count()));
         let (region_id, version) = (region.id, region.version);
+        // Into the region's size bound once the write is done, failed or dropped midway.
+        let bound_note = written.map(|(bytes, keys)| {
+            self.note_bound_on_drop(region_id, version, generation, bytes, keys)
+        });
         let done = match check_cf(req.cf()) {
             Ok(()) => work(req, region.clone()).await,
             Err(refused) => Err(refused),
         };
+        drop(bound_note);
         if let (Ok(_), Some((bytes, keys))) = (&done, written) {
-            self.note_write(region_id, version, bytes, keys).await;
+            self.note_write(region_id, bytes, keys).await;
             if let Some(err) = self.applied_region_error(&region) {
                 return Ok(Response::new(R::default().with_region_error(err)));
             }

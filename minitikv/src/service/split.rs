@@ -23,10 +23,18 @@
 //! for its current epoch: what its last complete count found plus the bytes and keys of every
 //! write noted since the count began (a write only adds at most its bytes and keys; a delete
 //! or an overwrite is counted as if it added). A due check whose bound is within both maxima
-//! skips the scan: the count could only have found the region within them, so it makes the
-//! same (no) split at the same moment as a count would. A write applied during a count is
-//! noted into the bound whether or not the scan saw it (counted twice at worst). A split or
-//! merge moves the epoch version, and a bound of another version is dropped.
+//! skips the scan, since a count could only have found the region within them. The bound
+//! stays above the region's size because:
+//! - a write is noted once it applied, failed or was dropped midway (`BoundNote`), whether
+//!   or not a running count's scan saw it (counted twice at worst);
+//! - a write routed before a split or merge and noted after it may lie in a region whose count
+//!   already passed its key: such a note drops every bound (`Layout::generation`), and each
+//!   region's next due check counts;
+//! - a bound belongs to one epoch version of its region, and a note or check of another
+//!   version drops it.
+//!
+//! Writes that do not come through the RPCs (a caller of `start_with_store` writing its store
+//! directly) were never tallied; now a bound may also hide them until the region's next count.
 
 use super::State;
 use percolator::kv::{KeyRange, ScanOrder, MAX_SCAN_LIMIT};
@@ -123,6 +131,23 @@ impl SplitTally {
     }
 }
 
+/// A write on its way into its region's size bound: noted when dropped
+/// ([`State::note_bound_on_drop`]).
+pub(crate) struct BoundNote<'a> {
+    state: &'a State,
+    region_id: u64,
+    version: u64,
+    generation: u64,
+    bytes: u64,
+    keys: u64,
+}
+
+impl Drop for BoundNote<'_> {
+    fn drop(&mut self) {
+        self.state.note_bound(self);
+    }
+}
+
 /// An upper bound of a region's bytes and keys in one epoch version.
 #[derive(Clone, Copy, Debug)]
 struct SizeBound {
@@ -137,25 +162,58 @@ struct SizeBound {
 }
 
 impl State {
-    /// Notes a write of `bytes` over `keys` keys applied in region `region_id` (at epoch
-    /// version `version`), and splits the region if it is due for a check and over the
-    /// policy's maximum.
-    pub(crate) async fn note_write(&self, region_id: u64, version: u64, bytes: u64, keys: u64) {
+    /// A note of a write of `bytes` over `keys` keys routed to region `region_id` at epoch
+    /// version `version` and layout generation `generation`, made into the region's size
+    /// bound when dropped (after the write applied, failed or was dropped midway: a write that
+    /// never applied only makes the bound larger).
+    pub(crate) fn note_bound_on_drop(
+        &self,
+        region_id: u64,
+        version: u64,
+        generation: u64,
+        bytes: u64,
+        keys: u64,
+    ) -> BoundNote<'_> {
+        BoundNote {
+            state: self,
+            region_id,
+            version,
+            generation,
+            bytes,
+            keys,
+        }
+    }
+
+    /// Adds a write to its region's size bound (see [`BoundNote`]).
+    fn note_bound(&self, note: &BoundNote<'_>) {
+        if self.split.is_none() {
+            return;
+        }
+        let mut bounds = self.tally.bounds.lock().unwrap_or_else(|e| e.into_inner());
+        if self.layout.generation() != note.generation {
+            // Split or merged since the write was routed: its keys may lie in a region whose
+            // count already passed them.
+            bounds.clear();
+            return;
+        }
+        if let Some(bound) = bounds.get_mut(&note.region_id) {
+            if bound.version == note.version {
+                bound.bytes = bound.bytes.saturating_add(note.bytes);
+                bound.keys = bound.keys.saturating_add(note.keys);
+            } else {
+                bounds.remove(&note.region_id);
+            }
+        }
+    }
+
+    /// Notes a write of `bytes` over `keys` keys applied in region `region_id` (its size bound
+    /// already has it: [`Self::note_bound_on_drop`]), and splits the region if it is due for
+    /// a check and over the policy's maximum.
+    pub(crate) async fn note_write(&self, region_id: u64, bytes: u64, keys: u64) {
         let Some(policy) = self.split else {
             return;
         };
         let (due_bytes, due_keys) = policy.check_after();
-        {
-            let mut bounds = self.tally.bounds.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(bound) = bounds.get_mut(&region_id) {
-                if bound.version == version {
-                    bound.bytes = bound.bytes.saturating_add(bytes);
-                    bound.keys = bound.keys.saturating_add(keys);
-                } else {
-                    bounds.remove(&region_id);
-                }
-            }
-        }
         {
             let mut written = self.tally.written.lock().unwrap_or_else(|e| e.into_inner());
             let entry = written.entry(region_id).or_default();
@@ -174,6 +232,12 @@ impl State {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&region_id);
         let Some(region) = self.layout.by_id(region_id) else {
+            // Merged away.
+            self.tally
+                .bounds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&region_id);
             return;
         };
         {
