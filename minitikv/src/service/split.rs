@@ -27,14 +27,16 @@
 //! stays above the region's size because:
 //! - a write is noted once it applied, failed or was dropped midway (`BoundNote`), whether
 //!   or not a running count's scan saw it (counted twice at worst);
-//! - a write routed before a split or merge and noted after it may lie in a region whose count
-//!   already passed its key: such a note drops every bound (`Layout::generation`), and each
-//!   region's next due check counts;
+//! - a write routed before a split or merge can land, after it, in a region that was counted
+//!   in between (its count already past the write's key); so a note whose layout generation
+//!   moved since routing drops every bound (`Layout::generation`), and each region's next due
+//!   check counts;
 //! - a bound belongs to one epoch version of its region, and a note or check of another
 //!   version drops it.
 //!
-//! Writes that do not come through the RPCs (a caller of `start_with_store` writing its store
-//! directly) were never tallied; now a bound may also hide them until the region's next count.
+//! Writes that bypass the RPCs (a caller of `start_with_store` writing its store directly) are
+//! in neither the tally nor the bound: a region whose bound is within the maxima is not counted
+//! again until RPC writes push the bound over one, or a split or merge drops it.
 
 use super::State;
 use percolator::kv::{KeyRange, ScanOrder, MAX_SCAN_LIMIT};
