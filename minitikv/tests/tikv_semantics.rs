@@ -168,6 +168,47 @@ async fn splitting(policy: SplitPolicy) -> (RunningServer, PdClient<Channel>, Ti
     (server, pd, kv)
 }
 
+/// The live keys of each of `regions`, read region by region.
+async fn keys_per_region(
+    regions: &[minitikv::RegionInfo],
+    pd: &mut PdClient<Channel>,
+    kv: &mut TikvClient<Channel>,
+) -> Vec<(minitikv::RegionInfo, u64)> {
+    let mut counts = Vec::new();
+    for region in regions {
+        let c = ctx(pd, &region.start).await;
+        let resp = ok(kv.raw_scan(kvrpcpb::RawScanRequest {
+            context: c,
+            start_key: region.start.clone(),
+            end_key: region.end.clone(),
+            limit: 10_000,
+            key_only: true,
+            ..Default::default()
+        }))
+        .await;
+        counts.push((region.clone(), resp.kvs.len() as u64));
+    }
+    counts
+}
+
+/// Puts `value` at `key`, then deletes it (a notify key's life).
+async fn put_then_delete(
+    pd: &mut PdClient<Channel>,
+    kv: &mut TikvClient<Channel>,
+    key: Vec<u8>,
+    value: &[u8],
+) {
+    let c = ctx(pd, &key).await;
+    assert_no_error!(ok(kv.raw_put(put(c.clone(), &key, value))).await);
+    let resp = ok(kv.raw_delete(kvrpcpb::RawDeleteRequest {
+        context: c,
+        key,
+        ..Default::default()
+    }))
+    .await;
+    assert_no_error!(resp);
+}
+
 /// A region over its maximum key count splits into pieces of the split key count, as
 /// TiKV's split check does; the keys stay readable region by region.
 #[tokio::test]
@@ -203,18 +244,7 @@ async fn regions_split_by_key_count_as_data_grows() {
         regions.len()
     );
     let mut total = 0;
-    for region in &regions {
-        let c = ctx(&mut pd, &region.start).await;
-        let resp = ok(kv.raw_scan(kvrpcpb::RawScanRequest {
-            context: c,
-            start_key: region.start.clone(),
-            end_key: region.end.clone(),
-            limit: 10_000,
-            key_only: true,
-            ..Default::default()
-        }))
-        .await;
-        let n = resp.kvs.len() as u64;
+    for (region, n) in keys_per_region(&regions, &mut pd, &mut kv).await {
         // Checked every split_keys / 16 keys written: at most one batch over the maximum.
         assert!(n <= policy.max_keys + 25, "{n} keys in {region:?}");
         total += n;
@@ -255,15 +285,7 @@ async fn churn_skips_the_count_and_growth_still_splits() {
     }
     for i in 0..300u32 {
         let key = format!("churn{i:05}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c.clone(), &key, b"v"))).await);
-        let resp = ok(kv.raw_delete(kvrpcpb::RawDeleteRequest {
-            context: c,
-            key,
-            ..Default::default()
-        }))
-        .await;
-        assert_no_error!(resp);
+        put_then_delete(&mut pd, &mut kv, key, b"v").await;
     }
     let churned = server.split_checks();
     assert_eq!(server.regions().len(), 1);
@@ -286,18 +308,7 @@ async fn churn_skips_the_count_and_growth_still_splits() {
     );
     assert!(server.split_checks().counted > churned.counted);
     let mut total = 0;
-    for region in &regions {
-        let c = ctx(&mut pd, &region.start).await;
-        let resp = ok(kv.raw_scan(kvrpcpb::RawScanRequest {
-            context: c,
-            start_key: region.start.clone(),
-            end_key: region.end.clone(),
-            limit: 10_000,
-            key_only: true,
-            ..Default::default()
-        }))
-        .await;
-        let n = resp.kvs.len() as u64;
+    for (region, n) in keys_per_region(&regions, &mut pd, &mut kv).await {
         assert!(n <= policy.max_keys + 6, "{n} keys in {region:?}");
         total += n;
     }
@@ -313,15 +324,7 @@ async fn churn_by_size_skips_the_count_and_growth_still_splits() {
     let (server, mut pd, mut kv) = splitting(policy).await;
     for i in 0..200u32 {
         let key = format!("churn{i:05}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c.clone(), &key, &[7u8; 1024]))).await);
-        let resp = ok(kv.raw_delete(kvrpcpb::RawDeleteRequest {
-            context: c,
-            key,
-            ..Default::default()
-        }))
-        .await;
-        assert_no_error!(resp);
+        put_then_delete(&mut pd, &mut kv, key, &[7u8; 1024]).await;
     }
     // About 204 KiB written, a check due every 4 KiB (50); the bound passes the
     // maximum of 96 KiB about every 94 pairs: 3 counts, 47 skipped.

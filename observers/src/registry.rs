@@ -2,8 +2,7 @@
 
 use crate::error::{ObserverError, WorkerError};
 use async_trait::async_trait;
-use percolator::FastMap;
-use percolator::{Cell, Client, Transaction};
+use percolator::{Cell, Client, FastMap, Transaction};
 use std::future::Future;
 use std::sync::Arc;
 

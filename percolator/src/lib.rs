@@ -26,9 +26,10 @@ pub mod txn;
 pub use codec::{Cell, KeyCodec};
 
 /// The in-process hash maps of the hot paths (transaction state, observed columns, batched
-/// CAS checks; the workers' ledgers and observer registry): aHash, randomly seeded per process like std's `RandomState` but several times
-/// cheaper on short keys (SipHash was 5 % of `photon demo`'s CPU, issue 42). Nothing hashed
-/// with it is stored or compared across processes.
+/// CAS checks; the workers' ledgers and observer registry): aHash, randomly seeded per process
+/// like std's `RandomState` but several times cheaper on short keys (SipHash was 5 % of
+/// `photon demo`'s CPU, issue 42). Nothing hashed with it is stored or compared across
+/// processes.
 pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
 /// The set of [`FastMap`].
 pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;

@@ -18,8 +18,7 @@
 
 use super::{lock, Inner};
 use crate::process::{handle_batch, Item, Payload};
-use percolator::Cell;
-use percolator::{FastMap, FastSet};
+use percolator::{Cell, FastMap, FastSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
