@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Runs `photon demo` for several builds (or environments) alternately, side by side on one
+machine, and reports each run and each variant's spread: joined clicks/s, us of CPU per joined
+click (the demo process's user + system time), peak RSS, duplicates and lost; through TiKV also
+the RPCs per joined click by method, counted by minitikv, and minitikv's own CPU (issue 42's
+benchmarks).
+
+Usage:
+  python3 bench/ab.py [--clicks 200000] [--rounds 3] [--tikv single|1024] VARIANT...
+
+VARIANT is `LABEL=PHOTON_BINARY` or `LABEL=PHOTON_BINARY,ENV=VALUE,...` (the variables are
+set for that variant's demo; `clicks=N` instead gives that variant its own --clicks, e.g. to
+compare the rates of 100,000 and 1,000,000 clicks). With --tikv, each run starts a fresh
+`minitikv serve` (`--single-region`, or `--regions 1024 --split-prefix photon`) and `oracle
+serve` from --minitikv and --oracle (default: beside the first variant's binary) and stops
+them after.
+
+Variants run in turn within each round (A B A B ...), so a machine's drift touches all of
+them alike; compare only variants of one invocation. Prints one line per run, then per
+variant the min / median / max; --json prints every run as one JSON line instead. Only the
+standard library."""
+
+import argparse, json, os, shutil, socket, statistics, subprocess, sys, tempfile
+import time
+import urllib.request
+
+
+def parse_variant(text):
+    label, _, rest = text.partition("=")
+    if not rest:
+        sys.exit(f"variant {text!r}: expected LABEL=BINARY[,ENV=VALUE...]")
+    binary, *assignments = rest.split(",")
+    env = {}
+    clicks_of = None
+    for a in assignments:
+        name, eq, value = a.partition("=")
+        if not eq:
+            sys.exit(f"variant {text!r}: {a!r} is not ENV=VALUE")
+        if name == "clicks":
+            clicks = value.replace("_", "")
+            if not clicks.isdigit():
+                sys.exit(f"variant {text!r}: clicks={value!r} is not a number")
+            clicks_of = int(clicks)
+        else:
+            env[name] = value
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"variant {label}: {binary} is not an executable")
+    return {"label": label, "binary": binary, "env": env, "clicks": clicks_of}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, process, what, secs=30):
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"{what} exited with {process.returncode} before listening")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{what} did not listen on {port} within {secs} s")
+
+
+def rpc_counts(metrics_port):
+    """minitikv's requests by method (`percolator_minitikv_requests{method=...}`)."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    counts = {}
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("percolator_minitikv_requests"):
+                name, _, value = line.rpartition(" ")
+                method = name.partition('method="')[2].partition('"')[0] or name
+                counts[method] = counts.get(method, 0.0) + float(value)
+    return counts
+
+
+class Tikv:
+    """A fresh minitikv and oracle for one run."""
+
+    def __init__(self, args, work):
+        self.port, self.metrics, self.oracle_port = free_port(), free_port(), free_port()
+        layout = (["--single-region"] if args.tikv == "single"
+                  else ["--regions", "1024", "--split-prefix", "photon"])
+        log = open(os.path.join(work, "minitikv.log"), "w")
+        self.server = subprocess.Popen(
+            [args.minitikv, "serve", "--data", os.path.join(work, "minitikv"),
+             "--listen", f"127.0.0.1:{self.port}",
+             "--metrics-addr", f"127.0.0.1:{self.metrics}", *layout],
+            stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port, self.server, "minitikv")
+        wait_port(self.metrics, self.server, "minitikv's metrics")
+        log = open(os.path.join(work, "oracle.log"), "w")
+        self.oracle = subprocess.Popen(
+            [args.oracle, "serve", "--store", f"tikv:127.0.0.1:{self.port}",
+             "--listen", f"127.0.0.1:{self.oracle_port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.oracle_port, self.oracle, "oracle")
+
+    def demo_args(self):
+        return ["--store", f"tikv:127.0.0.1:{self.port}",
+                "--oracle", f"127.0.0.1:{self.oracle_port}"]
+
+    def server_cpu_s(self):
+        """minitikv's CPU so far (user + system), from /proc."""
+        with open(f"/proc/{self.server.pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        for p in (self.oracle, self.server):
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_once(args, variant):
+    """One demo run of `variant`: its JSON summary plus CPU, RSS and RPCs."""
+    work = tempfile.mkdtemp(prefix="ab-")
+    tikv = None
+    try:
+        extra = []
+        before = {}
+        if args.tikv:
+            tikv = Tikv(args, work)
+            extra = tikv.demo_args()
+            before = rpc_counts(tikv.metrics)
+        env = dict(os.environ, **variant["env"])
+        out_path, err_path = os.path.join(work, "demo.out"), os.path.join(work, "demo.err")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            demo = subprocess.Popen(
+                [variant["binary"], "demo", "--clicks", str(variant["clicks"] or args.clicks),
+                 "--json", *extra],
+                env=env, cwd=work, stdout=out, stderr=err)
+            # The demo's own rusage (not minitikv's or the oracle's, also children).
+            _, status, usage = os.wait4(demo.pid, 0)
+            demo.returncode = os.waitstatus_to_exitcode(status)
+        if demo.returncode != 0:
+            with open(err_path) as err:
+                tail = "".join(err.readlines()[-5:])
+            sys.exit(f"{variant['label']}: demo exited with {demo.returncode}:\n{tail}")
+        with open(out_path) as out:
+            lines = [l for l in out.read().splitlines() if l.startswith("{")]
+        if not lines:
+            sys.exit(f"{variant['label']}: the demo printed no JSON summary")
+        summary = json.loads(lines[-1])
+        cpu = usage.ru_utime + usage.ru_stime
+        joined = summary.get("joined") or 0
+        run = {
+            "label": variant["label"],
+            "per_sec": summary.get("per_sec"),
+            "joined": joined,
+            "cpu_s": round(cpu, 2),
+            "us_per_joined": round(1e6 * cpu / joined, 1) if joined else None,
+            "max_rss_mb": usage.ru_maxrss // 1024,  # KiB on Linux
+            "duplicates": summary.get("duplicates"),
+            "lost": summary.get("lost"),
+            "wasted_ratio": summary.get("wasted_ratio"),
+        }
+        if tikv:
+            after = rpc_counts(tikv.metrics)
+            by_method = {m: (after[m] - before.get(m, 0.0)) / joined
+                         for m in after if joined and after[m] > before.get(m, 0.0)}
+            run["rpcs_per_joined"] = round(sum(by_method.values()), 2)
+            run["minitikv_cpu_s"] = round(tikv.server_cpu_s(), 2)
+            run["rpcs_by_method"] = {m: round(v, 3) for m, v in sorted(by_method.items())}
+        return run
+    finally:
+        if tikv:
+            tikv.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def line(run):
+    text = (f"{run['label']:>12}  {run['per_sec']:>8,.0f} joined/s  "
+            f"{run['us_per_joined']:>6} us/joined  {run['max_rss_mb']:>5} MB  "
+            f"dup {run['duplicates']} lost {run['lost']}")
+    if "rpcs_per_joined" in run:
+        text += (f"  {run['rpcs_per_joined']} RPCs/joined"
+                 f"  minitikv {run['minitikv_cpu_s']} CPU-s")
+    return text
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="+", metavar="LABEL=BINARY[,ENV=VALUE...]")
+    parser.add_argument("--clicks", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tikv", choices=["single", "1024"])
+    parser.add_argument("--minitikv", help="minitikv binary (default: beside the first photon)")
+    parser.add_argument("--oracle", help="oracle binary (default: beside the first photon)")
+    parser.add_argument("--json", action="store_true", help="one JSON line per run")
+    args = parser.parse_args()
+    variants = [parse_variant(v) for v in args.variants]
+    beside = os.path.dirname(os.path.abspath(variants[0]["binary"]))
+    args.minitikv = args.minitikv or os.path.join(beside, "minitikv")
+    args.oracle = args.oracle or os.path.join(beside, "oracle")
+    if args.tikv:
+        for tool in (args.minitikv, args.oracle):
+            if not os.access(tool, os.X_OK):
+                sys.exit(f"--tikv needs {tool} (cargo build --release -p percolator-minitikv "
+                         "-p percolator-oracle-server, or --minitikv / --oracle)")
+    runs = []
+    for _ in range(args.rounds):
+        for variant in variants:
+            run = run_once(args, variant)
+            runs.append(run)
+            print(json.dumps(run) if args.json else line(run), flush=True)
+    if args.json:
+        return
+    print(f"\n{args.clicks:,} clicks unless a variant says, {args.rounds} rounds alternated"
+          + (f", TiKV ({args.tikv})" if args.tikv else ", embedded") + ": min / median / max")
+    for variant in variants:
+        mine = [r for r in runs if r["label"] == variant["label"]]
+        for key, unit in (("per_sec", "joined/s"), ("us_per_joined", "us/joined")):
+            values = [r[key] for r in mine if r[key] is not None]
+            if values:
+                print(f"{variant['label']:>12}  {unit:>10}  {min(values):>10,.1f} "
+                      f"{statistics.median(values):>10,.1f} {max(values):>10,.1f}")
+
+
+if __name__ == "__main__":
+    main()
