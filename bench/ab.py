@@ -6,14 +6,18 @@ the RPCs per joined click by method, counted by minitikv, and minitikv's own CPU
 benchmarks).
 
 Usage:
-  python3 bench/ab.py [--clicks 200000] [--rounds 3] [--tikv single|1024] VARIANT...
+  python3 bench/ab.py [--clicks 200000] [--rounds 3] [--tikv single|even1024|spread] VARIANT...
 
 VARIANT is `LABEL=PHOTON_BINARY` or `LABEL=PHOTON_BINARY,ENV=VALUE,...` (the variables are
 set for that variant's demo; `clicks=N` instead gives that variant its own --clicks, e.g. to
 compare the rates of 100,000 and 1,000,000 clicks). With --tikv, each run starts a fresh
-`minitikv serve` (`--single-region`, or `--regions 1024 --split-prefix photon`) and `oracle
-serve` from --minitikv and --oracle (default: beside the first variant's binary) and stops
-them after.
+`minitikv serve` and `oracle serve` from --minitikv and --oracle (default: beside the first
+variant's binary) and stops them after. The layouts: `single`, one region at the start that
+splits at 8 MiB as data grows; `even1024`, `--regions 1024 --split-prefix photon`, which
+leaves every key of photon's namespace in one of them (they split evenly the two bytes after
+"photon", and the namespace's keys all start "photon\x00\x01"); `spread`, one region split at
+128 KiB, so that regions follow the data (about 800 after 60,000 clicks), as a large TiKV
+cluster's do.
 
 Variants run in turn within each round (A B A B ...), so a machine's drift touches all of
 them alike; compare only variants of one invocation. Prints one line per run, then per
@@ -80,18 +84,35 @@ def rpc_counts(metrics_port):
     return counts
 
 
+def regions(metrics_port):
+    """minitikv's region count now (`percolator_minitikv_regions`), if it exports one."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("percolator_minitikv_regions"):
+                return int(float(line.rpartition(" ")[2]))
+    return None
+
+
 class Tikv:
     """A fresh minitikv and oracle for one run."""
 
     def __init__(self, args, work):
         self.port, self.metrics, self.oracle_port = free_port(), free_port(), free_port()
-        layout = (["--single-region"] if args.tikv == "single"
-                  else ["--regions", "1024", "--split-prefix", "photon"])
+        layout = {
+            "single": ["--single-region"],
+            # Even splits of the two bytes after "photon": every key of the namespace (which
+            # starts "photon\x00\x01") lands in the first region, which then splits by size.
+            "even1024": ["--regions", "1024", "--split-prefix", "photon"],
+            # Regions follow the data: one at the start, split at 128 KiB (60,000 clicks end
+            # in about 800 regions over photon's keys).
+            "spread": ["--single-region", "--region-split-size", "131072"],
+        }[args.tikv]
         log = open(os.path.join(work, "minitikv.log"), "w")
         self.server = subprocess.Popen(
             [args.minitikv, "serve", "--data", os.path.join(work, "minitikv"),
              "--listen", f"127.0.0.1:{self.port}",
-             "--metrics-addr", f"127.0.0.1:{self.metrics}", *layout],
+             "--metrics-addr", f"127.0.0.1:{self.metrics}", *layout, *args.minitikv_arg],
             stdout=log, stderr=subprocess.STDOUT)
         wait_port(self.port, self.server, "minitikv")
         wait_port(self.metrics, self.server, "minitikv's metrics")
@@ -171,6 +192,7 @@ def run_once(args, variant):
                          for m in after if joined and after[m] > before.get(m, 0.0)}
             run["rpcs_per_joined"] = round(sum(by_method.values()), 2)
             run["minitikv_cpu_s"] = round(tikv.server_cpu_s(), 2)
+            run["regions"] = regions(tikv.metrics)
             run["rpcs_by_method"] = {m: round(v, 3) for m, v in sorted(by_method.items())}
         return run
     finally:
@@ -185,18 +207,22 @@ def line(run):
             f"dup {run['duplicates']} lost {run['lost']}")
     if "rpcs_per_joined" in run:
         text += (f"  {run['rpcs_per_joined']} RPCs/joined"
-                 f"  minitikv {run['minitikv_cpu_s']} CPU-s")
+                 f"  minitikv {run['minitikv_cpu_s']} CPU-s, {run['regions']} regions")
     return text
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("variants", nargs="+", metavar="LABEL=BINARY[,ENV=VALUE...]")
     parser.add_argument("--clicks", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tikv", choices=["single", "1024"])
+    parser.add_argument("--tikv", choices=["single", "even1024", "spread"])
     parser.add_argument("--minitikv", help="minitikv binary (default: beside the first photon)")
     parser.add_argument("--oracle", help="oracle binary (default: beside the first photon)")
+    parser.add_argument("--minitikv-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument of `minitikv serve` (repeatable), e.g. "
+                        "--minitikv-arg=--region-split-size=131072")
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variants]
