@@ -185,6 +185,9 @@ def run_once(args, variant):
             "duplicates": summary.get("duplicates"),
             "lost": summary.get("lost"),
             "wasted_ratio": summary.get("wasted_ratio"),
+            # Arrival (the later of click and query) to the joined commit.
+            "p50_ms": summary.get("p50_ms"),
+            "p99_ms": summary.get("p99_ms"),
         }
         if tikv:
             after = rpc_counts(tikv.metrics)
@@ -204,6 +207,7 @@ def run_once(args, variant):
 def line(run):
     text = (f"{run['label']:>12}  {run['per_sec']:>8,.0f} joined/s  "
             f"{run['us_per_joined']:>6} us/joined  {run['max_rss_mb']:>5} MB  "
+            f"p50 {run['p50_ms']} p99 {run['p99_ms']} ms  "
             f"dup {run['duplicates']} lost {run['lost']}")
     if "rpcs_per_joined" in run:
         text += (f"  {run['rpcs_per_joined']} RPCs/joined"

@@ -72,5 +72,5 @@
 //! `batch_cas_counters_with_one_reply_in_ten_lost`, the conformance suite and every transaction
 //! test on minitikv, quiet and in the weather (`percolator::design::testing`).
 //! `photon/tests/multiprocess.rs` repeats its chaos run (SIGKILLed workers and oracles) on a
-//! minitikv with three stores, 64 regions, churn every 50 ms and seeded faults; every click is
-//! joined exactly once.
+//! minitikv with three stores, 64 regions, size splits at 64 KiB that spread photon's keys,
+//! churn every 50 ms and seeded faults; every click is joined exactly once.
