@@ -3,7 +3,10 @@
 machine, and reports each run and each variant's spread: joined clicks/s, us of CPU per joined
 click (the demo process's user + system time), peak RSS, duplicates and lost; through TiKV also
 the RPCs per joined click by method, counted by minitikv, and minitikv's own CPU (issue 42's
-benchmarks).
+benchmarks). The RPCs and minitikv's CPU cover the whole demo: its load and join, and also its
+verification at the end (paged scans of the output) and the oracle's heartbeats; the demo's
+own `store_calls_per_joined` counts only load and join. The variants run with the caller's
+environment minus every PERCOLATOR_* and MINITIKV_* variable: each says what it sets.
 
 Usage:
   python3 bench/ab.py [--clicks 200000] [--rounds 3] [--tikv single|even1024|spread] VARIANT...
@@ -13,11 +16,12 @@ set for that variant's demo; `clicks=N` instead gives that variant its own --cli
 compare the rates of 100,000 and 1,000,000 clicks). With --tikv, each run starts a fresh
 `minitikv serve` and `oracle serve` from --minitikv and --oracle (default: beside the first
 variant's binary) and stops them after. The layouts: `single`, one region at the start that
-splits at 8 MiB as data grows; `even1024`, `--regions 1024 --split-prefix photon`, which
-leaves every key of photon's namespace in one of them (they split evenly the two bytes after
-"photon", and the namespace's keys all start "photon\x00\x01"); `spread`, one region split at
-128 KiB, so that regions follow the data (about 800 after 60,000 clicks), as a large TiKV
-cluster's do.
+splits at 8 MiB as data grows; `even1024`, `--regions 1024 --split-prefix photon`, where
+every key of photon's namespace starts in the first region, which then splits at 8 MiB like
+`single` (the splits divide the two bytes after "photon" evenly, and the namespace's keys all
+start "photon\x00\x01"); `spread`, one region split at 128 KiB, so that regions follow the
+data (about 800 after 60,000 clicks), as a large TiKV cluster's do. A
+`--minitikv-arg=--region-split-size=N` replaces the layout's split size.
 
 Variants run in turn within each round (A B A B ...), so a machine's drift touches all of
 them alike; compare only variants of one invocation. Prints one line per run, then per
@@ -108,33 +112,44 @@ class Tikv:
             # in about 800 regions over photon's keys).
             "spread": ["--single-region", "--region-split-size", "131072"],
         }[args.tikv]
-        log = open(os.path.join(work, "minitikv.log"), "w")
-        self.server = subprocess.Popen(
-            [args.minitikv, "serve", "--data", os.path.join(work, "minitikv"),
-             "--listen", f"127.0.0.1:{self.port}",
-             "--metrics-addr", f"127.0.0.1:{self.metrics}", *layout, *args.minitikv_arg],
-            stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.port, self.server, "minitikv")
-        wait_port(self.metrics, self.server, "minitikv's metrics")
-        log = open(os.path.join(work, "oracle.log"), "w")
-        self.oracle = subprocess.Popen(
-            [args.oracle, "serve", "--store", f"tikv:127.0.0.1:{self.port}",
-             "--listen", f"127.0.0.1:{self.oracle_port}"],
-            stdout=log, stderr=subprocess.STDOUT)
-        wait_port(self.oracle_port, self.oracle, "oracle")
+        if any(a.startswith("--region-split-size") for a in args.minitikv_arg):
+            # The caller's split size replaces the layout's (minitikv takes one).
+            layout = [a for a in layout if a not in ("--region-split-size", "131072")]
+        self.server = self.oracle = None
+        try:
+            log = open(os.path.join(work, "minitikv.log"), "w")
+            self.server = subprocess.Popen(
+                [args.minitikv, "serve", "--data", os.path.join(work, "minitikv"),
+                 "--listen", f"127.0.0.1:{self.port}",
+                 "--metrics-addr", f"127.0.0.1:{self.metrics}", *layout, *args.minitikv_arg],
+                stdout=log, stderr=subprocess.STDOUT)
+            wait_port(self.port, self.server, "minitikv")
+            wait_port(self.metrics, self.server, "minitikv's metrics")
+            log = open(os.path.join(work, "oracle.log"), "w")
+            self.oracle = subprocess.Popen(
+                [args.oracle, "serve", "--store", f"tikv:127.0.0.1:{self.port}",
+                 "--listen", f"127.0.0.1:{self.oracle_port}"],
+                stdout=log, stderr=subprocess.STDOUT)
+            wait_port(self.oracle_port, self.oracle, "oracle")
+        except BaseException:
+            # A start that failed (or timed out) stops what did start.
+            self.stop()
+            raise
 
     def demo_args(self):
         return ["--store", f"tikv:127.0.0.1:{self.port}",
                 "--oracle", f"127.0.0.1:{self.oracle_port}"]
 
     def server_cpu_s(self):
-        """minitikv's CPU so far (user + system), from /proc."""
+        """minitikv's CPU since it started for this run (user + system), from /proc."""
         with open(f"/proc/{self.server.pid}/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         for p in (self.oracle, self.server):
+            if p is None or p.poll() is not None:
+                continue
             p.terminate()
             try:
                 p.wait(timeout=30)
@@ -146,7 +161,7 @@ class Tikv:
 def run_once(args, variant):
     """One demo run of `variant`: its JSON summary plus CPU, RSS and RPCs."""
     work = tempfile.mkdtemp(prefix="ab-")
-    tikv = None
+    tikv = demo = None
     try:
         extra = []
         before = {}
@@ -154,14 +169,19 @@ def run_once(args, variant):
             tikv = Tikv(args, work)
             extra = tikv.demo_args()
             before = rpc_counts(tikv.metrics)
-        env = dict(os.environ, **variant["env"])
+        # The caller's environment without the project's own settings (an exported
+        # PERCOLATOR_STORE or MINITIKV_* would redirect or reshape the runs): each variant
+        # says what it sets.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PERCOLATOR_", "MINITIKV_"))}
+        env.update(variant["env"])
+        clicks = variant["clicks"] if variant["clicks"] is not None else args.clicks
         out_path, err_path = os.path.join(work, "demo.out"), os.path.join(work, "demo.err")
         with open(out_path, "w") as out, open(err_path, "w") as err:
             demo = subprocess.Popen(
-                [variant["binary"], "demo", "--clicks", str(variant["clicks"] or args.clicks),
-                 "--json", *extra],
+                [variant["binary"], "demo", "--clicks", str(clicks), "--json", *extra],
                 env=env, cwd=work, stdout=out, stderr=err)
-            # The demo's own rusage (not minitikv's or the oracle's, also children).
+            # The demo's own rusage (minitikv and the oracle are children too).
             _, status, usage = os.wait4(demo.pid, 0)
             demo.returncode = os.waitstatus_to_exitcode(status)
         if demo.returncode != 0:
@@ -177,6 +197,7 @@ def run_once(args, variant):
         joined = summary.get("joined") or 0
         run = {
             "label": variant["label"],
+            "clicks": clicks,
             "per_sec": summary.get("per_sec"),
             "joined": joined,
             "cpu_s": round(cpu, 2),
@@ -199,14 +220,18 @@ def run_once(args, variant):
             run["rpcs_by_method"] = {m: round(v, 3) for m, v in sorted(by_method.items())}
         return run
     finally:
+        if demo is not None and demo.returncode is None:
+            demo.kill()
+            demo.wait()
         if tikv:
             tikv.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
 def line(run):
-    text = (f"{run['label']:>12}  {run['per_sec']:>8,.0f} joined/s  "
-            f"{run['us_per_joined']:>6} us/joined  {run['max_rss_mb']:>5} MB  "
+    per_sec = f"{run['per_sec']:>8,.0f}" if run["per_sec"] is not None else "       -"
+    text = (f"{run['label']:>12}  {per_sec} joined/s  "
+            f"{run['us_per_joined'] or '-':>6} us/joined  {run['max_rss_mb']:>5} MB  "
             f"p50 {run['p50_ms']} p99 {run['p99_ms']} ms  "
             f"dup {run['duplicates']} lost {run['lost']}")
     if "rpcs_per_joined" in run:
@@ -230,6 +255,11 @@ def main():
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variants]
+    labels = [v["label"] for v in variants]
+    if len(set(labels)) != len(labels):
+        sys.exit(f"variant labels must differ: {labels}")
+    if args.minitikv_arg and not args.tikv:
+        sys.exit("--minitikv-arg needs --tikv")
     beside = os.path.dirname(os.path.abspath(variants[0]["binary"]))
     args.minitikv = args.minitikv or os.path.join(beside, "minitikv")
     args.oracle = args.oracle or os.path.join(beside, "oracle")

@@ -63,10 +63,11 @@ pub struct ClusterArgs {
         value_delimiter = ','
     )]
     pub split_keys: Vec<String>,
-    /// Split the keys under `--split-prefix` evenly into this many regions at start (by the
-    /// two bytes after the prefix: keys sharing a longer prefix, as a percolator namespace's
-    /// all start with its encoded name, `<name>\x00\x01`, land in one region; a small
-    /// `--region-split-size` spreads data over regions as it grows instead).
+    /// Split the keys under `--split-prefix` evenly into this many regions at start, by the
+    /// two bytes after the prefix. Keys whose two bytes after the prefix are equal land in one
+    /// region: all of a percolator namespace's keys start `<name>\x00\x01`, so with
+    /// `--split-prefix <name>` they start in one. A small `--region-split-size` spreads data
+    /// over regions as it grows instead.
     #[arg(long, env = "MINITIKV_REGIONS", value_name = "N", default_value_t = 0)]
     pub regions: usize,
     /// Prefix of the keys `--regions` spreads (default: the whole key space).
