@@ -13,7 +13,10 @@ Usage:
 
 VARIANT is `LABEL=PHOTON_BINARY` or `LABEL=PHOTON_BINARY,ENV=VALUE,...` (the variables are
 set for that variant's demo; `clicks=N` instead gives that variant its own --clicks, e.g. to
-compare the rates of 100,000 and 1,000,000 clicks). With --tikv, each run starts a fresh
+compare the rates of 100,000 and 1,000,000 clicks). With --job QUERIES the runs are whole jobs
+instead: `photon gen` once, then `photon run --until-drained --pipelines 1` of the same logs on
+a fresh embedded store per run (job seconds, CPU, RSS; then `photon verify`, untimed, for
+duplicates and lost). With --tikv, each run starts a fresh
 `minitikv serve` and `oracle serve` from --minitikv and --oracle (default: beside the first
 variant's binary) and stops them after. The layouts: `single`, one region at the start that
 splits at 8 MiB as data grows; `even1024`, `--regions 1024 --split-prefix photon`, where
@@ -228,6 +231,55 @@ def run_once(args, variant):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def run_job(args, variant, logs):
+    """One `photon run --until-drained` of `variant` over the generated `logs` on a fresh
+    embedded store: the whole job's wall time, CPU and RSS (`--job`)."""
+    work = tempfile.mkdtemp(prefix="ab-job-")
+    job = None
+    try:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PERCOLATOR_", "MINITIKV_"))}
+        env.update(variant["env"])
+        err_path = os.path.join(work, "run.err")
+        with open(os.path.join(work, "run.out"), "w") as out, open(err_path, "w") as err:
+            started = time.monotonic()
+            job = subprocess.Popen(
+                [variant["binary"], "run", "--store", f"embedded:{os.path.join(work, 'store')}",
+                 "--input", logs, "--until-drained", "--pipelines", "1"],
+                env=env, cwd=work, stdout=out, stderr=err)
+            _, status, usage = os.wait4(job.pid, 0)
+            job.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.monotonic() - started
+        if job.returncode != 0:
+            with open(err_path) as err:
+                tail = "".join(err.readlines()[-5:])
+            sys.exit(f"{variant['label']}: photon run exited with {job.returncode}:\n{tail}")
+        # Exactly once, checked after the timed job (not part of its time).
+        verify = subprocess.run(
+            [variant["binary"], "verify", "--store", f"embedded:{os.path.join(work, 'store')}",
+             "--json", logs],
+            env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = [l for l in verify.stdout.splitlines() if l.startswith("{")]
+        if not lines:
+            sys.exit(f"{variant['label']}: photon verify exited with {verify.returncode} "
+                     f"and no report:\n{verify.stderr[-2000:]}")
+        report = json.loads(lines[-1])
+        return {
+            "label": variant["label"],
+            "job_s": round(seconds, 2),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "max_rss_mb": usage.ru_maxrss // 1024,
+            "joined": report.get("joined"),
+            "duplicates": report.get("duplicates"),
+            "lost": report.get("lost"),
+        }
+    finally:
+        if job is not None and job.returncode is None:
+            job.kill()
+            job.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def line(run):
     per_sec = f"{run['per_sec']:>8,.0f}" if run["per_sec"] is not None else "       -"
     text = (f"{run['label']:>12}  {per_sec} joined/s  "
@@ -252,6 +304,11 @@ def main():
     parser.add_argument("--minitikv-arg", action="append", default=[], metavar="ARG",
                         help="one more argument of `minitikv serve` (repeatable), e.g. "
                         "--minitikv-arg=--region-split-size=131072")
+    parser.add_argument("--job", type=int, metavar="QUERIES",
+                        help="instead of the demo: `photon gen --queries QUERIES` once (with "
+                        "the first variant's binary), then per run `photon run --until-drained "
+                        "--pipelines 1` of those logs on a fresh embedded store (the issue's "
+                        "Nexmark shape: --job 1333333 is about 2,000,000 events)")
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variants]
@@ -260,6 +317,10 @@ def main():
         sys.exit(f"variant labels must differ: {labels}")
     if args.minitikv_arg and not args.tikv:
         sys.exit("--minitikv-arg needs --tikv")
+    if args.job is not None:
+        if args.tikv:
+            sys.exit("--job runs on the embedded store: no --tikv")
+        return jobs(args, variants)
     beside = os.path.dirname(os.path.abspath(variants[0]["binary"]))
     args.minitikv = args.minitikv or os.path.join(beside, "minitikv")
     args.oracle = args.oracle or os.path.join(beside, "oracle")
@@ -285,6 +346,40 @@ def main():
             if values:
                 print(f"{variant['label']:>12}  {unit:>10}  {min(values):>10,.1f} "
                       f"{statistics.median(values):>10,.1f} {max(values):>10,.1f}")
+
+
+def jobs(args, variants):
+    """`--job`: the same generated logs for every variant and round."""
+    work = tempfile.mkdtemp(prefix="ab-logs-")
+    try:
+        logs = os.path.join(work, "logs")
+        gen = subprocess.run(
+            [variants[0]["binary"], "gen", "--out", logs, "--queries", str(args.job)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if gen.returncode != 0:
+            sys.exit(f"photon gen exited with {gen.returncode}:\n{gen.stderr[-2000:]}")
+        print(gen.stdout.strip().splitlines()[-1] if gen.stdout.strip() else "generated",
+              flush=True)
+        runs = []
+        for _ in range(args.rounds):
+            for variant in variants:
+                run = run_job(args, variant, logs)
+                runs.append(run)
+                print(json.dumps(run) if args.json else
+                      f"{run['label']:>12}  job {run['job_s']:>7} s  CPU {run['cpu_s']:>7} s  "
+                      f"{run['max_rss_mb']:>5} MB  joined {run['joined']} "
+                      f"dup {run['duplicates']} lost {run['lost']}", flush=True)
+        if not args.json:
+            print(f"\nphoton run of {args.job:,} generated queries' logs, {args.rounds} rounds "
+                  "alternated: min / median / max")
+            for variant in variants:
+                mine = [r for r in runs if r["label"] == variant["label"]]
+                for key in ("job_s", "cpu_s"):
+                    values = [r[key] for r in mine]
+                    print(f"{variant['label']:>12}  {key:>10}  {min(values):>10,.2f} "
+                          f"{statistics.median(values):>10,.2f} {max(values):>10,.2f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
