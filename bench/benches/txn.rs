@@ -226,13 +226,13 @@ async fn ratios(
         }
     })
     .await;
+    let read_calls = (calls() - before) as f64 / reads.max(1) as f64;
     let kv = raw.clone();
     let (raw_put, _) = run_for(tasks, secs, move |r| {
         let kv = kv.clone();
         async move { kv.put(raw_key(r % CELLS), vec![r as u8; 100]).await.is_ok() }
     })
     .await;
-    let read_calls = (calls() - before) as f64 / reads.max(1) as f64;
     let c = client.clone();
     let before = calls();
     let (txn_write, _, writes) = run_counted(tasks, secs, move |r| {

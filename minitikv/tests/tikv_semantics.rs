@@ -191,6 +191,17 @@ async fn keys_per_region(
     counts
 }
 
+/// Puts `key` = `value` through the region `pd` names for it; the write must succeed.
+async fn put_key(
+    pd: &mut PdClient<Channel>,
+    kv: &mut TikvClient<Channel>,
+    key: Vec<u8>,
+    value: &[u8],
+) {
+    let c = ctx(pd, &key).await;
+    assert_no_error!(ok(kv.raw_put(put(c, &key, value))).await);
+}
+
 /// Puts `value` at `key`, then deletes it (a notify key's life).
 async fn put_then_delete(
     pd: &mut PdClient<Channel>,
@@ -259,9 +270,13 @@ async fn regions_split_by_size_as_data_grows() {
     let policy = SplitPolicy::from_split_size(64 * 1024);
     let (server, mut pd, mut kv) = splitting(policy).await;
     for i in 0..400u32 {
-        let key = format!("big{i:05}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c, &key, &[7u8; 1024]))).await);
+        put_key(
+            &mut pd,
+            &mut kv,
+            format!("big{i:05}").into_bytes(),
+            &[7u8; 1024],
+        )
+        .await;
     }
     // 400 KiB in pieces of about 64 KiB.
     let n = server.regions().len();
@@ -279,9 +294,7 @@ async fn churn_skips_the_count_and_growth_still_splits() {
     // Ten live keys, then 300 rounds of a put and a delete of another key: 600 writes,
     // a check due every 6 keys written.
     for i in 0..10u32 {
-        let key = format!("live{i:03}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c, &key, b"v"))).await);
+        put_key(&mut pd, &mut kv, format!("live{i:03}").into_bytes(), b"v").await;
     }
     for i in 0..300u32 {
         let key = format!("churn{i:05}").into_bytes();
@@ -296,9 +309,7 @@ async fn churn_skips_the_count_and_growth_still_splits() {
     // Growth: 400 live keys in ascending order split the region as before, and no region
     // is left over its maximum by more than the keys written between two checks.
     for i in 0..400u32 {
-        let key = format!("grow{i:05}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c, &key, b"v"))).await);
+        put_key(&mut pd, &mut kv, format!("grow{i:05}").into_bytes(), b"v").await;
     }
     let regions = server.regions();
     assert!(
@@ -332,9 +343,13 @@ async fn churn_by_size_skips_the_count_and_growth_still_splits() {
     assert_eq!(server.regions().len(), 1);
     assert_eq!((churned.counted, churned.skipped), (3, 47), "{churned:?}");
     for i in 0..400u32 {
-        let key = format!("big{i:05}").into_bytes();
-        let c = ctx(&mut pd, &key).await;
-        assert_no_error!(ok(kv.raw_put(put(c, &key, &[7u8; 1024]))).await);
+        put_key(
+            &mut pd,
+            &mut kv,
+            format!("big{i:05}").into_bytes(),
+            &[7u8; 1024],
+        )
+        .await;
     }
     // 400 KiB in pieces of about 64 KiB, as `regions_split_by_size_as_data_grows`.
     let n = server.regions().len();
