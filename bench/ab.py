@@ -161,10 +161,54 @@ class Tikv:
                 p.wait()
 
 
+def variant_env(variant):
+    """The caller's environment without the project's own settings (an exported
+    PERCOLATOR_STORE or MINITIKV_* would redirect or reshape the runs), plus what `variant`
+    sets."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PERCOLATOR_", "MINITIKV_"))}
+    env.update(variant["env"])
+    return env
+
+
+def run_child(argv, env, work, name, label):
+    """Runs `argv` in `work` to its end, its output in `work/NAME.out` and `.err`; returns
+    its own rusage (not that of other children: minitikv and the oracle are ones too), its
+    wall seconds and its stdout. Exits with the tail of its stderr if it failed; a child
+    still running when this is interrupted is killed."""
+    out_path, err_path = os.path.join(work, f"{name}.out"), os.path.join(work, f"{name}.err")
+    child = None
+    try:
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            started = time.monotonic()
+            child = subprocess.Popen(argv, env=env, cwd=work, stdout=out, stderr=err)
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            seconds = time.monotonic() - started
+    finally:
+        if child is not None and child.returncode is None:
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        with open(err_path) as err:
+            tail = "".join(err.readlines()[-5:])
+        sys.exit(f"{label}: photon {name} exited with {child.returncode}:\n{tail}")
+    with open(out_path) as out:
+        return usage, seconds, out.read()
+
+
+def last_json(text, what):
+    """The last JSON object line of `text` (a `--json` summary)."""
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    if not lines:
+        sys.exit(f"{what} printed no JSON summary")
+    return json.loads(lines[-1])
+
+
 def run_once(args, variant):
     """One demo run of `variant`: its JSON summary plus CPU, RSS and RPCs."""
     work = tempfile.mkdtemp(prefix="ab-")
-    tikv = demo = None
+    tikv = None
     try:
         extra = []
         before = {}
@@ -172,30 +216,11 @@ def run_once(args, variant):
             tikv = Tikv(args, work)
             extra = tikv.demo_args()
             before = rpc_counts(tikv.metrics)
-        # The caller's environment without the project's own settings (an exported
-        # PERCOLATOR_STORE or MINITIKV_* would redirect or reshape the runs): each variant
-        # says what it sets.
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PERCOLATOR_", "MINITIKV_"))}
-        env.update(variant["env"])
         clicks = variant["clicks"] if variant["clicks"] is not None else args.clicks
-        out_path, err_path = os.path.join(work, "demo.out"), os.path.join(work, "demo.err")
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            demo = subprocess.Popen(
-                [variant["binary"], "demo", "--clicks", str(clicks), "--json", *extra],
-                env=env, cwd=work, stdout=out, stderr=err)
-            # The demo's own rusage (minitikv and the oracle are children too).
-            _, status, usage = os.wait4(demo.pid, 0)
-            demo.returncode = os.waitstatus_to_exitcode(status)
-        if demo.returncode != 0:
-            with open(err_path) as err:
-                tail = "".join(err.readlines()[-5:])
-            sys.exit(f"{variant['label']}: demo exited with {demo.returncode}:\n{tail}")
-        with open(out_path) as out:
-            lines = [l for l in out.read().splitlines() if l.startswith("{")]
-        if not lines:
-            sys.exit(f"{variant['label']}: the demo printed no JSON summary")
-        summary = json.loads(lines[-1])
+        usage, _, out = run_child(
+            [variant["binary"], "demo", "--clicks", str(clicks), "--json", *extra],
+            variant_env(variant), work, "demo", variant["label"])
+        summary = last_json(out, f"{variant['label']}: the demo")
         cpu = usage.ru_utime + usage.ru_stime
         joined = summary.get("joined") or 0
         run = {
@@ -223,9 +248,6 @@ def run_once(args, variant):
             run["rpcs_by_method"] = {m: round(v, 3) for m, v in sorted(by_method.items())}
         return run
     finally:
-        if demo is not None and demo.returncode is None:
-            demo.kill()
-            demo.wait()
         if tikv:
             tikv.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -235,35 +257,18 @@ def run_job(args, variant, logs):
     """One `photon run --until-drained` of `variant` over the generated `logs` on a fresh
     embedded store: the whole job's wall time, CPU and RSS (`--job`)."""
     work = tempfile.mkdtemp(prefix="ab-job-")
-    job = None
     try:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PERCOLATOR_", "MINITIKV_"))}
-        env.update(variant["env"])
-        err_path = os.path.join(work, "run.err")
-        with open(os.path.join(work, "run.out"), "w") as out, open(err_path, "w") as err:
-            started = time.monotonic()
-            job = subprocess.Popen(
-                [variant["binary"], "run", "--store", f"embedded:{os.path.join(work, 'store')}",
-                 "--input", logs, "--until-drained", "--pipelines", "1"],
-                env=env, cwd=work, stdout=out, stderr=err)
-            _, status, usage = os.wait4(job.pid, 0)
-            job.returncode = os.waitstatus_to_exitcode(status)
-            seconds = time.monotonic() - started
-        if job.returncode != 0:
-            with open(err_path) as err:
-                tail = "".join(err.readlines()[-5:])
-            sys.exit(f"{variant['label']}: photon run exited with {job.returncode}:\n{tail}")
-        # Exactly once, checked after the timed job (not part of its time).
+        env = variant_env(variant)
+        store = f"embedded:{os.path.join(work, 'store')}"
+        usage, seconds, _ = run_child(
+            [variant["binary"], "run", "--store", store, "--input", logs, "--until-drained",
+             "--pipelines", "1"], env, work, "run", variant["label"])
+        # Exactly once, checked after the timed job (not part of its time). Its exit status
+        # says whether the report is OK; the report itself is what is kept.
         verify = subprocess.run(
-            [variant["binary"], "verify", "--store", f"embedded:{os.path.join(work, 'store')}",
-             "--json", logs],
+            [variant["binary"], "verify", "--store", store, "--json", logs],
             env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines = [l for l in verify.stdout.splitlines() if l.startswith("{")]
-        if not lines:
-            sys.exit(f"{variant['label']}: photon verify exited with {verify.returncode} "
-                     f"and no report:\n{verify.stderr[-2000:]}")
-        report = json.loads(lines[-1])
+        report = last_json(verify.stdout, f"{variant['label']}: photon verify")
         return {
             "label": variant["label"],
             "job_s": round(seconds, 2),
@@ -274,9 +279,6 @@ def run_job(args, variant, logs):
             "lost": report.get("lost"),
         }
     finally:
-        if job is not None and job.returncode is None:
-            job.kill()
-            job.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
