@@ -2,7 +2,7 @@
 //!
 //! Drained means, in this order: every input file is loaded to its last complete line
 //! ([`crate::load::lines::Lines::dir_status`]); no notification is left and no observer run
-//! is in flight in any worker of any process ([`observers::admin::is_drained`]); and the
+//! is in flight in any worker of any process ([`observers::admin::is_drained_beside`]); and the
 //! application released no more work (`release`: e.g. Photon's sweep of parked clicks; work
 //! released is a new notification, so the check starts again).
 //!
@@ -64,11 +64,14 @@ impl std::fmt::Display for Waiting {
 }
 
 /// One check: `Ok(())` if drained, else why not. `loading` reads the input's progress;
-/// `release` releases the application's held work once nothing else is left, returning
-/// how much it released (0: none), which it names `what`.
+/// `local` are the workers of this process (checked by their own counters, the others by
+/// their heartbeats: [`admin::is_drained_beside`]); `release` releases the application's
+/// held work once nothing else is left, returning how much it released (0: none), which
+/// it names `what`.
 pub async fn check<L, R>(
     client: &Client,
     loading: L,
+    local: &[&Worker],
     liveness: Duration,
     release: R,
     what: &'static str,
@@ -80,7 +83,7 @@ where
     if let Some(file) = loading.await?.into_iter().find(|f| !f.done()) {
         return Ok(Err(Waiting::Loading(file)));
     }
-    if let Err(why) = admin::is_drained(client, liveness).await? {
+    if let Err(why) = admin::is_drained_beside(client, liveness, local).await? {
         return Ok(Err(Waiting::Observers(why)));
     }
     match release.await? {

@@ -143,6 +143,7 @@ impl<M: LineMapping> Run<'_, M> {
                 match check(
                     self.client,
                     files,
+                    &self.workers,
                     DEFAULT_LIVENESS,
                     release(),
                     "held items",

@@ -1,9 +1,10 @@
 //! `observers::admin::is_drained` from another process's point of view, with the worker
 //! registry written by hand: a worker whose published progress moves during the check is
 //! busy, one that stops heartbeating is silent, one whose progress stands still is idle, and
-//! any notify key is a backlog.
+//! any notify key is a backlog. Beside workers of its own process (`is_drained_beside`) the
+//! check reads their counters instead of waiting for their heartbeats.
 
-use observers::admin::{is_drained, NotDrained};
+use observers::admin::{is_drained, is_drained_beside, NotDrained};
 use percolator::kv::MemoryKv;
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client};
@@ -93,4 +94,114 @@ async fn any_notification_left_is_a_backlog() {
         is_drained(&client, LIVENESS).await.expect("check"),
         Err(NotDrained::Backlog { cell })
     );
+}
+
+/// A worker of this process whose heartbeat is far off (30 s).
+fn local_worker(client: &Client, id: &str, registry: observers::Registry) -> observers::Worker {
+    let config = observers::WorkerConfig {
+        id: id.to_string(),
+        heartbeat: Duration::from_secs(30),
+        ..observers::WorkerConfig::default()
+    };
+    observers::Worker::start(client.clone(), Arc::new(registry), config)
+}
+
+/// The worker's record is in the registry (its first heartbeat), so a check that took it for
+/// a worker of another process would wait for two more of its heartbeats.
+async fn registered(client: &Client, id: &str) {
+    while !observers::admin::workers(client, Duration::from_secs(60))
+        .await
+        .expect("workers")
+        .iter()
+        .any(|w| w.id == id)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_local_worker_is_drained_without_waiting_for_its_heartbeats() {
+    let client = client();
+    let local = local_worker(&client, "local", observers::Registry::new());
+    registered(&client, "local").await;
+    let liveness = Duration::from_secs(60);
+    // As a worker of another process, it would need two heartbeats 30 s apart.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), is_drained(&client, liveness))
+            .await
+            .is_err(),
+        "answered before the worker's heartbeats"
+    );
+    let beside = tokio::time::timeout(
+        Duration::from_secs(20),
+        is_drained_beside(&client, liveness, &[&local]),
+    )
+    .await
+    .expect("answered without heartbeats");
+    assert_eq!(beside.expect("check"), Ok(()));
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_local_worker_with_a_run_in_flight_is_busy() {
+    let client = client();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut registry = observers::Registry::new();
+    registry
+        .strong(
+            "t",
+            "c",
+            "held",
+            observers::observer_fn_with(
+                (started.clone(), release.clone()),
+                |(started, release), _txn, _cell| async move {
+                    started.notify_one();
+                    let _permit = release.acquire().await;
+                    Ok(())
+                },
+            ),
+        )
+        .expect("register");
+    let local = local_worker(&client, "local", registry);
+    local.wait_until_settled().await;
+    let txn = client.begin().await.expect("begin");
+    txn.set(Cell::new("t", "r", "c"), "v");
+    txn.commit().await.expect("commit");
+    started.notified().await;
+    assert_eq!(
+        is_drained_beside(&client, Duration::from_secs(60), &[&local])
+            .await
+            .expect("check"),
+        Err(NotDrained::Busy {
+            worker: "local".to_string()
+        })
+    );
+    release.add_permits(1);
+    local.wait_until_quiescent().await.expect("quiescent");
+    assert_eq!(
+        is_drained_beside(&client, Duration::from_secs(60), &[&local])
+            .await
+            .expect("check"),
+        Ok(())
+    );
+    local.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_busy_worker_of_another_process_beside_a_local_one_is_busy() {
+    let client = client();
+    let local = local_worker(&client, "local", observers::Registry::new());
+    registered(&client, "local").await;
+    let busy = heartbeating(&client, "busy", true).await;
+    assert_eq!(
+        is_drained_beside(&client, LIVENESS, &[&local])
+            .await
+            .expect("check"),
+        Err(NotDrained::Busy {
+            worker: "busy".to_string()
+        })
+    );
+    busy.abort();
+    local.shutdown().await;
 }

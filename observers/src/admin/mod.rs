@@ -26,7 +26,7 @@ mod workers;
 
 pub use backlog::{backlog, notifications, Backlog, ColumnBacklog, PendingNotification};
 pub use cells::{scan, CellVersion, CellView, RowRange, StoredValue};
-pub use drain::{is_drained, wait_until_drained, NotDrained};
+pub use drain::{is_drained, is_drained_beside, wait_until_drained, NotDrained};
 pub use letters::{dead_letter_id, dead_letters, find_dead_letters, DeadLetterInfo};
 pub use locks::{locks, LockInfo};
 pub use quarantine::{

@@ -18,8 +18,18 @@
 //! scan ended, and answers drained only if no worker's count moved and none left or joined with
 //! progress.
 //!
+//! A process that runs workers itself (`photon run --until-drained` confirming its drain in
+//! the store) checks those by their own counters (`is_drained_beside`, `Worker::runs_mark`):
+//! before the scan, no run in flight and the count of runs started; after it, the same. A run
+//! marks its cells in flight before it counts itself, and the count is read before the cells,
+//! so a run in flight at any moment of the scan is either seen in flight before it or has
+//! moved the count after it. Workers of other processes are still waited for by heartbeat;
+//! with none live, the check takes one scan instead of two heartbeats (1-1.5 s at the end of
+//! every job before).
+//!
 //! Tests: `observers/tests/admin.rs` (hand-written records: idle, busy during the check,
-//! silent, backlog), `ctl/tests/ctl.rs` (`wait` returns only when every row of a two-hop chain
+//! silent, backlog; local workers: idle without heartbeats, a run in flight, a busy remote
+//! worker beside a local one), `ctl/tests/ctl.rs` (`wait` returns only when every row of a two-hop chain
 //! is done, with two workers), `photon/tests/until_drained.rs` (Photon's drain adds its loader:
 //! `photon::design`).
 //!

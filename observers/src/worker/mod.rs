@@ -253,6 +253,18 @@ impl Worker {
         &self.inner.config.id
     }
 
+    /// A mark of this worker's runs, for a check in its own process that needs no heartbeat:
+    /// `Some(runs started so far)` when no run is in flight, `None` when one is. Two equal
+    /// `Some` marks mean no run was in flight at any moment between them: a run marks its
+    /// cells in flight before it counts itself, and the count is read before the cells, so
+    /// a run under way at the first mark is seen there and one that started after it moved
+    /// the count by the second (`observers::design::operators`).
+    pub fn runs_mark(&self) -> Option<u64> {
+        let flights = &self.inner.flights;
+        let started = flights.runs_started();
+        flights.idle().then_some(started)
+    }
+
     /// Stops scanning, waits for the observer runs in flight, leaves the worker registry.
     pub async fn shutdown(&self) {
         if let Err(error) = self.shutdown_checked().await {
