@@ -28,7 +28,15 @@ pub async fn check(
         }
     };
     let sweep = join::sweep_pending(client, horizon);
-    app::drain::check(client, loading, &[], liveness, sweep, "parked clicks (swept)").await
+    app::drain::check(
+        client,
+        loading,
+        &[],
+        liveness,
+        sweep,
+        "parked clicks (swept)",
+    )
+    .await
 }
 
 /// Checks every `poll` until the logs of `input` (or every file the loader started on) are

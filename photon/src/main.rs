@@ -71,7 +71,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect();
     let metrics = app::metrics::Metrics::new();
     let families = app::metrics::WorkerMetrics::registered(&metrics);
-    let pipelines = photon::run::start_pipelines(&client, &specs, &families).await?;
+    let pipelines = photon::run::start_pipelines(&client, &specs, &families)?;
     let holder = pipelines[0].worker.id().to_string();
     let spec = RunSpec {
         run: RunOptions {

@@ -103,8 +103,9 @@ impl Pipeline {
         })
     }
 
-    /// Waits until the worker has settled in (joined the membership, first scan planned),
-    /// so that load written from now on is seen by it.
+    /// Waits until the worker has settled in (joined the membership, owns its share). Load
+    /// written before is hinted to it then, so only a run that times from its first load
+    /// needs to wait.
     pub async fn settle(&self) {
         self.worker.wait_until_settled().await;
     }

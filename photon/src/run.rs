@@ -50,21 +50,25 @@ pub enum Loaded {
     Lines(Option<u64>),
 }
 
-/// Starts `specs`' pipelines, their workers counting into `families`, and waits until
-/// each has settled in.
-pub async fn start_pipelines(
+/// Starts `specs`' pipelines, their workers counting into `families`. A loader may start
+/// at once: commits made before a worker settled are hinted to it once it has (a run that
+/// times from the first load waits with [`settle_all`] first).
+pub fn start_pipelines(
     client: &Client,
     specs: &[PipelineSpec],
     families: &WorkerMetrics,
 ) -> Result<Vec<Pipeline>, PipelineError> {
-    let running: Vec<Pipeline> = specs
+    specs
         .iter()
         .map(|spec| Pipeline::start_with_metrics(client, spec, families.clone()))
-        .collect::<Result<_, _>>()?;
-    for p in &running {
+        .collect()
+}
+
+/// Waits until each of `pipelines` has settled in (owns its share of the notifications).
+pub async fn settle_all(pipelines: &[Pipeline]) {
+    for p in pipelines {
         p.settle().await;
     }
-    Ok(running)
 }
 
 /// Loads `input` while `pipelines` join it, until `stop` resolves or (with

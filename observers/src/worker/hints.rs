@@ -9,6 +9,8 @@
 //! - While a hint is being dispatched, `hint_floor` holds its notify timestamp (scanners
 //!   leave keys at or above it to this path, as they are most likely queued as hints); once
 //!   the queue is empty it is lifted to `u64::MAX`, so no key is left to hints forever.
+//! - Hints wait in the channel until the worker has settled (it owns nothing before), so
+//!   the commits of a loader that starts with the worker are hinted, not found by scanning.
 //! - Keys younger than `hint_grace` are left to this path only while this process's client
 //!   has put notify keys within `hint_grace` ([`HintState::may_hold_young`]): a hint carries
 //!   only the keys its own client put, so a worker whose process loads nothing (a worker
@@ -80,10 +82,19 @@ impl HintState {
 
 /// Handles the hints of this process's commits: each notify key this worker observes and
 /// owns is dispatched at once, without waiting for a scan. Lost hints wake the scanners.
-pub(super) async fn hint_loop(inner: Arc<Inner>) {
+/// `hints` is subscribed when the worker starts, so no commit after its start is missed.
+pub(super) async fn hint_loop(
+    inner: Arc<Inner>,
+    mut hints: tokio::sync::broadcast::Receiver<Arc<percolator::txn::CommittedNotify>>,
+) {
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-    let mut hints = inner.client.notify_hints();
     let mut shutdown = inner.shutdown.clone();
+    // Hints of commits made before the worker settled wait in the channel (a receiver that
+    // lags behind its capacity rescans instead) and are dispatched once it owns its share:
+    // a loader in this process need not wait for the worker to settle.
+    while !inner.membership.settled() && !inner.stopping() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     while !inner.stopping() {
         // Biased: polled in this order, so a run is repeatable under one seed (simulation).
         let hint = tokio::select! {

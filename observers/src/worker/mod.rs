@@ -194,7 +194,8 @@ impl Worker {
         });
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(membership::heartbeat_loop(inner.clone())));
-        tasks.push(tokio::spawn(hints::hint_loop(inner.clone())));
+        let hint_receiver = inner.client.notify_hints();
+        tasks.push(tokio::spawn(hints::hint_loop(inner.clone(), hint_receiver)));
         for n in 0..inner.config.scanners.max(1) {
             tasks.push(tokio::spawn(scan::scanner_loop(inner.clone(), n as u32)));
         }
