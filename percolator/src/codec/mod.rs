@@ -331,34 +331,31 @@ impl KeyCodec {
         key
     }
 
+    /// The key of `cell` in `space` (Version, Data or Once) at `ts`.
+    fn cell_ts_key(&self, space: Space, cell: &Cell, ts: u64) -> Vec<u8> {
+        let mut k = self.cell_key(space, cell);
+        encode_desc_ts(&mut k, ts);
+        k
+    }
+
+    fn notify_key(&self, bucket: u64, cell: &Cell, ts: u64) -> Vec<u8> {
+        let mut k = self.start(Space::Notify);
+        k.extend_from_slice(&bucket.to_be_bytes());
+        self.tables.read().encode_table(&mut k, &cell.table);
+        encode_part(&mut k, &cell.row);
+        encode_part(&mut k, &cell.column);
+        k.extend_from_slice(&ts.to_be_bytes());
+        k
+    }
+
     /// Encodes a key.
     pub fn encode(&self, key: &Key) -> Vec<u8> {
         match key {
             Key::Head(cell) => self.cell_key(Space::Head, cell),
-            Key::Version(cell, ts) => {
-                let mut k = self.cell_key(Space::Version, cell);
-                encode_desc_ts(&mut k, *ts);
-                k
-            }
-            Key::Data(cell, ts) => {
-                let mut k = self.cell_key(Space::Data, cell);
-                encode_desc_ts(&mut k, *ts);
-                k
-            }
-            Key::Once(cell, ts) => {
-                let mut k = self.cell_key(Space::Once, cell);
-                encode_desc_ts(&mut k, *ts);
-                k
-            }
-            Key::Notify { bucket, cell, ts } => {
-                let mut k = self.start(Space::Notify);
-                k.extend_from_slice(&bucket.to_be_bytes());
-                self.tables.read().encode_table(&mut k, &cell.table);
-                encode_part(&mut k, &cell.row);
-                encode_part(&mut k, &cell.column);
-                k.extend_from_slice(&ts.to_be_bytes());
-                k
-            }
+            Key::Version(cell, ts) => self.cell_ts_key(Space::Version, cell, *ts),
+            Key::Data(cell, ts) => self.cell_ts_key(Space::Data, cell, *ts),
+            Key::Once(cell, ts) => self.cell_ts_key(Space::Once, cell, *ts),
+            Key::Notify { bucket, cell, ts } => self.notify_key(*bucket, cell, *ts),
             Key::Meta(name) => {
                 let mut k = self.start(Space::Meta);
                 encode_part(&mut k, name);
@@ -374,26 +371,22 @@ impl KeyCodec {
 
     /// The key of the version of `cell` committed at `commit_ts`.
     pub fn version(&self, cell: &Cell, commit_ts: u64) -> Vec<u8> {
-        self.encode(&Key::Version(cell.clone(), commit_ts))
+        self.cell_ts_key(Space::Version, cell, commit_ts)
     }
 
     /// The key of the out-of-line value of `cell` written by transaction `start_ts`.
     pub fn data(&self, cell: &Cell, start_ts: u64) -> Vec<u8> {
-        self.encode(&Key::Data(cell.clone(), start_ts))
+        self.cell_ts_key(Space::Data, cell, start_ts)
     }
 
     /// The key of the record of write-once `cell` written by transaction `start_ts`.
     pub fn once(&self, cell: &Cell, start_ts: u64) -> Vec<u8> {
-        self.encode(&Key::Once(cell.clone(), start_ts))
+        self.cell_ts_key(Space::Once, cell, start_ts)
     }
 
     /// The notify key of `cell` at `ts` in bucket `bucket`.
     pub fn notify(&self, cell: &Cell, ts: u64, bucket: u64) -> Vec<u8> {
-        self.encode(&Key::Notify {
-            bucket,
-            cell: cell.clone(),
-            ts,
-        })
+        self.notify_key(bucket, cell, ts)
     }
 
     /// The notify keys of buckets `from` and later, oldest bucket first.

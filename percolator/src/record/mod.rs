@@ -7,7 +7,7 @@
 use crate::codec::Cell;
 
 mod once;
-pub use once::OnceRecord;
+pub use once::{OnceRecord, PendingRecords};
 
 const HEAD_MAGIC: u8 = b'h';
 const VERSION_MAGIC: u8 = b'v';

@@ -93,6 +93,46 @@ impl OnceRecord {
     }
 }
 
+/// Encodes the `Pending` records of one writer (one primary and lease, many cells) without
+/// copying the primary or the values into an [`OnceRecord`] first: the part they share is
+/// encoded once, and each record is sized exactly before it is written.
+pub struct PendingRecords {
+    front: Vec<u8>,
+}
+
+impl PendingRecords {
+    /// The records of a writer decided by `primary`, with lease `ttl_ms`.
+    pub fn new(primary: &Cell, ttl_ms: u64) -> Self {
+        let mut w = Writer(Vec::with_capacity(
+            3 + 8 * 4 + primary.table.len() + primary.row.len() + primary.column.len(),
+        ));
+        w.u8(ONCE_MAGIC);
+        w.u8(FORMAT);
+        w.u8(0);
+        w.u64(ttl_ms);
+        w.bytes(&primary.table);
+        w.bytes(&primary.row);
+        w.bytes(&primary.column);
+        PendingRecords { front: w.0 }
+    }
+
+    /// The record of a write of `value` (`None`: a delete): the same bytes as
+    /// [`OnceRecord::encode`] of `Pending { primary, ttl_ms, op }`.
+    pub fn encode(&self, value: Option<&[u8]>) -> Vec<u8> {
+        let op_len = value.map_or(1, |v| 1 + 8 + v.len());
+        let mut w = Writer(Vec::with_capacity(self.front.len() + op_len));
+        w.0.extend_from_slice(&self.front);
+        match value {
+            None => w.u8(0),
+            Some(v) => {
+                w.u8(1);
+                w.bytes(v);
+            }
+        }
+        w.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +155,19 @@ mod tests {
         #[test]
         fn records_round_trip(rec in record()) {
             prop_assert_eq!(OnceRecord::decode(&rec.encode()), Ok(rec));
+        }
+
+        #[test]
+        fn pending_records_encode_as_records_do(primary in cell(), ttl_ms in any::<u64>(), value in prop::option::of(prop::collection::vec(any::<u8>(), 0..300))) {
+            let op = match &value {
+                Some(v) => Op::Put(v.clone()),
+                None => Op::Delete,
+            };
+            let record = OnceRecord::Pending { primary: primary.clone(), ttl_ms, op };
+            prop_assert_eq!(
+                PendingRecords::new(&primary, ttl_ms).encode(value.as_deref()),
+                record.encode()
+            );
         }
 
         #[test]

@@ -7,7 +7,7 @@ use super::transaction::Transaction;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
 use crate::kv::{retry_unavailable, KvPair, RangePager, ScanOrder};
-use crate::record::{Notification, OnceRecord, Op};
+use crate::record::{Notification, OnceRecord, Op, PendingRecords};
 use crate::ts::Timestamp;
 
 /// Records read per scan call of one cell (a cell normally has one record; more only after
@@ -58,17 +58,11 @@ impl Transaction {
             ttl_ms,
         }
         .encode();
+        let records = PendingRecords::new(primary, ttl_ms);
+        out.puts.reserve(cells.len());
         for (cell, value) in cells {
-            let op = match value {
-                Some(v) => Op::Put(v.clone()),
-                None => Op::Delete,
-            };
-            let record = OnceRecord::Pending {
-                primary: primary.clone(),
-                ttl_ms,
-                op,
-            };
-            out.puts.push((shared.codec.once(cell, s), record.encode()));
+            out.puts
+                .push((shared.codec.once(cell, s), records.encode(value.as_deref())));
             if notified.contains(cell) || shared.is_observed(cell) {
                 let key = shared.codec.notify(cell, s, bucket);
                 out.puts.push((key, notification.clone()));
