@@ -362,6 +362,9 @@ def jobs(args, variants):
             sys.exit(f"photon gen exited with {gen.returncode}:\n{gen.stderr[-2000:]}")
         print(gen.stdout.strip().splitlines()[-1] if gen.stdout.strip() else "generated",
               flush=True)
+        # The logs' 200 MB of dirty pages would otherwise be written back during the first
+        # run, which then took 3-15 s longer than the rest (seen on 11-29).
+        os.sync()
         runs = []
         for _ in range(args.rounds):
             for variant in variants:

@@ -10,7 +10,10 @@
 //!
 //! - **Hints.** A hint task dispatches each hinted key of a cell the worker observes and owns at
 //!   once, as the hint's `Committed { c }` (no status lookup: the committer knows its fate);
-//!   this is the path of everything written in the worker's own process.
+//!   this is the path of everything written in the worker's own process. The worker subscribes
+//!   when it starts and takes no hint before it has settled (it owns nothing before): hints of
+//!   commits made meanwhile wait in the channel, so a loader need not wait for its workers to
+//!   settle (`observers/tests/hints.rs`).
 //! - **Scanners.** `scanners` tasks each pass over the notify space from the notify floor,
 //!   oldest bucket first (and raise the floor: `percolator::design::notify`): the path of other
 //!   processes' writes and of lost hints. Scanners leave keys at or above the timestamp of the
