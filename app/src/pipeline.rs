@@ -1,5 +1,5 @@
 //! Running an application's observers in this process: a worker named after its pipeline
-//! ([`WorkerSpec`]), and periodic tasks beside it ([`spawn_every`]).
+//! ([`WorkerSpec`]), and periodic tasks beside it ([`spawn_every`], [`Periodic`]).
 //!
 //! Redundant pipelines run the same observers under different names (each its own
 //! acknowledgments); the application makes the output exactly once across them (Photon's
@@ -83,26 +83,61 @@ impl WorkerSpec {
     }
 }
 
-/// Runs `task` every `period` until the returned task is aborted; a failure is logged as
-/// `what` and retried at the next period, and a non-zero count is logged at info.
-pub fn spawn_every<F, Fut, E>(
-    period: Duration,
-    what: &'static str,
-    task: F,
-) -> tokio::task::JoinHandle<()>
+/// Runs `task` every `period` until stopped ([`Periodic::stop`], [`Periodic::abort`] or
+/// dropping the handle); a failure is logged as `what` and retried at the next period, and a
+/// non-zero count is logged at info.
+pub fn spawn_every<F, Fut, E>(period: Duration, what: &'static str, task: F) -> Periodic
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: Future<Output = Result<u64, E>> + Send,
     E: std::fmt::Display,
 {
-    tokio::spawn(async move {
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let handle = tokio::spawn(async move {
         loop {
-            tokio::time::sleep(period).await;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                // Stopped, or the handle dropped.
+                _ = stopped.changed() => return,
+            }
             match task().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(n, what, "periodic task did work"),
                 Err(e) => tracing::warn!(error = %e, what, "periodic task failed; will retry"),
             }
         }
-    })
+    });
+    Periodic {
+        stop,
+        task: tokio::sync::Mutex::new(Some(handle)),
+    }
+}
+
+/// A task run every period ([`spawn_every`]).
+pub struct Periodic {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Periodic {
+    /// Stops it: a pass in progress runs to its end, and this returns once it has; no pass
+    /// starts after. (Photon's drain stops its periodic sweep so that no sweep of this
+    /// process runs while the drain check scans: `photon::run`.)
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let mut task = self.task.lock().await;
+        if let Some(handle) = task.take() {
+            let _ = handle.await;
+        }
+    }
+
+    /// Stops it at once, wherever it is (a pass in progress is dropped mid-way).
+    pub fn abort(&self) {
+        let _ = self.stop.send(true);
+        if let Ok(mut task) = self.task.try_lock() {
+            if let Some(handle) = task.take() {
+                handle.abort();
+            }
+        }
+    }
 }

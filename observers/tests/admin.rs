@@ -205,3 +205,61 @@ async fn a_busy_worker_of_another_process_beside_a_local_one_is_busy() {
     busy.abort();
     local.shutdown().await;
 }
+
+/// A writer of this process that is not a worker run (as a sweep is) puts a key and removes
+/// it again and again: a scan can pass between the two, the put count cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_put_by_another_writer_during_the_check_are_not_drained() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let client = client();
+    let local = local_worker(&client, "local", observers::Registry::new());
+    registered(&client, "local").await;
+    let puts = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (client, puts, stop) = (client.clone(), puts.clone(), stop.clone());
+        tokio::spawn(async move {
+            let cell = Cell::new("unobserved", "r", "c");
+            while !stop.load(Ordering::Relaxed) {
+                client.weak_notify(&cell).await.expect("notify");
+                let keys: Vec<Vec<u8>> = client
+                    .store()
+                    .scan(
+                        client.codec().notify_from(0),
+                        64,
+                        percolator::kv::ScanOrder::Forward,
+                    )
+                    .await
+                    .expect("scan")
+                    .into_iter()
+                    .map(|(k, _)| k)
+                    .collect();
+                client.remove_notify_keys(keys).await.expect("remove");
+                puts.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let mut exercised = 0;
+    for _ in 0..5 {
+        let before = puts.load(Ordering::SeqCst);
+        let answer = is_drained_beside(&client, Duration::from_secs(60), &[&local])
+            .await
+            .expect("check");
+        // Two puts counted during the check: at least one began and ended inside it.
+        if puts.load(Ordering::SeqCst) >= before + 2 {
+            exercised += 1;
+            assert!(
+                matches!(
+                    answer,
+                    Err(NotDrained::Put { .. }) | Err(NotDrained::Backlog { .. })
+                ),
+                "{answer:?}"
+            );
+        }
+    }
+    assert!(exercised > 0, "the writer never ran during a check");
+    stop.store(true, Ordering::Relaxed);
+    churn.await.expect("churn");
+    local.shutdown().await;
+}

@@ -10,17 +10,14 @@ pub use app::drain::{DrainError as DrainedError, Waiting};
 use crate::join;
 use crate::load::status::{dir_status, started_status};
 use observers::admin;
-use observers::Worker;
 use percolator::Client;
 use std::path::Path;
 use std::time::Duration;
 
-/// One check: `Ok(())` if drained, else why not. `local` are the workers of this process
-/// (checked by their own counters; the others by their heartbeats).
+/// One check: `Ok(())` if drained, else why not.
 pub async fn check(
     client: &Client,
     input: Option<&Path>,
-    local: &[&Worker],
     horizon: Duration,
     liveness: Duration,
 ) -> Result<Result<(), Waiting>, DrainedError> {
@@ -34,7 +31,7 @@ pub async fn check(
     app::drain::check(
         client,
         loading,
-        local,
+        &[],
         liveness,
         sweep,
         "parked clicks (swept)",
@@ -43,17 +40,16 @@ pub async fn check(
 }
 
 /// Checks every `poll` until the logs of `input` (or every file the loader started on) are
-/// loaded and the join is drained (`local`: this process's workers); `waiting` is told why after each check that says no.
+/// loaded and the join is drained; `waiting` is told why after each check that says no.
 pub async fn until_drained(
     client: &Client,
     input: Option<&Path>,
-    local: &[&Worker],
     horizon: Duration,
     poll: Duration,
     mut waiting: impl FnMut(&Waiting),
 ) -> Result<(), DrainedError> {
     loop {
-        match check(client, input, local, horizon, admin::DEFAULT_LIVENESS).await? {
+        match check(client, input, horizon, admin::DEFAULT_LIVENESS).await? {
             Ok(()) => return Ok(()),
             Err(why) => waiting(&why),
         }

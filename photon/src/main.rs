@@ -261,7 +261,6 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 photon::drained::until_drained(
                     &client,
                     until.input.as_deref(),
-                    &[&pipelines[0].worker],
                     work.horizon(),
                     Duration::from_millis(500),
                     app::drain::say_every(Duration::from_secs(10), |why| {

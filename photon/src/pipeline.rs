@@ -138,7 +138,7 @@ pub fn spawn_sweeper(
     client: Client,
     horizon: Duration,
     period: Duration,
-) -> tokio::task::JoinHandle<()> {
+) -> app::pipeline::Periodic {
     app::pipeline::spawn_every(period, "sweep of parked clicks", move || {
         let client = client.clone();
         async move { join::sweep_pending(&client, horizon).await }

@@ -131,7 +131,17 @@ pub async fn run(
         stats,
         options: spec.run.clone(),
     };
-    let sweep = || crate::join::sweep_pending(client, spec.horizon);
+    // The drain's release sweeps; it stops the periodic sweep first (after its pass in
+    // progress), so that no sweep of this process can wake a click while the drain check
+    // scans the notify space (its run would put a key the scan may pass: the check reads
+    // this process's workers by their run marks, not their heartbeats).
+    let sweep = || {
+        let sweeper = &sweeper;
+        async move {
+            sweeper.stop().await;
+            crate::join::sweep_pending(client, spec.horizon).await
+        }
+    };
     let waiting = app::drain::say_every(Duration::from_secs(10), |why: &Waiting| {
         eprintln!("photon: waiting for the drain: {why}")
     });

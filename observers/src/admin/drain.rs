@@ -15,8 +15,14 @@
 //! A check in a process that runs workers itself ([`is_drained_beside`]) reads those
 //! workers' own counters instead of waiting for their heartbeats: a mark of each
 //! ([`Worker::runs_mark`]) before the scan and one after it, drained only if both found no
-//! run in flight and no run started between them. With no other live worker the check then
-//! takes one scan, not two heartbeats.
+//! run in flight and no run started between them. The heartbeat wait had also given a key
+//! that another writer (a sweep, another process's loader) put behind the scan time to
+//! reach a local worker and move its count; instead the check compares the put counts
+//! before the scan and `PUBLISHED_WITHIN` after it: this process's (exact) and the other
+//! processes' (as they publish them, which is pacing-grade: a publication later than that
+//! is missed, as a run later than two heartbeats was). A caller stops its own periodic
+//! writers before it checks (Photon stops its sweep: `photon::run`). With no other live
+//! worker the check takes one scan and 200 ms, not two heartbeats.
 
 use super::oracle_ms;
 use super::workers::worker_records;
@@ -27,6 +33,11 @@ use percolator::kv::{KeyRange, ScanOrder};
 use percolator::{Cell, Client};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// How long after its puts a client has published them to the shared counts, in the usual
+/// case (`percolator::ClientConfig::publish_notify_counts`, 50 ms by default, plus the
+/// write).
+const PUBLISHED_WITHIN: Duration = Duration::from_millis(200);
 
 /// Why [`is_drained`] said the work is not drained.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +59,13 @@ pub enum NotDrained {
         /// The worker.
         worker: String,
     },
+    /// Notify keys were put while the check ran (by a writer of this process other than its
+    /// workers, or by another process, as the shared counts say): one may be behind the
+    /// scan ([`is_drained_beside`]).
+    Put {
+        /// How many.
+        keys: u64,
+    },
 }
 
 impl std::fmt::Display for NotDrained {
@@ -64,6 +82,7 @@ impl std::fmt::Display for NotDrained {
             NotDrained::Silent { worker } => {
                 write!(f, "worker {worker} did not heartbeat during the check")
             }
+            NotDrained::Put { keys } => write!(f, "{keys} notify keys were put during the check"),
         }
     }
 }
@@ -98,6 +117,15 @@ pub async fn is_drained_beside(
             worker: busy.0.id().to_string(),
         }));
     }
+    // Without the heartbeat wait for local workers, keys other writers put during the scan
+    // are watched by the put counts: this process's own (exact, in memory) and the other
+    // processes' (as published, within `PUBLISHED_WITHIN` of their puts).
+    let puts_before = if local.is_empty() {
+        None
+    } else {
+        let own = client.notify_counts().put;
+        Some((own, client.shared_notify_counts().await?.others().put))
+    };
     let before: HashMap<String, (u64, Option<u64>)> = worker_records(client)
         .await?
         .into_iter()
@@ -175,6 +203,15 @@ pub async fn is_drained_beside(
             waiting |= !done;
         }
         if !waiting {
+            if let Some((own, others)) = puts_before {
+                tokio::time::sleep(PUBLISHED_WITHIN).await;
+                let others_now = client.shared_notify_counts().await?.others().put;
+                let keys =
+                    client.notify_counts().put.saturating_sub(own) + others_now.abs_diff(others);
+                if keys > 0 {
+                    return Ok(Err(NotDrained::Put { keys }));
+                }
+            }
             return Ok(Ok(()));
         }
         if started.elapsed() > 2 * liveness {

@@ -23,9 +23,14 @@
 //! before the scan, no run in flight and the count of runs started; after it, the same. A run
 //! marks its cells in flight before it counts itself, and the count is read before the cells,
 //! so a run in flight at any moment of the scan is either seen in flight before it or has
-//! moved the count after it. Workers of other processes are still waited for by heartbeat;
-//! with none live, the check takes one scan instead of two heartbeats (1-1.5 s at the end of
-//! every job before).
+//! moved the count after it. Workers of other processes are still waited for by heartbeat.
+//! Keys put behind the scan by writers that are not runs (a sweep, another process's loader)
+//! are outside the argument above in both forms of the check: the heartbeat wait gave them
+//! time to be run and counted; the local form compares the put counts (this process's, exact,
+//! and the other processes' as published, about 50 ms after their puts) before the scan and
+//! 200 ms after it, and `photon run` stops its periodic sweep before it checks (its release
+//! sweeps instead, after the scan). With no other worker live, the check takes one scan and
+//! 200 ms instead of two heartbeats (1-1.5 s at the end of every job before).
 //!
 //! Tests: `observers/tests/admin.rs` (hand-written records: idle, busy during the check,
 //! silent, backlog; local workers: idle without heartbeats, a run in flight, a busy remote

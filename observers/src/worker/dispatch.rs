@@ -69,9 +69,14 @@ impl Flights {
         }
     }
 
-    /// Aborts every run wherever it is.
+    /// Aborts every run wherever it is, and forgets their cells: no run of this worker is on
+    /// them any more (a check by [`super::Worker::runs_mark`] then sees it idle, as the
+    /// heartbeat check sees a killed worker dead).
     pub(super) fn abort_all(&self) {
         lock(&self.runs).abort_all();
+        let mut cells = lock(&self.cells);
+        cells.in_flight.clear();
+        cells.deferred.clear();
     }
 }
 

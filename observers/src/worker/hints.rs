@@ -10,7 +10,9 @@
 //!   leave keys at or above it to this path, as they are most likely queued as hints); once
 //!   the queue is empty it is lifted to `u64::MAX`, so no key is left to hints forever.
 //! - Hints wait in the channel until the worker has settled (it owns nothing before), so
-//!   the commits of a loader that starts with the worker are hinted, not found by scanning.
+//!   the commits of a loader that starts with the worker are usually hinted, not found by
+//!   scanning (pacing only: a receiver that lags, or a worker fenced or holding an undecided
+//!   record when it takes them, leaves them to the scanners).
 //! - Keys younger than `hint_grace` are left to this path only while this process's client
 //!   has put notify keys within `hint_grace` ([`HintState::may_hold_young`]): a hint carries
 //!   only the keys its own client put, so a worker whose process loads nothing (a worker
