@@ -100,7 +100,9 @@ pub async fn is_drained(
 
 /// [`is_drained`] from a process that runs `local` workers itself: those are checked by
 /// their own counters ([`Worker::runs_mark`], before and after the scan), the others by
-/// their heartbeats. With no other live worker it answers after one scan.
+/// their heartbeats, and notify keys put meanwhile by anyone ([`NotDrained::Put`]) by the
+/// put counts 200 ms after the scan. With no other live worker it answers then. The caller
+/// stops its own periodic writers first (see the module documentation).
 pub async fn is_drained_beside(
     client: &Client,
     liveness: Duration,
