@@ -202,6 +202,13 @@ async fn put_key(
     assert_no_error!(ok(kv.raw_put(put(c, &key, value))).await);
 }
 
+/// Puts 400 keys of 1 KiB (`big00000`...), in ascending order.
+async fn put_400_kib(pd: &mut PdClient<Channel>, kv: &mut TikvClient<Channel>) {
+    for i in 0..400u32 {
+        put_key(pd, kv, format!("big{i:05}").into_bytes(), &[7u8; 1024]).await;
+    }
+}
+
 /// Puts `value` at `key`, then deletes it (a notify key's life).
 async fn put_then_delete(
     pd: &mut PdClient<Channel>,
@@ -269,15 +276,7 @@ async fn regions_split_by_key_count_as_data_grows() {
 async fn regions_split_by_size_as_data_grows() {
     let policy = SplitPolicy::from_split_size(64 * 1024);
     let (server, mut pd, mut kv) = splitting(policy).await;
-    for i in 0..400u32 {
-        put_key(
-            &mut pd,
-            &mut kv,
-            format!("big{i:05}").into_bytes(),
-            &[7u8; 1024],
-        )
-        .await;
-    }
+    put_400_kib(&mut pd, &mut kv).await;
     // 400 KiB in pieces of about 64 KiB.
     let n = server.regions().len();
     assert!((4..=8).contains(&n), "{n} regions");
@@ -342,15 +341,7 @@ async fn churn_by_size_skips_the_count_and_growth_still_splits() {
     let churned = server.split_checks();
     assert_eq!(server.regions().len(), 1);
     assert_eq!((churned.counted, churned.skipped), (3, 47), "{churned:?}");
-    for i in 0..400u32 {
-        put_key(
-            &mut pd,
-            &mut kv,
-            format!("big{i:05}").into_bytes(),
-            &[7u8; 1024],
-        )
-        .await;
-    }
+    put_400_kib(&mut pd, &mut kv).await;
     // 400 KiB in pieces of about 64 KiB, as `regions_split_by_size_as_data_grows`.
     let n = server.regions().len();
     assert!((4..=8).contains(&n), "{n} regions");

@@ -94,9 +94,7 @@ pub(super) async fn hint_loop(
     // Hints of commits made before the worker settled wait in the channel (a receiver that
     // lags behind its capacity rescans instead) and are dispatched once it owns its share:
     // a loader in this process need not wait for the worker to settle.
-    while !inner.membership.settled() && !inner.stopping() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    inner.wait_until_settled().await;
     while !inner.stopping() {
         // Biased: polled in this order, so a run is repeatable under one seed (simulation).
         let hint = tokio::select! {

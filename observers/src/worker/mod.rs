@@ -316,11 +316,10 @@ impl Worker {
 
     /// Waits until the worker has taken its share of the hash split (about one heartbeat
     /// period after start; before that it runs nothing, so that its share never overlaps
-    /// the share of workers that have not seen it yet). Batch jobs call it before loading.
+    /// the share of workers that have not seen it yet). A run that times from its first
+    /// load calls it before loading (commits made before are hinted once it has settled).
     pub async fn wait_until_settled(&self) {
-        while !self.inner.membership.settled() && !self.inner.stopping() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.inner.wait_until_settled().await
     }
 
     /// Waits until no notify key with a registered observer is left in the store and no
@@ -351,6 +350,13 @@ const TABLE_IDS_READ_EVERY: Duration = Duration::from_secs(1);
 impl Inner {
     fn stopping(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// [`Worker::wait_until_settled`] (also returns once the worker stops).
+    async fn wait_until_settled(&self) {
+        while !self.membership.settled() && !self.stopping() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Decodes notify key `key` (`None`: not one this worker can read). A key of a table id
