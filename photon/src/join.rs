@@ -3,6 +3,7 @@
 //! waiting for it, and the check run after each loaded batch of queries that notifies it.
 
 use crate::event::{day_of, Click, Joined, Query};
+use crate::legacy::LegacyEntries;
 use crate::outcome::Outcome;
 use crate::registry::boundary;
 use crate::schema::*;
@@ -42,6 +43,9 @@ pub struct JoinConfig {
     pub expiry: crate::expiry::Expiry,
     /// Optional application hook.
     pub adapter: Option<Arc<dyn Adapter>>,
+    /// Whether IdRegistry entries of the earlier layout are read beside each click's entry
+    /// ([`LegacyEntries::checked`]: until a scan finds none).
+    pub legacy_entries: LegacyEntries,
 }
 
 /// Counters of the join observers (attempts: a retried transaction counts again).
@@ -178,15 +182,19 @@ async fn join_clicks(
         return Ok(());
     }
     // The entry is the click id's, whatever the delivery's event time; an entry of the
-    // earlier layout (keyed by the event day) is read too.
+    // earlier layout (keyed by the event day) is read too while any may exist
+    // (`crate::legacy`).
+    let legacy = config.legacy_entries.may_exist().await;
     let mut wanted = Vec::with_capacity(4 * current.len());
     for click in &current {
         let event = &click.stored.event;
         wanted.push(idregistry_cell(&event.click_id));
-        wanted.push(legacy_idregistry_cell(
-            day_of(event.event_time),
-            &event.click_id,
-        ));
+        if legacy {
+            wanted.push(legacy_idregistry_cell(
+                day_of(event.event_time),
+                &event.click_id,
+            ));
+        }
         wanted.push(query_cell(&event.query_id));
         wanted.push(outcome_cell(&event.click_id));
     }
@@ -195,13 +203,17 @@ async fn join_clicks(
     let read: Vec<(ReadClick, Guard, Option<Vec<u8>>)> = current
         .into_iter()
         .map(|click| {
-            let (token, legacy, query, outcome) = (
-                values.next().unwrap_or_default(),
-                values.next().unwrap_or_default(),
+            let token = values.next().unwrap_or_default();
+            let legacy_token = if legacy {
+                values.next().unwrap_or_default()
+            } else {
+                None
+            };
+            let (query, outcome) = (
                 values.next().unwrap_or_default(),
                 values.next().unwrap_or_default(),
             );
-            let token = token.or(legacy);
+            let token = token.or(legacy_token);
             // Planted bug `JoinTrustsStaleRegistry`: the lookup answered from what the
             // pipeline read before, not from this transaction's snapshot.
             #[cfg(feature = "planted")]
@@ -625,6 +637,7 @@ mod tests {
             horizon: Duration::from_secs(600),
             expiry: Default::default(),
             adapter: None,
+            legacy_entries: LegacyEntries::always_read(),
         }
     }
 

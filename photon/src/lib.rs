@@ -11,6 +11,7 @@ pub mod event;
 pub mod expiry;
 pub mod gen;
 pub mod join;
+pub mod legacy;
 pub mod load;
 pub mod maintenance;
 pub mod metrics;

@@ -69,6 +69,7 @@ impl Pipeline {
             horizon: spec.horizon,
             expiry: Default::default(),
             adapter: None,
+            legacy_entries: crate::legacy::LegacyEntries::checked(client),
         };
         Pipeline::start_instrumented(client, join, worker.config(), families)
     }

@@ -9,6 +9,7 @@ use percolator::ts::LocalClock;
 use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
+use photon::legacy::LegacyEntries;
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::verify::verify;
 use std::io::Write;
@@ -41,6 +42,7 @@ fn pipeline(client: &Client) -> (Worker, Arc<JoinStats>) {
             horizon: HORIZON,
             expiry: Default::default(),
             adapter: None,
+            legacy_entries: LegacyEntries::checked(client),
         },
         stats.clone(),
     )

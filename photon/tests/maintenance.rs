@@ -8,6 +8,7 @@ mod common;
 use percolator::codec::Space;
 use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
 use percolator::{Cell, Client, TxnError};
+use photon::legacy::LegacyEntries;
 use photon::maintenance::{gc_pass, spawn_gc, GcMetrics, GcSpec};
 use photon::registry::{self, RegistryError};
 use photon::schema::{boundary_cell, idregistry_cell, legacy_idregistry_cell, now_ms};
@@ -485,10 +486,17 @@ async fn registry_gc_keeps_the_day_below_the_boundary() {
         );
         assert_eq!(registry_keys(&client, Space::Head, day).await, 1, "a head");
     }
+    let legacy = LegacyEntries::checked_every(&client, Duration::ZERO);
+    assert!(legacy.may_exist().await, "an entry of the earlier layout");
     resolve_past_lag(&client).await;
     registry::gc_registry(&client, boundary, false)
         .await
         .unwrap();
+    assert!(!legacy.may_exist().await, "the purge left none");
+    assert!(
+        !LegacyEntries::checked(&client).may_exist().await,
+        "a scan finds none"
+    );
     let t = client.begin().await.unwrap();
     for kept in ["kept", "kept-head"] {
         assert!(t.get(&idregistry_cell(kept)).await.unwrap().is_some());

@@ -11,6 +11,7 @@ use percolator::kv::{KeyRange, KvPair, MemoryKv, RawKv, ScanOrder};
 use percolator::Client;
 use photon::expiry::{Expiry, Horizon};
 use photon::join::{self, JoinConfig, JoinStats};
+use photon::legacy::LegacyEntries;
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::maintenance::{gc_pass, GcMetrics, GcSpec};
 use photon::parked::{self, SweepStats, PARKED};
@@ -36,6 +37,7 @@ fn pipeline(client: &Client, horizon: impl Into<Horizon>) -> (Worker, Arc<JoinSt
         horizon: horizon.length,
         expiry: horizon.expiry,
         adapter: None,
+        legacy_entries: LegacyEntries::checked(client),
     };
     let config = common::fast_worker("dc1-0");
     let p = Pipeline::start_with(client, join, config).unwrap();

@@ -9,6 +9,7 @@ use percolator::kv::{scan_all, MemoryKv, RawKv, ScanOrder};
 use percolator::Client;
 use photon::gen::{generate, GenOptions};
 use photon::join::{self, JoinConfig, JoinStats};
+use photon::legacy::LegacyEntries;
 use photon::load::{load_dir, LoadOptions, LoadStats};
 use photon::pipeline::{self, Pipeline};
 use photon::verify::verify;
@@ -29,6 +30,7 @@ fn pipeline(client: &Client, name: &str, n: usize) -> (Worker, Arc<JoinStats>) {
         horizon: Duration::from_secs(3600),
         expiry: Default::default(),
         adapter: None,
+        legacy_entries: LegacyEntries::checked(client),
     };
     let config = common::fast_worker(format!("{name}-{n}"));
     let p = Pipeline::start_with(client, join, config).unwrap();
@@ -235,6 +237,57 @@ async fn a_joined_click_delivered_again_below_the_boundary_stays_joined() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1
     );
+    worker.shutdown().await;
+}
+
+/// A click registered by a build of the earlier IdRegistry layout (an entry keyed by its
+/// event day, still in the store after the upgrade) is not joined again: the join reads such
+/// entries while any may exist (`photon::legacy`). Without that read, c1 is joined a second
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_click_registered_in_the_earlier_layout_is_not_joined_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let now = photon::schema::now_ms();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    photon::schema::declare_columns(&client);
+    let day = photon::event::day_of(now);
+    let t = client.begin().await.unwrap();
+    t.set(
+        photon::schema::legacy_idregistry_cell(day, "c1"),
+        "dc1/old-build/1/12",
+    );
+    t.commit().await.unwrap();
+    let (worker, stats) = pipeline(&client, "dc1", 0);
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        format!(
+            "{{\"query_id\":\"q1\",\"event_time\":{now}}}\n\
+             {{\"query_id\":\"q2\",\"event_time\":{now}}}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        logs.join("clicks-000.jsonl"),
+        format!(
+            "{{\"click_id\":\"c1\",\"query_id\":\"q1\",\"event_time\":{now}}}\n\
+             {{\"click_id\":\"c2\",\"query_id\":\"q2\",\"event_time\":{now}}}\n"
+        ),
+    )
+    .unwrap();
+    load_dir(&client, &logs, &options(dir.path()), &LoadStats::default())
+        .await
+        .unwrap();
+    drain(&client, std::slice::from_ref(&worker)).await;
+    let t = client.begin().await.unwrap();
+    let (c1, c2) = (
+        photon::schema::idregistry_cell("c1"),
+        photon::schema::idregistry_cell("c2"),
+    );
+    assert!(t.get(&c1).await.unwrap().is_none(), "c1 joined again");
+    assert!(t.get(&c2).await.unwrap().is_some(), "c2 not joined");
+    assert_eq!(stats.joined.load(std::sync::atomic::Ordering::Relaxed), 1);
     worker.shutdown().await;
 }
 

@@ -15,9 +15,9 @@ pub fn registry() -> Arc<Registry> {
 
 /// The registry of process `p`'s worker `worker`: the application's observers and photon's
 /// join of the process's pipeline ([`crate::photon::register`]).
-pub fn process_registry(p: usize, worker: &str) -> Arc<Registry> {
+pub fn process_registry(p: usize, worker: &str, client: &Client) -> Arc<Registry> {
     let mut r = base();
-    crate::photon::register(&mut r, p, worker);
+    crate::photon::register(&mut r, p, worker, client);
     Arc::new(r)
 }
 

@@ -142,7 +142,12 @@ pub fn horizon() -> Horizon {
 }
 
 /// Registers process `p`'s pipeline (its worker named `worker`) in `registry`.
-pub fn register(registry: &mut Registry, p: usize, worker: &str) -> Arc<JoinStats> {
+pub fn register(
+    registry: &mut Registry,
+    p: usize,
+    worker: &str,
+    client: &percolator::Client,
+) -> Arc<JoinStats> {
     let stats = Arc::new(JoinStats::default());
     let config = JoinConfig {
         pipeline: pipeline_of(p).to_string(),
@@ -152,6 +157,7 @@ pub fn register(registry: &mut Registry, p: usize, worker: &str) -> Arc<JoinStat
         horizon: HORIZON,
         expiry: Expiry::EventTime,
         adapter: None,
+        legacy_entries: photon::legacy::LegacyEntries::checked(client),
     };
     photon::join::register(registry, config, stats.clone()).expect("photon's columns are free");
     stats

@@ -207,7 +207,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         client.clone()
     };
     let worker_id = format!("p{i}-{incarnation}");
-    let registry = app::process_registry(i, &worker_id);
+    let registry = app::process_registry(i, &worker_id, &worker_client);
     let worker = start_worker_of(worker_client.clone(), registry.clone(), worker_id);
     let timers = Some(timed::driver(&worker));
     let beacons = floor_client(env, &life, i);
