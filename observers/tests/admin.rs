@@ -169,6 +169,9 @@ async fn a_local_worker_with_a_run_in_flight_is_busy() {
     txn.set(Cell::new("t", "r", "c"), "v");
     txn.commit().await.expect("commit");
     started.notified().await;
+    // The run's ordinal: the count of runs started when it started.
+    let run = local.runs_started();
+    assert_eq!(local.oldest_run_in_flight(), Some(run));
     assert_eq!(
         is_drained_beside(&client, Duration::from_secs(60), &[&local])
             .await
@@ -179,6 +182,7 @@ async fn a_local_worker_with_a_run_in_flight_is_busy() {
     );
     release.add_permits(1);
     local.wait_until_quiescent().await.expect("quiescent");
+    assert_eq!(local.oldest_run_in_flight(), None, "the run is over");
     assert_eq!(
         is_drained_beside(&client, Duration::from_secs(60), &[&local])
             .await

@@ -15,13 +15,14 @@
 //! [`faults`], [`store`] (the fault layer), [`clock`], [`oracle`], [`schema`] and [`app`]
 //! (the simulated application), [`workload`] (its actors), [`revisions`] (write-once
 //! cells written again and again), [`timed`] (event time),
-//! [`photon`] (photon's join, its loaders, maintenance and check), [`model`] (what the harness
-//! knows), [`world`] (one seed), [`check`] (final checks), [`report`], [`runner`] (many
+//! [`photon`] (photon's join, its loaders, maintenance and check), [`drain`] (the drain
+//! check asked while the liveness phase drains), [`model`] (what the harness knows), [`world`] (one seed), [`check`] (final checks), [`report`], [`runner`] (many
 //! seeds), [`planted`] (the planted bugs' search).
 
 pub mod app;
 pub mod check;
 pub mod clock;
+pub mod drain;
 pub mod error;
 pub mod faults;
 pub mod model;

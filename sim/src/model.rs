@@ -61,6 +61,8 @@ pub struct Model {
     pub revisions: crate::revisions::RevisionModel,
     /// Photon's logs and what of them was acknowledged ([`crate::photon`]).
     pub photon: crate::photon::PhotonModel,
+    /// Answers "drained" of the drain check, checked ([`crate::drain`]).
+    pub drain_checks_drained: u64,
 }
 
 /// The model, shared by the run's tasks.

@@ -40,6 +40,9 @@ pub struct Stats {
     pub clicks_expired: u64,
     /// Photon's clicks settled `too_old` (their day closed by the IdRegistry GC first).
     pub clicks_too_old: u64,
+    /// Answers "drained" of the drain check asked while the liveness phase drained, each
+    /// checked against the runs in flight ([`crate::drain`]).
+    pub drain_checks_drained: u64,
 }
 
 impl Stats {
@@ -62,6 +65,7 @@ impl Stats {
         self.clicks_joined += other.clicks_joined;
         self.clicks_expired += other.clicks_expired;
         self.clicks_too_old += other.clicks_too_old;
+        self.drain_checks_drained += other.drain_checks_drained;
     }
 }
 

@@ -14,7 +14,7 @@ use crate::rng::{SeededRandom, SimRng};
 use crate::store::{process_store, shared_store, Life, Role};
 use crate::trace::Trace;
 use crate::workload::{self, Ctx};
-use crate::{app, photon, revisions, schema, timed};
+use crate::{app, drain, photon, revisions, schema, timed};
 use observers::time::TimerDriver;
 use observers::{Registry, Worker, WorkerConfig};
 use percolator::{Client, ClientConfig, RawKv};
@@ -842,51 +842,66 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     };
     let marked: Vec<u64> = model.with(|m| m.delete_tried.keys().copied().collect());
     workload::finish_deletes(&harness_ctx, marked).await;
-    let drained = {
-        let proc = procs[0].as_ref().expect("all up");
-        tokio::time::timeout(LIVENESS_LIMIT, async {
-            proc.worker.wait_until_quiescent().await?;
-            proc.floor_worker.wait_until_quiescent().await
-        })
-        .await
-    };
-    match drained {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => model.violation(format!("liveness: waiting for the observers failed: {e}")),
-        Err(_) => model.violation(format!(
-            "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
-        )),
-    }
-    // Photon's drain: every click's horizon passed, the workers quiescent, a sweep of
-    // parked clicks waking none.
-    let proc = procs[0].as_ref().expect("all up");
-    match tokio::time::timeout(
-        LIVENESS_LIMIT,
-        photon::drain(&harness, &proc.worker, &model, began + chaos, 10),
-    )
-    .await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => model.violation(format!("liveness: photon's drain: {e}")),
-        Err(_) => model.violation(format!(
-            "liveness: photon's drain not done {LIVENESS_LIMIT:?} after faults stopped"
-        )),
-    }
-    // The end of the timed input: every window's timer comes due and must fire.
-    timed::finish(&harness_ctx).await;
-    let fired = tokio::time::timeout(LIVENESS_LIMIT, async {
-        loop {
-            if let Ok(true) = timed::all_fired(&harness).await {
-                return;
+    // The drain check is asked all along (`crate::drain`), from process 0.
+    let liveness = async {
+        let drained = {
+            let proc = procs[0].as_ref().expect("all up");
+            tokio::time::timeout(LIVENESS_LIMIT, async {
+                proc.worker.wait_until_quiescent().await?;
+                proc.floor_worker.wait_until_quiescent().await
+            })
+            .await
+        };
+        match drained {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                model.violation(format!("liveness: waiting for the observers failed: {e}"))
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err(_) => model.violation(format!(
+                "liveness: notifications still pending {LIVENESS_LIMIT:?} after faults stopped"
+            )),
         }
-    })
-    .await;
-    if fired.is_err() {
-        model.violation(format!(
-            "liveness: windows still unfired {LIVENESS_LIMIT:?} after the timed input ended"
-        ));
+        // Photon's drain: every click's horizon passed, the workers quiescent, a sweep of
+        // parked clicks waking none.
+        let proc = procs[0].as_ref().expect("all up");
+        match tokio::time::timeout(
+            LIVENESS_LIMIT,
+            photon::drain(&harness, &proc.worker, &model, began + chaos, 10),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => model.violation(format!("liveness: photon's drain: {e}")),
+            Err(_) => model.violation(format!(
+                "liveness: photon's drain not done {LIVENESS_LIMIT:?} after faults stopped"
+            )),
+        }
+        // The end of the timed input: every window's timer comes due and must fire.
+        timed::finish(&harness_ctx).await;
+        let fired = tokio::time::timeout(LIVENESS_LIMIT, async {
+            loop {
+                if let Ok(true) = timed::all_fired(&harness).await {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        if fired.is_err() {
+            model.violation(format!(
+                "liveness: windows still unfired {LIVENESS_LIMIT:?} after the timed input ended"
+            ));
+        }
+    };
+    {
+        let p0 = procs[0].as_ref().expect("all up");
+        let probe = drain::probe(&p0.worker_client, &p0.worker, &model);
+        // Biased: polled in this order, so a run is repeatable under one seed.
+        tokio::select! {
+            biased;
+            () = liveness => {}
+            () = probe => {}
+        }
     }
     // A last GC past everything written, then the final checks read after it.
     tokio::time::sleep(GC_LAG + Duration::from_secs(1)).await;
@@ -944,6 +959,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         clicks_joined,
         clicks_expired,
         clicks_too_old,
+        drain_checks_drained: m.drain_checks_drained,
     });
     Ok(SeedReport {
         seed,

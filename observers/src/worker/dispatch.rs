@@ -30,6 +30,9 @@ struct Cells {
     /// Per cell in flight: hinted notify keys (key, payload) that came while it was: the
     /// run on the cell takes them next, instead of leaving them to a scan.
     deferred: FastMap<Cell, Vec<(Vec<u8>, Payload)>>,
+    /// The ordinals (the count of runs started, when each started) of the runs in flight:
+    /// a run is here while it holds a cell.
+    runs: std::collections::BTreeSet<u64>,
 }
 
 /// The observer runs of one worker.
@@ -62,6 +65,11 @@ impl Flights {
         self.runs_started.load(Ordering::SeqCst)
     }
 
+    /// The ordinal of the oldest run in flight (its place in [`Flights::runs_started`]).
+    pub(super) fn oldest_run(&self) -> Option<u64> {
+        lock(&self.cells).runs.first().copied()
+    }
+
     /// Waits until every run has ended (all `max_in_flight` permits are free).
     pub(super) async fn drain(&self, max_in_flight: usize) {
         if let Ok(permits) = self.permits.acquire_many(max_in_flight.max(1) as u32).await {
@@ -77,6 +85,7 @@ impl Flights {
         let mut cells = lock(&self.cells);
         cells.in_flight.clear();
         cells.deferred.clear();
+        cells.runs.clear();
     }
 }
 
@@ -184,7 +193,7 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
         return;
     }
     let mut run = Vec::with_capacity(fresh.len());
-    {
+    let ordinal = {
         let mut cells = lock(&flights.cells);
         for item in fresh {
             if inner.ledger.handled_recently(&item.key) {
@@ -196,12 +205,15 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
                 run.push(item);
             }
         }
-    }
-    if run.is_empty() {
-        return;
-    }
+        if run.is_empty() {
+            return;
+        }
+        // Counted after its cells are marked (`Worker::runs_mark` relies on that order).
+        let ordinal = flights.runs_started.fetch_add(1, Ordering::SeqCst) + 1;
+        cells.runs.insert(ordinal);
+        ordinal
+    };
     report.started += run.len();
-    flights.runs_started.fetch_add(1, Ordering::SeqCst);
     let task_inner = inner.clone();
     let mut runs = lock(&flights.runs);
     // Reap finished runs so the set stays small.
@@ -246,6 +258,10 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
                             cells.in_flight.remove(cell);
                         }
                     }
+                }
+                if next.is_empty() {
+                    // Its last cell released: the run is over (one lock with the cells).
+                    cells.runs.remove(&ordinal);
                 }
                 next
             };

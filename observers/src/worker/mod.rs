@@ -263,7 +263,25 @@ impl Worker {
     pub fn runs_mark(&self) -> Option<u64> {
         let flights = &self.inner.flights;
         let started = flights.runs_started();
+        // Planted bug `DrainMarkIgnoresRuns` (`percolator::planted`): no look at the runs.
+        #[cfg(feature = "planted")]
+        if percolator::planted::active(percolator::planted::Bug::DrainMarkIgnoresRuns) {
+            return Some(started);
+        }
         flights.idle().then_some(started)
+    }
+
+    /// Observer runs this worker has started so far; each run's ordinal is this count just
+    /// after it started (the first run is 1).
+    pub fn runs_started(&self) -> u64 {
+        self.inner.flights.runs_started()
+    }
+
+    /// The ordinal ([`Worker::runs_started`]) of the oldest run in flight, `None` when none
+    /// is: a run is in flight from its start until it releases its last cell. For checkers
+    /// (the simulator asks it of every worker when a drain check answers).
+    pub fn oldest_run_in_flight(&self) -> Option<u64> {
+        self.inner.flights.oldest_run()
     }
 
     /// Stops scanning, waits for the observer runs in flight, leaves the worker registry.
