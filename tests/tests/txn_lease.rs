@@ -113,3 +113,49 @@ async fn leases_outlast_calls_slower_than_the_ttl() {
     setup(&writer, &[("warm-up", 1)]).await;
     commit_while_read(&writer, &reader, 600).await;
 }
+
+/// Every call slower than the TTL, as above, but the warm-up commit's batched rounds fail
+/// (an outage): only its per-cell prewrite and its commit point answer. Those single-head
+/// CASes are round trips too, so the next commit's leases still carry the margin (found by
+/// the simulator, seed 1198 at e0d19f4: with only batched rounds, beats and oracle calls
+/// measured, the next lease was `lock_ttl` alone and a reader fenced the live commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_count_round_trips_of_the_per_cell_path() {
+    /// Slows every call but a batched CAS's requests (the batch is slowed once), and fails
+    /// batched CASes while `failing` is set.
+    struct SlowBatchesFailing {
+        by: Duration,
+        failing: Arc<AtomicBool>,
+    }
+    #[async_trait::async_trait]
+    impl Hooks for SlowBatchesFailing {
+        async fn before(&self, call: Call<'_>) -> KvResult<()> {
+            if matches!(call, Call::CompareAndSwap { batched: true, .. }) {
+                return Ok(());
+            }
+            tokio::time::sleep(self.by).await;
+            if call.op() == Op::BatchCompareAndSwap && self.failing.load(Ordering::SeqCst) {
+                return Err(percolator::kv::KvError::Unavailable {
+                    op: "batch_compare_and_swap",
+                    message: "simulated outage".to_string(),
+                });
+            }
+            Ok(())
+        }
+    }
+    let ttl = test_config().lock_ttl;
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let failing = Arc::new(AtomicBool::new(true));
+    let hooks = SlowBatchesFailing {
+        by: ttl + ttl / 3,
+        failing: failing.clone(),
+    };
+    let slowed = Arc::new(Intercepted::wrap(kv.clone(), hooks));
+    let writer = Client::with_config(slowed, clock.clone(), test_config());
+    let reader = Client::with_config(kv, clock, test_config());
+    setup(&writer, &[("warm-up", 1)]).await;
+    failing.store(false, Ordering::SeqCst);
+    // Two cells: one batched round, its TTL drawn before it, so the lease is the warm-up's.
+    commit_while_read(&writer, &reader, 2).await;
+}

@@ -146,8 +146,12 @@
 //!   is one CAS, and a large write set renews the lease as soon as the primary is locked.
 //! - Every lease (a lock's TTL drawn when the batched lock round is sent, a heartbeat's
 //!   extension) is `lock_ttl` plus twice the slowest successful round trip `R` the client
-//!   measured in the last 5-10 s (`RoundTrips`: oracle calls, batched prewrite rounds, beats),
-//!   the margin capped at eight TTLs. (A strong notify record's TTL and a per-cell fallback's
+//!   measured in the last 5-10 s (`RoundTrips`: oracle calls, batched prewrite rounds, beats,
+//!   and every answered single-head CAS: a per-cell prewrite, the commit point, a lock
+//!   resolution), the margin capped at eight TTLs. Measuring only some kinds of call left a
+//!   gap the simulator found (seed 1198 at e0d19f4): on a machine slow for seconds, the one
+//!   batched round measured failed in an outage, the rest of its commits went through the
+//!   per-cell path and the commit point, unmeasured, and its next lease carried no margin. (A strong notify record's TTL and a per-cell fallback's
 //!   lock TTL are drawn a little earlier, before their puts.) A beat computed at `t` lands at
 //!   `t + R` and the next lands at `t + R + lock_ttl/3 + R`, inside `t + lock_ttl + 2R`. A
 //!   crashed writer's locks expire at most `2R` (at most eight TTLs) later than `lock_ttl`
