@@ -69,11 +69,6 @@ pub enum Bug {
     /// primary of, so their pending records (joined outputs, index cells) read as rolled back
     /// (found by a review of the write-once index change: a boundary jump).
     RegistryPurgeIgnoresResolution,
-    /// `observers::Worker::runs_mark` answers the runs started without looking whether one
-    /// is in flight, so a drain check beside a local worker
-    /// (`observers::admin::is_drained_beside`) answers drained while that worker's run is
-    /// under way (its own test plants it by hand; the simulator's drain probe must find it).
-    DrainMarkIgnoresRuns,
 }
 
 thread_local! {

@@ -31,7 +31,6 @@ pub const BUGS: &[(&str, Bug)] = &[
         "registry_purge_ignores_resolution",
         Bug::RegistryPurgeIgnoresResolution,
     ),
-    ("drain_mark_ignores_runs", Bug::DrainMarkIgnoresRuns),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

@@ -263,11 +263,6 @@ impl Worker {
     pub fn runs_mark(&self) -> Option<u64> {
         let flights = &self.inner.flights;
         let started = flights.runs_started();
-        // Planted bug `DrainMarkIgnoresRuns` (`percolator::planted`): no look at the runs.
-        #[cfg(feature = "planted")]
-        if percolator::planted::active(percolator::planted::Bug::DrainMarkIgnoresRuns) {
-            return Some(started);
-        }
         flights.idle().then_some(started)
     }
 
