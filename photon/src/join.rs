@@ -44,7 +44,7 @@ pub struct JoinConfig {
     /// Optional application hook.
     pub adapter: Option<Arc<dyn Adapter>>,
     /// Whether IdRegistry entries of the earlier layout are read beside each click's entry
-    /// ([`LegacyEntries::checked`]: until a scan finds none).
+    /// ([`LegacyEntries::checked`]: while the last scan of their rows found some).
     pub legacy_entries: LegacyEntries,
 }
 

@@ -8,9 +8,10 @@
 //! must not run beside this one (they do not read the new entries, so a click could be joined
 //! twice: stop them across the upgrade, `CHANGELOG.md`). So once a scan of their rows finds
 //! none, none appears afterwards, and every later read of one would find nothing. Until a scan
-//! has found the rows empty the join reads them; while some are left (GC deletes them by day,
-//! `crate::registry::gc_registry`) the rows are scanned again at most every
-//! [`LegacyEntries::RECHECK`].
+//! has found the rows empty the join reads them. The rows are scanned again every
+//! [`LegacyEntries::RECHECK`] whatever the last scan found: while some are left (GC deletes
+//! them by day, `crate::registry::gc_registry`), and after, in case a build of the earlier
+//! layout is started against the rule (one range scan a minute).
 
 use crate::schema::IDREGISTRY;
 use percolator::codec::Space;
@@ -31,7 +32,7 @@ pub struct LegacyEntries {
 struct Inner {
     /// The client that scans the rows; `None`: never checked, always read.
     client: Option<Client>,
-    /// Cleared for good once a scan found the rows empty.
+    /// Cleared while the last scan found the rows empty.
     may_exist: AtomicBool,
     /// When the rows may be scanned next (`None`: now).
     next_check: Mutex<Option<Instant>>,
@@ -63,8 +64,8 @@ impl LegacyEntries {
         LegacyEntries::new(None, Self::RECHECK)
     }
 
-    /// Read until a scan through `client` finds none (the first read of [`Self::may_exist`]
-    /// scans), then never again.
+    /// Read while the last scan through `client` found some (the first read of
+    /// [`Self::may_exist`] scans).
     pub fn checked(client: &Client) -> Self {
         LegacyEntries::new(Some(client.clone()), Self::RECHECK)
     }
@@ -85,17 +86,15 @@ impl LegacyEntries {
         }
     }
 
-    /// Whether entries of the earlier layout may exist, so the join must read them: `true`
-    /// until a scan of their rows (made here when due, by one caller at a time; the others
-    /// answer `true` meanwhile) found none. A failed scan answers `true` and is tried again
-    /// when due.
+    /// Whether entries of the earlier layout may exist, so the join must read them: what the
+    /// last scan of their rows found (`true` before the first), a scan being made here when
+    /// due (every [`LegacyEntries::RECHECK`], by one caller at a time; the others answer the
+    /// last answer meanwhile). A failed scan answers `true`.
     pub async fn may_exist(&self) -> bool {
-        if !self.inner.may_exist.load(Ordering::Acquire) {
-            return false;
-        }
         let Some(client) = &self.inner.client else {
             return true;
         };
+        let last = self.inner.may_exist.load(Ordering::Acquire);
         let now = Instant::now();
         {
             let mut next = self
@@ -104,19 +103,21 @@ impl LegacyEntries {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             if next.is_some_and(|at| now < at) {
-                return true;
+                return last;
             }
             *next = Some(now + self.inner.recheck);
         }
         match rows_hold_any(client).await {
-            Ok(false) => {
-                tracing::debug!("no IdRegistry entries of the earlier layout: not read");
-                self.inner.may_exist.store(false, Ordering::Release);
-                false
+            Ok(found) => {
+                if found != last {
+                    tracing::debug!(found, "IdRegistry entries of the earlier layout");
+                }
+                self.inner.may_exist.store(found, Ordering::Release);
+                found
             }
-            Ok(true) => true,
             Err(error) => {
                 tracing::debug!(%error, "scan for IdRegistry entries of the earlier layout failed");
+                self.inner.may_exist.store(true, Ordering::Release);
                 true
             }
         }

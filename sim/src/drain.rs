@@ -11,8 +11,9 @@
 //!   which is all a check from another process can answer for;
 //! - or if at `T1` the store holds a notification of the application's chain
 //!   ([`crate::schema::derived`], written by the strong observer's runs) whose writer began
-//!   before `T0` (its start_ts, in the key, below a timestamp drawn just before the check)
-//!   and whose guarded run has not had its effect (the row's guard is unset): that
+//!   before `T0` (its start_ts, in the key, below a timestamp drawn just before the check),
+//!   committed (a rolled-back writer's key is removed without a run), and whose guarded run
+//!   has not had its effect (the row's guard is unset): that
 //!   notification existed before the check or was put by a run in flight when it began, the
 //!   case the check's marks and heartbeats are there for (a run finishing during the scan
 //!   may put its chained key behind the scan and delete its own ahead of it). A guard
@@ -35,7 +36,9 @@ use crate::schema;
 use observers::Worker;
 use percolator::codec::Key;
 use percolator::kv::{scan_all, ScanOrder};
-use percolator::Client;
+use percolator::record::Notification;
+use percolator::txn::TxnStatus;
+use percolator::{Client, Timestamp};
 use std::time::Duration;
 
 /// How long a worker may go without a heartbeat before the check counts it dead: the
@@ -83,22 +86,45 @@ pub async fn probe(client: &Client, local: &Worker, model: &Shared) {
 }
 
 /// The notifications of [`schema::derived`] cells in the store now whose writer began
-/// before `t0` and whose row's guard is unset (in a snapshot taken after the scan): (row,
+/// before `t0` and committed, and whose row's guard is unset (in a snapshot taken after the scan): (row,
 /// writer's start_ts). Reads that fail count as none found (the probe asks again).
 async fn chained_before(client: &Client, t0: u64) -> Vec<(Vec<u8>, u64)> {
     let range = client.codec().notify_from(0);
     let Ok(keys) = scan_all(client.store().as_ref(), range, ScanOrder::Forward).await else {
         return Vec::new();
     };
-    let chained: Vec<(Vec<u8>, u64)> = keys
+    let candidates: Vec<(Vec<u8>, u64, Vec<u8>)> = keys
         .into_iter()
-        .filter_map(|(key, _)| match client.codec().decode(&key) {
+        .filter_map(|(key, value)| match client.codec().decode(&key) {
             Ok(Key::Notify { cell, ts, .. }) if ts < t0 && cell == schema::derived(&cell.row) => {
-                Some((cell.row, ts))
+                Some((cell.row, ts, value))
             }
             _ => None,
         })
         .collect();
+    // Only a committed writer's notification needs a run: a rolled-back one's key (a
+    // duplicate run that lost on a conflict, a writer that crashed after its put) is
+    // removed without one, and an undecided one cannot be judged.
+    let mut chained = Vec::new();
+    for (row, ts, value) in candidates {
+        let committed = match Notification::decode(&value) {
+            Ok(Notification::Committed { .. }) => true,
+            Ok(Notification::Strong {
+                start_ts,
+                primary,
+                ttl_ms,
+            }) => matches!(
+                client
+                    .txn_status_with_ttl(&primary, Timestamp(start_ts), ttl_ms)
+                    .await,
+                Ok(TxnStatus::Committed(_))
+            ),
+            _ => false,
+        };
+        if committed {
+            chained.push((row, ts));
+        }
+    }
     if chained.is_empty() {
         return chained;
     }

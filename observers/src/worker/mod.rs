@@ -274,7 +274,7 @@ impl Worker {
 
     /// The ordinal ([`Worker::runs_started`]) of the oldest run in flight, `None` when none
     /// is: a run is in flight from its start until it releases its last cell. For checkers
-    /// (the simulator asks it of every worker when a drain check answers).
+    /// (the simulator reads it of its own worker as a drain check begins).
     pub fn oldest_run_in_flight(&self) -> Option<u64> {
         self.inner.flights.oldest_run()
     }

@@ -151,8 +151,9 @@
 //!   resolution), the margin capped at eight TTLs. Measuring only some kinds of call left a
 //!   gap the simulator found (seed 1198 at e0d19f4): on a machine slow for seconds, the one
 //!   batched round measured failed in an outage, the rest of its commits went through the
-//!   per-cell path and the commit point, unmeasured, and its next lease carried no margin. (A strong notify record's TTL and a per-cell fallback's
-//!   lock TTL are drawn a little earlier, before their puts.) A beat computed at `t` lands at
+//!   per-cell path and the commit point, unmeasured, and its next lease carried no margin. (A strong notify record's
+//!   TTL is drawn a little earlier, before its puts; a per-cell fallback's lock TTL after
+//!   them, just before its CAS, as the batched round's.) A beat computed at `t` lands at
 //!   `t + R` and the next lands at `t + R + lock_ttl/3 + R`, inside `t + lock_ttl + 2R`. A
 //!   crashed writer's locks expire at most `2R` (at most eight TTLs) later than `lock_ttl`
 //!   alone would, always within `max_lifetime`. What is left: a machine that turns slower than

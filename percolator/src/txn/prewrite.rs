@@ -394,7 +394,7 @@ impl Transaction {
                 if conflicts(head, s) {
                     return Err(TxnError::Conflict { cell: cell.clone() });
                 }
-                let (next, spilled) =
+                let (mut next, spilled) =
                     locked_head(head, self.lock(plan, op.clone(), self.lock_ttl_ms()));
                 let extras = !extras_written.swap(true, Ordering::Relaxed);
                 let (mut puts, mut notify_entries) = (Vec::new(), Vec::new());
@@ -409,6 +409,12 @@ impl Transaction {
                     shared
                         .settle_notify_keys(plan.notify_bucket, &notify_entries)
                         .await?;
+                }
+                // The lease is drawn again now, after those round trips, as the batched
+                // round draws it just before its CAS: drawn before them, it had run out by
+                // up to three round trips when the lock landed.
+                if let Some(lock) = next.lock.as_mut() {
+                    lock.ttl_ms = self.lock_ttl_ms();
                 }
                 Ok(HeadStep::Write(next))
             })
