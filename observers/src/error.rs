@@ -81,6 +81,9 @@ pub enum WorkerError {
     /// A store or transaction call failed.
     #[error(transparent)]
     Txn(#[from] TxnError),
+    /// The socket for relayed hints could not be set up ([`crate::HintListener::bind`]).
+    #[error("relayed hints: {0}")]
+    HintSocket(String),
     /// The raw store failed.
     #[error(transparent)]
     Storage(#[from] percolator::KvError),

@@ -51,6 +51,7 @@ pub mod guide {}
 mod metrics;
 mod process;
 mod registry;
+pub mod relay;
 pub mod renotify;
 pub mod telemetry;
 pub mod testing;
@@ -61,4 +62,5 @@ pub use deadletter::DeadLetter;
 pub use error::{ObserverError, WorkerError};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use registry::{observer_fn, observer_fn_with, Observer, ObserverKind, Registry};
+pub use relay::{HintListener, HintRelay};
 pub use worker::{Worker, WorkerConfig, DEFAULT_FOLLOW_MS};

@@ -38,6 +38,8 @@ pub(super) struct HintState {
     /// The client's count of notify keys put, as last sampled, and when it was last seen to
     /// change ([`HintState::may_hold_young`]).
     own_puts: Mutex<OwnPuts>,
+    /// When keys relayed from another process last came ([`crate::relay`]).
+    relayed_at: Mutex<Option<Instant>>,
 }
 
 /// A sample of the client's count of notify keys put.
@@ -53,6 +55,7 @@ impl HintState {
             floor: AtomicU64::new(u64::MAX),
             rescan: tokio::sync::Notify::new(),
             own_puts: Mutex::new(OwnPuts::default()),
+            relayed_at: Mutex::new(None),
         }
     }
 
@@ -61,7 +64,14 @@ impl HintState {
         self.floor.load(Ordering::Relaxed)
     }
 
-    /// Whether keys younger than `grace` may be on the hint path, given `puts_now`, the
+    /// Notes that keys relayed from another process came now: while they keep coming,
+    /// young keys are most likely relayed too ([`HintState::may_hold_young`]).
+    pub(super) fn note_relayed(&self) {
+        *self.relayed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Whether keys younger than `grace` may be on the hint path (or on the relayed path,
+    /// while relayed keys came within `grace`), given `puts_now`, the
     /// client's count of notify keys put ([`percolator::Client::notify_counts`]): whether
     /// the count was seen to change within `grace` before now. Scanners sample it at the
     /// start of each pass; a change is dated at the sample that saw it, never earlier, so
@@ -72,6 +82,10 @@ impl HintState {
     /// notification). Only pacing rests on this answer, never what must hold.
     pub(super) fn may_hold_young(&self, puts_now: u64, grace: Duration) -> bool {
         let now = Instant::now();
+        let relayed = *self.relayed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if relayed.is_some_and(|at| now.saturating_duration_since(at) < grace) {
+            return true;
+        }
         let mut own = self.own_puts.lock().unwrap_or_else(|p| p.into_inner());
         if own.count != puts_now {
             own.count = puts_now;

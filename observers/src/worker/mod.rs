@@ -6,6 +6,7 @@
 //! concern, each in its own module with the invariants it keeps:
 //! - [`membership`]: heartbeats in the worker registry, the hash split, stalled owners;
 //! - [`hints`]: the in-process hint path of this process's commits;
+//! - [`relayed`]: the keys other processes' commits relay to this one ([`crate::relay`]);
 //! - [`scan`]: the scanners over the notify space and the notify floor;
 //! - [`dispatch`]: observer runs (batches of one strong observer's notifications), per-cell
 //!   exclusion, the queue of hints per busy cell;
@@ -17,6 +18,7 @@
 mod dispatch;
 mod hints;
 pub(crate) mod membership;
+mod relayed;
 mod retry;
 mod scan;
 
@@ -89,6 +91,10 @@ pub struct WorkerConfig {
     /// found together (a scan page, the hints that queued up while runs were busy), so an
     /// idle worker still handles a lone notification at once.
     pub batch_size: usize,
+    /// Where this worker takes the notify keys that loaders in other processes relay to it
+    /// ([`crate::relay`]): one listener per process, shared by its workers. `None`: such
+    /// commits are found by scanning only.
+    pub hint_listener: Option<Arc<crate::relay::HintListener>>,
 }
 
 impl Default for WorkerConfig {
@@ -107,6 +113,7 @@ impl Default for WorkerConfig {
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(DEFAULT_FOLLOW_MS)),
             batch_size: 32,
+            hint_listener: None,
         }
     }
 }
@@ -196,6 +203,14 @@ impl Worker {
         tasks.push(tokio::spawn(membership::heartbeat_loop(inner.clone())));
         let hint_receiver = inner.client.notify_hints();
         tasks.push(tokio::spawn(hints::hint_loop(inner.clone(), hint_receiver)));
+        if let Some(listener) = &inner.config.hint_listener {
+            let datagrams = listener.route(inner.client.codec().namespace());
+            tasks.push(tokio::spawn(relayed::relayed_loop(
+                inner.clone(),
+                listener.advertised().to_string(),
+                datagrams,
+            )));
+        }
         for n in 0..inner.config.scanners.max(1) {
             tasks.push(tokio::spawn(scan::scanner_loop(inner.clone(), n as u32)));
         }
@@ -300,6 +315,13 @@ impl Worker {
             .flights
             .drain(self.inner.config.max_in_flight)
             .await;
+        if self.inner.config.hint_listener.is_some() {
+            self.inner
+                .client
+                .store()
+                .delete(self.inner.hint_addr_key())
+                .await?;
+        }
         let key = self.inner.worker_key();
         self.inner.client.store().delete(key).await?;
         tracing::info!(id = %self.inner.config.id, "worker stopped");

@@ -1,0 +1,258 @@
+//! The sending end: a client's committed notify keys, relayed to the workers of its
+//! namespace that listen for them.
+
+use super::{wire, HINT_ADDRS_META};
+use crate::worker::membership::{decode_record, WORKERS_META};
+use percolator::txn::CommittedNotify;
+use percolator::{Client, FastMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::time::Instant;
+
+/// How often the relay reads the worker registry for the listening workers' addresses.
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
+
+/// Hints taken from the client's channel per round of sends at most.
+const HINTS_PER_ROUND: usize = 256;
+
+/// A worker whose heartbeat record is this much older than the relay's clock gets no
+/// datagrams, ms.
+const STALE_AFTER_MS: u64 = 60_000;
+
+/// How long a host name's resolution is reused.
+const RESOLVE_EVERY: Duration = Duration::from_secs(30);
+
+/// What a relay has done.
+#[derive(Debug, Default)]
+struct Counts {
+    datagrams: AtomicU64,
+    keys: AtomicU64,
+    failed: AtomicU64,
+    lost: AtomicU64,
+}
+
+/// Relays the notify keys of a client's commits to the workers of its namespace in other
+/// processes that listen for them ([`super::HintListener`]), so that a worker beside a
+/// loader in another process runs the loader's commits at once instead of finding them by
+/// scanning. Best-effort, as in-process hints are: a datagram lost, or a worker not yet
+/// known, leaves its keys to the scanners. Runs until dropped or [`HintRelay::stop`]ped.
+pub struct HintRelay {
+    targets: Arc<Mutex<Vec<SocketAddr>>>,
+    counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HintRelay {
+    /// Starts relaying `client`'s commits from now on, reading the worker registry every
+    /// `refresh` ([`DEFAULT_REFRESH`]). Needs a Tokio runtime.
+    pub fn spawn(client: &Client, refresh: Duration) -> HintRelay {
+        let targets = Arc::new(Mutex::new(Vec::new()));
+        let counts = Arc::new(Counts::default());
+        let hints = client.notify_hints();
+        let task = tokio::spawn(relay(
+            client.clone(),
+            hints,
+            refresh,
+            targets.clone(),
+            counts.clone(),
+        ));
+        HintRelay {
+            targets,
+            counts,
+            task,
+        }
+    }
+
+    /// The workers' addresses the relay sends to, as last read.
+    pub fn targets(&self) -> Vec<SocketAddr> {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Datagrams sent, over all targets.
+    pub fn datagrams_sent(&self) -> u64 {
+        self.counts.datagrams.load(Ordering::Relaxed)
+    }
+
+    /// Notify keys relayed (each counted once, however many workers it went to).
+    pub fn keys_relayed(&self) -> u64 {
+        self.counts.keys.load(Ordering::Relaxed)
+    }
+
+    /// Sends that failed (the datagram is lost; its keys are left to the scanners).
+    pub fn sends_failed(&self) -> u64 {
+        self.counts.failed.load(Ordering::Relaxed)
+    }
+
+    /// Commits whose hints the relay lost because it lagged behind the client's channel.
+    pub fn hints_lost(&self) -> u64 {
+        self.counts.lost.load(Ordering::Relaxed)
+    }
+
+    /// Stops relaying.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for HintRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The addresses of the listening workers of `client`'s namespace: every address record
+/// whose worker has a record in the worker registry with a beat within [`STALE_AFTER_MS`] of
+/// this process's clock (a worker that left deleted both; one that died leaves them behind).
+async fn read_targets(
+    client: &Client,
+    resolved: &mut FastMap<String, (Vec<SocketAddr>, Instant)>,
+) -> Result<Vec<SocketAddr>, crate::WorkerError> {
+    let workers = crate::admin::meta_records(client, WORKERS_META).await?;
+    let addrs = crate::admin::meta_records(client, HINT_ADDRS_META).await?;
+    let now_ms = client.wall_ms();
+    let mut targets = Vec::new();
+    let mut wanted = Vec::new();
+    for (id, addr) in addrs {
+        // A worker whose beat is this old is taken for dead (others judge liveness more
+        // carefully for the hash split; here a wrong guess costs a datagram or a scan).
+        let live = workers.iter().any(|(w, record)| {
+            *w == id
+                && decode_record(record)
+                    .is_some_and(|(beat, _)| now_ms.saturating_sub(beat) < STALE_AFTER_MS)
+        });
+        let Ok(addr) = String::from_utf8(addr) else {
+            continue;
+        };
+        if !live {
+            continue;
+        }
+        let fresh = resolved
+            .get(&addr)
+            .is_some_and(|(_, at)| at.elapsed() < RESOLVE_EVERY);
+        if !fresh {
+            match tokio::net::lookup_host(addr.as_str()).await {
+                Ok(found) => {
+                    resolved.insert(addr.clone(), (found.take(1).collect(), Instant::now()));
+                }
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "a worker's hint address does not resolve");
+                    continue;
+                }
+            }
+        }
+        if let Some((found, _)) = resolved.get(&addr) {
+            targets.extend(found.iter().copied());
+        }
+        wanted.push(addr);
+    }
+    resolved.retain(|addr, _| wanted.contains(addr));
+    targets.sort();
+    targets.dedup();
+    Ok(targets)
+}
+
+/// One socket per address family, bound on first use.
+#[derive(Default)]
+struct Sockets {
+    by_family: [Option<UdpSocket>; 2],
+}
+
+impl Sockets {
+    async fn send(&mut self, datagram: &[u8], target: SocketAddr) -> std::io::Result<()> {
+        let family = usize::from(target.is_ipv6());
+        let socket = match &mut self.by_family[family] {
+            Some(socket) => socket,
+            slot => {
+                let any: SocketAddr = match target {
+                    SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+                    SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+                };
+                slot.insert(UdpSocket::bind(any).await?)
+            }
+        };
+        socket.send_to(datagram, target).await.map(|_| ())
+    }
+}
+
+async fn relay(
+    client: Client,
+    mut hints: tokio::sync::broadcast::Receiver<Arc<CommittedNotify>>,
+    refresh: Duration,
+    targets: Arc<Mutex<Vec<SocketAddr>>>,
+    counts: Arc<Counts>,
+) {
+    let mut sockets = Sockets::default();
+    let namespace = client.codec().namespace();
+    let mut resolved = FastMap::default();
+    let mut next_refresh = Instant::now();
+    loop {
+        // Biased: the registry first when it is due, so new workers are known before the
+        // next hints go out.
+        let first = tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(next_refresh) => {
+                match read_targets(&client, &mut resolved).await {
+                    Ok(found) => *targets.lock().unwrap_or_else(|p| p.into_inner()) = found,
+                    Err(e) => tracing::debug!(error = %e, "reading the workers' hint addresses"),
+                }
+                next_refresh = Instant::now() + refresh;
+                continue;
+            }
+            hint = hints.recv() => hint,
+        };
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(hint) = next.take() {
+            match hint {
+                Ok(hint) => batch.push(hint),
+                Err(RecvError::Lagged(lost)) => {
+                    counts.lost.fetch_add(lost, Ordering::Relaxed);
+                }
+                Err(RecvError::Closed) => return,
+            }
+            if batch.len() < HINTS_PER_ROUND {
+                next = match hints.try_recv() {
+                    Ok(hint) => Some(Ok(hint)),
+                    Err(TryRecvError::Lagged(lost)) => Some(Err(RecvError::Lagged(lost))),
+                    Err(_) => None,
+                };
+            }
+        }
+        let to: Vec<SocketAddr> = targets.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if to.is_empty() {
+            continue;
+        }
+        let keys: Vec<Vec<u8>> = batch
+            .iter()
+            .flat_map(|hint| {
+                hint.cells
+                    .iter()
+                    .map(|cell| client.codec().notify(cell, hint.notify_ts, hint.bucket))
+            })
+            .collect();
+        counts.keys.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        let datagrams = wire::encode(
+            &namespace,
+            keys.iter().map(|k| k.as_slice()),
+            wire::MAX_DATAGRAM,
+        );
+        for datagram in datagrams {
+            for target in &to {
+                match sockets.send(&datagram, *target).await {
+                    Ok(()) => counts.datagrams.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        tracing::debug!(%target, error = %e, "relaying hints");
+                        counts.failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }
+    }
+}

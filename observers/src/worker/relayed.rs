@@ -1,0 +1,114 @@
+//! The relayed-hint path: notify keys that clients in other processes committed, received
+//! by the process's [`crate::relay::HintListener`], read from the store and dispatched as a
+//! scanner dispatches what it finds (`crate::relay` says why nothing rests on a datagram).
+//!
+//! Invariants it keeps:
+//! - A key is dispatched only with the value read from the store after the datagram came:
+//!   its payload (and through it the writer's fate) is the store's, never the datagram's.
+//! - Only keys of cells this worker observes and owns are read; the rest are dropped.
+//! - Nothing is taken before the worker has settled (it owns nothing before).
+
+use super::dispatch::dispatch;
+use super::Inner;
+use crate::process::{Item, Payload};
+use crate::relay::HINT_ADDRS_META;
+use percolator::codec::Key;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+impl Inner {
+    /// This worker's record of where it takes relayed hints.
+    pub(super) fn hint_addr_key(&self) -> Vec<u8> {
+        let mut name = HINT_ADDRS_META.to_vec();
+        name.extend_from_slice(self.config.id.as_bytes());
+        self.client.codec().meta(name)
+    }
+}
+
+/// Publishes the listener's address, then dispatches the keys of each datagram that comes.
+pub(super) async fn relayed_loop(
+    inner: Arc<Inner>,
+    advertised: String,
+    mut datagrams: mpsc::Receiver<Vec<Vec<u8>>>,
+) {
+    let mut shutdown = inner.shutdown.clone();
+    // Published until it lands; a loader knows this worker only after that.
+    loop {
+        match inner
+            .client
+            .store()
+            .put(inner.hint_addr_key(), advertised.clone().into_bytes())
+            .await
+        {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "publishing the worker's hint address failed; will retry")
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep(inner.config.heartbeat) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+    inner.wait_until_settled().await;
+    while !inner.stopping() {
+        let keys = tokio::select! {
+            biased;
+            keys = datagrams.recv() => keys,
+            _ = shutdown.changed() => return,
+        };
+        let Some(mut keys) = keys else {
+            return;
+        };
+        // Datagrams that queued up meanwhile join this one, up to a batch.
+        while keys.len() < inner.config.batch_size.max(1) {
+            match datagrams.try_recv() {
+                Ok(more) => keys.extend(more),
+                Err(_) => break,
+            }
+        }
+        inner.hints.note_relayed();
+        let mut wanted = Vec::new();
+        for key in keys {
+            let Some(Key::Notify { cell, .. }) = inner.decode_notify(&key).await else {
+                continue;
+            };
+            if inner.registry.get(&cell).is_none() || !inner.membership.owns(&cell) {
+                continue;
+            }
+            if inner.ledger.handled_recently(&key) || inner.ledger.backing_off(&key) {
+                continue;
+            }
+            wanted.push((cell, key));
+        }
+        if wanted.is_empty() {
+            continue;
+        }
+        let read: Vec<Vec<u8>> = wanted.iter().map(|(_, key)| key.clone()).collect();
+        let values = match inner.client.store().batch_get(&read).await {
+            Ok(values) => values,
+            Err(e) => {
+                // The scanners find them.
+                tracing::debug!(error = %e, "reading relayed notify keys");
+                continue;
+            }
+        };
+        let items: Vec<Item> = wanted
+            .into_iter()
+            .zip(values)
+            .filter_map(|((cell, key), value)| {
+                Some(Item {
+                    cell,
+                    key,
+                    payload: Payload::decode(&value?),
+                })
+            })
+            .collect();
+        let dispatched = dispatch(&inner, items, true).await;
+        inner.metrics.add_hinted(dispatched.started as u64);
+        if dispatched.stopped {
+            return;
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Relayed hints (`observers::relay`): a worker in one process runs what a client in another
+//! commits without scanning for it, and a datagram that names nothing real runs nothing.
+//! Two clients on one store stand for the two processes: each has its own hint channel, so
+//! the worker's client never sees the loader's commits but through the relay.
+
+use observers::relay::wire;
+use observers::{observer_fn, HintListener, HintRelay, Registry, Worker, WorkerConfig};
+use percolator::kv::MemoryKv;
+use percolator::ts::LocalClock;
+use percolator::{Cell, Client, ClientConfig};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const BOUND: Duration = Duration::from_secs(30);
+
+/// Polls `done` every 10 ms until it holds, failing the test after [`BOUND`].
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A worker process and a loader process on one store: a worker scanning once an hour, with
+/// a listener; a loader client. Returns the worker, the loader's client, the listener and
+/// the cells the observer ran on.
+async fn two_processes() -> (
+    Worker,
+    Client,
+    Arc<HintListener>,
+    mpsc::UnboundedReceiver<Cell>,
+) {
+    let store = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let client = |store: &Arc<MemoryKv>| {
+        Client::with_config(
+            store.clone(),
+            clock.clone(),
+            ClientConfig::with_namespace("test"),
+        )
+    };
+    let (ran, runs) = mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    registry
+        .strong(
+            "t",
+            "c",
+            "seen",
+            observer_fn(move |_txn, cell: Cell| {
+                let ran = ran.clone();
+                async move {
+                    let _ = ran.send(cell);
+                    Ok(())
+                }
+            }),
+        )
+        .expect("register");
+    let loader = client(&store);
+    // The loader declares what it writes as observed, as a loader process does.
+    registry.declare(&loader);
+    // Seeded before the worker starts: its scanners' first pass meets this key, so once
+    // the worker counts a scanned key that pass is under way (and it began before any
+    // later commit), and the next is an hour away.
+    write(&loader, "seed").await;
+    let listener = HintListener::bind("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .expect("bind");
+    let worker = Worker::start(
+        client(&store),
+        Arc::new(registry),
+        WorkerConfig {
+            idle_interval: Duration::from_secs(3600),
+            max_idle_interval: Duration::from_secs(3600),
+            follow_shared_counts: None,
+            heartbeat: Duration::from_millis(50),
+            hint_listener: Some(listener.clone()),
+            ..WorkerConfig::default()
+        },
+    );
+    worker.wait_until_settled().await;
+    let metrics = worker.metrics();
+    until("the scanners' first pass", || {
+        metrics.snapshot().scanned >= 1
+    })
+    .await;
+    (worker, loader, listener, runs)
+}
+
+async fn write(client: &Client, row: &str) {
+    let txn = client.begin().await.expect("begin");
+    txn.set(Cell::new("t", row, "c"), b"v".to_vec());
+    txn.commit().await.expect("commit");
+}
+
+/// Waits for the observer's run on `row` (runs on other rows pass by).
+async fn ran_on(runs: &mut mpsc::UnboundedReceiver<Cell>, row: &str) {
+    let want = Cell::new("t", row, "c");
+    tokio::time::timeout(BOUND, async {
+        while let Some(cell) = runs.recv().await {
+            if cell == want {
+                return;
+            }
+        }
+        panic!("the worker stopped");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no run on {row} within {BOUND:?}: the relay did not bring it"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_another_process_commits_relayed_not_scanned() {
+    let (worker, loader, listener, mut runs) = two_processes().await;
+    let relay = HintRelay::spawn(&loader, Duration::from_millis(20));
+    until("the relay knows the worker", || {
+        relay.targets() == vec![listener.local_addr()]
+    })
+    .await;
+    let hinted_before = worker.metrics().snapshot().hinted;
+    write(&loader, "relayed").await;
+    ran_on(&mut runs, "relayed").await;
+    assert!(relay.keys_relayed() >= 1);
+    assert!(worker.metrics().snapshot().hinted > hinted_before);
+    // Leaving, the worker deletes its address: the relay stops sending to it.
+    worker.shutdown().await;
+    until("the relay forgets the worker", || {
+        relay.targets().is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datagram_that_names_nothing_real_runs_nothing() {
+    let (worker, loader, listener, mut runs) = two_processes().await;
+    let forger = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let to = listener.local_addr();
+    // A well-formed datagram of the worker's namespace naming a notify key of an observed
+    // cell that no one wrote, then one of another namespace, then no datagram at all.
+    let forged = loader
+        .codec()
+        .notify(&Cell::new("t", "forged", "c"), 1 << 40, 0);
+    for d in wire::encode(&loader.codec().namespace(), [forged.as_slice()], 1400) {
+        forger.send_to(&d, to).await.unwrap();
+    }
+    for d in wire::encode(b"elsewhere", [forged.as_slice()], 1400) {
+        forger.send_to(&d, to).await.unwrap();
+    }
+    forger.send_to(b"GET / HTTP/1.1\r\n\r\n", to).await.unwrap();
+    until("the garbage received", || listener.malformed() == 1).await;
+    assert_eq!(
+        listener.dropped(),
+        1,
+        "the other namespace's datagram has no route here"
+    );
+    // A real commit relayed after them is run: the listener and the worker go on, and by
+    // then the forged key (routed first, taken in order) has been handled.
+    let relay = HintRelay::spawn(&loader, Duration::from_millis(20));
+    until("the relay knows the worker", || !relay.targets().is_empty()).await;
+    write(&loader, "real").await;
+    ran_on(&mut runs, "real").await;
+    until("the runs ended", || worker.oldest_run_in_flight().is_none()).await;
+    while let Ok(cell) = runs.try_recv() {
+        assert_ne!(cell.row, b"forged".to_vec(), "a forged key ran");
+    }
+    assert_eq!(
+        worker.metrics().snapshot().hinted,
+        1,
+        "only the real key was dispatched from a datagram"
+    );
+    worker.shutdown().await;
+}
