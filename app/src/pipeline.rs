@@ -29,6 +29,9 @@ pub struct WorkerSpec {
     /// commits of other processes (`None`: only their idle periods; see
     /// [`WorkerConfig::follow_shared_counts`]).
     pub follow_shared_counts: Option<Duration>,
+    /// Where the worker takes the notify keys loaders in other processes relay to it
+    /// (see [`WorkerConfig::hint_listener`]; one per process, shared by its workers).
+    pub hint_listener: Option<Arc<observers::HintListener>>,
 }
 
 impl WorkerSpec {
@@ -43,6 +46,7 @@ impl WorkerSpec {
             scanners: defaults.scanners,
             batch_size: defaults.batch_size,
             follow_shared_counts: defaults.follow_shared_counts,
+            hint_listener: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl WorkerSpec {
             max_in_flight: self.max_in_flight,
             batch_size: self.batch_size,
             follow_shared_counts: self.follow_shared_counts,
+            hint_listener: self.hint_listener.clone(),
             ..WorkerConfig::default()
         }
     }

@@ -98,6 +98,10 @@ pub enum Command {
         input: PathBuf,
         #[command(flatten)]
         load: LoadArgs,
+        /// Do not relay this loader's commits to the workers listening for them (they then
+        /// find them by scanning; see `photon work --hint-listen`).
+        #[arg(long)]
+        no_hint_relay: bool,
     },
     /// Load a directory of logs while the join runs in this process (one process on the
     /// default embedded store; beside other processes with --store tikv:...), until
@@ -252,6 +256,25 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+/// `--hint-listen`: an address, or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintListen {
+    /// Listen on this address.
+    On(std::net::SocketAddr),
+    /// No listener: commits of other processes are found by scanning.
+    Off,
+}
+
+fn hint_listen(text: &str) -> Result<HintListen, String> {
+    match text {
+        "off" => Ok(HintListen::Off),
+        _ => text
+            .parse()
+            .map(HintListen::On)
+            .map_err(|e| format!("`{text}`: an address such as 127.0.0.1:0, or off ({e})")),
+    }
+}
+
 /// Arguments of `photon work` that describe its pipeline.
 #[derive(Args, Clone, Debug)]
 pub struct WorkArgs {
@@ -281,6 +304,16 @@ pub struct WorkArgs {
     /// about 1000/N `RawGet` a second per idle scanner.
     #[arg(long, default_value_t = observers::DEFAULT_FOLLOW_MS, value_parser = millis(0))]
     pub follow_ms: u64,
+    /// Where the worker takes the notify keys that `photon load` in other processes relays
+    /// to it (UDP), so it runs their commits at once instead of finding them by scanning;
+    /// `off`: scanning only. Port 0: any free port. The address is published in the worker
+    /// registry (see --hint-advertise).
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = hint_listen)]
+    pub hint_listen: HintListen,
+    /// The address (`host:port`) loaders on other hosts reach --hint-listen at; needed when
+    /// it listens on every interface (`0.0.0.0:PORT`). Default: the address bound.
+    #[arg(long)]
+    pub hint_advertise: Option<String>,
     /// Period of the durable sweep of waiting clicks, ms (the fallback for wake-ups lost to
     /// a crash, and for clicks whose query passed the horizon).
     #[arg(long, default_value_t = 5000, value_parser = millis(1))]
@@ -440,8 +473,24 @@ impl WorkArgs {
                 scanners: self.scanners,
                 batch_size: self.batch_size,
                 follow_shared_counts: self.follow_shared_counts(),
+                hint_listener: None,
             },
             horizon: self.horizon(),
+        }
+    }
+
+    /// Binds `--hint-listen` (`None`: off), to be shared by the process's workers
+    /// ([`WorkerSpec::hint_listener`]).
+    pub async fn hint_listener(
+        &self,
+    ) -> Result<Option<std::sync::Arc<observers::HintListener>>, observers::WorkerError> {
+        match self.hint_listen {
+            HintListen::Off => Ok(None),
+            HintListen::On(addr) => {
+                observers::HintListener::bind(addr, self.hint_advertise.clone())
+                    .await
+                    .map(Some)
+            }
         }
     }
 

@@ -61,12 +61,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(_) => None,
         None => Some(photon::load::lines_to_load(&client, &args.input).await?),
     };
+    let listener = args.work.hint_listener().await?;
     let specs: Vec<_> = (0..args.pipelines.max(1))
-        .map(|i| match i {
-            0 => args.work.spec(),
-            _ => args
-                .work
-                .spec_named(format!("{}{}", args.work.pipeline, i + 1)),
+        .map(|i| {
+            let mut spec = match i {
+                0 => args.work.spec(),
+                _ => args
+                    .work
+                    .spec_named(format!("{}{}", args.work.pipeline, i + 1)),
+            };
+            spec.worker.hint_listener = listener.clone();
+            spec
         })
         .collect();
     let metrics = app::metrics::Metrics::new();
@@ -181,8 +186,16 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 args.out.display()
             );
         }
-        Command::Load { store, input, load } => {
+        Command::Load {
+            store,
+            input,
+            load,
+            no_hint_relay,
+        } => {
             let client = client(&store).await?;
+            // Workers in other processes listening for this loader's commits get them at once.
+            let _relay = (!no_hint_relay)
+                .then(|| observers::HintRelay::spawn(&client, observers::relay::DEFAULT_REFRESH));
             let options = load.options();
             let stats = Arc::new(LoadStats::default());
             let started = Instant::now();
@@ -229,7 +242,9 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             let client = client(&store).await?;
             let metrics = app::metrics::Metrics::new();
             let families = app::metrics::WorkerMetrics::registered(&metrics);
-            let pipeline = Pipeline::start_with_metrics(&client, &work.spec(), families)?;
+            let mut spec = work.spec();
+            spec.worker.hint_listener = work.hint_listener().await?;
+            let pipeline = Pipeline::start_with_metrics(&client, &spec, families)?;
             let gc_metrics = Arc::new(GcMetrics::default());
             let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
             photon::metrics::register(
