@@ -14,6 +14,12 @@
 //!   when it starts and takes no hint before it has settled (it owns nothing before): hints of
 //!   commits made meanwhile wait in the channel, so a loader need not wait for its workers to
 //!   settle (`observers/tests/hints.rs`).
+//! - **Relayed hints.** A worker given a [`crate::HintListener`] also takes the notify keys
+//!   that loaders in other processes relay to it ([`crate::relay`]): it reads each key it
+//!   observes and owns from the store and dispatches what is there as a scanner would (the
+//!   datagram names keys; the store says what they hold and the primary decides the fate).
+//!   While such keys keep coming, scanners leave young keys to this path as they do for
+//!   the process's own hints.
 //! - **Scanners.** `scanners` tasks each pass over the notify space from the notify floor,
 //!   oldest bucket first (and raise the floor: `percolator::design::notify`): the path of other
 //!   processes' writes and of lost hints. Scanners leave keys at or above the timestamp of the
@@ -24,8 +30,9 @@
 //!   forever: once the hint queue is empty `hint_floor` is lifted and every key is older than
 //!   `hint_grace` after that long. Only pacing rests on these rules: a key taken by both
 //!   paths is one more run at most, as for any duplicate notification.
-//! - **Latency.** A change committed in the worker's own process reaches it at once (hints).
-//!   One committed by another process is found by the next pass: an idle scanner's period
+//! - **Latency.** A change committed in the worker's own process reaches it at once (hints),
+//!   and so does one that a loader in another process relays to it. One committed by
+//!   another process without a relay (or whose datagram was lost) is found by the next pass: an idle scanner's period
 //!   backs off from `idle_interval` to `max_idle_interval`, but it also reads the store's
 //!   shared count of notify keys put every `follow_shared_counts` (one point read) and passes
 //!   as soon as other processes published more than when its last pass began (they publish
