@@ -27,7 +27,8 @@ pub struct Metrics {
     pub rolled_back: AtomicU64,
     /// Keys read by scans of the notify space.
     pub scanned: AtomicU64,
-    /// Notify keys dispatched straight from this process's commit hints (no scan needed).
+    /// Notify keys dispatched straight from this process's commit hints, or from keys that
+    /// loaders in other processes relayed ([`crate::relay`]): no scan needed.
     pub hinted: AtomicU64,
     /// Batch transactions (of two or more cells of one strong observer) that committed.
     pub batches: AtomicU64,

@@ -44,9 +44,9 @@ impl std::fmt::Debug for HintListener {
 
 impl HintListener {
     /// Binds `listen` (port 0: any free port) and starts receiving. Loaders reach the workers
-    /// at `advertise` (`host:port`); without it, at the bound address, which must then not
-    /// be a wildcard (`0.0.0.0`, `::`): say which address other hosts reach this one at.
-    /// Needs a Tokio runtime.
+    /// at `advertise` (`host:port`, resolved here once; port 0 or none: the bound port);
+    /// without it, at the bound address, which must then not be a wildcard (`0.0.0.0`,
+    /// `::`): say which address other hosts reach this one at. Needs a Tokio runtime.
     pub async fn bind(
         listen: SocketAddr,
         advertise: Option<String>,
@@ -58,7 +58,7 @@ impl HintListener {
             .local_addr()
             .map_err(|e| WorkerError::HintSocket(format!("the address bound for {listen}: {e}")))?;
         let advertised = match advertise {
-            Some(a) => a,
+            Some(a) => resolve(&a, local).await?.to_string(),
             None if local.ip().is_unspecified() => {
                 return Err(WorkerError::HintSocket(format!(
                     "{listen} listens on every interface: say which address loaders reach it at"
@@ -135,6 +135,38 @@ impl HintListener {
     }
 }
 
+/// The address `advertise` names (`host:port` or `host`; port 0 or none: `local`'s), one of
+/// `local`'s family if it has one.
+async fn resolve(advertise: &str, local: SocketAddr) -> Result<SocketAddr, WorkerError> {
+    let with_port = match advertise.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() && !advertise.ends_with(']') => {
+            advertise.to_string()
+        }
+        _ => format!("{advertise}:0"),
+    };
+    let found: Vec<SocketAddr> = tokio::net::lookup_host(with_port.as_str())
+        .await
+        .map_err(|e| WorkerError::HintSocket(format!("--hint-advertise {advertise}: {e}")))?
+        .collect();
+    let mut addr = found
+        .iter()
+        .find(|a| a.is_ipv4() == local.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| {
+            WorkerError::HintSocket(format!("--hint-advertise {advertise}: no address"))
+        })?;
+    if addr.port() == 0 {
+        addr.set_port(local.port());
+    }
+    if addr.ip().is_unspecified() {
+        return Err(WorkerError::HintSocket(format!(
+            "--hint-advertise {advertise}: a wildcard address reaches no one"
+        )));
+    }
+    Ok(addr)
+}
+
 impl Drop for HintListener {
     fn drop(&mut self) {
         self.task.abort();
@@ -143,7 +175,9 @@ impl Drop for HintListener {
 
 /// Receives datagrams until the listener is dropped.
 async fn receive(socket: tokio::net::UdpSocket, listener: std::sync::Weak<HintListener>) {
-    let mut buf = vec![0u8; 65536];
+    // One byte more than a datagram may have: a longer one arrives truncated to this and is
+    // refused by its length.
+    let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
     loop {
         match socket.recv_from(&mut buf).await {
             Ok((len, _)) => {
@@ -159,5 +193,40 @@ async fn receive(socket: tokio::net::UdpSocket, listener: std::sync::Weak<HintLi
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_advertised_address_is_resolved_once_with_the_bound_port() {
+        let local: SocketAddr = "127.0.0.1:4567".parse().unwrap();
+        let at = |text: &'static str| async move { resolve(text, local).await };
+        assert_eq!(at("10.1.2.3:99").await.unwrap().to_string(), "10.1.2.3:99");
+        assert_eq!(at("10.1.2.3").await.unwrap().to_string(), "10.1.2.3:4567");
+        assert_eq!(at("10.1.2.3:0").await.unwrap().to_string(), "10.1.2.3:4567");
+        assert_eq!(at("[::1]:7").await.unwrap().to_string(), "[::1]:7");
+        // A name resolves to an address of the bound family where it has one.
+        assert_eq!(at("localhost").await.unwrap().to_string(), "127.0.0.1:4567");
+        assert!(
+            at("0.0.0.0:7070").await.is_err(),
+            "a wildcard reaches no one"
+        );
+        assert!(at("no such host.invalid:7").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_wildcard_without_an_advertised_address_is_refused() {
+        let refused = HintListener::bind("0.0.0.0:0".parse().unwrap(), None).await;
+        assert!(matches!(refused, Err(WorkerError::HintSocket(_))));
+        let bound = HintListener::bind("0.0.0.0:0".parse().unwrap(), Some("127.0.0.1".into()))
+            .await
+            .expect("bind");
+        assert_eq!(
+            bound.advertised(),
+            format!("127.0.0.1:{}", bound.local_addr().port())
+        );
     }
 }

@@ -4,7 +4,7 @@
 use super::{wire, HINT_ADDRS_META};
 use crate::worker::membership::{decode_record, WORKERS_META};
 use percolator::txn::CommittedNotify;
-use percolator::{Client, FastMap};
+use percolator::Client;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,9 +22,6 @@ const HINTS_PER_ROUND: usize = 256;
 /// A worker whose heartbeat record is this much older than the relay's clock gets no
 /// datagrams, ms.
 const STALE_AFTER_MS: u64 = 60_000;
-
-/// How long a host name's resolution is reused.
-const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
 /// What a relay has done.
 #[derive(Debug, Default)]
@@ -108,51 +105,32 @@ impl Drop for HintRelay {
 }
 
 /// The addresses of the listening workers of `client`'s namespace: every address record
-/// whose worker has a record in the worker registry with a beat within [`STALE_AFTER_MS`] of
-/// this process's clock (a worker that left deleted both; one that died leaves them behind).
-async fn read_targets(
-    client: &Client,
-    resolved: &mut FastMap<String, (Vec<SocketAddr>, Instant)>,
-) -> Result<Vec<SocketAddr>, crate::WorkerError> {
+/// (a socket address, resolved by the worker) whose worker has a record in the worker
+/// registry with a beat within [`STALE_AFTER_MS`] of the oracle's time (a worker that left
+/// deleted both; one that died leaves them behind).
+async fn read_targets(client: &Client) -> Result<Vec<SocketAddr>, crate::WorkerError> {
     let workers = crate::admin::meta_records(client, WORKERS_META).await?;
     let addrs = crate::admin::meta_records(client, HINT_ADDRS_META).await?;
-    let now_ms = client.wall_ms();
-    let mut targets = Vec::new();
-    let mut wanted = Vec::new();
-    for (id, addr) in addrs {
-        // A worker whose beat is this old is taken for dead (others judge liveness more
-        // carefully for the hash split; here a wrong guess costs a datagram or a scan).
-        let live = workers.iter().any(|(w, record)| {
-            *w == id
-                && decode_record(record)
-                    .is_some_and(|(beat, _)| now_ms.saturating_sub(beat) < STALE_AFTER_MS)
-        });
-        let Ok(addr) = String::from_utf8(addr) else {
-            continue;
-        };
-        if !live {
-            continue;
-        }
-        let fresh = resolved
-            .get(&addr)
-            .is_some_and(|(_, at)| at.elapsed() < RESOLVE_EVERY);
-        if !fresh {
-            match tokio::net::lookup_host(addr.as_str()).await {
-                Ok(found) => {
-                    resolved.insert(addr.clone(), (found.take(1).collect(), Instant::now()));
-                }
-                Err(e) => {
-                    tracing::debug!(%addr, error = %e, "a worker's hint address does not resolve");
-                    continue;
-                }
-            }
-        }
-        if let Some((found, _)) = resolved.get(&addr) {
-            targets.extend(found.iter().copied());
-        }
-        wanted.push(addr);
-    }
-    resolved.retain(|addr, _| wanted.contains(addr));
+    // The beats are the oracle's time, as the heartbeats draw them.
+    let now_ms = client
+        .oracle()
+        .get_timestamp()
+        .await
+        .map_err(percolator::TxnError::from)?
+        .physical_ms();
+    let mut targets: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|(id, _)| {
+            // A worker whose beat is this old is taken for dead (others judge liveness more
+            // carefully for the hash split; here a wrong guess costs a datagram or a scan).
+            workers.iter().any(|(w, record)| {
+                w == id
+                    && decode_record(record)
+                        .is_some_and(|(beat, _)| now_ms.saturating_sub(beat) < STALE_AFTER_MS)
+            })
+        })
+        .filter_map(|(_, addr)| std::str::from_utf8(&addr).ok()?.parse().ok())
+        .collect();
     targets.sort();
     targets.dedup();
     Ok(targets)
@@ -190,7 +168,6 @@ async fn relay(
 ) {
     let mut sockets = Sockets::default();
     let namespace = client.codec().namespace();
-    let mut resolved = FastMap::default();
     let mut next_refresh = Instant::now();
     loop {
         // Biased: the registry first when it is due, so new workers are known before the
@@ -198,7 +175,7 @@ async fn relay(
         let first = tokio::select! {
             biased;
             _ = tokio::time::sleep_until(next_refresh) => {
-                match read_targets(&client, &mut resolved).await {
+                match read_targets(&client).await {
                     Ok(found) => *targets.lock().unwrap_or_else(|p| p.into_inner()) = found,
                     Err(e) => tracing::debug!(error = %e, "reading the workers' hint addresses"),
                 }

@@ -11,8 +11,13 @@
 /// The first four bytes of every datagram: magic and version.
 const MAGIC: [u8; 4] = *b"PCH\x01";
 
-/// The largest datagram sent: within a 1,500-byte Ethernet MTU after IP and UDP headers.
+/// The largest datagram sent, and received (a longer one is refused unread): within a
+/// 1,500-byte Ethernet MTU after IP and UDP headers.
 pub const MAX_DATAGRAM: usize = 1400;
+
+/// The most keys a datagram may name (a notify key is tens of bytes; this bounds the work
+/// a datagram of tiny keys can ask for).
+pub const MAX_KEYS: usize = 64;
 
 /// A decoded datagram.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,20 +35,28 @@ fn part(input: &[u8]) -> Option<(&[u8], &[u8])> {
     (rest.len() >= len).then(|| rest.split_at(len))
 }
 
-/// Decodes `bytes`; `None` if they are not a whole datagram of this version.
+/// Decodes `bytes`; `None` if they are not a whole datagram of this version within
+/// [`MAX_DATAGRAM`] bytes and [`MAX_KEYS`] keys.
 pub fn decode(bytes: &[u8]) -> Option<Datagram<'_>> {
+    if bytes.len() > MAX_DATAGRAM {
+        return None;
+    }
     let rest = bytes.strip_prefix(&MAGIC)?;
     let (namespace, mut rest) = part(rest)?;
     let mut keys = Vec::new();
     while !rest.is_empty() {
         let (key, more) = part(rest)?;
+        if keys.len() == MAX_KEYS {
+            return None;
+        }
         keys.push(key);
         rest = more;
     }
     Some(Datagram { namespace, keys })
 }
 
-/// Encodes `keys` of `namespace` into datagrams of at most `max` bytes each, in order. A key
+/// Encodes `keys` of `namespace` into datagrams of at most `max` bytes (at most
+/// [`MAX_DATAGRAM`]) and [`MAX_KEYS`] keys each, in order. A key
 /// that cannot fit in a datagram of its own is left out (its notification is found by
 /// scanning, as a lost hint's is); so is everything if the namespace alone does not fit.
 pub fn encode<'a>(
@@ -54,6 +67,7 @@ pub fn encode<'a>(
     let Ok(ns_len) = u16::try_from(namespace.len()) else {
         return Vec::new();
     };
+    let max = max.min(MAX_DATAGRAM);
     let header_len = MAGIC.len() + 2 + namespace.len();
     let header = || {
         let mut d = Vec::with_capacity(max);
@@ -64,6 +78,7 @@ pub fn encode<'a>(
     };
     let mut out = Vec::new();
     let mut current = header();
+    let mut in_current = 0;
     for key in keys {
         let Ok(len) = u16::try_from(key.len()) else {
             continue;
@@ -71,11 +86,13 @@ pub fn encode<'a>(
         if header_len + 2 + key.len() > max {
             continue;
         }
-        if current.len() + 2 + key.len() > max {
+        if current.len() + 2 + key.len() > max || in_current == MAX_KEYS {
             out.push(std::mem::replace(&mut current, header()));
+            in_current = 0;
         }
         current.extend_from_slice(&len.to_be_bytes());
         current.extend_from_slice(key);
+        in_current += 1;
     }
     if current.len() > header_len {
         out.push(current);
@@ -129,5 +146,28 @@ mod tests {
         other[3] = 2;
         assert!(decode(&other).is_none(), "another version");
         assert!(decode(b"GET / HTTP/1.1\r\n").is_none());
+    }
+
+    #[test]
+    fn a_datagram_names_at_most_max_keys() {
+        let keys: Vec<[u8; 1]> = (0..200u8).map(|i| [i]).collect();
+        let datagrams = encode(b"ns", keys.iter().map(|k| k.as_slice()), MAX_DATAGRAM);
+        assert_eq!(datagrams.len(), 200usize.div_ceil(MAX_KEYS));
+        assert!(datagrams.iter().all(|d| decode(d).is_some()));
+        // One key more than allowed, hand-made: refused whole.
+        let mut d = MAGIC.to_vec();
+        d.extend_from_slice(&2u16.to_be_bytes());
+        d.extend_from_slice(b"ns");
+        for _ in 0..=MAX_KEYS {
+            d.extend_from_slice(&1u16.to_be_bytes());
+            d.push(0);
+        }
+        assert!(decode(&d).is_none());
+        let mut long = MAGIC.to_vec();
+        long.extend_from_slice(&2u16.to_be_bytes());
+        long.extend_from_slice(b"ns");
+        long.extend_from_slice(&1500u16.to_be_bytes());
+        long.extend(std::iter::repeat_n(0u8, 1500));
+        assert!(decode(&long).is_none(), "longer than MAX_DATAGRAM");
     }
 }

@@ -244,7 +244,14 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
                             cells.deferred.remove(cell);
                         }
                         match taken {
-                            Some((k, _)) if inner.ledger.handled_recently(&k) => continue,
+                            // Handled meanwhile, or a repeat of a key that just failed (its
+                            // backoff applies: the scanners retry it when it ends).
+                            Some((k, _))
+                                if inner.ledger.handled_recently(&k)
+                                    || inner.ledger.backing_off(&k) =>
+                            {
+                                continue
+                            }
                             other => break other,
                         }
                     };

@@ -14,10 +14,12 @@
 //!   scanning (pacing only: a receiver that lags, or a worker fenced or holding an undecided
 //!   record when it takes them, leaves them to the scanners).
 //! - Keys younger than `hint_grace` are left to this path only while this process's client
-//!   has put notify keys within `hint_grace` ([`HintState::may_hold_young`]): a hint carries
-//!   only the keys its own client put, so a worker whose process loads nothing (a worker
-//!   beside a loader in another process) takes young keys at once instead of finding them a
-//!   pass later, in bursts.
+//!   has put notify keys within `hint_grace`, or keys of this worker were relayed from
+//!   another process within it ([`HintState::may_hold_young`]): a hint carries only the keys
+//!   its own client put, so a worker whose process loads nothing and to which no loader
+//!   relays takes young keys at once instead of finding them a pass later, in bursts. While
+//!   relays go on, a young key of a writer that does not relay (a `photon run` elsewhere,
+//!   an application's client) waits up to `hint_grace` and a scanner's idle period.
 
 use super::dispatch::dispatch;
 use super::Inner;

@@ -315,15 +315,15 @@ impl Worker {
             .flights
             .drain(self.inner.config.max_in_flight)
             .await;
-        if self.inner.config.hint_listener.is_some() {
-            self.inner
-                .client
-                .store()
-                .delete(self.inner.hint_addr_key())
-                .await?;
-        }
         let key = self.inner.worker_key();
         self.inner.client.store().delete(key).await?;
+        // Best-effort: relays ignore an address whose worker has no record.
+        if self.inner.config.hint_listener.is_some() {
+            let addr = self.inner.hint_addr_key();
+            if let Err(error) = self.inner.client.store().delete(addr).await {
+                tracing::warn!(id = %self.inner.config.id, %error, "deleting the worker's hint address failed");
+            }
+        }
         tracing::info!(id = %self.inner.config.id, "worker stopped");
         Ok(())
     }

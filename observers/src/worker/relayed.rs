@@ -5,7 +5,10 @@
 //! Invariants it keeps:
 //! - A key is dispatched only with the value read from the store after the datagram came:
 //!   its payload (and through it the writer's fate) is the store's, never the datagram's.
-//! - Only keys of cells this worker observes and owns are read; the rest are dropped.
+//! - Only keys of cells this worker observes and owns are read, each once per batch; the
+//!   rest are dropped. A second key of a cell goes to dispatch too, which queues it for the
+//!   run on that cell (as a hinted key), so a cell written twice in a row is not left to a
+//!   scan.
 //! - Nothing is taken before the worker has settled (it owns nothing before).
 
 use super::dispatch::dispatch;
@@ -68,9 +71,12 @@ pub(super) async fn relayed_loop(
                 Err(_) => break,
             }
         }
-        inner.hints.note_relayed();
-        let mut wanted = Vec::new();
+        let mut wanted: Vec<(percolator::Cell, Vec<u8>)> = Vec::new();
         for key in keys {
+            // A key named twice (a repeated datagram, a forged one) is read once.
+            if wanted.iter().any(|(_, k)| *k == key) {
+                continue;
+            }
             let Some(Key::Notify { cell, .. }) = inner.decode_notify(&key).await else {
                 continue;
             };
@@ -85,6 +91,9 @@ pub(super) async fn relayed_loop(
         if wanted.is_empty() {
             continue;
         }
+        // Only datagrams that name keys of this worker hold young keys back from its
+        // scanners (garbage or another share's keys do not).
+        inner.hints.note_relayed();
         let read: Vec<Vec<u8>> = wanted.iter().map(|(_, key)| key.clone()).collect();
         let values = match inner.client.store().batch_get(&read).await {
             Ok(values) => values,

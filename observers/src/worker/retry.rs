@@ -241,7 +241,10 @@ async fn fail(inner: &Inner, key: &[u8], value: Vec<u8>, error: String) {
                 inner
                     .metrics
                     .count(Event::DeadLettered, labels(inner, key).as_ref());
-                ledger.forget_backoff(key);
+                // Handled: a scan page read before the park, or a hinted copy queued behind
+                // this run, must not run it again (it would fail from a count of zero, and
+                // could park it a second time).
+                ledger.done(key);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "dead-lettering failed");

@@ -19,7 +19,9 @@
 //!   `verify` and `export` read it, page by page in bounded memory.
 //! - **Loader offsets**: one cell per input file.
 //! - **Worker registrations** (`M workers/<id>`): deleted on a clean shutdown; a killed worker's
-//!   record stays (ignored once its heartbeat is stale).
+//!   record stays (ignored once its heartbeat is stale), and so does its hint address
+//!   (`M hint-addrs/<id>`, a few dozen bytes, read by every loader's relay each second and
+//!   ignored beside a stale heartbeat).
 //! - **Dead letters**: kept until replayed or dropped by an operator.
 //! - **Memory**: the embedded store's caches (knobs: `percolator::design::kv`, "Memory"), each
 //!   client's remembered heads (`ClientConfig::head_cache_bytes`, 16 MiB), the hint channel
