@@ -43,6 +43,9 @@ pub(super) struct Flights {
     runs: Mutex<tokio::task::JoinSet<()>>,
     /// Observer runs started so far (a quiescence check compares it before and after).
     runs_started: AtomicU64,
+    /// Set by [`Flights::abort_all`] under the `runs` lock: a run marked before the kill but
+    /// not yet spawned is then not spawned (it would outlive the "crash").
+    killed: std::sync::atomic::AtomicBool,
 }
 
 impl Flights {
@@ -52,6 +55,7 @@ impl Flights {
             permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
             runs: Mutex::new(tokio::task::JoinSet::new()),
             runs_started: AtomicU64::new(0),
+            killed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -81,7 +85,12 @@ impl Flights {
     /// them any more (a check by [`super::Worker::runs_mark`] then sees it idle, as the
     /// heartbeat check sees a killed worker dead).
     pub(super) fn abort_all(&self) {
-        lock(&self.runs).abort_all();
+        {
+            // Under the lock that spawns runs: a run spawned after this sees the flag.
+            let mut runs = lock(&self.runs);
+            self.killed.store(true, Ordering::SeqCst);
+            runs.abort_all();
+        }
         let mut cells = lock(&self.cells);
         cells.in_flight.clear();
         cells.deferred.clear();
@@ -216,6 +225,17 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
     report.started += run.len();
     let task_inner = inner.clone();
     let mut runs = lock(&flights.runs);
+    if flights.killed.load(Ordering::SeqCst) {
+        // Killed between marking its cells and here: a crash starts nothing more. Its marks
+        // go (the kill cleared them already unless they were made after it).
+        drop(runs);
+        let mut cells = lock(&flights.cells);
+        for item in &run {
+            cells.in_flight.remove(&item.cell);
+        }
+        cells.runs.remove(&ordinal);
+        return;
+    }
     // Reap finished runs so the set stays small.
     while runs.try_join_next().is_some() {}
     runs.spawn(async move {
