@@ -9,7 +9,8 @@ once by `photon gen` to LIVE's files in event-time order at --rate lines/s. Once
 appended, `photon verify --wait` waits for the join; then the worker's metrics are read: the
 histogram `percolator_observer_commit_to_run_seconds` of the click observer (the share of runs
 within each bucket bound, and the p50 / p99 bucket bounds), notify keys scanned and hinted per
-click run, and both processes' CPU.
+click run, minitikv's RPCs per click run (of every process, the verification's included) and
+the processes' CPU.
 
 Usage:
   python3 bench/follow.py [--queries 20000] [--rate 2000] [--rounds 2] VARIANT...
@@ -24,7 +25,7 @@ import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ab import Tikv, free_port, wait_port  # noqa: E402
+from ab import Tikv, free_port, rpc_counts, wait_port  # noqa: E402
 
 
 def parse_variant(text):
@@ -130,6 +131,7 @@ def run_once(args, variant, logs, lines):
     try:
         tikv = Tikv(args, work)
         store = tikv.demo_args()
+        rpcs_before = rpc_counts(tikv.metrics)
         metrics = free_port()
         worker = subprocess.Popen(
             [variant["binary"], "work", *store, "--metrics-addr", f"127.0.0.1:{metrics}",
@@ -154,6 +156,8 @@ def run_once(args, variant, logs, lines):
         for line in verify.stdout.splitlines():
             if line.startswith("{"):
                 report = json.loads(line)
+        rpcs_after = rpc_counts(tikv.metrics)
+        rpcs = sum(rpcs_after.values()) - sum(rpcs_before.values())
         scraped = scrape(metrics)
         buckets = click_latency(scraped)
         runs = buckets[-1][1] if buckets else 0
@@ -180,6 +184,8 @@ def run_once(args, variant, logs, lines):
             "p99_ms_at_most": None if quantile(0.99) is None else int(quantile(0.99) * 1000),
             "scanned_per_click_run": round(scanned / runs, 2) if runs else None,
             "hinted": int(hinted),
+            # Every process's RPCs (worker, loader, verification, oracle) per click run.
+            "rpcs_per_click_run": round(rpcs / runs, 2) if runs else None,
             "worker_cpu_s": round(process_cpu_s(worker.pid), 2),
             "loader_cpu_s": round(process_cpu_s(loader.pid), 2),
             "minitikv_cpu_s": round(tikv.server_cpu_s(), 2),
@@ -230,7 +236,7 @@ def main():
                           f"{w['16']} / {w['64']} / {w['256']} / {w['1024']}, p50 <= "
                           f"{run['p50_ms_at_most']} ms, p99 <= {run['p99_ms_at_most']} ms; "
                           f"scanned {run['scanned_per_click_run']} keys per click run, "
-                          f"hinted {run['hinted']}; CPU worker {run['worker_cpu_s']} s, "
+                          f"hinted {run['hinted']}, {run['rpcs_per_click_run']} RPCs per click run; CPU worker {run['worker_cpu_s']} s, "
                           f"loader {run['loader_cpu_s']} s, minitikv {run['minitikv_cpu_s']} s; "
                           f"joined {run['joined']}, duplicates {run['duplicates']}, "
                           f"lost {run['lost']}", flush=True)

@@ -42,6 +42,28 @@ where
         .collect()
 }
 
+/// Registers the counters of the process's listener for relayed hints (labelled with the
+/// `namespace` of its workers) in `metrics`: datagrams refused and dropped.
+pub fn register_hint_listener(
+    metrics: &Metrics,
+    namespace: &str,
+    listener: Arc<observers::HintListener>,
+) {
+    let counters: [CounterRow<observers::HintListener>; 2] = [
+        (
+            "percolator_hint_datagrams_malformed",
+            "Datagrams received on the hint listener that were not relayed hints of this version.",
+            |l| l.malformed(),
+        ),
+        (
+            "percolator_hint_datagrams_dropped",
+            "Relayed-hint datagrams dropped: no worker of their namespace in this process, or its queue full (their keys are found by scanning).",
+            |l| l.dropped(),
+        ),
+    ];
+    metrics.register_sampled(namespace_counters(namespace, listener, |l| l, counters));
+}
+
 /// Registers the loader's counters (`stats`, labelled with `namespace`) in `metrics`.
 pub fn register_loader(metrics: &Metrics, namespace: &str, stats: Arc<LoadStats>) {
     let counters: [CounterRow<LoadStats>; 9] = [

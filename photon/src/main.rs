@@ -75,6 +75,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
         .collect();
     let metrics = app::metrics::Metrics::new();
+    if let Some(listener) = &listener {
+        let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
+        app::metrics::register_hint_listener(&metrics, &namespace, listener.clone());
+    }
     let families = app::metrics::WorkerMetrics::registered(&metrics);
     let pipelines = photon::run::start_pipelines(&client, &specs, &families)?;
     let holder = pipelines[0].worker.id().to_string();
@@ -194,7 +198,7 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
         } => {
             let client = client(&store).await?;
             // Workers in other processes listening for this loader's commits get them at once.
-            let _relay = (!no_hint_relay)
+            let relay = (!no_hint_relay)
                 .then(|| observers::HintRelay::spawn(&client, observers::relay::DEFAULT_REFRESH));
             let options = load.options();
             let stats = Arc::new(LoadStats::default());
@@ -224,6 +228,16 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 photon::load::load_dir(&client, &input, &options, &stats).await?;
             }
             progress.finish();
+            if let Some(relay) = &relay {
+                tracing::info!(
+                    keys = relay.keys_relayed(),
+                    datagrams = relay.datagrams_sent(),
+                    failed = relay.sends_failed(),
+                    lost = relay.hints_lost(),
+                    workers = relay.targets().len(),
+                    "hints relayed to listening workers"
+                );
+            }
             println!(
                 "{}",
                 stats.summary("events", started.elapsed(), &load.rejects)
@@ -247,6 +261,9 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             let pipeline = Pipeline::start_with_metrics(&client, &spec, families)?;
             let gc_metrics = Arc::new(GcMetrics::default());
             let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
+            if let Some(listener) = &spec.worker.hint_listener {
+                app::metrics::register_hint_listener(&metrics, &namespace, listener.clone());
+            }
             photon::metrics::register(
                 &metrics,
                 &namespace,

@@ -330,6 +330,16 @@ async fn the_dashboard_queries_only_metrics_the_binaries_export() {
             && positive(t, "percolator_loader_lines_total")
     })
     .await;
+    // Its listener for relayed hints (on by default) counts what it refuses.
+    for name in [
+        "percolator_hint_datagrams_malformed_total",
+        "percolator_hint_datagrams_dropped_total",
+    ] {
+        assert!(
+            photon_text.contains(name),
+            "photon run does not export {name}"
+        );
+    }
     exports.extend(exported(&photon_text));
     let ctl_text = scrape_until(ctl_addr, "percolator-ctl serve", |t| {
         t.contains("percolator_workers{")
