@@ -173,3 +173,53 @@ async fn a_datagram_that_names_nothing_real_runs_nothing() {
     );
     worker.shutdown().await;
 }
+
+/// A process that loads beside its own listening workers relays only to other processes'
+/// (its own get its commits as in-process hints).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_beside_its_own_listener_leaves_it_out() {
+    let store = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let mut workers = Vec::new();
+    let mut listeners = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let client = Client::with_config(
+            store.clone(),
+            clock.clone(),
+            ClientConfig::with_namespace("test"),
+        );
+        let mut registry = Registry::new();
+        registry
+            .strong(
+                "t",
+                "c",
+                "seen",
+                observer_fn(|_txn, _cell: Cell| async { Ok(()) }),
+            )
+            .expect("register");
+        let listener = HintListener::bind("127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .expect("bind");
+        workers.push(Worker::start(
+            client.clone(),
+            Arc::new(registry),
+            WorkerConfig {
+                heartbeat: Duration::from_millis(50),
+                hint_listener: Some(listener.clone()),
+                ..WorkerConfig::default()
+            },
+        ));
+        listeners.push(listener);
+        clients.push(client);
+    }
+    let relay =
+        HintRelay::spawn_beside(&clients[0], Duration::from_millis(20), Some(&listeners[0]));
+    until("the relay knows the other process's worker alone", || {
+        relay.targets() == vec![listeners[1].local_addr()]
+    })
+    .await;
+    for worker in &workers {
+        worker.shutdown().await;
+    }
+}

@@ -98,10 +98,6 @@ pub enum Command {
         input: PathBuf,
         #[command(flatten)]
         load: LoadArgs,
-        /// Do not relay this loader's commits to the workers listening for them (they then
-        /// find them by scanning; see `photon work --hint-listen`).
-        #[arg(long)]
-        no_hint_relay: bool,
     },
     /// Load a directory of logs while the join runs in this process (one process on the
     /// default embedded store; beside other processes with --store tikv:...), until
@@ -344,6 +340,10 @@ pub struct LoadArgs {
     /// Keep tailing growing files and pick up new ones until SIGINT/SIGTERM.
     #[arg(long)]
     pub follow: bool,
+    /// Do not relay the loaded batches' notifications to workers of other processes that
+    /// listen for them (they then find them by scanning; see `photon work --hint-listen`).
+    #[arg(long)]
+    pub no_hint_relay: bool,
     /// Poll period of --follow, ms.
     #[arg(long, default_value_t = 200, value_parser = millis(1))]
     pub poll_ms: u64,

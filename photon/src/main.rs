@@ -74,6 +74,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             spec
         })
         .collect();
+    // Workers of other processes listening for this process's commits get them at once (its
+    // own workers get them as in-process hints, so its own listener is left out).
+    let _relay = (!args.load.no_hint_relay).then(|| {
+        observers::HintRelay::spawn_beside(
+            &client,
+            observers::relay::DEFAULT_REFRESH,
+            listener.as_deref(),
+        )
+    });
     let metrics = app::metrics::Metrics::new();
     if let Some(listener) = &listener {
         let namespace = String::from_utf8_lossy(&client.codec().namespace()).into_owned();
@@ -190,15 +199,10 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 args.out.display()
             );
         }
-        Command::Load {
-            store,
-            input,
-            load,
-            no_hint_relay,
-        } => {
+        Command::Load { store, input, load } => {
             let client = client(&store).await?;
             // Workers in other processes listening for this loader's commits get them at once.
-            let relay = (!no_hint_relay)
+            let relay = (!load.no_hint_relay)
                 .then(|| observers::HintRelay::spawn(&client, observers::relay::DEFAULT_REFRESH));
             let options = load.options();
             let stats = Arc::new(LoadStats::default());

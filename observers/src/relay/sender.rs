@@ -47,6 +47,17 @@ impl HintRelay {
     /// Starts relaying `client`'s commits from now on, reading the worker registry every
     /// `refresh` ([`DEFAULT_REFRESH`]). Needs a Tokio runtime.
     pub fn spawn(client: &Client, refresh: Duration) -> HintRelay {
+        Self::spawn_beside(client, refresh, None)
+    }
+
+    /// [`HintRelay::spawn`] in a process whose workers listen on `own`: its address is left
+    /// out (those workers get the client's commits as in-process hints already).
+    pub fn spawn_beside(
+        client: &Client,
+        refresh: Duration,
+        own: Option<&super::HintListener>,
+    ) -> HintRelay {
+        let own = own.and_then(|l| l.advertised().parse::<SocketAddr>().ok());
         let targets = Arc::new(Mutex::new(Vec::new()));
         let counts = Arc::new(Counts::default());
         let hints = client.notify_hints();
@@ -54,6 +65,7 @@ impl HintRelay {
             client.clone(),
             hints,
             refresh,
+            own,
             targets.clone(),
             counts.clone(),
         ));
@@ -108,7 +120,10 @@ impl Drop for HintRelay {
 /// (a socket address, resolved by the worker) whose worker has a record in the worker
 /// registry with a beat within [`STALE_AFTER_MS`] of the oracle's time (a worker that left
 /// deleted both; one that died leaves them behind).
-async fn read_targets(client: &Client) -> Result<Vec<SocketAddr>, crate::WorkerError> {
+async fn read_targets(
+    client: &Client,
+    own: Option<SocketAddr>,
+) -> Result<Vec<SocketAddr>, crate::WorkerError> {
     let workers = crate::admin::meta_records(client, WORKERS_META).await?;
     let addrs = crate::admin::meta_records(client, HINT_ADDRS_META).await?;
     // The beats are the oracle's time, as the heartbeats draw them.
@@ -130,6 +145,7 @@ async fn read_targets(client: &Client) -> Result<Vec<SocketAddr>, crate::WorkerE
             })
         })
         .filter_map(|(_, addr)| std::str::from_utf8(&addr).ok()?.parse().ok())
+        .filter(|addr| Some(*addr) != own)
         .collect();
     targets.sort();
     targets.dedup();
@@ -163,6 +179,7 @@ async fn relay(
     client: Client,
     mut hints: tokio::sync::broadcast::Receiver<Arc<CommittedNotify>>,
     refresh: Duration,
+    own: Option<SocketAddr>,
     targets: Arc<Mutex<Vec<SocketAddr>>>,
     counts: Arc<Counts>,
 ) {
@@ -175,7 +192,7 @@ async fn relay(
         let first = tokio::select! {
             biased;
             _ = tokio::time::sleep_until(next_refresh) => {
-                match read_targets(&client).await {
+                match read_targets(&client, own).await {
                     Ok(found) => *targets.lock().unwrap_or_else(|p| p.into_inner()) = found,
                     Err(e) => tracing::debug!(error = %e, "reading the workers' hint addresses"),
                 }
