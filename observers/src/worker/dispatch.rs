@@ -232,6 +232,7 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
         let mut cells = lock(&flights.cells);
         for item in &run {
             cells.in_flight.remove(&item.cell);
+            cells.deferred.remove(&item.cell);
         }
         cells.runs.remove(&ordinal);
         return;
@@ -265,10 +266,12 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
                         }
                         match taken {
                             // Handled meanwhile, or a repeat of a key that just failed (its
-                            // backoff applies: the scanners retry it when it ends).
+                            // backoff applies: the scanners retry it when it ends). A key
+                            // backing off only because its writer was undecided runs: a
+                            // hint that knows the fate may be what queued it.
                             Some((k, _))
                                 if inner.ledger.handled_recently(&k)
-                                    || inner.ledger.backing_off(&k) =>
+                                    || inner.ledger.backing_off_after_failure(&k) =>
                             {
                                 continue
                             }

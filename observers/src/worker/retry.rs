@@ -80,6 +80,15 @@ impl Ledger {
             .is_some_and(|r| r.after > Instant::now())
     }
 
+    /// Whether `key` is backing off after a failure or an outage (not after an undecided
+    /// writer, whose backoff a committer's hint may end).
+    pub(super) fn backing_off_after_failure(&self, key: &[u8]) -> bool {
+        lock(&self.entries)
+            .retry
+            .get(key)
+            .is_some_and(|r| (r.failures > 0 || r.outage > 0) && r.after > Instant::now())
+    }
+
     /// Forgets the backoff of `key` (its committer reported its fate).
     pub(super) fn forget_backoff(&self, key: &[u8]) {
         lock(&self.entries).retry.remove(key);
@@ -243,7 +252,9 @@ async fn fail(inner: &Inner, key: &[u8], value: Vec<u8>, error: String) {
                     .count(Event::DeadLettered, labels(inner, key).as_ref());
                 // Handled: a scan page read before the park, or a hinted copy queued behind
                 // this run, must not run it again (it would fail from a count of zero, and
-                // could park it a second time).
+                // could park it a second time). A replay within `RECENT_FOR` that puts the
+                // very same key (same second) waits that long on this worker: a scanner
+                // keeps the floor below it and takes it after.
                 ledger.done(key);
             }
             Err(e) => {
