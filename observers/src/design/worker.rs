@@ -6,7 +6,7 @@
 //! per-cell exclusion, batches, hints queued per busy cell), `retry` (backoff, recently handled
 //! keys, dead letters).
 //!
-//! ## Two paths to work
+//! ## Three paths to work
 //!
 //! - **Hints.** A hint task dispatches each hinted key of a cell the worker observes and owns at
 //!   once, as the hint's `Committed { c }` (no status lookup: the committer knows its fate);
@@ -16,8 +16,9 @@
 //!   settle (`observers/tests/hints.rs`).
 //! - **Relayed hints.** A worker given a [`crate::HintListener`] also takes the notify keys
 //!   that loaders in other processes relay to it ([`crate::relay`]): it reads each key it
-//!   observes and owns from the store and dispatches what is there as a scanner would (the
-//!   datagram names keys; the store says what they hold and the primary decides the fate).
+//!   observes and owns from the store and dispatches what is there with the value read, as
+//!   it dispatches hints (the datagram names keys; the store says what they hold and the
+//!   primary decides the fate).
 //!   While such keys keep coming, scanners leave young keys to this path as they do for
 //!   the process's own hints.
 //! - **Scanners.** `scanners` tasks each pass over the notify space from the notify floor,
@@ -25,8 +26,9 @@
 //!   processes' writes and of lost hints. Scanners leave keys at or above the timestamp of the
 //!   hint being dispatched (`hint_floor`: most likely still queued as hints) to the hint path,
 //!   and keys younger than `hint_grace` while the worker's own client has put notify keys
-//!   within `hint_grace` (a hint carries only its own client's keys, so in a process that
-//!   loads nothing no young key waits for one). A key can be skipped by a pass but not
+//!   within `hint_grace`, or keys of this worker were relayed within it (a hint carries only
+//!   its own client's keys, so in a process that loads nothing and gets no relayed keys no
+//!   young key waits for one). A key can be skipped by a pass but not
 //!   forever: once the hint queue is empty `hint_floor` is lifted and every key is older than
 //!   `hint_grace` after that long. Only pacing rests on these rules: a key taken by both
 //!   paths is one more run at most, as for any duplicate notification.

@@ -11,11 +11,12 @@
 //! - a loader process runs a [`HintRelay`] on its client: it reads those addresses (of workers
 //!   with a recent heartbeat) every second, and sends each commit's notify keys, a few dozen
 //!   per datagram ([`wire`]), to every listening worker of its namespace;
-//! - a worker takes the keys of cells it observes and owns, reads them from the store (one
-//!   `batch_get` per datagram), and dispatches those still there exactly as a scanner would
-//!   dispatch them: the store is the truth, and a datagram only says where to look.
+//! - a worker takes the keys of cells it observes and owns, reads them from the store (at
+//!   most one `batch_get` per datagram: datagrams that queued up share one), and dispatches
+//!   those still there with the value read, as hinted keys (a key of a cell in flight waits
+//!   for the run on it): the store is the truth, and a datagram only says where to look.
 //!
-//! **Why nothing rests on a datagram.** A datagram names keys; it carries no value and no
+//! **Why only pacing rests on a datagram.** A datagram names keys; it carries no value and no
 //! fate. The worker reads each key, decides its writer's fate through the writer's primary,
 //! and runs it under the same per-cell exclusion, ledger of keys handled recently and
 //! acknowledgment as any scanned key. So a lost, late, repeated, forged or misrouted datagram

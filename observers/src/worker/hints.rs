@@ -18,8 +18,9 @@
 //!   another process within it ([`HintState::may_hold_young`]): a hint carries only the keys
 //!   its own client put, so a worker whose process loads nothing and to which no loader
 //!   relays takes young keys at once instead of finding them a pass later, in bursts. While
-//!   relays go on, a young key of a writer that does not relay (a `photon run` elsewhere,
-//!   an application's client) waits up to `hint_grace` and a scanner's idle period.
+//!   relays go on, a young key of a writer that does not relay (`--no-hint-relay`, an
+//!   application's client without a relay, GC's rewrites) waits up to `hint_grace` and a
+//!   scanner's idle period.
 
 use super::dispatch::dispatch;
 use super::Inner;
