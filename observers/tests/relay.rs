@@ -120,6 +120,12 @@ async fn a_worker_runs_another_process_commits_relayed_not_scanned() {
         relay.targets() == vec![listener.local_addr()]
     })
     .await;
+    // Operators see where it listens (`percolator-ctl status`).
+    let infos = observers::admin::workers(&loader, Duration::from_secs(60))
+        .await
+        .expect("the worker registry");
+    assert_eq!(infos.len(), 1);
+    assert_eq!(infos[0].hint_addr.as_deref(), Some(listener.advertised()));
     let hinted_before = worker.metrics().snapshot().hinted;
     write(&loader, "relayed").await;
     ran_on(&mut runs, "relayed").await;

@@ -89,11 +89,12 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
                     w.share_index
                         .map_or("-".to_string(), |i| format!("{}/{}", i + 1, w.live_workers)),
                     w.handled.map_or("-".to_string(), |h| h.to_string()),
+                    w.hint_addr.clone().unwrap_or_else(|| "-".to_string()),
                 ]
             })
             .collect();
         text.push_str(&indent(&table(
-            &["ID", "STATE", "HEARTBEAT", "SHARE", "HANDLED"],
+            &["ID", "STATE", "HEARTBEAT", "SHARE", "HANDLED", "HINTS AT"],
             &rows,
         )));
     }
@@ -206,6 +207,7 @@ pub async fn status(client: &Client, store: &StoreArgs) -> Result<Answer, CtlErr
             "share_index": w.share_index,
             "live_workers": w.live_workers,
             "handled": w.handled,
+            "hint_addr": w.hint_addr,
         })).collect::<Vec<_>>(),
         "backlog": {
             "floor": backlog.floor,

@@ -25,6 +25,9 @@ pub struct WorkerInfo {
     pub share_index: Option<usize>,
     /// Live workers the split is among (its share is `1 / live_workers` of the cells).
     pub live_workers: usize,
+    /// Where it takes the notify keys loaders in other processes relay to it
+    /// ([`crate::relay`]; `None`: it does not listen).
+    pub hint_addr: Option<String>,
 }
 
 /// Raw records of the worker registry: (id, beat in oracle ms, progress), in key order.
@@ -45,6 +48,7 @@ pub(crate) async fn worker_records(
 /// them), then those whose heartbeat is older than `liveness`.
 pub async fn workers(client: &Client, liveness: Duration) -> Result<Vec<WorkerInfo>, WorkerError> {
     let records = worker_records(client).await?;
+    let hint_addrs = super::meta_records(client, crate::relay::HINT_ADDRS_META).await?;
     let now = oracle_ms(client).await?;
     let horizon = liveness.as_millis() as u64;
     let is_live = |beat: u64| beat.saturating_add(horizon) >= now;
@@ -58,6 +62,10 @@ pub async fn workers(client: &Client, liveness: Duration) -> Result<Vec<WorkerIn
                 index += 1;
                 index - 1
             });
+            let hint_addr = hint_addrs
+                .iter()
+                .find(|(of, _)| of.as_slice() == id.as_bytes())
+                .map(|(_, addr)| String::from_utf8_lossy(addr).into_owned());
             WorkerInfo {
                 id,
                 heartbeat_age: Duration::from_millis(now.saturating_sub(beat)),
@@ -65,6 +73,7 @@ pub async fn workers(client: &Client, liveness: Duration) -> Result<Vec<WorkerIn
                 live,
                 share_index,
                 live_workers,
+                hint_addr,
             }
         })
         .collect();
