@@ -9,7 +9,8 @@ once by `photon gen` to LIVE's files in event-time order at --rate lines/s. Once
 appended, `photon verify --wait` waits for the join; then the worker's metrics are read: the
 histogram `percolator_observer_commit_to_run_seconds` of the click observer (the share of runs
 within each bucket bound, and the p50 / p99 bucket bounds), notify keys scanned and hinted per
-click run, minitikv's RPCs per click run (of every process, the verification's included) and
+click run, the coefficient of variation of click runs per 250 ms while the lines are fed
+(bursts), minitikv's RPCs per click run (of every process, the verification's included) and
 the processes' CPU.
 
 Usage:
@@ -21,7 +22,7 @@ VARIANT is `LABEL=PHOTON_BINARY[,load:ARG][,work:ARG][,ENV=VALUE]...`: extra arg
 oracle are taken from --minitikv and --oracle (default: beside the first variant's binary).
 Variants run in turn within each round. Only the standard library."""
 
-import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,41 @@ def counter(lines, name):
     return total
 
 
+def click_runs(port):
+    """The click observer's runs so far (`percolator_observer_runs_total`)."""
+    total = 0.0
+    for line in scrape(port):
+        if line.startswith("percolator_observer_runs_total") and "click" in line:
+            total += float(line.rpartition(" ")[2])
+    return total
+
+
+class Sampler(threading.Thread):
+    """Click runs per 250 ms while the lines are fed: bursts show as a high coefficient of
+    variation of these counts."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port, self.counts, self.stop = port, [], threading.Event()
+
+    def run(self):
+        last = click_runs(self.port)
+        next_at = time.time() + 0.25
+        while not self.stop.is_set():
+            time.sleep(max(0.0, next_at - time.time()))
+            next_at += 0.25
+            now = click_runs(self.port)
+            self.counts.append(now - last)
+            last = now
+
+    def cv(self):
+        # The first and last second are the feed's ramp: left out.
+        counts = self.counts[4:-4]
+        if len(counts) < 2 or statistics.mean(counts) == 0:
+            return None
+        return round(statistics.pstdev(counts) / statistics.mean(counts), 2)
+
+
 def process_cpu_s(pid):
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rpartition(")")[2].split()
@@ -148,7 +184,11 @@ def run_once(args, variant, logs, lines):
             stderr=open(os.path.join(work, "load.err"), "w"))
         # The loader and the worker find each other (the relay reads the registry each second).
         time.sleep(2)
+        sampler = Sampler(metrics)
+        sampler.start()
         fed_s = feed(lines, live, args.rate)
+        sampler.stop.set()
+        sampler.join()
         verify = subprocess.run(
             [variant["binary"], "verify", *store, "--wait", "120", "--json", logs],
             env=env, capture_output=True, text=True)
@@ -186,6 +226,8 @@ def run_once(args, variant, logs, lines):
             "hinted": int(hinted),
             # Every process's RPCs (worker, loader, verification, oracle) per click run.
             "rpcs_per_click_run": round(rpcs / runs, 2) if runs else None,
+            # Coefficient of variation of click runs per 250 ms while fed (bursts: high).
+            "runs_per_250ms_cv": sampler.cv(),
             "worker_cpu_s": round(process_cpu_s(worker.pid), 2),
             "loader_cpu_s": round(process_cpu_s(loader.pid), 2),
             "minitikv_cpu_s": round(tikv.server_cpu_s(), 2),
@@ -236,7 +278,7 @@ def main():
                           f"{w['16']} / {w['64']} / {w['256']} / {w['1024']}, p50 <= "
                           f"{run['p50_ms_at_most']} ms, p99 <= {run['p99_ms_at_most']} ms; "
                           f"scanned {run['scanned_per_click_run']} keys per click run, "
-                          f"hinted {run['hinted']}, {run['rpcs_per_click_run']} RPCs per click run; CPU worker {run['worker_cpu_s']} s, "
+                          f"hinted {run['hinted']}, {run['rpcs_per_click_run']} RPCs per click run, click runs per 250 ms CV {run['runs_per_250ms_cv']}; CPU worker {run['worker_cpu_s']} s, "
                           f"loader {run['loader_cpu_s']} s, minitikv {run['minitikv_cpu_s']} s; "
                           f"joined {run['joined']}, duplicates {run['duplicates']}, "
                           f"lost {run['lost']}", flush=True)
