@@ -26,6 +26,7 @@ pub mod drain;
 pub mod error;
 pub mod faults;
 pub mod model;
+pub mod network;
 pub mod oracle;
 pub mod photon;
 #[cfg(feature = "planted")]

@@ -8,6 +8,7 @@ use crate::clock::{HostClock, SimTime};
 use crate::error::SimError;
 use crate::faults::{FaultRates, Faults, Scope};
 use crate::model::Shared;
+use crate::network::Network;
 use crate::oracle::{ProcessOracle, SimOracle};
 use crate::report::{SeedReport, Stats};
 use crate::rng::{SeededRandom, SimRng};
@@ -93,6 +94,8 @@ struct Env {
     floor_walls: Vec<HostClock>,
     own_worker_client: bool,
     own_gc_client: bool,
+    /// Relayed hints between the processes (on in half the seeds).
+    network: Network,
 }
 
 /// A running incarnation of a process.
@@ -111,6 +114,8 @@ struct Proc {
     worker_down: bool,
     worker_restarts: u32,
     actors: JoinSet<()>,
+    /// Its listener on the simulated network (`None`: the seed does not relay).
+    listener: Option<Arc<observers::HintListener>>,
 }
 
 fn client_config(env: &Env, host: usize) -> ClientConfig {
@@ -172,7 +177,12 @@ fn floor_client(env: &Env, life: &Arc<Life>, host: usize) -> Client {
 }
 
 /// A worker of `registry`'s observers.
-fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worker {
+fn start_worker_of(
+    client: Client,
+    registry: Arc<Registry>,
+    id: String,
+    hint_listener: Option<Arc<observers::HintListener>>,
+) -> Worker {
     Worker::start(
         client,
         registry,
@@ -190,10 +200,8 @@ fn start_worker_of(client: Client, registry: Arc<Registry>, id: String) -> Worke
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(50)),
             batch_size: 8,
-            // No sockets in the simulated world: relayed hints only name keys that the
-            // worker then reads from the store (`observers::relay`), so they change pacing,
-            // never what the checked properties rest on.
-            hint_listener: None,
+            // The simulated network's listener of the process (`crate::network`).
+            hint_listener,
         },
     )
 }
@@ -212,13 +220,20 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     };
     let worker_id = format!("p{i}-{incarnation}");
     let registry = app::process_registry(i, &worker_id, &worker_client);
-    let worker = start_worker_of(worker_client.clone(), registry.clone(), worker_id);
+    let listener = env.network.listen(i, incarnation);
+    let worker = start_worker_of(
+        worker_client.clone(),
+        registry.clone(),
+        worker_id,
+        listener.clone(),
+    );
     let timers = Some(timed::driver(&worker));
     let beacons = floor_client(env, &life, i);
     let floor_worker = start_worker_of(
         beacons.clone(),
         env.floor_registry.clone(),
         format!("f{i}-{incarnation}"),
+        None,
     );
     let ctx = Ctx {
         process: i,
@@ -276,6 +291,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         actors.spawn(workload::rewriter(ctx.clone()));
         actors.spawn(workload::pager(ctx.clone()));
     }
+    actors.spawn(env.network.clone().relay(client.clone()));
     actors.spawn(workload::cycle(ctx.clone()));
     actors.spawn(workload::beacons(Ctx {
         client: beacons,
@@ -307,6 +323,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker_down: false,
         worker_restarts: 0,
         actors,
+        listener,
     }
 }
 
@@ -319,7 +336,12 @@ fn restart_worker(proc: &mut Proc) {
             "p{}-{}w{}",
             proc.life.process, proc.life.incarnation, proc.worker_restarts
         );
-        proc.worker = start_worker_of(proc.worker_client.clone(), proc.registry.clone(), id);
+        proc.worker = start_worker_of(
+            proc.worker_client.clone(),
+            proc.registry.clone(),
+            id,
+            proc.listener.clone(),
+        );
         proc.timers = Some(timed::driver(&proc.worker));
     }
 }
@@ -638,6 +660,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         floor_walls,
         own_worker_client,
         own_gc_client,
+        network: Network::new(seed, PROCESSES),
     };
     // The harness's own client (never crashed; faults are off whenever it is used).
     let harness_life = Life::new(PROCESSES, 0);

@@ -33,3 +33,15 @@ fn two_replays_of_a_seed_have_the_same_trace() {
         assert!(a.stats.trace_events > 1000, "the seed did something");
     }
 }
+
+/// Some of the replayed seeds relay hints between their processes and some do not, so both
+/// kinds are replayed above (`percolator_sim::network`).
+#[test]
+fn the_replayed_seeds_include_relaying_ones() {
+    let relaying: Vec<bool> = [3, 11, 105, 106, 107]
+        .iter()
+        .map(|&seed| percolator_sim::network::Network::new(seed, 3).on())
+        .collect();
+    assert!(relaying.contains(&true), "{relaying:?}");
+    assert!(relaying.contains(&false), "{relaying:?}");
+}

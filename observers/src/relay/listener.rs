@@ -30,7 +30,8 @@ pub struct HintListener {
     malformed: AtomicU64,
     /// Datagrams dropped: no worker of their namespace here, or its queue was full.
     dropped: AtomicU64,
-    task: tokio::task::JoinHandle<()>,
+    /// The socket's receiving task (`None`: a detached listener, fed by [`HintListener::deliver`]).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for HintListener {
@@ -74,11 +75,24 @@ impl HintListener {
                 routes: Mutex::new(Vec::new()),
                 malformed: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
-                task: tokio::spawn(receive(socket, weak)),
+                task: Some(tokio::spawn(receive(socket, weak))),
             }
         });
         tracing::info!(%local, advertised = %listener.advertised, "listening for relayed hints");
         Ok(listener)
+    }
+
+    /// A listener with no socket, fed datagrams by [`HintListener::deliver`] (another
+    /// transport: the simulator's network), advertised at `advertised`.
+    pub fn detached(advertised: SocketAddr) -> Arc<HintListener> {
+        Arc::new(HintListener {
+            local: advertised,
+            advertised: advertised.to_string(),
+            routes: Mutex::new(Vec::new()),
+            malformed: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            task: None,
+        })
     }
 
     /// The address bound.
@@ -111,8 +125,9 @@ impl HintListener {
         receiver
     }
 
-    /// Hands `datagram`'s keys to the workers of its namespace.
-    fn deliver(&self, datagram: &[u8]) {
+    /// Hands `datagram`'s keys to the workers of its namespace, as if it had arrived on the
+    /// socket (what the receiving task does with each datagram).
+    pub fn deliver(&self, datagram: &[u8]) {
         let Some(decoded) = wire::decode(datagram) else {
             self.malformed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
@@ -169,7 +184,9 @@ async fn resolve(advertise: &str, local: SocketAddr) -> Result<SocketAddr, Worke
 
 impl Drop for HintListener {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
