@@ -26,24 +26,8 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// A worker process and a loader process on one store: a worker scanning once an hour, with
-/// a listener; a loader client. Returns the worker, the loader's client, the listener and
-/// the cells the observer ran on.
-async fn two_processes() -> (
-    Worker,
-    Client,
-    Arc<HintListener>,
-    mpsc::UnboundedReceiver<Cell>,
-) {
-    let store = Arc::new(MemoryKv::new());
-    let clock = Arc::new(LocalClock::new());
-    let client = |store: &Arc<MemoryKv>| {
-        Client::with_config(
-            store.clone(),
-            clock.clone(),
-            ClientConfig::with_namespace("test"),
-        )
-    };
+/// A registry whose observer on `t/c` sends each cell it runs on to the returned receiver.
+fn seen_registry() -> (Registry, mpsc::UnboundedReceiver<Cell>) {
     let (ran, runs) = mpsc::unbounded_channel();
     let mut registry = Registry::new();
     registry
@@ -60,7 +44,31 @@ async fn two_processes() -> (
             }),
         )
         .expect("register");
-    let loader = client(&store);
+    (registry, runs)
+}
+
+/// A client of namespace `test` on `store`.
+fn client_on(store: &Arc<MemoryKv>, clock: &Arc<LocalClock>) -> Client {
+    Client::with_config(
+        store.clone(),
+        clock.clone(),
+        ClientConfig::with_namespace("test"),
+    )
+}
+
+/// A worker process and a loader process on one store: a worker scanning once an hour, with
+/// a listener; a loader client. Returns the worker, the loader's client, the listener and
+/// the cells the observer ran on.
+async fn two_processes() -> (
+    Worker,
+    Client,
+    Arc<HintListener>,
+    mpsc::UnboundedReceiver<Cell>,
+) {
+    let store = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let (registry, runs) = seen_registry();
+    let loader = client_on(&store, &clock);
     // The loader declares what it writes as observed, as a loader process does.
     registry.declare(&loader);
     // Seeded before the worker starts: its scanners' first pass meets this key, so once
@@ -71,7 +79,7 @@ async fn two_processes() -> (
         .await
         .expect("bind");
     let worker = Worker::start(
-        client(&store),
+        client_on(&store, &clock),
         Arc::new(registry),
         WorkerConfig {
             idle_interval: Duration::from_secs(3600),
@@ -190,20 +198,8 @@ async fn a_relay_beside_its_own_listener_leaves_it_out() {
     let mut listeners = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..2 {
-        let client = Client::with_config(
-            store.clone(),
-            clock.clone(),
-            ClientConfig::with_namespace("test"),
-        );
-        let mut registry = Registry::new();
-        registry
-            .strong(
-                "t",
-                "c",
-                "seen",
-                observer_fn(|_txn, _cell: Cell| async { Ok(()) }),
-            )
-            .expect("register");
+        let client = client_on(&store, &clock);
+        let (registry, _runs) = seen_registry();
         let listener = HintListener::bind("127.0.0.1:0".parse().unwrap(), None)
             .await
             .expect("bind");

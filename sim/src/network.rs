@@ -9,7 +9,6 @@
 //! on moves no other draw of the seed.
 
 use crate::rng::SimRng;
-use observers::relay::wire;
 use observers::HintListener;
 use percolator::Client;
 use std::net::SocketAddr;
@@ -62,23 +61,13 @@ impl Network {
             return;
         }
         let mut hints = client.notify_hints();
-        let namespace = client.codec().namespace();
         loop {
             let hint = match hints.recv().await {
                 Ok(hint) => hint,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             };
-            let keys: Vec<Vec<u8>> = hint
-                .cells
-                .iter()
-                .map(|cell| client.codec().notify(cell, hint.notify_ts, hint.bucket))
-                .collect();
-            let datagrams = wire::encode(
-                &namespace,
-                keys.iter().map(|k| k.as_slice()),
-                wire::MAX_DATAGRAM,
-            );
+            let (_, datagrams) = observers::relay::datagrams(&client, &[hint]);
             let processes = self.lock().len();
             for datagram in datagrams {
                 for to in 0..processes {

@@ -37,3 +37,27 @@ pub use sender::{HintRelay, DEFAULT_REFRESH};
 
 /// Meta records `hint-addrs/<worker id>`: where a listening worker takes relayed hints.
 pub(crate) const HINT_ADDRS_META: &[u8] = b"hint-addrs/";
+
+/// The datagrams that relay `hints` (commits of `client`) to a listening worker, and how
+/// many notify keys they name: what [`HintRelay`] sends, and what another transport (the
+/// simulator's network) carries.
+pub fn datagrams(
+    client: &percolator::Client,
+    hints: &[std::sync::Arc<percolator::txn::CommittedNotify>],
+) -> (usize, Vec<Vec<u8>>) {
+    let codec = client.codec();
+    let keys: Vec<Vec<u8>> = hints
+        .iter()
+        .flat_map(|hint| {
+            hint.cells
+                .iter()
+                .map(|cell| codec.notify(cell, hint.notify_ts, hint.bucket))
+        })
+        .collect();
+    let datagrams = wire::encode(
+        &codec.namespace(),
+        keys.iter().map(|k| k.as_slice()),
+        wire::MAX_DATAGRAM,
+    );
+    (keys.len(), datagrams)
+}

@@ -1,8 +1,6 @@
 //! The sending end: a client's committed notify keys, relayed to the workers of its
 //! namespace that listen for them.
 
-use super::{wire, HINT_ADDRS_META};
-use crate::worker::membership::{decode_record, WORKERS_META};
 use percolator::txn::CommittedNotify;
 use percolator::Client;
 use std::net::SocketAddr;
@@ -19,9 +17,8 @@ pub const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
 /// Hints taken from the client's channel per round of sends at most.
 const HINTS_PER_ROUND: usize = 256;
 
-/// A worker whose heartbeat record is this much older than the relay's clock gets no
-/// datagrams, ms.
-const STALE_AFTER_MS: u64 = 60_000;
+/// A worker whose heartbeat is this much older than the oracle's time gets no datagrams.
+const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// What a relay has done.
 #[derive(Debug, Default)]
@@ -116,35 +113,21 @@ impl Drop for HintRelay {
     }
 }
 
-/// The addresses of the listening workers of `client`'s namespace: every address record
-/// (a socket address, resolved by the worker) whose worker has a record in the worker
-/// registry with a beat within [`STALE_AFTER_MS`] of the oracle's time (a worker that left
-/// deleted both; one that died leaves them behind).
+/// The addresses of the listening workers of `client`'s namespace, but `own`: those of the
+/// registry's workers with a beat within [`STALE_AFTER`] of the oracle's time (as
+/// `percolator-ctl status` lists them; a worker that left deleted its records, one that died
+/// leaves them behind).
 async fn read_targets(
     client: &Client,
     own: Option<SocketAddr>,
 ) -> Result<Vec<SocketAddr>, crate::WorkerError> {
-    let workers = crate::admin::meta_records(client, WORKERS_META).await?;
-    let addrs = crate::admin::meta_records(client, HINT_ADDRS_META).await?;
-    // The beats are the oracle's time, as the heartbeats draw them.
-    let now_ms = client
-        .oracle()
-        .get_timestamp()
-        .await
-        .map_err(percolator::TxnError::from)?
-        .physical_ms();
-    let mut targets: Vec<SocketAddr> = addrs
+    // A worker whose beat is this old is taken for dead (workers judge liveness more
+    // carefully for the hash split; here a wrong guess costs a datagram or a scan).
+    let mut targets: Vec<SocketAddr> = crate::admin::workers(client, STALE_AFTER)
+        .await?
         .into_iter()
-        .filter(|(id, _)| {
-            // A worker whose beat is this old is taken for dead (others judge liveness more
-            // carefully for the hash split; here a wrong guess costs a datagram or a scan).
-            workers.iter().any(|(w, record)| {
-                w == id
-                    && decode_record(record)
-                        .is_some_and(|(beat, _)| now_ms.saturating_sub(beat) < STALE_AFTER_MS)
-            })
-        })
-        .filter_map(|(_, addr)| std::str::from_utf8(&addr).ok()?.parse().ok())
+        .filter(|w| w.live)
+        .filter_map(|w| w.hint_addr?.parse().ok())
         .filter(|addr| Some(*addr) != own)
         .collect();
     targets.sort();
@@ -184,7 +167,6 @@ async fn relay(
     counts: Arc<Counts>,
 ) {
     let mut sockets = Sockets::default();
-    let namespace = client.codec().namespace();
     let mut next_refresh = Instant::now();
     loop {
         // Biased: the registry first when it is due, so new workers are known before the
@@ -223,20 +205,8 @@ async fn relay(
         if to.is_empty() {
             continue;
         }
-        let keys: Vec<Vec<u8>> = batch
-            .iter()
-            .flat_map(|hint| {
-                hint.cells
-                    .iter()
-                    .map(|cell| client.codec().notify(cell, hint.notify_ts, hint.bucket))
-            })
-            .collect();
-        counts.keys.fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let datagrams = wire::encode(
-            &namespace,
-            keys.iter().map(|k| k.as_slice()),
-            wire::MAX_DATAGRAM,
-        );
+        let (keys, datagrams) = super::datagrams(&client, &batch);
+        counts.keys.fetch_add(keys as u64, Ordering::Relaxed);
         for datagram in datagrams {
             for target in &to {
                 match sockets.send(&datagram, *target).await {

@@ -207,11 +207,16 @@ impl Membership {
 }
 
 impl Inner {
-    /// This worker's record in the worker registry.
-    pub(super) fn worker_key(&self) -> Vec<u8> {
-        let mut name = WORKERS_META.to_vec();
+    /// This worker's record under meta prefix `prefix` (`workers/`, `hint-addrs/`).
+    pub(super) fn own_meta_key(&self, prefix: &[u8]) -> Vec<u8> {
+        let mut name = prefix.to_vec();
         name.extend_from_slice(self.config.id.as_bytes());
         self.client.codec().meta(name)
+    }
+
+    /// This worker's record in the worker registry.
+    pub(super) fn worker_key(&self) -> Vec<u8> {
+        self.own_meta_key(WORKERS_META)
     }
 }
 

@@ -1,6 +1,7 @@
 //! The relayed-hint path: notify keys that clients in other processes committed, received
-//! by the process's [`crate::relay::HintListener`], read from the store and dispatched as a
-//! scanner dispatches what it finds (`crate::relay` says why nothing rests on a datagram).
+//! by the process's [`crate::relay::HintListener`], read from the store and dispatched with
+//! the value read, as hinted keys are (`crate::relay` says why only pacing rests on a
+//! datagram).
 //!
 //! Invariants it keeps:
 //! - A key is dispatched only with the value read from the store after the datagram came:
@@ -22,9 +23,7 @@ use tokio::sync::mpsc;
 impl Inner {
     /// This worker's record of where it takes relayed hints.
     pub(super) fn hint_addr_key(&self) -> Vec<u8> {
-        let mut name = HINT_ADDRS_META.to_vec();
-        name.extend_from_slice(self.config.id.as_bytes());
-        self.client.codec().meta(name)
+        self.own_meta_key(HINT_ADDRS_META)
     }
 }
 
