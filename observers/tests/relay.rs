@@ -225,3 +225,156 @@ async fn a_relay_beside_its_own_listener_leaves_it_out() {
         worker.shutdown().await;
     }
 }
+
+/// A worker whose observer on `t/c` fails every run, its first run held until `release`
+/// is notified; the worker scans once an hour and retries a failure after an hour, so
+/// only datagrams start runs. Returns the worker, the client, the listener, the calls
+/// counter, a receiver told when the first call began, and the release.
+async fn failing_worker(
+    max_failures: u32,
+) -> (
+    Worker,
+    Client,
+    Arc<HintListener>,
+    Arc<std::sync::atomic::AtomicU64>,
+    mpsc::UnboundedReceiver<()>,
+    Arc<tokio::sync::Notify>,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let store = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let client = client_on(&store, &clock);
+    let calls = Arc::new(AtomicU64::new(0));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (began, first) = mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    {
+        let (calls, release) = (calls.clone(), release.clone());
+        registry
+            .strong(
+                "t",
+                "c",
+                "fails",
+                observer_fn(move |_txn, _cell: Cell| {
+                    let (calls, release, began) = (calls.clone(), release.clone(), began.clone());
+                    async move {
+                        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                            let _ = began.send(());
+                            release.notified().await;
+                        }
+                        Err(observers::ObserverError::failed("export endpoint down"))
+                    }
+                }),
+            )
+            .expect("register");
+    }
+    let listener = HintListener::bind("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .expect("bind");
+    let worker = Worker::start(
+        client.clone(),
+        Arc::new(registry),
+        WorkerConfig {
+            idle_interval: Duration::from_secs(3600),
+            max_idle_interval: Duration::from_secs(3600),
+            follow_shared_counts: None,
+            heartbeat: Duration::from_millis(50),
+            retry_backoff: Duration::from_secs(3600),
+            max_failures,
+            batch_size: 1,
+            hint_listener: Some(listener.clone()),
+            ..WorkerConfig::default()
+        },
+    );
+    worker.wait_until_settled().await;
+    (worker, client, listener, calls, first, release)
+}
+
+/// Writes `t/r/c` through a client of another process (no hint reaches the worker) and
+/// returns its notify key as a datagram naming it.
+async fn written_elsewhere(client: &Client) -> Vec<u8> {
+    let other = Client::with_config(
+        client.store().clone(),
+        Arc::new(LocalClock::new()),
+        ClientConfig::with_namespace("test"),
+    );
+    // The other process declares the observed column, as a loader process does.
+    let mut declared = Registry::new();
+    declared
+        .strong(
+            "t",
+            "c",
+            "fails",
+            observer_fn(|_txn, _cell: Cell| async { Ok(()) }),
+        )
+        .expect("register");
+    declared.declare(&other);
+    let txn = other.begin().await.expect("begin");
+    txn.set(Cell::new("t", "r", "c"), b"v".to_vec());
+    txn.commit().await.expect("commit");
+    let keys = percolator::kv::scan_all(
+        client.store().as_ref(),
+        client.codec().notify_from(0),
+        percolator::kv::ScanOrder::Forward,
+    )
+    .await
+    .expect("scan");
+    assert_eq!(keys.len(), 1, "one notify key");
+    wire::encode(&client.codec().namespace(), [keys[0].0.as_slice()], 1400).remove(0)
+}
+
+/// Runs the failing worker's scenario: a datagram starts the first run, a second one naming
+/// the same key while it runs is queued for the run on that cell; then the run fails.
+/// Returns the observer's calls once no run is in flight.
+async fn a_repeat_queued_behind_a_failing_run(max_failures: u32) -> (u64, Worker) {
+    let (worker, client, listener, calls, mut first, release) = failing_worker(max_failures).await;
+    let datagram = written_elsewhere(&client).await;
+    let sender = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sender
+        .send_to(&datagram, listener.local_addr())
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, first.recv())
+        .await
+        .expect("the first run began")
+        .expect("a call");
+    sender
+        .send_to(&datagram, listener.local_addr())
+        .await
+        .unwrap();
+    let metrics = worker.metrics();
+    // Started, then queued behind it.
+    until("the repeat queued", || metrics.snapshot().hinted == 2).await;
+    release.notify_one();
+    until("the runs ended", || {
+        metrics.snapshot().failures >= 1 && worker.oldest_run_in_flight().is_none()
+    })
+    .await;
+    (calls.load(std::sync::atomic::Ordering::SeqCst), worker)
+}
+
+/// A key parked as a dead letter is handled: a copy of it queued behind the run that parked
+/// it does not run again (it ran from a failure count of zero, and was parked twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_key_queued_again_does_not_run_again() {
+    let (calls, worker) = a_repeat_queued_behind_a_failing_run(1).await;
+    let snapshot = worker.metrics().snapshot();
+    assert_eq!(
+        (calls, snapshot.failures, snapshot.dead_lettered),
+        (1, 1, 1)
+    );
+    worker.shutdown().await;
+}
+
+/// A copy queued behind a run that failed waits for the key's backoff (an hour here)
+/// instead of running at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_of_a_failed_key_waits_for_its_backoff() {
+    let (calls, worker) = a_repeat_queued_behind_a_failing_run(3).await;
+    let snapshot = worker.metrics().snapshot();
+    assert_eq!(
+        (calls, snapshot.failures, snapshot.dead_lettered),
+        (1, 1, 0)
+    );
+    worker.shutdown().await;
+}
