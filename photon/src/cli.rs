@@ -331,8 +331,8 @@ pub struct WorkArgs {
 /// How the loader reads a directory (`photon load`, `photon run`).
 #[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
-    /// Lines per transaction.
-    #[arg(long, default_value_t = 500)]
+    /// Lines per transaction, at most (a batch takes what the input has, up to this).
+    #[arg(long, default_value_t = app::load::DEFAULT_BATCH)]
     pub batch: usize,
     /// Where malformed lines are reported (file:line: error: text).
     #[arg(long, default_value = "./photon-rejects.txt")]

@@ -141,13 +141,13 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     crate::run::settle_all(&running).await;
     let total_events = summary.queries + summary.clicks + summary.duplicate_lines;
     // At an offered rate, batches span about 40 ms of event time (about 4 files share the
-    // rate), so the pace is smooth; at saturation, 500 lines.
+    // rate), so the pace is smooth (at most 500 lines); at saturation, the loader's default.
     let (batch, pace) = match offered {
         Some(o) => (
             ((o.per_sec * (1.0 + 1.0 / ctr)) / 100.0).clamp(1.0, 500.0) as usize,
             Some(crate::load::Pace::starting_now(options.start_ms)),
         ),
-        None => (500, None),
+        None => (app::load::DEFAULT_BATCH, None),
     };
     let run_spec = RunSpec {
         run: RunOptions {

@@ -11,7 +11,7 @@
 //!   --retention-days N` drops, through the index, the entries of whole days below a boundary
 //!   that never moves back, one day later than the boundary ([`super::join`]).
 //! - **Wake checks** (`wakechecks/<file>@<offset>/queries`): one per loaded batch of queries
-//!   (about one per 500 lines), deleted transactionally by its observer, which leaves a head
+//!   (about one per 2,000 lines at saturation), deleted transactionally by its observer, which leaves a head
 //!   (shrunk to a tombstone head by GC). Nothing scans the table (checks are found through their
 //!   notify keys), so it costs storage, about a hundred bytes per batch; a raw purge of those
 //!   heads behind the GC safe point, like the parked index's, is not written.

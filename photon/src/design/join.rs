@@ -102,7 +102,7 @@
 //! `wakechecks/<file>@<offset>/queries` holding the batch's query ids, an observed cell. Its weak
 //! observer (`join::CheckWakes`) runs after the batch commits, reads the pending lists
 //! of those queries in one `get_many`, notifies the wake cells of those that clicks wait for and
-//! deletes the check: one run per batch of up to 500 lines, instead of a wake run per query.
+//! deletes the check: one run per batch of up to 2,000 lines, instead of a wake run per query.
 //! Query notifications from older loaders are handled by the same wake observer, registered on
 //! `queries/event` too.
 //!
