@@ -22,8 +22,9 @@ pub struct WorkerSpec {
     pub max_in_flight: usize,
     /// Scanner tasks.
     pub scanners: usize,
-    /// Notifications of one observer handled per transaction at most (see
-    /// [`WorkerConfig::batch_size`]).
+    /// Notifications of one observer handled per transaction (see
+    /// [`WorkerConfig::batch_size`]); a burst grows runs to four times this
+    /// ([`WorkerConfig::max_batch_size`]).
     pub batch_size: usize,
     /// How often idle scanners read the store's shared count of notify keys put, to follow
     /// commits of other processes (`None`: only their idle periods; see
@@ -65,6 +66,7 @@ impl WorkerSpec {
             scanners: self.scanners,
             max_in_flight: self.max_in_flight,
             batch_size: self.batch_size,
+            max_batch_size: self.batch_size.saturating_mul(4),
             follow_shared_counts: self.follow_shared_counts,
             hint_listener: self.hint_listener.clone(),
             ..WorkerConfig::default()

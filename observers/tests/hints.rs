@@ -44,3 +44,87 @@ async fn a_commit_before_the_worker_settled_is_hinted_once_it_settles() {
     assert_eq!(h.worker().metrics().snapshot().hinted, 1);
     h.worker().shutdown().await;
 }
+
+/// The sizes of the runs that handled the next `n` keys, sorted.
+async fn take(n: usize, ran: &mut tokio::sync::mpsc::UnboundedReceiver<usize>) -> Vec<usize> {
+    let mut got = Vec::new();
+    let mut total = 0;
+    while total < n {
+        let size = tokio::time::timeout(Duration::from_secs(30), ran.recv())
+            .await
+            .expect("runs within 30 s: hinted, not scanned")
+            .expect("a run");
+        total += size;
+        got.push(size);
+    }
+    got.sort_unstable();
+    got
+}
+
+/// Records the size of every batch it is handed.
+struct BatchSizes(tokio::sync::mpsc::UnboundedSender<usize>);
+
+#[async_trait::async_trait]
+impl observers::Observer for BatchSizes {
+    async fn observe(
+        &self,
+        txn: percolator::Transaction,
+        cell: Cell,
+    ) -> Result<(), observers::ObserverError> {
+        self.observe_batch(txn, std::slice::from_ref(&cell)).await
+    }
+
+    async fn observe_batch(
+        &self,
+        _txn: percolator::Transaction,
+        cells: &[Cell],
+    ) -> Result<(), observers::ObserverError> {
+        let _ = self.0.send(cells.len());
+        Ok(())
+    }
+}
+
+/// A burst of one observer's notifications (one commit of 96 cells, handed over by its
+/// hint) fills `BURST_RUNS` runs of 12 instead of 24 runs of the batch size (4), up to
+/// `max_batch_size`; a trickle (one commit of 3) is still run at the batch size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_notifications_grows_its_batches_and_a_trickle_does_not() {
+    let (sizes, mut ran) = tokio::sync::mpsc::unbounded_channel();
+    let mut registry = Registry::new();
+    registry
+        .strong("t", "c", "sizes", std::sync::Arc::new(BatchSizes(sizes)))
+        .expect("register");
+    // Scans a minute apart: each commit reaches the worker as one hint.
+    let h = Harness::with_config(
+        registry,
+        WorkerConfig {
+            idle_interval: Duration::from_secs(60),
+            max_idle_interval: Duration::from_secs(60),
+            batch_size: 4,
+            max_batch_size: 16,
+            ..WorkerConfig::default()
+        },
+    );
+    let commit = |rows: std::ops::Range<usize>| {
+        let client = h.client().clone();
+        async move {
+            let txn = client.begin().await.expect("begin");
+            for i in rows {
+                txn.set(Cell::new("t", format!("r{i:03}"), "c"), "v");
+            }
+            txn.commit().await.expect("commit");
+        }
+    };
+    h.worker().wait_until_settled().await;
+    commit(0..96).await;
+    let burst = take(96, &mut ran).await;
+    assert_eq!(
+        burst,
+        vec![12; observers::BURST_RUNS],
+        "96 keys in 8 runs of 12"
+    );
+    commit(96..99).await;
+    let trickle = take(3, &mut ran).await;
+    assert_eq!(trickle, vec![3], "3 keys in one run, as before");
+    h.worker().shutdown().await;
+}

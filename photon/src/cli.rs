@@ -198,7 +198,9 @@ pub enum Command {
         /// Period of the progress lines printed when stderr is not a terminal, ms.
         #[arg(long, default_value_t = 5000, hide = true, value_parser = millis(1))]
         progress_ms: u64,
-        /// Clicks (of one pipeline) joined per transaction at most; 1: one per transaction.
+        /// Clicks (of one pipeline) joined per transaction; a burst of more than eight
+        /// batches' worth found together is split into eight runs of up to four times this.
+        /// 1: one per transaction.
         #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
         batch_size: usize,
         /// Backpressure: the loader waits while more notifications than this wait for the
@@ -290,8 +292,9 @@ pub struct WorkArgs {
     /// Scanner tasks.
     #[arg(long, default_value_t = 2)]
     pub scanners: usize,
-    /// Clicks joined per transaction at most (a batch of the worker's notifications); 1:
-    /// one per transaction.
+    /// Clicks joined per transaction (a batch of the worker's notifications); a burst of
+    /// more than eight batches' worth found together (a loader's batch at saturation) is
+    /// split into eight runs of up to four times this. 1: one per transaction.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
     /// How often an idle scanner reads the store's shared count of notify keys put, to

@@ -119,7 +119,28 @@ impl Flights {
 /// An observer by the (table, column) it watches.
 type ObserverKey = (Vec<u8>, Vec<u8>);
 
-/// Starts observer runs for `items`, batched per observer (up to `batch_size` cells of one
+/// How many runs a burst of one observer's keys fills while their batches can still grow
+/// (see [`run_size`]).
+pub const BURST_RUNS: usize = 8;
+
+/// Keys of one observer per run when one dispatch holds `keys` of them: `batch_size`, or
+/// more for a burst (the hint of a loader's commit at saturation, hints that queued up
+/// behind busy runs; scans and relayed keys come in batches already), so that it fills
+/// at most [`BURST_RUNS`] runs, up to `max_batch_size` keys each. Below
+/// `BURST_RUNS x batch_size` keys nothing changes: a trickle is run as before, at once and
+/// in parallel. A burst costs fewer transactions per key this way (fewer commits, oracle
+/// calls, and on a store of many regions fewer requests per key), and its keys are all
+/// there at once, so larger runs add no wait for them. `batch_size` 1 turns batches off.
+pub(super) fn run_size(keys: usize, batch_size: usize, max_batch_size: usize) -> usize {
+    let batch_size = batch_size.max(1);
+    if batch_size == 1 {
+        return 1;
+    }
+    keys.div_ceil(BURST_RUNS)
+        .clamp(batch_size, max_batch_size.max(batch_size))
+}
+
+/// Starts observer runs for `items`, batched per observer (up to [`run_size`] cells of one
 /// observer per run), waiting for a free slot before each run (backpressure instead
 /// of an unbounded queue). With `defer_if_busy` (hints), a key whose cell is in flight is
 /// queued for the run on that cell to take next (counted as started).
@@ -129,9 +150,7 @@ pub(super) async fn dispatch(
     defer_if_busy: bool,
 ) -> Dispatched {
     let mut report = Dispatched::default();
-    // Per observer (table, column), in the order met.
-    let mut groups: Vec<(ObserverKey, Vec<Item>)> = Vec::new();
-    let batch_size = inner.config.batch_size.max(1);
+    let mut wanted = Vec::with_capacity(items.len());
     for item in items {
         if inner.ledger.handled_recently(&item.key) {
             report.busy += 1;
@@ -140,8 +159,28 @@ pub(super) async fn dispatch(
         if inner.registry.get(&item.cell).is_none() {
             continue;
         }
-        let size = batch_size;
+        wanted.push(item);
+    }
+    // Keys per observer (table, column), in the order met, for the size of their runs.
+    let mut counts: Vec<(ObserverKey, usize)> = Vec::new();
+    for item in &wanted {
+        match counts
+            .iter_mut()
+            .find(|(o, _)| o.0 == item.cell.table && o.1 == item.cell.column)
+        {
+            Some((_, n)) => *n += 1,
+            None => counts.push(((item.cell.table.clone(), item.cell.column.clone()), 1)),
+        }
+    }
+    // Per observer, in the order met.
+    let mut groups: Vec<(ObserverKey, Vec<Item>)> = Vec::new();
+    for item in wanted {
         let observer = (item.cell.table.clone(), item.cell.column.clone());
+        let keys = counts
+            .iter()
+            .find(|(o, _)| *o == observer)
+            .map_or(1, |(_, n)| *n);
+        let size = run_size(keys, inner.config.batch_size, inner.config.max_batch_size);
         match groups
             .iter_mut()
             .rev()
@@ -302,4 +341,27 @@ async fn start(inner: &Arc<Inner>, batch: Vec<Item>, defer_if_busy: bool, report
         }
         drop(permit);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trickle runs at the batch size; a burst fills `BURST_RUNS` runs, up to the maximum;
+    /// batch size 1 never grows.
+    #[test]
+    fn runs_grow_with_bursts_only() {
+        assert_eq!(run_size(1, 32, 128), 32);
+        assert_eq!(run_size(8 * 32, 32, 128), 32);
+        assert_eq!(run_size(8 * 32 + 1, 32, 128), 33);
+        assert_eq!(run_size(667, 32, 128), 84);
+        assert_eq!(run_size(10_000, 32, 128), 128);
+        assert_eq!(
+            run_size(10_000, 32, 16),
+            32,
+            "a maximum below the size changes nothing"
+        );
+        assert_eq!(run_size(10_000, 1, 128), 1, "batches off");
+        assert_eq!(run_size(10_000, 0, 128), 1);
+    }
 }

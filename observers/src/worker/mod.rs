@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::telemetry::{Telemetry, WorkerMetrics};
 use dispatch::Flights;
+pub use dispatch::BURST_RUNS;
 use hints::HintState;
 use membership::Membership;
 use percolator::Client;
@@ -89,8 +90,13 @@ pub struct WorkerConfig {
     /// Notifications of one observer (strong or weak) handed to one transaction at most (a batch; see
     /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is
     /// found together (a scan page, the hints that queued up while runs were busy), so an
-    /// idle worker still handles a lone notification at once.
+    /// idle worker still handles a lone notification at once. A burst of hinted keys of more
+    /// than [`BURST_RUNS`] batches' worth (a loader's commit at saturation) fills
+    /// [`BURST_RUNS`] runs of up to `max_batch_size` instead.
     pub batch_size: usize,
+    /// The largest batch a burst of notifications grows runs to (see `batch_size`); at most
+    /// `batch_size`: batches never grow.
+    pub max_batch_size: usize,
     /// Where this worker takes the notify keys that loaders in other processes relay to it
     /// ([`crate::relay`]): one listener per process, shared by its workers. `None`: such
     /// commits are found by scanning only.
@@ -113,6 +119,7 @@ impl Default for WorkerConfig {
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(DEFAULT_FOLLOW_MS)),
             batch_size: 32,
+            max_batch_size: 128,
             hint_listener: None,
         }
     }
