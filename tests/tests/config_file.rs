@@ -72,7 +72,7 @@ fn every_binary_reads_the_documented_example() {
     );
     has(
         &effective::<photon::cli::Cli>("photon", path, &["load", "./logs"]),
-        &["batch = 500  # file"],
+        &["batch = 1000  # file"],
     );
     // `--store` is required by `oracle serve`: the file's value stands for it.
     let oracle = effective::<oracle_server::cli::Cli>("oracle-server", path, &["serve"]);
