@@ -23,9 +23,11 @@ pub struct WorkerSpec {
     /// Scanner tasks.
     pub scanners: usize,
     /// Notifications of one observer handled per transaction (see
-    /// [`WorkerConfig::batch_size`]); a burst grows runs to four times this
-    /// ([`WorkerConfig::max_batch_size`]).
+    /// [`WorkerConfig::batch_size`]).
     pub batch_size: usize,
+    /// The largest batch a burst of notifications grows runs to (see
+    /// [`WorkerConfig::max_batch_size`]; the default: batches never grow).
+    pub max_batch_size: usize,
     /// How often idle scanners read the store's shared count of notify keys put, to follow
     /// commits of other processes (`None`: only their idle periods; see
     /// [`WorkerConfig::follow_shared_counts`]).
@@ -46,6 +48,7 @@ impl WorkerSpec {
             max_in_flight: defaults.max_in_flight,
             scanners: defaults.scanners,
             batch_size: defaults.batch_size,
+            max_batch_size: defaults.max_batch_size,
             follow_shared_counts: defaults.follow_shared_counts,
             hint_listener: None,
         }
@@ -66,7 +69,7 @@ impl WorkerSpec {
             scanners: self.scanners,
             max_in_flight: self.max_in_flight,
             batch_size: self.batch_size,
-            max_batch_size: self.batch_size.saturating_mul(4),
+            max_batch_size: self.max_batch_size,
             follow_shared_counts: self.follow_shared_counts,
             hint_listener: self.hint_listener.clone(),
             ..WorkerConfig::default()

@@ -202,3 +202,45 @@ async fn two_loaders_of_one_directory_at_once_load_each_line_once() {
     );
     assert_each_once(&kv.client(), 500).await;
 }
+
+/// A batch ends at `MAX_BATCH_BYTES` of lines however many more its line count allows (ten
+/// lines of 900 KiB load in two batches, each line once), and at half a backlog bound
+/// (`batch_lines`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_end_at_their_bytes_and_at_half_the_backlog_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docs-0.jsonl");
+    let body = "x".repeat(900 << 10);
+    let mut text = String::new();
+    for i in 0..10 {
+        text.push_str(&format!("{{\"id\": \"d{i:04}\", \"body\": \"{body}\"}}\n"));
+    }
+    std::fs::write(&path, text).unwrap();
+    let store = Store::new();
+    let stats = LoadStats::default();
+    let opts = LoadOptions {
+        batch: 2_000,
+        ..options(dir.path())
+    };
+    let loaded = loader(None)
+        .load_dir(&store.client(), dir.path(), &opts, &stats)
+        .await
+        .unwrap();
+    assert_eq!(loaded, 10);
+    // 4 MiB / 900 KiB: a batch ends with its fifth line.
+    assert_eq!(stats.batches.load(Ordering::Relaxed), 2, "5 + 5 lines");
+    assert_each_once(&store.client(), 10).await;
+
+    let bounded = LoadOptions {
+        batch: 2_000,
+        max_backlog: 10,
+        ..options(dir.path())
+    };
+    assert_eq!(app::load::batch_lines(&bounded), 5);
+    assert_eq!(app::load::batch_lines(&opts), 2_000, "no bound");
+    let one = LoadOptions {
+        max_backlog: 1,
+        ..bounded
+    };
+    assert_eq!(app::load::batch_lines(&one), 1);
+}

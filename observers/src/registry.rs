@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// commits it and retries on conflicts) and the dirty cell.
 ///
 /// A worker may hand an observer (strong or weak) several dirty cells in one transaction (a batch, up
-/// to [`crate::WorkerConfig::batch_size`]): it calls [`Observer::observe_batch`], whose
+/// to [`crate::WorkerConfig::batch_size`], or `max_batch_size` in a burst): it calls [`Observer::observe_batch`], whose
 /// default calls [`Observer::observe`] for each cell in turn. Authors who do not want batches
 /// implement `observe` only.
 #[async_trait]

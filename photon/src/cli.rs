@@ -475,6 +475,7 @@ impl WorkArgs {
                 max_in_flight: self.max_in_flight,
                 scanners: self.scanners,
                 batch_size: self.batch_size,
+                max_batch_size: crate::join::max_batch_size(self.batch_size),
                 follow_shared_counts: self.follow_shared_counts(),
                 hint_listener: None,
             },

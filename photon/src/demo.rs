@@ -127,6 +127,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     let spec = |name: String| PipelineSpec {
         worker: WorkerSpec {
             batch_size,
+            max_batch_size: crate::join::max_batch_size(batch_size),
             ..WorkerSpec::named(name)
         },
         horizon: HORIZON,

@@ -132,6 +132,15 @@ impl Observer for ClickJoin {
     }
 }
 
+/// The largest batch a burst of clicks grows a join run to (`WorkerConfig::max_batch_size`):
+/// four times the batch size. The join reads and writes a batch's cells in a few batched
+/// calls, so a burst of clicks (a loader's batch at saturation) costs fewer transactions
+/// and store calls per click in larger runs (`observers::BURST_RUNS`); a batch size of 1
+/// stays 1.
+pub fn max_batch_size(batch_size: usize) -> usize {
+    batch_size.saturating_mul(4)
+}
+
 /// Joins the clicks in `cells` (distinct cells) in `txn`, in order.
 ///
 /// Reads are batched: first every click (with its delivery's commit_ts, which `get_many`

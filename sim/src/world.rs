@@ -200,7 +200,8 @@ fn start_worker_of(
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(50)),
             batch_size: 8,
-            // Bursts (a loader's batch, a scan page of many keys) grow runs to 32.
+            // Bursts of hinted keys (more than 8 batches' worth of one observer) grow runs
+            // to 32, as photon's do (four times the batch size).
             max_batch_size: 32,
             // The simulated network's listener of the process (`crate::network`).
             hint_listener,

@@ -84,6 +84,22 @@ impl Default for LoadOptions {
 /// embedded gain levels off (5,000: about 2 % more).
 pub const DEFAULT_BATCH: usize = 2_000;
 
+/// A batch of lines also ends once its lines reach this many bytes (the line that reaches it
+/// included), whatever [`LoadOptions::batch`] allows: a transaction stays a few MiB however
+/// long the lines are, and so does any cell a sink writes per batch (photon's wake check
+/// lists a batch's query ids), far below a TiKV raft entry's 8 MiB.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
+/// The lines per batch `options` allow: [`LoadOptions::batch`], and at most half of a
+/// backlog bound, so that one batch committed at the bound overshoots it by half at most.
+pub fn batch_lines(options: &LoadOptions) -> usize {
+    let batch = options.batch.max(1);
+    match options.max_backlog {
+        0 => batch,
+        bound => batch.min((bound / 2).max(1)),
+    }
+}
+
 /// The default of [`LoadOptions::max_line_bytes`]: 1 MiB, a hundred times Photon's longest
 /// event and far below what would strain a loader's memory.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
@@ -501,7 +517,7 @@ pub async fn load_source<S: Source, K: Sink<S::Record>>(
         // A fault of this source's input (its loaded bytes changed, cut short, or taken
         // for another log; a read error) quarantines it: reported, counted, and the other
         // sources load on (a restart reports it again rather than failing).
-        let batch = match source.next_batch(&found, ctx.options.batch.max(1)).await {
+        let batch = match source.next_batch(&found, batch_lines(ctx.options)).await {
             Ok(Some(batch)) => {
                 if let Some(injector) = ctx.watermarks {
                     injector.reading(&name);

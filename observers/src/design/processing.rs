@@ -35,7 +35,9 @@
 //! [`crate::WorkerConfig::batch_size`] (default 32; 1 disables them): the notify keys of one
 //! observer found together (a scan page, the hints that queued up while runs were busy, the
 //! cells of one loader commit) go to one run, up to `batch_size` keys of distinct cells
-//! (per-cell exclusion keeps a second key of a cell out of the batch). Each key's fate is
+//! (per-cell exclusion keeps a second key of a cell out of the batch); a burst of hinted keys
+//! of more than [`crate::BURST_RUNS`] batches' worth fills that many runs of up to
+//! [`crate::WorkerConfig::max_batch_size`] keys instead, when it is above `batch_size`. Each key's fate is
 //! decided as above (status lookups at once); the committed ones share **one** transaction that
 //! reads every cell and its acknowledgment (at once), computes each cell's `m`, calls
 //! [`crate::Observer::observe_batch`] for the cells with `m > ack` (its default calls `observe`

@@ -1,6 +1,7 @@
 //! Dispatch: starting observer runs for notify keys, at most one run per cell at a time and
 //! at most `max_in_flight` runs in all, with a queue of hinted keys per busy cell. A run
-//! handles a batch: up to `batch_size` keys of distinct cells of one strong observer, in one
+//! handles a batch: up to [`run_size`] keys (`batch_size`, more in a burst) of distinct cells
+//! of one strong observer, in one
 //! transaction ([`crate::process::handle_batch`]), strong or weak.
 //!
 //! Invariants it keeps:
@@ -138,6 +139,17 @@ pub(super) fn run_size(keys: usize, batch_size: usize, max_batch_size: usize) ->
     }
     keys.div_ceil(BURST_RUNS)
         .clamp(batch_size, max_batch_size.max(batch_size))
+}
+
+/// How many keys a path that gathers what queued up (relayed datagrams) takes into one
+/// dispatch: a batch, or [`BURST_RUNS`] of the largest when batches may grow.
+pub(super) fn gather_limit(config: &super::WorkerConfig) -> usize {
+    let batch_size = config.batch_size.max(1);
+    if batch_size > 1 && config.max_batch_size > batch_size {
+        BURST_RUNS * config.max_batch_size
+    } else {
+        batch_size
+    }
 }
 
 /// Starts observer runs for `items`, batched per observer (up to [`run_size`] cells of one

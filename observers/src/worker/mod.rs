@@ -94,8 +94,11 @@ pub struct WorkerConfig {
     /// than [`BURST_RUNS`] batches' worth (a loader's commit at saturation) fills
     /// [`BURST_RUNS`] runs of up to `max_batch_size` instead.
     pub batch_size: usize,
-    /// The largest batch a burst of notifications grows runs to (see `batch_size`); at most
-    /// `batch_size`: batches never grow.
+    /// The largest batch a burst of hinted notifications grows runs to (see `batch_size`).
+    /// At or below `batch_size` (the default), batches never grow. Worth raising for
+    /// observers whose `observe_batch` reads and writes a batch's cells together (photon's
+    /// join: four times its batch size); an observer that handles cells one by one only
+    /// loses parallelism to larger batches.
     pub max_batch_size: usize,
     /// Where this worker takes the notify keys that loaders in other processes relay to it
     /// ([`crate::relay`]): one listener per process, shared by its workers. `None`: such
@@ -119,7 +122,7 @@ impl Default for WorkerConfig {
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(DEFAULT_FOLLOW_MS)),
             batch_size: 32,
-            max_batch_size: 128,
+            max_batch_size: 32,
             hint_listener: None,
         }
     }

@@ -63,8 +63,9 @@ pub(super) async fn relayed_loop(
         let Some(mut keys) = keys else {
             return;
         };
-        // Datagrams that queued up meanwhile join this one, up to a batch.
-        while keys.len() < inner.config.batch_size.max(1) {
+        // Datagrams that queued up meanwhile join this one, up to a batch, or up to a
+        // burst's worth when bursts may grow batches (`dispatch::run_size`).
+        while keys.len() < super::dispatch::gather_limit(&inner.config) {
             match datagrams.try_recv() {
                 Ok(more) => keys.extend(more),
                 Err(_) => break,

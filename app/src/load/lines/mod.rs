@@ -575,7 +575,8 @@ impl<M: LineMapping> Source for LineFile<M> {
         }
         // Lines are read as bytes: one that is not UTF-8 is rejected like any malformed line.
         let mut buf = Vec::new();
-        while records.len() < max {
+        let mut bytes = 0;
+        while records.len() < max && bytes < super::MAX_BATCH_BYTES {
             let at = lines.pos();
             let item = lines.next(&mut buf).map_err(self.io())?;
             let nuls = match item {
@@ -583,6 +584,7 @@ impl<M: LineMapping> Source for LineFile<M> {
                 Item::Line { nuls } | Item::TooLong { nuls, .. } => nuls,
             };
             next.line += 1;
+            bytes += buf.len();
             if nuls > 0 {
                 nul_bytes += nuls;
                 tracing::warn!(
