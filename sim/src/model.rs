@@ -12,6 +12,10 @@ pub struct Model {
     /// Each loader's input: the event ids at each offset (with duplicates and ids other
     /// loaders deliver too).
     pub sources: Vec<Vec<u64>>,
+    /// Bursts in this seed (a quarter of them): workers batch 2 keys and grow runs to 8 for
+    /// a burst (`observers::BURST_RUNS`), and one loader batch in five takes 20-40 events,
+    /// so bursts of hinted keys meet crashes, conflicts and outages.
+    pub bursts: bool,
     /// The timed clicks' event times, by id ([`crate::timed`]).
     pub timed_times: BTreeMap<u64, u64>,
     /// Each timed loader's delivery order of click ids.
@@ -80,4 +84,10 @@ impl Shared {
         tracing::warn!(%what, "violation");
         self.with(|m| m.violations.push(what));
     }
+}
+
+/// Whether `seed` is a burst seed ([`Model::bursts`]: a quarter of the seeds), drawn from the
+/// seed alone so that the seed's other draws stay where they were.
+pub fn burst_seed(seed: u64) -> bool {
+    seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 62 == 0
 }

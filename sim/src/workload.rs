@@ -52,14 +52,19 @@ where
     }
 }
 
-/// Loader `j`: takes its source from the committed offset in batches of 1-4 entries; each
+/// Loader `j`: takes its source from the committed offset in batches of 1-4 entries (one in
+/// five of 20-40 in burst seeds, `Model::bursts`); each
 /// batch re-reads the offset, writes every event not seen before (dedup through an
 /// ordinary cell both loaders write) and the new offset, in one transaction.
 pub async fn loader(ctx: Ctx, j: usize) {
     let source = ctx.model.with(|m| m.sources[j].clone());
     loop {
         tokio::time::sleep(ctx.rng.millis(100, 500)).await;
-        let take = ctx.rng.range(1, 5) as usize;
+        let mut take = ctx.rng.range(1, 5) as usize;
+        // A burst now and then in burst seeds (their own draws: other seeds keep theirs).
+        if ctx.model.with(|m| m.bursts) && ctx.rng.chance(0.2) {
+            take = ctx.rng.range(20, 41) as usize;
+        }
         let written = commit_retrying(&ctx, "load", |txn| {
             let source = &source;
             async move {

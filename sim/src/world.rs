@@ -116,6 +116,8 @@ struct Proc {
     actors: JoinSet<()>,
     /// Its listener on the simulated network (`None`: the seed does not relay).
     listener: Option<Arc<observers::HintListener>>,
+    /// Whether the seed's workers grow batches for bursts (`Model::bursts`).
+    bursts: bool,
 }
 
 fn client_config(env: &Env, host: usize) -> ClientConfig {
@@ -182,7 +184,10 @@ fn start_worker_of(
     registry: Arc<Registry>,
     id: String,
     hint_listener: Option<Arc<observers::HintListener>>,
+    bursts: bool,
 ) -> Worker {
+    // In burst seeds a burst is more than 16 keys of one observer, in runs of up to 8.
+    let (batch_size, max_batch_size) = if bursts { (2, 8) } else { (8, 32) };
     Worker::start(
         client,
         registry,
@@ -199,10 +204,10 @@ fn start_worker_of(
             orphan_age: Duration::from_secs(4),
             hint_grace: Duration::from_millis(250),
             follow_shared_counts: Some(Duration::from_millis(50)),
-            batch_size: 8,
+            batch_size,
             // Bursts of hinted keys (more than 8 batches' worth of one observer) grow runs
-            // to 32, as photon's do (four times the batch size).
-            max_batch_size: 32,
+            // to four times the batch size, as photon's do.
+            max_batch_size,
             // The simulated network's listener of the process (`crate::network`).
             hint_listener,
         },
@@ -224,11 +229,13 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
     let worker_id = format!("p{i}-{incarnation}");
     let registry = app::process_registry(i, &worker_id, &worker_client);
     let listener = env.network.listen(i, incarnation);
+    let bursts = env.model.with(|m| m.bursts);
     let worker = start_worker_of(
         worker_client.clone(),
         registry.clone(),
         worker_id,
         listener.clone(),
+        bursts,
     );
     let timers = Some(timed::driver(&worker));
     let beacons = floor_client(env, &life, i);
@@ -237,6 +244,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         env.floor_registry.clone(),
         format!("f{i}-{incarnation}"),
         None,
+        bursts,
     );
     let ctx = Ctx {
         process: i,
@@ -327,6 +335,7 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker_restarts: 0,
         actors,
         listener,
+        bursts,
     }
 }
 
@@ -344,6 +353,7 @@ fn restart_worker(proc: &mut Proc) {
             proc.registry.clone(),
             id,
             proc.listener.clone(),
+            proc.bursts,
         );
         proc.timers = Some(timed::driver(&proc.worker));
     }
@@ -642,6 +652,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     let model = Shared::default();
     model.with(|m| {
         m.sources = sources(&rng);
+        m.bursts = crate::model::burst_seed(seed);
         // Photon's logs count their lines' times from the start of simulated time.
         m.photon.began = Some(tokio::time::Instant::now());
         m.photon.logs = photon::logs(&rng);

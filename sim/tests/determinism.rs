@@ -35,9 +35,16 @@ fn two_replays_of_a_seed_have_the_same_trace() {
 }
 
 /// Some of the replayed seeds relay hints between their processes and some do not, so both
-/// kinds are replayed above (`percolator_sim::network`).
+/// kinds are replayed above (`percolator_sim::network`); likewise burst seeds
+/// (`percolator_sim::model::burst_seed`: 107).
 #[test]
-fn the_replayed_seeds_include_relaying_ones() {
+fn the_replayed_seeds_include_relaying_and_burst_ones() {
+    let bursts: Vec<bool> = [3, 11, 105, 106, 107]
+        .iter()
+        .map(|&seed| percolator_sim::model::burst_seed(seed))
+        .collect();
+    assert!(bursts.contains(&true), "{bursts:?}");
+    assert!(bursts.contains(&false), "{bursts:?}");
     let relaying: Vec<bool> = [3, 11, 105, 106, 107]
         .iter()
         .map(|&seed| percolator_sim::network::Network::new(seed, 3).on())
