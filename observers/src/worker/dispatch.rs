@@ -120,8 +120,9 @@ impl Flights {
 /// An observer by the (table, column) it watches.
 type ObserverKey = (Vec<u8>, Vec<u8>);
 
-/// How many runs a burst of one observer's keys fills while their batches can still grow
-/// (see [`run_size`]).
+/// How many runs a burst of one observer's keys fills while their batches can still grow:
+/// a dispatch holding `n` keys of one observer runs them `max(batch_size, n / BURST_RUNS)` at
+/// a time, up to [`crate::WorkerConfig::max_batch_size`] (`batch_size` 1: one at a time).
 pub const BURST_RUNS: usize = 8;
 
 /// Keys of one observer per run when one dispatch holds `keys` of them: `batch_size`, or
