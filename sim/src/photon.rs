@@ -499,7 +499,13 @@ pub async fn drain(
             .filter(|l| matches!(l.event, Event::Click(_)) && began + l.at <= loaders_stopped)
             .map(|l| l.at)
             .max()?;
-        Some(began + last + HORIZON + Duration::from_secs(1))
+        // A click still waiting when a sweep looks at it is filed again at the later of its
+        // horizon and the sweeping transaction's commit deadline (`photon::parked`: a cell is
+        // committed before its bucket), so one whose horizon passes just after such a look
+        // is due up to a transaction's lifetime after its horizon, and a pass handles a
+        // bucket once the next second has begun.
+        let lifetime = client.config().max_lifetime;
+        Some(began + last + HORIZON + lifetime + Duration::from_secs(2))
     });
     if let Some(due) = due {
         tokio::time::sleep_until(due).await;
@@ -703,10 +709,17 @@ pub async fn check_join(
                     // Its first day was closed: it may have been settled `too_old` first.
                     continue;
                 }
-                let horizon_at = began
-                    + Duration::from_millis(click.event_time - crate::clock::SIM_EPOCH_MS)
-                    + HORIZON;
-                if let Some(&acked) = queries_acked.get(&click.query_id) {
+                // A click may be timed before the run's first instant (a redelivery of the
+                // day before, re-stamped back): its horizon is that much earlier.
+                let offset = click.event_time as i64 - crate::clock::SIM_EPOCH_MS as i64;
+                let horizon_at = if offset >= 0 {
+                    Some(began + Duration::from_millis(offset as u64) + HORIZON)
+                } else {
+                    (began + HORIZON).checked_sub(Duration::from_millis(offset.unsigned_abs()))
+                };
+                if let (Some(&acked), Some(horizon_at)) =
+                    (queries_acked.get(&click.query_id), horizon_at)
+                {
                     if acked + MUST_JOIN_MARGIN <= horizon_at {
                         bad(format!(
                             "not joined, though its query {}'s load was acknowledged {:?} \
