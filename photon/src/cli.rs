@@ -199,7 +199,7 @@ pub enum Command {
         #[arg(long, default_value_t = 5000, hide = true, value_parser = millis(1))]
         progress_ms: u64,
         /// Clicks (of one pipeline) joined per transaction; a burst of more than eight
-        /// batches' worth found together is split into eight runs of up to four times this.
+        /// batches' worth found together is run an eighth at a time, up to four times this.
         /// 1: one per transaction.
         #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
         batch_size: usize,
@@ -293,8 +293,8 @@ pub struct WorkArgs {
     #[arg(long, default_value_t = 2)]
     pub scanners: usize,
     /// Clicks joined per transaction (a batch of the worker's notifications); a burst of
-    /// more than eight batches' worth found together (a loader's batch at saturation) is
-    /// split into eight runs of up to four times this. 1: one per transaction.
+    /// more than eight batches' worth found together (a loader's batch at saturation) is run
+    /// an eighth at a time, up to four times this. 1: one per transaction.
     #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
     pub batch_size: usize,
     /// How often an idle scanner reads the store's shared count of notify keys put, to

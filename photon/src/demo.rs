@@ -56,7 +56,8 @@ pub struct DemoOptions {
     pub backend: String,
     /// How progress is shown while loading and joining.
     pub progress: Display,
-    /// Notifications of one observer per transaction at most (`--batch-size`).
+    /// Notifications of one observer per transaction (`--batch-size`); a burst grows runs
+    /// to [`crate::join::max_batch_size`] of it.
     pub batch_size: usize,
     /// The loader's bound on the notification backlog (`--max-backlog`); 0: none.
     pub max_backlog: usize,

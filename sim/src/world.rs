@@ -116,7 +116,8 @@ struct Proc {
     actors: JoinSet<()>,
     /// Its listener on the simulated network (`None`: the seed does not relay).
     listener: Option<Arc<observers::HintListener>>,
-    /// Whether the seed's workers grow batches for bursts (`Model::bursts`).
+    /// Whether the seed is a burst seed (`Model::bursts`): its workers batch 2 keys and grow
+    /// runs to 8 for a burst; other seeds' batch 8 and grow to 32.
     bursts: bool,
 }
 

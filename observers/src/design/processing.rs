@@ -35,9 +35,10 @@
 //! [`crate::WorkerConfig::batch_size`] (default 32; 1 disables them): the notify keys of one
 //! observer found together (a scan page, the hints that queued up while runs were busy, the
 //! cells of one loader commit) go to one run, up to `batch_size` keys of distinct cells
-//! (per-cell exclusion keeps a second key of a cell out of the batch); a burst of hinted keys
-//! of more than [`crate::BURST_RUNS`] batches' worth fills that many runs of up to
-//! [`crate::WorkerConfig::max_batch_size`] keys instead, when it is above `batch_size`. Each key's fate is
+//! (per-cell exclusion keeps a second key of a cell out of the batch); a burst of hinted or
+//! relayed keys of more than [`crate::BURST_RUNS`] batches' worth is run a
+//! [`crate::BURST_RUNS`]th at a time instead, up to [`crate::WorkerConfig::max_batch_size`]
+//! keys a run, when that is above `batch_size`. Each key's fate is
 //! decided as above (status lookups at once); the committed ones share **one** transaction that
 //! reads every cell and its acknowledgment (at once), computes each cell's `m`, calls
 //! [`crate::Observer::observe_batch`] for the cells with `m > ack` (its default calls `observe`
@@ -51,7 +52,7 @@
 //! outage, below) is split in halves and each half handled the same way, down to single cells,
 //! which run in `Client::run` (retried on conflicts; an observer failure counts towards the dead
 //! letter of that key alone). So one hot cell that always conflicts costs its batch
-//! `log2(batch_size)` extra attempts and never holds the others back, and a failing cell is
+//! `log2` of its batch's size in extra attempts (up to `max_batch_size` in a burst) and never holds the others back, and a failing cell is
 //! dead-lettered alone. Weak observers are batched the same way without acknowledgments: a weak
 //! cell whose batch fails runs again in a half, which at-least-once allows. Metrics: `batches`
 //! (committed batch transactions of two or more cells), `splits`.

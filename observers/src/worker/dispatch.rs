@@ -121,14 +121,16 @@ impl Flights {
 type ObserverKey = (Vec<u8>, Vec<u8>);
 
 /// How many runs a burst of one observer's keys fills while their batches can still grow:
-/// a dispatch holding `n` keys of one observer runs them `max(batch_size, n / BURST_RUNS)` at
-/// a time, up to [`crate::WorkerConfig::max_batch_size`] (`batch_size` 1: one at a time).
+/// a dispatch holding `n` keys of one observer runs them `ceil(n / BURST_RUNS)` at a time, at
+/// least `batch_size`, up to [`crate::WorkerConfig::max_batch_size`] (`batch_size` 1: one at
+/// a time). Past `BURST_RUNS x max_batch_size` keys a burst takes more runs than this.
 pub const BURST_RUNS: usize = 8;
 
 /// Keys of one observer per run when one dispatch holds `keys` of them: `batch_size`, or
 /// more for a burst (the hint of a loader's commit at saturation, hints that queued up
-/// behind busy runs; scans and relayed keys come in batches already), so that it fills
-/// at most [`BURST_RUNS`] runs, up to `max_batch_size` keys each. Below
+/// behind busy runs, relayed keys gathered up to [`gather_limit`]; scans come in batches
+/// already), so that it fills [`BURST_RUNS`] runs, up to `max_batch_size` keys each (more
+/// runs past `BURST_RUNS x max_batch_size` keys). Below
 /// `BURST_RUNS x batch_size` keys nothing changes: a trickle is run as before, at once and
 /// in parallel. A burst costs fewer transactions per key this way (fewer commits, oracle
 /// calls, and on a store of many regions fewer requests per key), and its keys are all

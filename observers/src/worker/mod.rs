@@ -90,9 +90,9 @@ pub struct WorkerConfig {
     /// Notifications of one observer (strong or weak) handed to one transaction at most (a batch; see
     /// [`crate::Observer::observe_batch`]). 1 disables batches. Batches form from what is
     /// found together (a scan page, the hints that queued up while runs were busy), so an
-    /// idle worker still handles a lone notification at once. A burst of hinted keys of more
-    /// than [`BURST_RUNS`] batches' worth (a loader's commit at saturation) fills
-    /// [`BURST_RUNS`] runs of up to `max_batch_size` instead.
+    /// idle worker still handles a lone notification at once. A burst of hinted or relayed
+    /// keys of more than [`BURST_RUNS`] batches' worth (a loader's commit at saturation) is
+    /// run a [`BURST_RUNS`]th at a time instead, up to `max_batch_size` keys a run.
     pub batch_size: usize,
     /// The largest batch a burst of hinted notifications grows runs to (see `batch_size`).
     /// At or below `batch_size` (the default), batches never grow. Worth raising for
