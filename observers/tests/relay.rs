@@ -325,8 +325,8 @@ async fn written_elsewhere(client: &Client) -> Vec<u8> {
 
 /// Runs the failing worker's scenario: a datagram starts the first run, a second one naming
 /// the same key while it runs is queued for the run on that cell; then the run fails.
-/// Returns the observer's calls once no run is in flight.
-async fn a_repeat_queued_behind_a_failing_run(max_failures: u32) -> (u64, Worker) {
+/// Returns (observer calls, failures, dead letters) once no run is in flight.
+async fn a_repeat_queued_behind_a_failing_run(max_failures: u32) -> (u64, u64, u64) {
     let (worker, client, listener, calls, mut first, release) = failing_worker(max_failures).await;
     let datagram = written_elsewhere(&client).await;
     let sender = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -350,31 +350,25 @@ async fn a_repeat_queued_behind_a_failing_run(max_failures: u32) -> (u64, Worker
         metrics.snapshot().failures >= 1 && worker.oldest_run_in_flight().is_none()
     })
     .await;
-    (calls.load(std::sync::atomic::Ordering::SeqCst), worker)
+    let snapshot = worker.metrics().snapshot();
+    worker.shutdown().await;
+    (
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        snapshot.failures,
+        snapshot.dead_lettered,
+    )
 }
 
 /// A key parked as a dead letter is handled: a copy of it queued behind the run that parked
 /// it does not run again (it ran from a failure count of zero, and was parked twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_key_queued_again_does_not_run_again() {
-    let (calls, worker) = a_repeat_queued_behind_a_failing_run(1).await;
-    let snapshot = worker.metrics().snapshot();
-    assert_eq!(
-        (calls, snapshot.failures, snapshot.dead_lettered),
-        (1, 1, 1)
-    );
-    worker.shutdown().await;
+    assert_eq!(a_repeat_queued_behind_a_failing_run(1).await, (1, 1, 1));
 }
 
 /// A copy queued behind a run that failed waits for the key's backoff (an hour here)
 /// instead of running at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeat_of_a_failed_key_waits_for_its_backoff() {
-    let (calls, worker) = a_repeat_queued_behind_a_failing_run(3).await;
-    let snapshot = worker.metrics().snapshot();
-    assert_eq!(
-        (calls, snapshot.failures, snapshot.dead_lettered),
-        (1, 1, 0)
-    );
-    worker.shutdown().await;
+    assert_eq!(a_repeat_queued_behind_a_failing_run(3).await, (1, 1, 0));
 }
