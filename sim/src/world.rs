@@ -116,9 +116,6 @@ struct Proc {
     actors: JoinSet<()>,
     /// Its listener on the simulated network (`None`: the seed does not relay).
     listener: Option<Arc<observers::HintListener>>,
-    /// Whether the seed is a burst seed (`Model::bursts`): its workers batch 2 keys and grow
-    /// runs to 8 for a burst; other seeds' batch 8 and grow to 32.
-    bursts: bool,
 }
 
 fn client_config(env: &Env, host: usize) -> ClientConfig {
@@ -336,12 +333,12 @@ fn start(env: &Env, i: usize, incarnation: u32) -> Proc {
         worker_restarts: 0,
         actors,
         listener,
-        bursts,
     }
 }
 
 /// Brings a process's worker back after a worker outage (a new worker id).
-fn restart_worker(proc: &mut Proc) {
+/// `bursts`: whether the seed is a burst seed (`Model::bursts`).
+fn restart_worker(proc: &mut Proc, bursts: bool) {
     if proc.worker_down {
         proc.worker_down = false;
         proc.worker_restarts += 1;
@@ -354,7 +351,7 @@ fn restart_worker(proc: &mut Proc) {
             proc.registry.clone(),
             id,
             proc.listener.clone(),
-            proc.bursts,
+            bursts,
         );
         proc.timers = Some(timed::driver(&proc.worker));
     }
@@ -821,7 +818,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
                 workers_out = false;
                 model.with(|m| m.gc_paused = false);
                 for proc in procs.iter_mut().flatten() {
-                    restart_worker(proc);
+                    restart_worker(proc, model.with(|m| m.bursts));
                 }
             }
             Event::GcBurst => {
@@ -852,7 +849,7 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         match slot {
             Some(proc) => {
                 proc.actors.abort_all();
-                restart_worker(proc);
+                restart_worker(proc, model.with(|m| m.bursts));
             }
             None => {
                 incarnations[p] += 1;
