@@ -144,10 +144,10 @@ pub fn max_batch_size(batch_size: usize) -> usize {
 /// Joins the clicks in `cells` (distinct cells) in `txn`, in order.
 ///
 /// Reads are batched: first every click (with its delivery's commit_ts, which `get_many`
-/// does not return; the join is guarded, so the worker read nothing of these cells before it)
-/// and the IdRegistry boundary, then in one round the IdRegistry entries of the clicks at or above
-/// the boundary (below it the registry may be being deleted, so it is not read) and every
-/// click's query. What a click writes never changes what a later click of the batch read
+/// does not return; the join is guarded, so the worker read nothing of these cells before
+/// it) and the IdRegistry boundary, then in one round the IdRegistry entries of the clicks at
+/// or above the boundary (below it the registry may be being deleted, so it is not read) and
+/// every click's query. What a click writes never changes what a later click of the batch read
 /// (its own IdRegistry entry, outcome and output; queries are not written here), except the
 /// pending lists, which [`park_click`] reads itself, after the writes of earlier clicks.
 async fn join_clicks(

@@ -51,9 +51,9 @@
 //! A batch that fails (a conflict, the observer's error or panic, any other error but an
 //! outage, below) is split in halves and each half handled the same way, down to single cells,
 //! which run in `Client::run` (retried on conflicts; an observer failure counts towards the dead
-//! letter of that key alone). So one hot cell that always conflicts costs its batch
-//! `log2` of its batch's size in extra attempts (up to `max_batch_size` in a burst) and never holds the others back, and a failing cell is
-//! dead-lettered alone. Weak observers are batched the same way without acknowledgments: a weak
+//! letter of that key alone). So one hot cell that always conflicts costs its batch `log2`
+//! of the batch's size in extra attempts (up to `max_batch_size` in a burst) and never holds
+//! the others back, and a failing cell is dead-lettered alone. Weak observers are batched the same way without acknowledgments: a weak
 //! cell whose batch fails runs again in a half, which at-least-once allows. Metrics: `batches`
 //! (committed batch transactions of two or more cells), `splits`.
 //!
