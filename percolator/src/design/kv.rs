@@ -92,17 +92,25 @@
 //!   the move of an older store's keys, and the codec's classification of every key against
 //!   every range.
 //! - **Memtables of half the write buffer.** Each partition is created with a memtable limit of
-//!   half `EmbeddedOptions::write_buffer_bytes` (128 MiB of 256) instead of fjall's 16 MiB; the
-//!   write buffer still bounds all memtables together, and fjall's monitor flushes the largest
-//!   memtable once they pass half of it, so a larger limit would only let one partition fill the
-//!   buffer and stall writers. Fewer flushes leave fewer level-0 segments for a point read of an
-//!   absent key to check, fewer segments for a write-once cell's range scan to merge (a scan
-//!   seeks every level-0 segment it overlaps: no bloom filter applies to a range) and less to
-//!   compact (measured: `docs/perf/photon.md`; the write buffer was 64 MiB until 2026-11-28,
-//!   and 256 MiB took 10 % off the CPU per joined click at 1,000,000 clicks). fjall keeps a
-//!   partition's options from its creation, so older stores keep their memtable size. What it
-//!   costs: up to 256 MiB more memory than the data needs while memtables fill, and a longer
-//!   journal replay when a store reopens after a crash (the journal holds what memtables hold).
+//!   half `EmbeddedOptions::write_buffer_bytes` instead of fjall's 16 MiB; the write buffer
+//!   still bounds all memtables together, and fjall's monitor flushes the largest memtable once
+//!   they pass half of it, so a larger limit would only let one partition fill the buffer and
+//!   stall writers. Fewer flushes leave fewer level-0 segments for a point read of an absent key
+//!   to check, fewer segments for a write-once cell's range scan to merge (a scan seeks every
+//!   level-0 segment it overlaps: no bloom filter applies to a range) and less to compact; a
+//!   short run may never flush at all. So the write
+//!   buffer is sized by the host: a sixteenth of the memory the process may use (the machine's,
+//!   or its cgroup's limit if lower: a container counts its own), between 64 MiB and 1 GiB
+//!   (`kv::default_write_buffer_bytes`; 256 MiB if that memory cannot be read). Measured in
+//!   `docs/perf/photon.md`: 1 GiB against 256 MiB took a 2,000,000-event job from 22.0-22.2 s
+//!   to 18.7-20.3 s and 1,000,000 clicks from 72-80 to 62-69 us of CPU per joined click. fjall keeps a partition's options from its creation, so older stores keep
+//!   their memtable size. What it costs: memory (resident memory grows towards the buffer while
+//!   memtables fill), and the journal a store replays when it reopens (the journal holds what
+//!   memtables hold). fjall's journal limit (its default, 512 MiB) bounds that replay: past half
+//!   of it, fjall flushes the partitions holding the oldest journal, so with a buffer above
+//!   512 MiB the journal, not the buffer, sets when memtables flush (a job of 2,000,000 events
+//!   leaves 340-430 MB of journal, replayed in about 5 s on this project's 2-core host;
+//!   coupling the limit to the buffer was measured level, `docs/perf/photon.md`).
 //! - **Exclusivity.** `LOCK` in the data directory is held with an exclusive `flock` (std
 //!   `File::try_lock`) for the life of the store; a second opener, in another process or this
 //!   one, gets `KvError::DirectoryInUse` naming the directory. fjall's files live in `fjall/`.
@@ -115,7 +123,8 @@
 //!   (`conformance::calls_yield_to_other_tasks` checks it on a current-thread runtime).
 //! - **Memory.** The bounded contributors and their knobs: fjall's block cache
 //!   (`EmbeddedOptions::cache_bytes`, 64 MiB) and memtables
-//!   (`EmbeddedOptions::write_buffer_bytes`, 256 MiB), both settable for every binary opening an
+//!   (`EmbeddedOptions::write_buffer_bytes`, a sixteenth of the process's memory between 64 MiB
+//!   and 1 GiB), both settable for every binary opening an
 //!   embedded store through `PERCOLATOR_EMBEDDED_CACHE_MB` and
 //!   `PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB` (`EmbeddedOptions::from_env`). In memory the caches
 //!   fill to about 1.8 times their knobs (decoded blocks weigh more than their bytes); what

@@ -18,8 +18,9 @@ pub mod intercept;
 pub use faulty::{FaultHooks, Faults, FaultyKv};
 
 pub use embedded::{
-    Durability, DurabilityError, EmbeddedKv, EmbeddedOptions, KeySplit, CACHE_MB_ENV,
-    WRITE_BUFFER_MB_ENV,
+    default_write_buffer_bytes, process_memory_bytes, Durability, DurabilityError, EmbeddedKv,
+    EmbeddedOptions, KeySplit, CACHE_MB_ENV, FALLBACK_WRITE_BUFFER_BYTES,
+    MAX_DEFAULT_WRITE_BUFFER_BYTES, MIN_DEFAULT_WRITE_BUFFER_BYTES, WRITE_BUFFER_MB_ENV,
 };
 pub use memory::MemoryKv;
 pub(crate) use pager::retry_after;

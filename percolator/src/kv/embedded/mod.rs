@@ -44,9 +44,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+mod host_memory;
 mod options;
 mod split;
 
+pub use host_memory::{
+    default_write_buffer_bytes, process_memory_bytes, FALLBACK_WRITE_BUFFER_BYTES,
+    MAX_DEFAULT_WRITE_BUFFER_BYTES, MIN_DEFAULT_WRITE_BUFFER_BYTES,
+};
 pub use options::{
     Durability, DurabilityError, EmbeddedOptions, CACHE_MB_ENV, WRITE_BUFFER_MB_ENV,
 };
@@ -152,7 +157,8 @@ impl EmbeddedKv {
         // let one partition fill the buffer and stall writers. `photon demo --clicks 200000`
         // ran on 5 to 13 % less CPU with it (issue 14). fjall keeps a partition's options
         // from its creation: a store keeps the memtable size it was created with (16 MiB
-        // before issue 14, 32 MiB until the 256 MiB default of issue 42).
+        // before issue 14, 32 MiB until the 256 MiB default of issue 42, 128 MiB until the
+        // write buffer was sized by the host's memory).
         let memtable = u32::try_from(write_buffer_bytes / 2).unwrap_or(u32::MAX);
         let partition = || PartitionCreateOptions::default().max_memtable_size(memtable);
         let data = keyspace

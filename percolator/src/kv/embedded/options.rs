@@ -1,6 +1,7 @@
 //! The options of an [`EmbeddedKv`](super::EmbeddedKv): [`Durability`] (also the binaries'
 //! `--durability process|fsync`), memory knobs (also from the environment) and the key split.
 
+use super::host_memory::default_write_buffer_bytes;
 use super::KeySplit;
 use std::sync::Arc;
 
@@ -27,9 +28,11 @@ pub struct EmbeddedOptions {
     pub cache_bytes: u64,
     /// Memtables in memory at most, in bytes (fjall's write buffer; at least 1 MiB): past it,
     /// memtables are flushed to disk segments. Half of it is each partition's memtable size,
-    /// fixed when the store is created (fjall keeps a partition's options). 256 MiB by
-    /// default: fewer, larger flushes leave fewer segments for every range scan to merge and
-    /// less to compact (`percolator::design::kv`, "Memtables of half the write buffer").
+    /// fixed when the store is created (fjall keeps a partition's options). By default a
+    /// sixteenth of the memory the process may use, between 64 MiB and 1 GiB
+    /// ([`default_write_buffer_bytes`]): fewer, larger flushes leave fewer segments for every
+    /// range scan to merge and less to compact, and a run whose data fits is never flushed
+    /// while it runs (`percolator::design::kv`, "Memtables of half the write buffer").
     pub write_buffer_bytes: u64,
     /// Keys kept in a partition of their own (`None`: every key in one). The layer that owns
     /// the key layout supplies it (the transaction layer: `percolator::codec::notify_split`);
@@ -43,7 +46,7 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             durability: Durability::Process,
             cache_bytes: 64 * 1024 * 1024,
-            write_buffer_bytes: 256 * 1024 * 1024,
+            write_buffer_bytes: default_write_buffer_bytes(),
             split: None,
         }
     }
