@@ -141,8 +141,9 @@ pub async fn open_store_with(
 
 /// The embedded store's options: `durability`, and the memory knobs from the environment
 /// ([`EmbeddedOptions::from_env`]), else from the configuration file's `[embedded]` table
-/// ([`crate::config::store_knobs`]), else the defaults.
-fn embedded_options(durability: Durability) -> EmbeddedOptions {
+/// ([`crate::config::store_knobs`]), else the defaults: what every binary opening an
+/// embedded store uses (through [`open_store`], or directly, as minitikv's server does).
+pub fn embedded_options(durability: Durability) -> EmbeddedOptions {
     let mut options = EmbeddedOptions {
         durability,
         ..EmbeddedOptions::from_env()

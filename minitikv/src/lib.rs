@@ -42,7 +42,7 @@ pub mod design;
 mod metrics;
 mod service;
 
-use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
+use percolator::kv::{Durability, KvError, MemoryKv, RawKv};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -386,12 +386,11 @@ impl Drop for RunningServer {
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let store: Arc<dyn RawKv> = match &config.data {
         // Transaction data: the transaction layout's key split, as before it was injected.
+        // The memory knobs as every binary takes them (environment, then the configuration
+        // file's `[embedded]` table, then the defaults).
         Some(dir) => Arc::new(percolator::txn::open_embedded(
             dir,
-            EmbeddedOptions {
-                durability: config.durability,
-                ..EmbeddedOptions::default()
-            },
+            percolator_cli::store::embedded_options(config.durability),
         )?),
         None => Arc::new(MemoryKv::new()),
     };

@@ -98,19 +98,25 @@
 //!   stall writers. Fewer flushes leave fewer level-0 segments for a point read of an absent key
 //!   to check, fewer segments for a write-once cell's range scan to merge (a scan seeks every
 //!   level-0 segment it overlaps: no bloom filter applies to a range) and less to compact; a
-//!   short run may never flush at all. So the write
-//!   buffer is sized by the host: a sixteenth of the memory the process may use (the machine's,
-//!   or its cgroup's limit if lower: a container counts its own), between 64 MiB and 1 GiB
-//!   (`kv::default_write_buffer_bytes`; 256 MiB if that memory cannot be read). Measured in
-//!   `docs/perf/photon.md`: 1 GiB against 256 MiB took a 2,000,000-event job from 22.0-22.2 s
-//!   to 18.7-20.3 s and 1,000,000 clicks from 72-80 to 62-69 us of CPU per joined click. fjall keeps a partition's options from its creation, so older stores keep
-//!   their memtable size. What it costs: memory (resident memory grows towards the buffer while
-//!   memtables fill), and the journal a store replays when it reopens (the journal holds what
-//!   memtables hold). fjall's journal limit (its default, 512 MiB) bounds that replay: past half
-//!   of it, fjall flushes the partitions holding the oldest journal, so with a buffer above
-//!   512 MiB the journal, not the buffer, sets when memtables flush (a job of 2,000,000 events
-//!   leaves 340-430 MB of journal, replayed in about 5 s on this project's 2-core host;
-//!   coupling the limit to the buffer was measured level, `docs/perf/photon.md`).
+//!   short run may never flush at all. So the write buffer is sized by the host: a sixteenth of
+//!   the memory the process may use (the machine's, or its cgroup's limit if lower: a
+//!   container counts its own), between 64 MiB and 1 GiB (`kv::default_write_buffer_bytes`;
+//!   256 MiB if that memory cannot be read; measured in `docs/perf/photon.md`, 2026-11-29
+//!   15:05). fjall keeps a partition's options from its creation, so a store keeps the memtable
+//!   size it was created with (a store created on a large host and opened in a small container
+//!   keeps its 512 MiB memtables; the container's smaller buffer still bounds them together).
+//!   What it costs: memory (resident memory grows towards the buffer while memtables fill),
+//!   and the journal a store replays when it reopens, which holds what the memtables hold and
+//!   a bit more. fjall flushes the partitions of its oldest journals once the sealed journals
+//!   pass half its limit, stalls writers past 90 % and halts them past the limit (checked when
+//!   a writer's memtable fills). The limit is fjall's 512 MiB, or the write buffer if that is
+//!   larger, so that it stays at least twice a partition's memtable and a full memtable's
+//!   journal never stalls its writer: a 1 GiB buffer with a 512 MiB limit would let a writer
+//!   that fills a 512 MiB memtable halt until that memtable is flushed (a review of fjall
+//!   2.11's `check_journal_size`; not seen in the runs measured). The replay is bounded by
+//!   about the limit plus the active journal (at most a memtable's worth): a job of 2,000,000 events leaves
+//!   up to about 900 MB with a 1 GiB buffer, replayed in about 5 s on this project's 2-core
+//!   host (140 MB and 1.3 s with 256 MiB).
 //! - **Exclusivity.** `LOCK` in the data directory is held with an exclusive `flock` (std
 //!   `File::try_lock`) for the life of the store; a second opener, in another process or this
 //!   one, gets `KvError::DirectoryInUse` naming the directory. fjall's files live in `fjall/`.

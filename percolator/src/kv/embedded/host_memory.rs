@@ -12,7 +12,9 @@ const MIB: u64 = 1024 * 1024;
 
 /// The smallest default write buffer (a host or container with less than 1 GiB).
 pub const MIN_DEFAULT_WRITE_BUFFER_BYTES: u64 = 64 * MIB;
-/// The largest default write buffer (hosts with 16 GiB or more).
+/// The largest default write buffer (hosts with 16 GiB or more): beyond it the journal a
+/// reopened store replays, which grows with the buffer (`EmbeddedKv::open`), would take
+/// longer than a few seconds.
 pub const MAX_DEFAULT_WRITE_BUFFER_BYTES: u64 = 1024 * MIB;
 /// The default write buffer when the process's memory cannot be read.
 pub const FALLBACK_WRITE_BUFFER_BYTES: u64 = 256 * MIB;
@@ -46,12 +48,16 @@ fn write_buffer_for(memory: Option<u64>) -> u64 {
 /// The memory this process may use, in bytes: the machine's, or its cgroup's limit if that
 /// is lower. `None` when the machine's cannot be read (not Linux).
 pub fn process_memory_bytes() -> Option<u64> {
-    let machine = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|text| meminfo_total(&text))?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let limits = cgroup_limit_files(&own, Path::new("/sys/fs/cgroup"));
-    let limit = limits
+    memory_bytes_in(&meminfo, &own, Path::new("/sys/fs/cgroup"))
+}
+
+/// [`process_memory_bytes`] from a `/proc/meminfo` text, a `/proc/self/cgroup` text and the
+/// cgroup file systems' mount point.
+fn memory_bytes_in(meminfo: &str, own_cgroups: &str, root: &Path) -> Option<u64> {
+    let machine = meminfo_total(meminfo)?;
+    let limit = cgroup_limit_files(own_cgroups, root)
         .iter()
         .filter_map(|file| std::fs::read_to_string(file).ok())
         .filter_map(|text| cgroup_limit(&text))
@@ -61,8 +67,8 @@ pub fn process_memory_bytes() -> Option<u64> {
 
 /// `MemTotal` of a `/proc/meminfo` text, in bytes.
 fn meminfo_total(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let rest = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let mut words = rest.split_whitespace();
     let number: u64 = words.next()?.parse().ok()?;
     match words.next() {
         Some("kB") => number.checked_mul(1024),
@@ -79,7 +85,10 @@ fn cgroup_limit(text: &str) -> Option<u64> {
 
 /// The limit files that bound a process whose `/proc/self/cgroup` reads `own`: for its
 /// cgroup v2 path and its v1 memory controller's path, the file of that cgroup and of every
-/// ancestor (a limit set on a parent bounds its children), under `root`.
+/// ancestor (a limit set on a parent bounds its children), under `root` (v1's memory
+/// controller mounted at `root/memory`, as systemd and Docker mount it; a controller
+/// mounted elsewhere is not found, and the machine's memory applies). A path with `..`
+/// (a cgroup outside this cgroup namespace) is skipped: its files are not under `root`.
 fn cgroup_limit_files(own: &str, root: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for line in own.lines() {
@@ -96,9 +105,12 @@ fn cgroup_limit_files(own: &str, root: &Path) -> Vec<PathBuf> {
         } else {
             continue;
         };
+        if path.split('/').any(|p| p == "..") {
+            continue;
+        }
         let mut dir = base.clone();
         let mut chain = vec![base.join(file)];
-        for part in path.split('/').filter(|p| !p.is_empty() && *p != "..") {
+        for part in path.split('/').filter(|p| !p.is_empty()) {
             dir.push(part);
             chain.push(dir.join(file));
         }
@@ -117,7 +129,9 @@ mod tests {
         assert_eq!(write_buffer_for(Some(24 * GIB)), GIB);
         assert_eq!(write_buffer_for(Some(16 * GIB)), GIB);
         assert_eq!(write_buffer_for(Some(8 * GIB)), 512 * MIB);
+        assert_eq!(write_buffer_for(Some(6 * GIB)), 384 * MIB);
         assert_eq!(write_buffer_for(Some(4 * GIB)), 256 * MIB);
+        assert_eq!(write_buffer_for(Some(0)), 64 * MIB);
         assert_eq!(write_buffer_for(Some(512 * MIB)), 64 * MIB);
         assert_eq!(write_buffer_for(None), FALLBACK_WRITE_BUFFER_BYTES);
         let here = default_write_buffer_bytes();
@@ -167,5 +181,44 @@ mod tests {
             ]
         );
         assert!(cgroup_limit_files("garbage\n\n", root).is_empty());
+        // Outside the namespace's root: nothing under `root` is ours.
+        assert!(cgroup_limit_files("0::/../other\n", root).is_empty());
+        // Inside a cgroup namespace (a container's own v2 cgroup is the root).
+        let names: Vec<_> = cgroup_limit_files("0::/\n", root)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(names, ["/cg/memory.max"]);
+    }
+
+    /// The smallest of the machine's memory and every limit found wins; "max", the v1
+    /// "unlimited" number and missing files do not count.
+    #[test]
+    fn the_tightest_limit_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let meminfo = "MemTotal: 8388608 kB\n"; // 8 GiB
+        let write = |rel: &str, text: &str| {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        // No limit files at all: the machine's.
+        assert_eq!(memory_bytes_in(meminfo, "0::/a/b\n", root), Some(8 << 30));
+        write("memory.max", "max\n");
+        write("a/memory.max", "2147483648\n");
+        write("a/b/memory.max", "max\n");
+        assert_eq!(memory_bytes_in(meminfo, "0::/a/b\n", root), Some(2 << 30));
+        // A v1 hierarchy beside it: its "unlimited" loses to the machine, a lower limit wins.
+        write("memory/memory.limit_in_bytes", "9223372036854771712\n");
+        write("memory/x/memory.limit_in_bytes", "1073741824\n");
+        let both = "4:memory:/x\n0::/a/b\n";
+        assert_eq!(memory_bytes_in(meminfo, both, root), Some(1 << 30));
+        assert_eq!(
+            memory_bytes_in(meminfo, "4:memory:/\n", root),
+            Some(8 << 30)
+        );
+        // Without the machine's memory there is no answer.
+        assert_eq!(memory_bytes_in("", both, root), None);
     }
 }

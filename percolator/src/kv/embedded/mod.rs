@@ -58,6 +58,9 @@ pub use options::{
 
 pub use split::KeySplit;
 
+/// The smallest journal limit (fjall's default); a write buffer above it raises it.
+const JOURNAL_BYTES_AT_LEAST: u64 = 512 * 1024 * 1024;
+
 /// Number of striped write locks; a power of two.
 const STRIPES: usize = 1024;
 
@@ -145,9 +148,17 @@ impl EmbeddedKv {
             Err(TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
         }
         let write_buffer_bytes = options.write_buffer_bytes.max(1024 * 1024);
+        // The journal holds what the memtables hold, and a bit more (partition names, batch
+        // markers). fjall flushes the partitions of its oldest journals once they pass half
+        // its limit, stalls writers past 90 % and halts them past the limit, checked when a
+        // writer's memtable fills; so the limit stays at least twice a partition's memtable
+        // (half the buffer), which a full memtable's journal stays below: fjall's 512 MiB,
+        // or the write buffer if larger.
+        let journal_bytes = write_buffer_bytes.max(JOURNAL_BYTES_AT_LEAST);
         let keyspace = Config::new(path.join("fjall"))
             .cache_size(options.cache_bytes)
             .max_write_buffer_size(write_buffer_bytes)
+            .max_journaling_size(journal_bytes)
             .open()
             .map_err(engine("open"))?;
         // A partition's memtable may take half the write buffer (fjall's default is 16 MiB
