@@ -215,6 +215,13 @@ fn print_config_shows_each_value_with_its_source() {
             "{line:?} missing in\n{text}"
         );
     }
+    // The write buffer, unset, shows the default this host gives it.
+    let default_mb = percolator::kv::default_write_buffer_bytes() / (1024 * 1024);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("write_buffer_mb = {default_mb}  # default: "))),
+        "no default write buffer in\n{text}"
+    );
     // The effective configuration is itself a valid file (comments aside).
     text.parse::<toml::Table>()
         .unwrap_or_else(|e| panic!("{e}\n{text}"));

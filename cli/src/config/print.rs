@@ -108,6 +108,12 @@ pub(super) fn effective(
         "write_buffer_mb",
         knobs.write_buffer_mb,
     );
+    if std::env::var_os(percolator::kv::WRITE_BUFFER_MB_ENV).is_none()
+        && knobs.write_buffer_mb.is_none()
+    {
+        // Unset, the write buffer depends on the host: show what this process takes.
+        embedded.push_str(&default_write_buffer_comment());
+    }
     if !embedded.is_empty() {
         out.push_str(&format!("\n[embedded]\n{embedded}"));
     }
@@ -125,4 +131,18 @@ pub(super) fn effective(
         out.push_str(&format!("\n[{name}]\n{lines}"));
     }
     out
+}
+
+/// The line `--print-config` shows for an unset write buffer: its default on this host
+/// and why (`percolator::kv::default_write_buffer_bytes`).
+fn default_write_buffer_comment() -> String {
+    let mib = percolator::kv::default_write_buffer_bytes() / (1024 * 1024);
+    let why = match percolator::kv::process_memory_bytes() {
+        Some(bytes) => format!(
+            "a sixteenth of the {} MiB this process may use, within 64..=1024",
+            bytes / (1024 * 1024)
+        ),
+        None => "this host's memory could not be read".to_string(),
+    };
+    format!("write_buffer_mb = {mib}  # default: {why}\n")
 }
