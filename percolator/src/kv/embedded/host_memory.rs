@@ -25,8 +25,8 @@ const SHARE_DIVISOR: u64 = 16;
 /// sixteenth of the memory this process may use ([`process_memory_bytes`]), at least 64 MiB
 /// and at most 1 GiB (256 MiB when that memory cannot be read). Read once per process.
 ///
-/// Why by the host: a run whose data fits in its memtables never flushes or compacts
-/// during the run, and a longer one flushes larger memtables into fewer segments; the
+/// Why by the host: a short run may never flush, and a longer one flushes larger
+/// memtables into fewer segments, which range scans merge and compaction rewrites; the
 /// price is memory (resident memory grows towards the buffer while memtables fill) and
 /// the journal a reopened store replays (`percolator::design::kv`, "Memtables").
 pub fn default_write_buffer_bytes() -> u64 {
