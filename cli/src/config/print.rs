@@ -112,7 +112,7 @@ pub(super) fn effective(
         && knobs.write_buffer_mb.is_none()
     {
         // Unset, the write buffer depends on the host: show what this process takes.
-        embedded.push_str(&default_write_buffer_comment());
+        embedded.push_str(&default_write_buffer_line());
     }
     if !embedded.is_empty() {
         out.push_str(&format!("\n[embedded]\n{embedded}"));
@@ -135,14 +135,18 @@ pub(super) fn effective(
 
 /// The line `--print-config` shows for an unset write buffer: its default on this host
 /// and why (`percolator::kv::default_write_buffer_bytes`).
-fn default_write_buffer_comment() -> String {
-    let mib = percolator::kv::default_write_buffer_bytes() / (1024 * 1024);
+fn default_write_buffer_line() -> String {
+    use percolator::kv::{MAX_DEFAULT_WRITE_BUFFER_BYTES, MIN_DEFAULT_WRITE_BUFFER_BYTES};
+    let mib = |bytes: u64| bytes / (1024 * 1024);
     let why = match percolator::kv::process_memory_bytes() {
         Some(bytes) => format!(
-            "a sixteenth of the {} MiB this process may use, within 64..=1024",
-            bytes / (1024 * 1024)
+            "a sixteenth of the {} MiB this process may use, within {}..={}",
+            mib(bytes),
+            mib(MIN_DEFAULT_WRITE_BUFFER_BYTES),
+            mib(MAX_DEFAULT_WRITE_BUFFER_BYTES)
         ),
         None => "this host's memory could not be read".to_string(),
     };
-    format!("write_buffer_mb = {mib}  # default: {why}\n")
+    let default = mib(percolator::kv::default_write_buffer_bytes());
+    format!("write_buffer_mb = {default}  # default: {why}\n")
 }

@@ -53,9 +53,10 @@
 //! which run in `Client::run` (retried on conflicts; an observer failure counts towards the dead
 //! letter of that key alone). So one hot cell that always conflicts costs its batch `log2`
 //! of the batch's size in extra attempts (up to `max_batch_size` in a burst) and never holds
-//! the others back, and a failing cell is dead-lettered alone. Weak observers are batched the same way without acknowledgments: a weak
-//! cell whose batch fails runs again in a half, which at-least-once allows. Metrics: `batches`
-//! (committed batch transactions of two or more cells), `splits`.
+//! the others back, and a failing cell is dead-lettered alone. Weak observers are batched the
+//! same way without acknowledgments: a weak cell whose batch fails runs again in a half, which
+//! at-least-once allows. Metrics: `batches` (committed batch transactions of two or more
+//! cells), `splits`.
 //!
 //! ## Why the strong guarantee holds per cell in a batch
 //!

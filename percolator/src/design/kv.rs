@@ -114,9 +114,9 @@
 //!   journal never stalls its writer: a 1 GiB buffer with a 512 MiB limit would let a writer
 //!   that fills a 512 MiB memtable halt until that memtable is flushed (a review of fjall
 //!   2.11's `check_journal_size`; not seen in the runs measured). The replay is bounded by
-//!   about the limit plus the active journal (at most a memtable's worth): a job of 2,000,000 events leaves
-//!   up to about 900 MB with a 1 GiB buffer, replayed in about 5 s on this project's 2-core
-//!   host (140 MB and 1.3 s with 256 MiB).
+//!   about the limit plus the active journal (at most a memtable's worth): a job of 2,000,000
+//!   events leaves up to about 900 MB with a 1 GiB buffer, replayed in about 5 s on this
+//!   project's 2-core host (140 MB and 1.3 s with 256 MiB).
 //! - **Exclusivity.** `LOCK` in the data directory is held with an exclusive `flock` (std
 //!   `File::try_lock`) for the life of the store; a second opener, in another process or this
 //!   one, gets `KvError::DirectoryInUse` naming the directory. fjall's files live in `fjall/`.

@@ -156,13 +156,18 @@ mod tests {
         assert_eq!(cgroup_limit(""), None);
     }
 
+    /// The limit files of a `/proc/self/cgroup` text under `/cg`, as strings.
+    fn limit_files(own: &str) -> Vec<String> {
+        cgroup_limit_files(own, Path::new("/cg"))
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect()
+    }
+
     #[test]
     fn limit_files_cover_the_cgroup_and_its_ancestors() {
-        let root = Path::new("/cg");
-        let v2 = cgroup_limit_files("0::/kubepods/pod1/c:1\n", root);
-        let names: Vec<_> = v2.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
-            names,
+            limit_files("0::/kubepods/pod1/c:1\n"),
             [
                 "/cg/memory.max",
                 "/cg/kubepods/memory.max",
@@ -170,25 +175,19 @@ mod tests {
                 "/cg/kubepods/pod1/c:1/memory.max",
             ]
         );
-        let v1 = cgroup_limit_files("9:pids:/\n4:memory:/docker/abc\n1:cpu,cpuacct:/\n", root);
-        let names: Vec<_> = v1.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
-            names,
+            limit_files("9:pids:/\n4:memory:/docker/abc\n1:cpu,cpuacct:/\n"),
             [
                 "/cg/memory/memory.limit_in_bytes",
                 "/cg/memory/docker/memory.limit_in_bytes",
                 "/cg/memory/docker/abc/memory.limit_in_bytes",
             ]
         );
-        assert!(cgroup_limit_files("garbage\n\n", root).is_empty());
+        assert!(limit_files("garbage\n\n").is_empty());
         // Outside the namespace's root: nothing under `root` is ours.
-        assert!(cgroup_limit_files("0::/../other\n", root).is_empty());
+        assert!(limit_files("0::/../other\n").is_empty());
         // Inside a cgroup namespace (a container's own v2 cgroup is the root).
-        let names: Vec<_> = cgroup_limit_files("0::/\n", root)
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        assert_eq!(names, ["/cg/memory.max"]);
+        assert_eq!(limit_files("0::/\n"), ["/cg/memory.max"]);
     }
 
     /// The smallest of the machine's memory and every limit found wins; "max", the v1

@@ -31,8 +31,8 @@ pub struct EmbeddedOptions {
     /// fixed when the store is created (fjall keeps a partition's options). By default a
     /// sixteenth of the memory the process may use, between 64 MiB and 1 GiB
     /// ([`default_write_buffer_bytes`]): fewer, larger flushes leave fewer segments for every
-    /// range scan to merge and less to compact, and a run whose data fits is never flushed
-    /// while it runs (`percolator::design::kv`, "Memtables of half the write buffer").
+    /// range scan to merge and less to compact, and a short run may never flush
+    /// (`percolator::design::kv`, "Memtables of half the write buffer").
     pub write_buffer_bytes: u64,
     /// Keys kept in a partition of their own (`None`: every key in one). The layer that owns
     /// the key layout supplies it (the transaction layer: `percolator::codec::notify_split`);
