@@ -38,6 +38,12 @@
 //!   empty upper bound beyond the first region) is read as its keys from `[0xFF; 16]` on,
 //!   forward, then the part below. A part failing a check is paged forward (O(that part),
 //!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
+//! - **`scan_many` in the last region.** The client's `batch_scan` groups ranges by region,
+//!   but in the last region (empty end key) it ends every group after its first range: one
+//!   `RawBatchScan` per range. Ranges of a `scan_many` that lie in a cached last region go
+//!   as one `RawBatchScan` of the adapter's own instead, with the region's epoch and leader
+//!   from PD; any refusal (stale epoch, moved leader, transport) drops the cached region and
+//!   reads those ranges through the client (`direct`; [`TikvKv::direct_batch_scans`]).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -79,6 +85,7 @@
 mod atomic_keys;
 mod config;
 pub mod design;
+mod direct;
 mod limits;
 pub mod notify_tombstones;
 mod pd;
@@ -108,6 +115,8 @@ pub struct TikvKv {
     atomic: RawClient,
     config: TikvConfig,
     reverse_fallbacks: AtomicU64,
+    direct_scans: AtomicU64,
+    direct_refusals: AtomicU64,
     retries: RetryCounters,
     pd: pd::PdRegions,
 }
@@ -180,6 +189,8 @@ impl TikvKv {
             pd,
             config,
             reverse_fallbacks: AtomicU64::new(0),
+            direct_scans: AtomicU64::new(0),
+            direct_refusals: AtomicU64::new(0),
             retries: RetryCounters::default(),
         })
     }

@@ -9,11 +9,14 @@
 //! bounded: an entry lives for [`crate::TikvConfig::region_cache_ttl`], a read of its part
 //! that fails drops it, and every answer from PD replaces the entries it overlaps.
 //!
+//! It also names a region's epoch and leader and a store's address, which the adapter's own
+//! requests to a store need (`crate::direct`).
+//!
 //! The messages are declared here with only the fields read (prost skips the others), so
 //! the adapter needs no protobuf build step.
 
 use crate::TlsFiles;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -78,6 +81,26 @@ struct Region {
     start_key: Vec<u8>,
     #[prost(bytes = "vec", tag = "3")]
     end_key: Vec<u8>,
+    #[prost(message, optional, tag = "4")]
+    region_epoch: Option<RegionEpoch>,
+}
+
+/// `metapb.RegionEpoch`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+pub(crate) struct RegionEpoch {
+    #[prost(uint64, tag = "1")]
+    pub(crate) conf_ver: u64,
+    #[prost(uint64, tag = "2")]
+    pub(crate) version: u64,
+}
+
+/// `metapb.Peer`: a replica of a region on a store.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+pub(crate) struct Peer {
+    #[prost(uint64, tag = "1")]
+    pub(crate) id: u64,
+    #[prost(uint64, tag = "2")]
+    pub(crate) store_id: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -86,6 +109,30 @@ struct GetRegionResponse {
     header: Option<ResponseHeader>,
     #[prost(message, optional, tag = "2")]
     region: Option<Region>,
+    #[prost(message, optional, tag = "3")]
+    leader: Option<Peer>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetStoreRequest {
+    #[prost(message, optional, tag = "1")]
+    header: Option<RequestHeader>,
+    #[prost(uint64, tag = "2")]
+    store_id: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Store {
+    #[prost(string, tag = "2")]
+    address: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct GetStoreResponse {
+    #[prost(message, optional, tag = "1")]
+    header: Option<ResponseHeader>,
+    #[prost(message, optional, tag = "2")]
+    store: Option<Store>,
 }
 
 /// A region's key range as PD sees it.
@@ -96,6 +143,18 @@ pub(crate) struct RegionBounds {
     pub(crate) start: Vec<u8>,
     /// Exclusive; empty: the end of the key space.
     pub(crate) end: Vec<u8>,
+    /// Where requests for the region go, as PD named it with the bounds (`None` if PD named
+    /// no leader).
+    pub(crate) route: Option<Route>,
+}
+
+/// What a request to a region carries besides its keys: the epoch its sender knows and the
+/// peer it is sent to. A stale one is refused by the store with a region error, never
+/// served from another layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Route {
+    pub(crate) epoch: RegionEpoch,
+    pub(crate) leader: Peer,
 }
 
 impl RegionBounds {
@@ -166,6 +225,9 @@ pub(crate) struct PdRegions {
     conn: Mutex<Option<(Channel, u64)>>,
     cache: std::sync::Mutex<RegionCache>,
     cache_ttl: Duration,
+    /// Store addresses by store id, and channels by address (`crate::direct`).
+    stores: std::sync::Mutex<HashMap<u64, String>>,
+    store_channels: std::sync::Mutex<HashMap<String, Channel>>,
 }
 
 fn pd_err(message: String) -> tikv_client::Error {
@@ -187,6 +249,8 @@ impl PdRegions {
             conn: Mutex::new(None),
             cache: std::sync::Mutex::new(RegionCache::default()),
             cache_ttl,
+            stores: std::sync::Mutex::new(HashMap::new()),
+            store_channels: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -252,7 +316,8 @@ impl PdRegions {
             .map_err(|e| pd_err(format!("connecting to PD {addr}: {e}")))
     }
 
-    async fn unary<Req, Resp>(
+    /// A unary call of `path` on `channel` (PD's, or a store's: `crate::direct`).
+    pub(crate) async fn unary<Req, Resp>(
         channel: Channel,
         path: &'static str,
         request: Req,
@@ -264,7 +329,7 @@ impl PdRegions {
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready()
             .await
-            .map_err(|e| pd_err(format!("PD not ready: {e}")))?;
+            .map_err(|e| pd_err(format!("{path}: channel not ready: {e}")))?;
         let codec: tonic::codec::ProstCodec<Req, Resp> = tonic::codec::ProstCodec::default();
         let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
         grpc.unary(tonic::Request::new(request), path, codec)
@@ -353,10 +418,15 @@ impl PdRegions {
             *self.conn.lock().await = None;
             return Err(pd_err(format!("PD {path}: {}", error.message)));
         }
+        let leader = reply.leader.filter(|l| l.store_id != 0);
         Ok(reply.region.map(|r| RegionBounds {
             id: r.id,
             start: r.start_key,
             end: r.end_key,
+            route: match (r.region_epoch, leader) {
+                (Some(epoch), Some(leader)) => Some(Route { epoch, leader }),
+                _ => None,
+            },
         }))
     }
 
@@ -365,6 +435,74 @@ impl PdRegions {
         self.region_call("/pdpb.PD/GetRegion", key)
             .await?
             .ok_or_else(|| pd_err(format!("PD knows no region for key {key:?}")))
+    }
+
+    /// A channel to the store `store_id` (its address from PD, remembered; a channel is
+    /// made on first use and kept: tonic reconnects it after a failure).
+    pub(crate) async fn store_channel(&self, store_id: u64) -> tikv_client::Result<Channel> {
+        let known = self.lock_stores().get(&store_id).cloned();
+        let address = match known {
+            Some(address) => address,
+            None => {
+                let address = self.store_address(store_id).await?;
+                self.lock_stores().insert(store_id, address.clone());
+                address
+            }
+        };
+        let channel = self.lock_store_channels().get(&address).cloned();
+        if let Some(channel) = channel {
+            return Ok(channel);
+        }
+        let channel = self.channel(&address).await?;
+        self.lock_store_channels().insert(address, channel.clone());
+        Ok(channel)
+    }
+
+    /// Forgets what is known of the store `store_id` (a request to it failed: it may have
+    /// moved).
+    pub(crate) fn forget_store(&self, store_id: u64) {
+        if let Some(address) = self.lock_stores().remove(&store_id) {
+            self.lock_store_channels().remove(&address);
+        }
+    }
+
+    fn lock_stores(&self) -> std::sync::MutexGuard<'_, HashMap<u64, String>> {
+        // Each entry is a PD answer: a poisoned lock is used as it is.
+        self.stores.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_store_channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
+        self.store_channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn store_address(&self, store_id: u64) -> tikv_client::Result<String> {
+        let (channel, cluster_id) = self.leader().await?;
+        let request = GetStoreRequest {
+            header: Some(RequestHeader {
+                cluster_id,
+                sender_id: 0,
+            }),
+            store_id,
+        };
+        let path = "/pdpb.PD/GetStore";
+        let reply = match Self::unary::<_, GetStoreResponse>(channel, path, request).await {
+            Ok(r) => r,
+            Err(e) => {
+                *self.conn.lock().await = None;
+                return Err(e);
+            }
+        };
+        if let Some(error) = reply.header.and_then(|h| h.error) {
+            *self.conn.lock().await = None;
+            return Err(pd_err(format!("PD {path}: {}", error.message)));
+        }
+        reply
+            .store
+            .map(|s| s.address)
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| pd_err(format!("PD knows no address for store {store_id}")))
     }
 
     /// The region before the one holding `key` (`None` before the first region).
@@ -385,6 +523,7 @@ mod tests {
             id,
             start: start.to_vec(),
             end: end.to_vec(),
+            route: None,
         }
     }
 

@@ -124,15 +124,26 @@ impl TikvKv {
             return Ok(out);
         }
         by_start.sort_by(|a, b| ranges[*a].start.cmp(&ranges[*b].start));
-        let bounds: Vec<BoundRange> = by_start.iter().map(|i| bound(&ranges[*i])).collect();
-        let pairs = self
-            .call("scan_many", deadline, || {
-                self.plain.batch_scan(bounds.clone(), each_limit as u32)
-            })
-            .await?;
-        for pair in pairs {
-            let (key, value): (Key, Vec<u8>) = pair.into();
-            let key = Vec::from(key);
+        // The ranges in the last region, if several: one request of the adapter's own
+        // (`crate::direct`), since tikv-client would send one per range.
+        let (mut pairs, direct) = self.scan_last_region(ranges, &by_start, each_limit).await;
+        let bounds: Vec<BoundRange> = by_start
+            .iter()
+            .filter(|i| !direct.contains(i))
+            .map(|i| bound(&ranges[*i]))
+            .collect();
+        if !bounds.is_empty() {
+            let through_client = self
+                .call("scan_many", deadline, || {
+                    self.plain.batch_scan(bounds.clone(), each_limit as u32)
+                })
+                .await?;
+            pairs.extend(through_client.into_iter().map(|pair| {
+                let (key, value): (Key, Vec<u8>) = pair.into();
+                (Vec::from(key), value)
+            }));
+        }
+        for (key, value) in pairs {
             let at = by_start.partition_point(|i| ranges[*i].start <= key);
             if let Some(&i) = at.checked_sub(1).and_then(|at| by_start.get(at)) {
                 if ranges[i].contains(&key) {
@@ -146,6 +157,51 @@ impl TikvKv {
             pairs.truncate(each_limit);
         }
         Ok(out)
+    }
+
+    /// The pairs of the ranges (indexes into `ranges`, `by_start` ascending by start) that lie
+    /// in the last region, read by one `RawBatchScan` of the adapter's own when there are two
+    /// or more of them and the cached region names its epoch and leader; and which ranges
+    /// those were (none when the request was refused: they are then read like the others).
+    async fn scan_last_region(
+        &self,
+        ranges: &[KeyRange],
+        by_start: &[usize],
+        each_limit: usize,
+    ) -> (Vec<KvPair>, Vec<usize>) {
+        let Some(&last) = by_start.last() else {
+            return (Vec::new(), Vec::new());
+        };
+        if by_start.len() < 2 {
+            return (Vec::new(), Vec::new());
+        }
+        let Ok(region) = self.pd.region_cached(&ranges[last].start).await else {
+            return (Vec::new(), Vec::new());
+        };
+        if !region.end.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let tail: Vec<usize> = by_start
+            .iter()
+            .copied()
+            .filter(|i| ranges[*i].start >= region.start)
+            .collect();
+        if tail.len() < 2 {
+            return (Vec::new(), Vec::new());
+        }
+        let parts: Vec<&KeyRange> = tail.iter().map(|i| &ranges[*i]).collect();
+        match crate::direct::raw_batch_scan(&self.pd, &region, &parts, each_limit as u32).await {
+            Ok(pairs) => {
+                self.direct_scans.fetch_add(1, Ordering::Relaxed);
+                (pairs, tail)
+            }
+            Err(refused) => {
+                self.direct_refusals.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%refused, region = region.id, "direct RawBatchScan refused; read through tikv-client");
+                self.pd.forget(&region.start);
+                (Vec::new(), Vec::new())
+            }
+        }
     }
 
     /// Up to `limit` pairs (values empty when `key_only`) of a non-empty `range`, ascending,
@@ -454,6 +510,16 @@ impl TikvKv {
     /// figure: it stays 0 on a healthy cluster without concurrent deletes in scanned ranges).
     pub fn reverse_scan_fallbacks(&self) -> u64 {
         self.reverse_fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// `scan_many`s whose ranges in the last region went as one `RawBatchScan` of the
+    /// adapter's own (`crate::direct`), and those whose request the store refused (read
+    /// through tikv-client instead: a stale cached region, a moved leader).
+    pub fn direct_batch_scans(&self) -> (u64, u64) {
+        (
+            self.direct_scans.load(Ordering::Relaxed),
+            self.direct_refusals.load(Ordering::Relaxed),
+        )
     }
 }
 
