@@ -80,7 +80,7 @@ impl Default for LoadOptions {
 /// check) and, on a store of many regions, fewer requests per line (a batch's records go
 /// to each region they fall in in requests per region, not per line): against 500 lines,
 /// `photon demo` took about 7 % less CPU per joined click embedded and 10 % fewer RPCs per
-/// joined click through a minitikv of about 570 regions (`docs/benchmarks.md`). Beyond 2,000 the
+/// joined click through a minitikv of about 570 regions (`docs/perf/photon.md`). Beyond 2,000 the
 /// embedded gain levels off (5,000: about 2 % more).
 pub const DEFAULT_BATCH: usize = 2_000;
 

@@ -55,7 +55,7 @@
 //!   (`TableIdsError::Mismatch`) and the client keeps its own (invariant S4).
 //!
 //! A client built by hand ([`crate::ClientConfig::table_ids`]) must take the map from the
-//! store the same way. What it buys (`docs/benchmarks.md`, 2026-11-26, alternated with the
+//! store the same way. What it buys (measured 2026-11-26, alternated with the
 //! build keyed by names): embedded, `photon demo --clicks 200000`, about 2 % less CPU and
 //! 2 % more joined clicks/s over five rounds, inside this machine's run-to-run noise
 //! (one-letter names, the most shorter table names can give, measured 5 %); through
