@@ -297,7 +297,12 @@ async fn raw_client_scan_misbehaves_in_the_last_region() {
 /// if the client's grouping is fixed (then the adapter's request is no longer needed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scan_many_in_the_last_region_is_one_request() {
-    let (server, kv) = started(ServerConfig::in_memory().single_region()).await;
+    // A generous RPC budget: the first request also asks PD for the store and connects to it,
+    // and a loaded machine must not turn that into a fallback.
+    let (server, kv) = started_with(ServerConfig::in_memory().single_region(), |c| {
+        c.rpc_timeout = Duration::from_secs(30);
+    })
+    .await;
     let keys = ten_keys(kv.as_ref()).await;
     // Disjoint, as the contract asks; the last one open-ended.
     let ranges: Vec<KeyRange> = (0..4)
@@ -308,7 +313,9 @@ async fn scan_many_in_the_last_region_is_one_request() {
         ])
         .collect();
     let before = server.rpc_counts().calls("RawBatchScan");
-    let got = kv.scan_many(ranges.clone(), 3).await.unwrap();
+    let got = within("scan_many", kv.scan_many(ranges.clone(), 3))
+        .await
+        .unwrap();
     let sent = server.rpc_counts().calls("RawBatchScan") - before;
     let mut stored = keys.clone();
     stored.extend([b"o".to_vec(), b"q".to_vec()]);
@@ -340,6 +347,43 @@ async fn scan_many_in_the_last_region_is_one_request() {
         sent, 5,
         "tikv-client now groups ranges in the last region: the adapter's request may go"
     );
+}
+
+/// The adapter's request for the last region carries the epoch PD named: after a split the
+/// store refuses it, and the ranges are read through the client with the same answers; the
+/// next call asks PD again and goes as one request to the new last region.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scan_many_after_a_split_is_read_through_the_client() {
+    let (server, kv) = started_with(ServerConfig::in_memory().single_region(), |c| {
+        c.rpc_timeout = Duration::from_secs(30);
+        c.region_cache_ttl = Duration::from_secs(3600);
+    })
+    .await;
+    let keys = ten_keys(kv.as_ref()).await;
+    let ranges: Vec<KeyRange> = (0..5)
+        .map(|i| KeyRange::new(keys[2 * i].clone(), keys[2 * i + 1].clone()))
+        .collect();
+    let expected: Vec<Vec<Vec<u8>>> = (0..5).map(|i| vec![keys[2 * i].clone()]).collect();
+    let check = |got: Vec<Vec<(Vec<u8>, Vec<u8>)>>| {
+        let got: Vec<Vec<Vec<u8>>> = got.iter().map(|pairs| keys_of(pairs)).collect();
+        assert_eq!(got, expected);
+    };
+    within("scan_many around a split", async {
+        check(kv.scan_many(ranges.clone(), 10).await.unwrap());
+        assert_eq!(kv.direct_batch_scans(), (1, 0));
+        // The remembered region (the whole key space) is now stale: its epoch changed.
+        server.split(b"p/e").expect("split");
+        check(kv.scan_many(ranges.clone(), 10).await.unwrap());
+        assert_eq!(
+            kv.direct_batch_scans(),
+            (1, 1),
+            "refused, then read through the client"
+        );
+        // Asked again: the last region is [p/e, end), holding three of the ranges.
+        check(kv.scan_many(ranges.clone(), 10).await.unwrap());
+        assert_eq!(kv.direct_batch_scans(), (2, 1));
+    })
+    .await;
 }
 
 /// `scan_many` in the weather, against a model: random batches of disjoint ranges, about

@@ -17,7 +17,7 @@
 //! | `NotLeader` with a leader hint | updates its cache, resends at once | nothing to do |
 //! | `EpochNotMatch`, `RegionNotFound`, `StoreNotMatch`, `KeyNotInRegion`, stale command (splits, merges, moves) | drops the cached region, backs off, reloads from PD, re-shards batches per region | sizes that backoff to `op_timeout`; retries what is still left (cause `Region`) |
 //! | reply lost / connection broken / RPC over `rpc_timeout` (the write may have applied) | retries itself, except in `scan`/`scan_reverse` | retries (causes `Transport`, `Deadline`), including reverse scans |
-//! | any region error, key error or transport failure of the adapter's own `RawBatchScan` (`scan_many` in the last region) | not involved | drops the cached region (and the store's address after a transport failure), reads the same ranges through the client at once ([`crate::TikvKv::direct_batch_scans`] counts these) |
+//! | any region error, key error or transport failure of the adapter's own `RawBatchScan` (`scan_many` in the last region), or a PD lookup or answer slower than its budget (`rpc_timeout`, at most half of what the deadline leaves) | not involved | drops the remembered region (and the store's address after a failed call or connection), reads the same ranges through the client at once, within the call's deadline ([`crate::TikvKv::direct_batch_scans`] counts these) |
 //! | PD unreachable | fails region lookups | retries (cause `Transport`) |
 //! | cluster down for longer than `op_timeout` | keeps retrying | `Unavailable { op }` at the deadline |
 //!

@@ -10,10 +10,12 @@
 //! ([`raw_batch_scan`]), with the region's epoch and leader as PD named them.
 //!
 //! Exactness rests on the store, as for tikv-client's own requests: a request whose epoch or
-//! leader is stale, or whose keys left the region, is refused with a region error, never
-//! served from another layout. Any answer but a clean one (a region error, a key error, a
-//! transport error, a timeout) makes the caller forget the region and read the same ranges
-//! through tikv-client, so the fast path can cost an RPC, never a key.
+//! leader is stale, or a range that starts outside the region, is refused with a region error
+//! (TiKV clips a range's end to the region; in the last region there is nothing past it),
+//! never served from another layout. Any answer but a clean one (a region error, a key error,
+//! a transport error, the caller's time budget spent) makes the caller forget the region and
+//! read the same ranges through tikv-client: the fast path can cost time and a few PD
+//! lookups, never a key.
 
 use crate::pd::{PdRegions, Peer, RegionBounds, RegionEpoch};
 use percolator::kv::KeyRange;
@@ -121,13 +123,13 @@ pub(crate) async fn raw_batch_scan(
             .collect(),
         each_limit,
     };
-    let reply: RawBatchScanResponse =
-        PdRegions::unary(channel, "/tikvpb.Tikv/RawBatchScan", request)
-            .await
-            .map_err(|e| {
-                pd.forget_store(route.leader.store_id);
-                Refused::Transport(e)
-            })?;
+    let reply: RawBatchScanResponse = pd
+        .unary(channel, "/tikvpb.Tikv/RawBatchScan", request)
+        .await
+        .map_err(|e| {
+            pd.forget_store(route.leader.store_id);
+            Refused::Transport(e)
+        })?;
     if reply.region_error.is_some() {
         return Err(Refused::RegionError);
     }

@@ -40,10 +40,12 @@
 //!   [`TikvKv::reverse_scan_fallbacks`] counts these). Cost: O(limit + regions touched).
 //! - **`scan_many` in the last region.** The client's `batch_scan` groups ranges by region,
 //!   but in the last region (empty end key) it ends every group after its first range: one
-//!   `RawBatchScan` per range. Ranges of a `scan_many` that lie in a cached last region go
-//!   as one `RawBatchScan` of the adapter's own instead, with the region's epoch and leader
-//!   from PD; any refusal (stale epoch, moved leader, transport) drops the cached region and
-//!   reads those ranges through the client (`direct`; [`TikvKv::direct_batch_scans`]).
+//!   `RawBatchScan` per range. When two or more ranges of a `scan_many` lie in the last
+//!   region (as PD names it, remembered like the scans' regions), they go as one
+//!   `RawBatchScan` of the adapter's own, with the region's epoch and leader from PD, within
+//!   `rpc_timeout` and half of what the call's deadline leaves; any refusal (stale epoch,
+//!   moved leader, transport, time) drops the remembered region and reads those ranges
+//!   through the client (`direct`; [`TikvKv::direct_batch_scans`]).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -182,6 +184,7 @@ impl TikvKv {
             config.tls.clone(),
             config.rpc_timeout,
             config.region_cache_ttl,
+            config.max_message_bytes,
         );
         Ok(TikvKv {
             plain,

@@ -223,6 +223,7 @@ pub(crate) struct PdRegions {
     tls: Option<TlsFiles>,
     timeout: Duration,
     conn: Mutex<Option<(Channel, u64)>>,
+    max_message_bytes: usize,
     cache: std::sync::Mutex<RegionCache>,
     cache_ttl: Duration,
     /// Store addresses by store id, and channels by address (`crate::direct`).
@@ -241,12 +242,14 @@ impl PdRegions {
         tls: Option<TlsFiles>,
         timeout: Duration,
         cache_ttl: Duration,
+        max_message_bytes: usize,
     ) -> Self {
         PdRegions {
             endpoints,
             tls,
             timeout,
             conn: Mutex::new(None),
+            max_message_bytes,
             cache: std::sync::Mutex::new(RegionCache::default()),
             cache_ttl,
             stores: std::sync::Mutex::new(HashMap::new()),
@@ -292,7 +295,7 @@ impl PdRegions {
 
     async fn channel(&self, addr: &str) -> tikv_client::Result<Channel> {
         let mut endpoint = Endpoint::from_shared(self.url(addr))
-            .map_err(|e| pd_err(format!("PD address {addr}: {e}")))?
+            .map_err(|e| pd_err(format!("address {addr}: {e}")))?
             .timeout(self.timeout)
             .connect_timeout(self.timeout);
         if let Some(tls) = &self.tls {
@@ -308,16 +311,18 @@ impl PdRegions {
                 .identity(Identity::from_pem(cert, key));
             endpoint = endpoint
                 .tls_config(config)
-                .map_err(|e| pd_err(format!("TLS for PD {addr}: {e}")))?;
+                .map_err(|e| pd_err(format!("TLS for {addr}: {e}")))?;
         }
         endpoint
             .connect()
             .await
-            .map_err(|e| pd_err(format!("connecting to PD {addr}: {e}")))
+            .map_err(|e| pd_err(format!("connecting to {addr}: {e}")))
     }
 
-    /// A unary call of `path` on `channel` (PD's, or a store's: `crate::direct`).
+    /// A unary call of `path` on `channel` (PD's, or a store's: `crate::direct`), whose
+    /// answer may be up to the configured message size (tonic's default is 4 MiB).
     pub(crate) async fn unary<Req, Resp>(
+        &self,
         channel: Channel,
         path: &'static str,
         request: Req,
@@ -326,7 +331,8 @@ impl PdRegions {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(channel);
+        let mut grpc =
+            tonic::client::Grpc::new(channel).max_decoding_message_size(self.max_message_bytes);
         grpc.ready()
             .await
             .map_err(|e| pd_err(format!("{path}: channel not ready: {e}")))?;
@@ -347,13 +353,14 @@ impl PdRegions {
         let mut last = pd_err("no PD endpoint".into());
         for addr in &self.endpoints {
             let members = match self.channel(addr).await {
-                Ok(channel) => Self::unary::<_, GetMembersResponse>(
-                    channel.clone(),
-                    "/pdpb.PD/GetMembers",
-                    GetMembersRequest { header: None },
-                )
-                .await
-                .map(|m| (channel, m)),
+                Ok(channel) => self
+                    .unary::<_, GetMembersResponse>(
+                        channel.clone(),
+                        "/pdpb.PD/GetMembers",
+                        GetMembersRequest { header: None },
+                    )
+                    .await
+                    .map(|m| (channel, m)),
                 Err(e) => Err(e),
             };
             let (channel, members) = match members {
@@ -405,7 +412,9 @@ impl PdRegions {
             }),
             region_key: key.to_vec(),
         };
-        let reply = Self::unary::<_, GetRegionResponse>(channel, path, request).await;
+        let reply = self
+            .unary::<_, GetRegionResponse>(channel, path, request)
+            .await;
         let reply = match reply {
             Ok(r) => r,
             Err(e) => {
@@ -453,9 +462,17 @@ impl PdRegions {
         if let Some(channel) = channel {
             return Ok(channel);
         }
-        let channel = self.channel(&address).await?;
-        self.lock_store_channels().insert(address, channel.clone());
-        Ok(channel)
+        match self.channel(&address).await {
+            Ok(channel) => {
+                self.lock_store_channels().insert(address, channel.clone());
+                Ok(channel)
+            }
+            Err(e) => {
+                // The store may have moved: ask PD for its address next time.
+                self.forget_store(store_id);
+                Err(e)
+            }
+        }
     }
 
     /// Forgets what is known of the store `store_id` (a request to it failed: it may have
@@ -487,7 +504,10 @@ impl PdRegions {
             store_id,
         };
         let path = "/pdpb.PD/GetStore";
-        let reply = match Self::unary::<_, GetStoreResponse>(channel, path, request).await {
+        let reply = match self
+            .unary::<_, GetStoreResponse>(channel, path, request)
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 *self.conn.lock().await = None;

@@ -126,7 +126,9 @@ impl TikvKv {
         by_start.sort_by(|a, b| ranges[*a].start.cmp(&ranges[*b].start));
         // The ranges in the last region, if several: one request of the adapter's own
         // (`crate::direct`), since tikv-client would send one per range.
-        let (mut pairs, direct) = self.scan_last_region(ranges, &by_start, each_limit).await;
+        let (mut pairs, direct) = self
+            .scan_last_region(ranges, &by_start, each_limit, &deadline)
+            .await;
         let bounds: Vec<BoundRange> = by_start
             .iter()
             .filter(|i| !direct.contains(i))
@@ -161,9 +163,36 @@ impl TikvKv {
 
     /// The pairs of the ranges (indexes into `ranges`, `by_start` ascending by start) that lie
     /// in the last region, read by one `RawBatchScan` of the adapter's own when there are two
-    /// or more of them and the cached region names its epoch and leader; and which ranges
-    /// those were (none when the request was refused: they are then read like the others).
+    /// or more of them and PD names the region's epoch and leader; and which ranges those
+    /// were (none when the request was refused or took longer than `rpc_timeout`, or than
+    /// half of what `deadline` leaves: they are then read like the others).
     async fn scan_last_region(
+        &self,
+        ranges: &[KeyRange],
+        by_start: &[usize],
+        each_limit: usize,
+        deadline: &Deadline,
+    ) -> (Vec<KvPair>, Vec<usize>) {
+        let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
+        match tokio::time::timeout(
+            budget,
+            self.scan_last_region_within(ranges, by_start, each_limit),
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(_) => {
+                self.direct_refusals.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    ?budget,
+                    "direct RawBatchScan took too long; read through tikv-client"
+                );
+                (Vec::new(), Vec::new())
+            }
+        }
+    }
+
+    async fn scan_last_region_within(
         &self,
         ranges: &[KeyRange],
         by_start: &[usize],
