@@ -129,9 +129,13 @@ impl TikvKv {
         let (mut pairs, direct) = self
             .scan_last_region(ranges, &by_start, each_limit, &deadline)
             .await;
+        let mut answered = vec![false; ranges.len()];
+        for &i in &direct {
+            answered[i] = true;
+        }
         let bounds: Vec<BoundRange> = by_start
             .iter()
-            .filter(|i| !direct.contains(i))
+            .filter(|i| !answered[**i])
             .map(|i| bound(&ranges[*i]))
             .collect();
         if !bounds.is_empty() {
