@@ -394,29 +394,15 @@ async fn scan_many_after_a_split_is_read_through_the_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_scan_many_in_the_weather_match_a_model() {
     let (server, kv) = weather(0x5ca7).await;
-    let mut model = BTreeMap::new();
-    for i in 0..600u32 {
-        let key = format!("p/{}{i:04}", char::from(b'0' + (i * 75 / 600) as u8)).into_bytes();
-        model.insert(key, i.to_be_bytes().to_vec());
-    }
-    let pairs: Vec<_> = model.clone().into_iter().collect();
-    for chunk in pairs.chunks(100) {
-        kv.batch_put(chunk.to_vec()).await.unwrap();
-    }
+    let model = spread_model(kv.as_ref()).await;
     let keys: Arc<Vec<Vec<u8>>> = Arc::new(model.keys().cloned().collect());
     let tail_from = keys.partition_point(|k| k.as_slice() < b"p/x".as_slice());
-    let model = Arc::new(model);
     let tasks: Vec<_> = (0..4u64)
         .map(|t| {
             let (kv, keys, model) = (kv.clone(), keys.clone(), model.clone());
             tokio::spawn(async move {
-                let mut rng = 0x2545_f491_4f6c_dd1du64 ^ (t + 1).wrapping_mul(0x9e37_79b9);
-                let mut next = move |n: usize| {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    (rng % n as u64) as usize
-                };
+                let mut next =
+                    xorshift(0x2545_f491_4f6c_dd1du64 ^ (t + 1).wrapping_mul(0x9e37_79b9));
                 let mut wrong = Vec::new();
                 for _ in 0..150 {
                     // Disjoint ranges (as the contract asks) between sorted distinct
@@ -466,13 +452,7 @@ async fn random_scan_many_in_the_weather_match_a_model() {
             })
         })
         .collect();
-    let mut wrong = Vec::new();
-    within("random scan_many", async {
-        for task in tasks {
-            wrong.extend(task.await.unwrap());
-        }
-    })
-    .await;
+    let wrong = wrong_answers("random scan_many", tasks).await;
     report("random scan_many", &server, &kv);
     let (direct, refused) = kv.direct_batch_scans();
     eprintln!("direct RawBatchScans {direct}, refused {refused}");
@@ -935,6 +915,47 @@ async fn random_reverse_scans_in_the_weather_match_a_model() {
     random_scans_in_the_weather_match_a_model(ScanOrder::Reverse, 0x5ca9, |_| {}).await;
 }
 
+/// 600 keys spread over the split points of `p/` (every fourth printable byte), so that
+/// ranges cross many regions and churn splits and merges among the data; written to `kv`
+/// and returned as the model the random checks compare with.
+async fn spread_model(kv: &dyn RawKv) -> Arc<BTreeMap<Vec<u8>, Vec<u8>>> {
+    let mut model = BTreeMap::new();
+    for i in 0..600u32 {
+        let key = format!("p/{}{i:04}", char::from(b'0' + (i * 75 / 600) as u8)).into_bytes();
+        model.insert(key, i.to_be_bytes().to_vec());
+    }
+    let pairs: Vec<_> = model.clone().into_iter().collect();
+    for chunk in pairs.chunks(100) {
+        kv.batch_put(chunk.to_vec()).await.unwrap();
+    }
+    Arc::new(model)
+}
+
+/// A xorshift generator from `seed` (not 0): each call draws a number below `n`.
+fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
+/// The wrong answers the random checks' tasks report, all of them, within the no-hang bound.
+async fn wrong_answers(
+    what: &str,
+    tasks: Vec<tokio::task::JoinHandle<Vec<String>>>,
+) -> Vec<String> {
+    within(what, async {
+        let mut wrong = Vec::new();
+        for task in tasks {
+            wrong.extend(task.await.unwrap());
+        }
+        wrong
+    })
+    .await
+}
+
 /// The same with forward scans cut into parts by a region cache that never expires (K3
 /// whatever the cache holds): the layout changes every 10 ms, so most cached bounds are
 /// stale, and every answer must still be exact.
@@ -952,30 +973,14 @@ async fn random_scans_in_the_weather_match_a_model(
     tweak: impl FnOnce(&mut TikvConfig),
 ) {
     let (server, kv) = started_with(weather_config(seed), tweak).await;
-    // 600 keys spread over the split points of `p/` (every fourth printable byte), so that
-    // ranges cross many regions and churn splits and merges among the data.
-    let mut model = BTreeMap::new();
-    for i in 0..600u32 {
-        let key = format!("p/{}{i:04}", char::from(b'0' + (i * 75 / 600) as u8)).into_bytes();
-        model.insert(key, i.to_be_bytes().to_vec());
-    }
-    let pairs: Vec<_> = model.clone().into_iter().collect();
-    for chunk in pairs.chunks(100) {
-        kv.batch_put(chunk.to_vec()).await.unwrap();
-    }
+    let model = spread_model(kv.as_ref()).await;
     let keys: Arc<Vec<Vec<u8>>> = Arc::new(model.keys().cloned().collect());
-    let model = Arc::new(model);
     let tasks: Vec<_> = (0..4u64)
         .map(|t| {
             let (kv, keys, model) = (kv.clone(), keys.clone(), model.clone());
             tokio::spawn(async move {
-                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491);
-                let mut next = move |n: usize| {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    (rng % n as u64) as usize
-                };
+                let mut next =
+                    xorshift(0x9e37_79b9_7f4a_7c15u64 ^ (t + 1).wrapping_mul(0x2545_f491));
                 let mut wrong = Vec::new();
                 for _ in 0..400 {
                     let a = next(keys.len());
@@ -1010,13 +1015,7 @@ async fn random_scans_in_the_weather_match_a_model(
             })
         })
         .collect();
-    let mut wrong = Vec::new();
-    within("random scans", async {
-        for task in tasks {
-            wrong.extend(task.await.unwrap());
-        }
-    })
-    .await;
+    let wrong = wrong_answers("random scans", tasks).await;
     report(&format!("random {order:?} scans"), &server, &kv);
     assert!(
         wrong.is_empty(),
