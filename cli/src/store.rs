@@ -142,7 +142,7 @@ pub async fn open_store_with(
 /// The embedded store's options: `durability`, and the memory knobs from the environment
 /// ([`EmbeddedOptions::from_env`]), else from the configuration file's `[embedded]` table
 /// ([`crate::config::store_knobs`]), else the defaults: what every binary opening an
-/// embedded store uses (through [`open_store`], or directly, as minitikv's server does).
+/// embedded store uses (through [`open_store`], or directly, as minitikv's binary does).
 pub fn embedded_options(durability: Durability) -> EmbeddedOptions {
     let mut options = EmbeddedOptions {
         durability,

@@ -42,7 +42,7 @@ pub mod design;
 mod metrics;
 mod service;
 
-use percolator::kv::{Durability, KvError, MemoryKv, RawKv};
+use percolator::kv::{Durability, EmbeddedOptions, KvError, MemoryKv, RawKv};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,6 +159,11 @@ pub struct ServerConfig {
     /// Durability of the embedded store's writes (with `data`): `Process` survives a crash of
     /// the server, `Fsync` power loss too (as a real TiKV, which syncs its Raft log).
     pub durability: Durability,
+    /// The embedded store's other options (block cache, write buffer), with `data`; `None`:
+    /// the defaults. Their `durability` is ignored for [`ServerConfig::durability`]. The
+    /// binary fills them from the environment and the configuration file, as every binary
+    /// does (`percolator_cli::store::embedded_options`).
+    pub embedded_options: Option<EmbeddedOptions>,
     /// Keys at which the key space is split into regions at start (empty: one region).
     /// Default: [`ServerConfig::DEFAULT_SPLIT_KEYS`], four regions.
     pub split_keys: Vec<Vec<u8>>,
@@ -204,6 +209,7 @@ impl ServerConfig {
             advertise: None,
             data: None,
             durability: Durability::Process,
+            embedded_options: None,
             split_keys: Self::DEFAULT_SPLIT_KEYS
                 .iter()
                 .map(|k| k.to_vec())
@@ -386,11 +392,12 @@ impl Drop for RunningServer {
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let store: Arc<dyn RawKv> = match &config.data {
         // Transaction data: the transaction layout's key split, as before it was injected.
-        // The memory knobs as every binary takes them (environment, then the configuration
-        // file's `[embedded]` table, then the defaults).
         Some(dir) => Arc::new(percolator::txn::open_embedded(
             dir,
-            percolator_cli::store::embedded_options(config.durability),
+            EmbeddedOptions {
+                durability: config.durability,
+                ..config.embedded_options.clone().unwrap_or_default()
+            },
         )?),
         None => Arc::new(MemoryKv::new()),
     };

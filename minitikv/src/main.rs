@@ -38,6 +38,9 @@ async fn run() -> anyhow::Result<()> {
                 advertise,
                 data: data.clone(),
                 durability,
+                // The memory knobs as every binary takes them (environment, then the
+                // configuration file's `[embedded]` table, then the defaults).
+                embedded_options: Some(percolator_cli::store::embedded_options(durability)),
                 ..minitikv::ServerConfig::in_memory()
             });
             let server = minitikv::start(config)
