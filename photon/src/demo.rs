@@ -222,6 +222,7 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
     let peak_rss_join_mb = peak_rss_mb();
     let verify_started = Instant::now();
     let mut minutes = crate::timeline::Minutes::new(started_ms);
+    let recent_reads = client.recent_write_reads();
     let report = crate::verify::verify_with(client, &logs, Some(&mut minutes)).await?;
     let verify_seconds = verify_started.elapsed().as_secs_f64();
     let timeline = minutes.timeline();
@@ -308,6 +309,10 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         let notify_keys = client.notify_counts();
         out["notify_keys_put"] = notify_keys.put.into();
         out["notify_keys_removed"] = notify_keys.removed.into();
+        // Reads of events the join answered from this process's commits in memory, and those
+        // that went to the store (`photon::design::join`, "Events read from memory").
+        out["events_read_from_memory"] = recent_reads.0.into();
+        out["events_read_from_store"] = recent_reads.1.into();
         println!("{out}");
     } else {
         print!("{report}");

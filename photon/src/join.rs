@@ -158,7 +158,7 @@ async fn join_clicks(
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
     let (clicks, boundary) =
-        futures::future::try_join(txn.get_many_versioned(cells), boundary(txn)).await?;
+        futures::future::try_join(txn.get_many_recent(cells), boundary(txn)).await?;
     let mut read = Vec::with_capacity(cells.len());
     for ((cell, (bytes, delivery_ts)), notified_ts) in
         cells.iter().zip(clicks).zip(notified_ts.iter().copied())
@@ -207,8 +207,8 @@ async fn join_clicks(
         wanted.push(query_cell(&event.query_id));
         wanted.push(outcome_cell(&event.click_id));
     }
-    let values = txn.get_many(&wanted).await?;
-    let mut values = values.into_iter();
+    let values = txn.get_many_recent(&wanted).await?;
+    let mut values = values.into_iter().map(|(value, _)| value);
     let read: Vec<(ReadClick, Guard, Option<Vec<u8>>)> = current
         .into_iter()
         .map(|click| {
@@ -493,11 +493,11 @@ async fn wake_clicks(
         .iter()
         .map(|c| Cell::new(QUERIES, &c.row, EVENT))
         .collect();
-    let queries = txn.get_many(&query_cells).await?;
+    let queries = txn.get_many_recent(&query_cells).await?;
     let pending: Vec<Cell> = cells
         .iter()
         .zip(queries)
-        .filter(|(_, query)| query.is_some())
+        .filter(|(_, (query, _))| query.is_some())
         .map(|(cell, _)| pending_cell(&String::from_utf8_lossy(&cell.row)))
         .collect();
     if pending.is_empty() {

@@ -101,6 +101,10 @@ pub fn declare_columns(client: &Client) {
     client.write_once_table(JOINED);
     client.write_once_column(IDREGISTRY, REGISTRY_DAY_COLUMN);
     client.write_once_table(crate::parked::PARKED);
+    // The events the join reads: a loader's commits of them are answered from memory to the
+    // join runs of the same process (`photon::design::join`, "Events read from memory").
+    client.remember_recent_writes(CLICKS, EVENT);
+    client.remember_recent_writes(QUERIES, EVENT);
 }
 
 /// The cell holding query `query_id`.

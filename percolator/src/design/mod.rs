@@ -9,6 +9,7 @@
 //! | [`locks`] | status through the primary and lock resolution |
 //! | [`gc`] | garbage collection and why snapshots stay exact under it |
 //! | [`once`] | write-once records: cells without heads, their contract, reads, GC |
+//! | [`recent`] | reads answered from this client's remembered commits of write-once cells |
 //! | [`notify`] | notify keys and hints, the notify space, its buckets and the floor record |
 //! | [`testing`] | crash injection, the fault-injecting store and the protocol tests |
 //!
@@ -22,4 +23,5 @@ pub mod layout;
 pub mod locks;
 pub mod notify;
 pub mod once;
+pub mod recent;
 pub mod testing;

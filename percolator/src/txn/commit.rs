@@ -168,16 +168,28 @@ impl Transaction {
         // workers cannot steal, until this task yields. The prewrite yields after each round
         // of `PREWRITE_CHUNK` cells, the first one the primary's, so the heartbeat's timer is
         // set before any long stretch; a smaller write set has no stretch worth a beat.)
-        self.prewrite_and_commit(
-            &cells,
-            &once_cells,
-            &primary,
-            cached,
-            notifies,
-            notify_bucket,
-            &primary_head,
-        )
-        .await
+        let commit_ts = self
+            .prewrite_and_commit(
+                &cells,
+                &once_cells,
+                &primary,
+                cached,
+                notifies,
+                notify_bucket,
+                &primary_head,
+            )
+            .await?;
+        // Committed: the writes of remembered columns are this client's to answer
+        // (`percolator::design::recent`).
+        if let Some(recent) = &shared.recent {
+            let remembered: Vec<(Cell, Option<Vec<u8>>)> = once_cells
+                .into_iter()
+                .chain(cells)
+                .filter(|(cell, _)| shared.is_remembered(cell))
+                .collect();
+            recent.remember(remembered, commit_ts.0);
+        }
+        Ok(commit_ts)
     }
 
     /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.

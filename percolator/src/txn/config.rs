@@ -28,6 +28,11 @@ pub struct ClientConfig {
     /// cells written more than once are remembered (a first write guesses the head absent
     /// anyway). Never used for reads.
     pub head_cache_bytes: u64,
+    /// This client's commits of the columns it remembers
+    /// ([`crate::Client::remember_recent_writes`]) kept in memory, up to about this many
+    /// bytes (0: none), for [`crate::Transaction::get_many_recent`] to answer without a
+    /// store call (`percolator::design::recent`).
+    pub recent_writes_bytes: u64,
     /// How soon after this client puts or removes notify keys it adds them to the store's
     /// shared counters ([`crate::Client::shared_notify_counts`], one CAS of a meta record
     /// per publication), which loaders in other processes follow the notification backlog
@@ -60,6 +65,7 @@ impl Default for ClientConfig {
             max_attempts: 30,
             backoff: Duration::from_millis(2),
             head_cache_bytes: 16 * 1024 * 1024,
+            recent_writes_bytes: 64 * 1024 * 1024,
             publish_notify_counts: Some(Duration::from_millis(50)),
             table_ids: Default::default(),
             wall_clock: std::sync::Arc::new(crate::clock::SystemClock),

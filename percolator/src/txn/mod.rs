@@ -39,6 +39,7 @@ mod notify;
 mod once;
 mod prewrite;
 mod read;
+mod recent;
 mod store;
 mod transaction;
 mod writers;
@@ -81,6 +82,11 @@ pub(crate) struct Shared {
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
     pub(crate) committed_heads: Option<heads::CommittedHeads>,
+    /// Write-once columns whose commits this client remembers, by table, `None` for every
+    /// column of the table ([`Client::remember_recent_writes`]).
+    remembered: std::sync::RwLock<WriteOnceColumns>,
+    /// This client's commits of the remembered columns (`config.recent_writes_bytes`).
+    pub(crate) recent: Option<recent::RecentWrites>,
     /// The highest notify floor this client has read or raised (new notify keys go to a
     /// bucket at or above it).
     pub(crate) notify_floor_seen: std::sync::atomic::AtomicU64,
@@ -101,6 +107,15 @@ pub(crate) struct Shared {
 
 /// Write-once columns by table; `None`: every column of the table.
 type WriteOnceColumns = crate::FastMap<Vec<u8>, Option<crate::FastSet<Vec<u8>>>>;
+
+/// Whether `cell` is in one of `columns`.
+fn in_columns(columns: &std::sync::RwLock<WriteOnceColumns>, cell: &crate::codec::Cell) -> bool {
+    let tables = columns.read().unwrap_or_else(|p| p.into_inner());
+    !tables.is_empty()
+        && tables
+            .get(&cell.table)
+            .is_some_and(|c| c.as_ref().is_none_or(|c| c.contains(&cell.column)))
+}
 
 /// Decided transaction fates remembered per client (about 40 bytes each).
 const DECIDED_CAPACITY: usize = 1 << 16;
@@ -191,11 +206,13 @@ impl Shared {
     }
 
     pub(crate) fn is_write_once(&self, cell: &crate::codec::Cell) -> bool {
-        let tables = self.write_once.read().unwrap_or_else(|p| p.into_inner());
-        !tables.is_empty()
-            && tables
-                .get(&cell.table)
-                .is_some_and(|c| c.as_ref().is_none_or(|c| c.contains(&cell.column)))
+        in_columns(&self.write_once, cell)
+    }
+
+    /// Whether this client remembers its commits of `cell` (a write-once cell of a column
+    /// given to [`Client::remember_recent_writes`]; never when nothing is remembered).
+    pub(crate) fn is_remembered(&self, cell: &crate::codec::Cell) -> bool {
+        self.recent.is_some() && in_columns(&self.remembered, cell) && self.is_write_once(cell)
     }
 
     /// The lease a lock or heartbeat written now carries beyond the time it is written:
@@ -255,6 +272,8 @@ impl Client {
                 kv: store,
                 oracle,
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
+                remembered: Default::default(),
+                recent: recent::RecentWrites::new(config.recent_writes_bytes),
                 notify_floor_seen: Default::default(),
                 round_trips: Default::default(),
                 decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
@@ -343,6 +362,32 @@ impl Client {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         tables.insert(table.as_ref().to_vec(), None);
+    }
+
+    /// Makes this client remember its commits of `column` in `table`, a write-once column
+    /// ([`Client::write_once_column`]; others are not remembered), up to
+    /// [`ClientConfig::recent_writes_bytes`] in all, so that
+    /// [`Transaction::get_many_recent`] answers reads of them without a store call
+    /// (`percolator::design::recent`). Only this client's own commits are remembered.
+    pub fn remember_recent_writes(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
+        let mut tables = self
+            .shared
+            .remembered
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(columns) = tables
+            .entry(table.as_ref().to_vec())
+            .or_insert_with(|| Some(Default::default()))
+        {
+            columns.insert(column.as_ref().to_vec());
+        }
+    }
+
+    /// Reads answered from this client's remembered commits, and reads of remembered
+    /// columns that went to the store, by [`Transaction::get_many_recent`] since the client
+    /// was made.
+    pub fn recent_write_reads(&self) -> (u64, u64) {
+        self.shared.recent.as_ref().map_or((0, 0), |r| r.counts())
     }
 
     /// Whether `cell` belongs to a column declared write-once.

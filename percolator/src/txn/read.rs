@@ -192,6 +192,71 @@ impl Transaction {
         Ok(out)
     }
 
+    /// [`Transaction::get_many_versioned`], except that a cell of a column this client
+    /// remembers ([`crate::Client::remember_recent_writes`]) is answered from memory, with no
+    /// store call, by this client's newest remembered commit of it at or below start_ts, if
+    /// there is one. That is a write committed in this snapshot, **not necessarily the
+    /// newest**: another client's write of the cell, or one of this client's it no longer
+    /// remembers, may be newer (`percolator::design::recent`). It is for readers to whom
+    /// every committed write of such a cell is as good as another, as the deliveries of one
+    /// event are. The transaction's own writes come first, as always, and every other cell
+    /// is read exactly.
+    pub async fn get_many_recent(
+        &self,
+        cells: &[Cell],
+    ) -> TxnResult<Vec<(Option<Vec<u8>>, Option<u64>)>> {
+        let shared = self.shared();
+        let Some(recent) = shared.recent.as_ref() else {
+            return self.get_many_versioned(cells).await;
+        };
+        let mut candidates: Vec<usize> = (0..cells.len())
+            .filter(|&i| shared.is_remembered(&cells[i]))
+            .collect();
+        if candidates.is_empty() {
+            return self.get_many_versioned(cells).await;
+        }
+        {
+            let state = self.state();
+            if state.finished {
+                return Err(TxnError::Finished {
+                    start_ts: self.inner.start_ts.0,
+                });
+            }
+            // The transaction's own writes are answered by the exact read below.
+            candidates.retain(|&i| !state.writes.contains_key(&cells[i]));
+        }
+        let asked: Vec<&Cell> = candidates.iter().map(|&i| &cells[i]).collect();
+        let found = recent.lookup(&asked, self.inner.start_ts.0);
+        let mut out: Vec<Option<(Option<Vec<u8>>, Option<u64>)>> = vec![None; cells.len()];
+        for (&i, found) in candidates.iter().zip(found) {
+            if let Some((value, commit_ts)) = found {
+                if value.is_some() {
+                    // As any read of a value in a write-once cell: not to be written again.
+                    self.state().once_read.insert(cells[i].clone());
+                }
+                out[i] = Some((value, Some(commit_ts)));
+            }
+        }
+        if out.iter().all(Option::is_none) {
+            return self.get_many_versioned(cells).await;
+        }
+        let rest: Vec<Cell> = (0..cells.len())
+            .filter(|&i| out[i].is_none())
+            .map(|i| cells[i].clone())
+            .collect();
+        let mut read = if rest.is_empty() {
+            self.check_lifetime()?;
+            Vec::new()
+        } else {
+            self.get_many_versioned(&rest).await?
+        }
+        .into_iter();
+        Ok(out
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| read.next().unwrap_or((None, None))))
+            .collect())
+    }
+
     /// The value of `cell` in this transaction's snapshot (its own writes included).
     pub async fn get(&self, cell: &Cell) -> TxnResult<Option<Vec<u8>>> {
         Ok(self.get_versioned(cell).await?.0)

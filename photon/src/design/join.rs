@@ -92,6 +92,32 @@
 //! found by the deterministic simulation,
 //! `join::tests::a_join_and_a_settling_run_from_a_raised_boundary_do_not_both_commit`).
 //!
+//! ### Events read from memory
+//!
+//! The join reads clicks and queries with `Transaction::get_many_recent`: a click or query
+//! this process loaded (its loader's commit, remembered by the client: `clicks/event` and
+//! `queries/event` are declared remembered in `schema::declare_columns`) is answered from
+//! memory, without a store call, if it committed at or below the run's snapshot; every other
+//! event, and the IdRegistry entries, outcomes, boundary and pending lists, are read from the
+//! store as before (`percolator::design::recent`). Such an answer is a delivery of the event
+//! committed in the snapshot, not necessarily the newest one: a delivery loaded later by
+//! another process may be newer. The join is the same with any delivery:
+//!
+//! - every delivery of a click or query id carries that event, and the join decides on the
+//!   IdRegistry entry and the outcome, which are read exactly in the run's snapshot and
+//!   written under the conflicts above, so exactly once holds whichever delivery it reads;
+//! - a click's entry is filed under the event day of the delivery the run read, whichever it
+//!   is (`crate::registry::write_entry`); the boundary check uses the same delivery;
+//! - photon never deletes a click or a query, so a remembered event is never one that is gone
+//!   from the store;
+//! - only the counters' split of repeated runs into `wasted` and `deduplicated` uses the
+//!   delivery's commit_ts: with a newer delivery from another process unseen, a duplicate may
+//!   count as `wasted`. The wake-up argument below is unchanged: a query present in the store
+//!   at a snapshot is present in memory or read from the store, and an absent one is never
+//!   remembered (it was never loaded by this process, or not below the snapshot).
+//!
+//! `photon demo --json` reports `events_read_from_memory` and `events_read_from_store`.
+//!
 //! ## Wake observer and wake checks
 //!
 //! The wake observer (weak, on `queries/wake`, a column that holds nothing and is only ever
