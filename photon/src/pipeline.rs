@@ -91,6 +91,7 @@ impl Pipeline {
         families: WorkerMetrics,
     ) -> Result<Pipeline, PipelineError> {
         crate::schema::declare_columns(client);
+        crate::schema::remember_loaded_events(client);
         let stats = Arc::new(JoinStats::default());
         let name = join.pipeline.clone();
         let mut registry = Registry::new();

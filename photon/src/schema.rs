@@ -101,8 +101,13 @@ pub fn declare_columns(client: &Client) {
     client.write_once_table(JOINED);
     client.write_once_column(IDREGISTRY, REGISTRY_DAY_COLUMN);
     client.write_once_table(crate::parked::PARKED);
-    // The events the join reads: a loader's commits of them are answered from memory to the
-    // join runs of the same process (`photon::design::join`, "Events read from memory").
+}
+
+/// Makes `client` remember its loads of clicks and queries, so the join runs of this process
+/// read the events it loaded from memory (`photon::design::join`, "Events read from memory").
+/// Every pipeline's start calls it ([`crate::pipeline::Pipeline::start_instrumented`]): a
+/// process that only loads remembers nothing it would not read.
+pub fn remember_loaded_events(client: &Client) {
     client.remember_recent_writes(CLICKS, EVENT);
     client.remember_recent_writes(QUERIES, EVENT);
 }

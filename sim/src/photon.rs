@@ -148,6 +148,8 @@ pub fn register(
     worker: &str,
     client: &percolator::Client,
 ) -> Arc<JoinStats> {
+    // As a pipeline does: the process's loads are read back from memory by its join.
+    photon::schema::remember_loaded_events(client);
     let stats = Arc::new(JoinStats::default());
     let config = JoinConfig {
         pipeline: pipeline_of(p).to_string(),

@@ -24,7 +24,9 @@
 //!   ignored beside a stale heartbeat).
 //! - **Dead letters**: kept until replayed or dropped by an operator.
 //! - **Memory**: the embedded store's caches (knobs: `percolator::design::kv`, "Memory"), each
-//!   client's remembered heads (`ClientConfig::head_cache_bytes`, 16 MiB), the hint channel
+//!   client's remembered heads (`ClientConfig::head_cache_bytes`, 16 MiB) and, in a process
+//!   that runs a pipeline, its remembered loads of events (`ClientConfig::recent_writes_bytes`,
+//!   64 MiB: [`super::join`], "Events read from memory"), the hint channel
 //!   (4,096 commits), the workers' handled-recently set (pruned after 5 s) and retry ledger
 //!   (bounded). The heap profile: `docs/perf/memory.md`.
 //!

@@ -96,7 +96,8 @@
 //!
 //! The join reads clicks and queries with `Transaction::get_many_recent`: a click or query
 //! this process loaded (its loader's commit, remembered by the client: `clicks/event` and
-//! `queries/event` are declared remembered in `schema::declare_columns`) is answered from
+//! `queries/event` are remembered by every process that runs a pipeline,
+//! `schema::remember_loaded_events`) is answered from
 //! memory, without a store call, if it committed at or below the run's snapshot; every other
 //! event, and the IdRegistry entries, outcomes, boundary and pending lists, are read from the
 //! store as before (`percolator::design::recent`). Such an answer is a delivery of the event
