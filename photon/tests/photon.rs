@@ -118,7 +118,10 @@ async fn two_pipelines_with_crashing_workers_join_exactly_once() {
     // loaded from memory (`photon::design::join`, "Events read from memory"), and still
     // joined every click exactly once.
     let (from_memory, from_store) = client.recent_write_reads();
-    assert!(from_memory > 1000, "{from_memory} from memory, {from_store} from the store");
+    assert!(
+        from_memory > 1000,
+        "{from_memory} from memory, {from_store} from the store"
+    );
     for w in &running {
         w.shutdown().await;
     }

@@ -68,13 +68,20 @@ fn some(s: &str) -> Option<Vec<u8>> {
 #[tokio::test]
 async fn a_remembered_commit_is_read_without_a_store_call() {
     let (kv, client) = counted();
-    let c = load(&client, &[(1, Some("one".into())), (2, Some("two".into()))], 2)
-        .await
-        .unwrap();
+    let c = load(
+        &client,
+        &[(1, Some("one".into())), (2, Some("two".into()))],
+        2,
+    )
+    .await
+    .unwrap();
     let txn = client.begin().await.unwrap();
     let before = kv.hooks().total();
     let read = txn.get_many_recent(&[event(1), event(2)]).await.unwrap();
-    assert_eq!(read, vec![(some("one"), Some(c.0)), (some("two"), Some(c.0))]);
+    assert_eq!(
+        read,
+        vec![(some("one"), Some(c.0)), (some("two"), Some(c.0))]
+    );
     assert_eq!(kv.hooks().total(), before, "no store call");
     // An event not remembered, and an ordinary cell, are read from the store, exactly.
     let read = txn
@@ -83,7 +90,11 @@ async fn a_remembered_commit_is_read_without_a_store_call() {
         .unwrap();
     assert_eq!(
         read,
-        vec![(some("one"), Some(c.0)), (None, None), (some("2"), Some(c.0))]
+        vec![
+            (some("one"), Some(c.0)),
+            (None, None),
+            (some("2"), Some(c.0))
+        ]
     );
     assert!(kv.hooks().total() > before, "the others went to the store");
     assert_eq!(client.recent_write_reads(), (3, 1));
@@ -119,7 +130,10 @@ async fn a_remembered_value_read_may_not_be_written() {
     let (_kv, client) = counted();
     load(&client, &[(1, Some("one".into()))], 1).await.unwrap();
     let txn = client.begin().await.unwrap();
-    assert_eq!(txn.get_many_recent(&[event(1)]).await.unwrap()[0].0, some("one"));
+    assert_eq!(
+        txn.get_many_recent(&[event(1)]).await.unwrap()[0].0,
+        some("one")
+    );
     txn.set(event(1), "again");
     txn.set(offset(), "2");
     match txn.commit().await {
@@ -138,7 +152,9 @@ async fn another_clients_newer_write_is_answered_by_exact_reads_only() {
     let mine = remembering(kv.clone(), clock.clone(), test_config());
     let other = remembering(kv, clock, test_config());
     let first = load(&mine, &[(1, Some("first".into()))], 1).await.unwrap();
-    let second = load(&other, &[(1, Some("second".into()))], 2).await.unwrap();
+    let second = load(&other, &[(1, Some("second".into()))], 2)
+        .await
+        .unwrap();
     let txn = mine.begin().await.unwrap();
     assert_eq!(
         txn.get_many_recent(&[event(1)]).await.unwrap(),
@@ -194,12 +210,23 @@ async fn with_one_writer_every_answer_is_the_exact_one() {
             for ((cell, r), e) in cells.iter().zip(&recent).zip(&exact) {
                 // A value never written reads `(None, None)` exactly; a delete remembered
                 // answers its commit_ts, which the exact read does not report.
-                let r = if r.0.is_none() { (None, None) } else { r.clone() };
-                let e = if e.0.is_none() { (None, None) } else { e.clone() };
+                let r = if r.0.is_none() {
+                    (None, None)
+                } else {
+                    r.clone()
+                };
+                let e = if e.0.is_none() {
+                    (None, None)
+                } else {
+                    e.clone()
+                };
                 assert_eq!(r, e, "seed {seed}, round {round}, {cell}");
                 compared += 1;
             }
         }
-        assert!(answered > compared / 10, "seed {seed}: {answered} of {compared} answered from memory");
+        assert!(
+            answered > compared / 10,
+            "seed {seed}: {answered} of {compared} answered from memory"
+        );
     }
 }

@@ -11,6 +11,10 @@ use crate::kv::{KvError, RangePager, ScanOrder};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// A value read (`None`: absent) and the commit_ts of the write that holds it (`None` for
+/// the transaction's own buffered write or an absent cell).
+type VersionedValue = (Option<Vec<u8>>, Option<u64>);
+
 impl Transaction {
     /// After a read that looked beyond the head (in `V` or `D`): GC removes those versions
     /// only after publishing a safe point above every snapshot that could see them, so a
@@ -201,10 +205,7 @@ impl Transaction {
     /// every committed write of such a cell is as good as another, as the deliveries of one
     /// event are. The transaction's own writes come first, as always, and every other cell
     /// is read exactly.
-    pub async fn get_many_recent(
-        &self,
-        cells: &[Cell],
-    ) -> TxnResult<Vec<(Option<Vec<u8>>, Option<u64>)>> {
+    pub async fn get_many_recent(&self, cells: &[Cell]) -> TxnResult<Vec<VersionedValue>> {
         let shared = self.shared();
         let Some(recent) = shared.recent.as_ref() else {
             return self.get_many_versioned(cells).await;
@@ -227,7 +228,7 @@ impl Transaction {
         }
         let asked: Vec<&Cell> = candidates.iter().map(|&i| &cells[i]).collect();
         let found = recent.lookup(&asked, self.inner.start_ts.0);
-        let mut out: Vec<Option<(Option<Vec<u8>>, Option<u64>)>> = vec![None; cells.len()];
+        let mut out: Vec<Option<VersionedValue>> = vec![None; cells.len()];
         for (&i, found) in candidates.iter().zip(found) {
             if let Some((value, commit_ts)) = found {
                 if value.is_some() {

@@ -259,7 +259,10 @@ mod tests {
         recent.remember(vec![(cell("xx"), Some(vec![1; 100]))], 3);
         recent.remember(vec![(cell("zz"), Some(vec![0; 100]))], 4);
         let (x, y) = (cell("xx"), cell("yy"));
-        assert_eq!(recent.lookup(&[&x], 10), vec![Some((Some(vec![1; 100]), 3))]);
+        assert_eq!(
+            recent.lookup(&[&x], 10),
+            vec![Some((Some(vec![1; 100]), 3))]
+        );
         assert_eq!(recent.lookup(&[&y], 10), vec![None]);
         assert_eq!(recent.bytes(), 2 * WEIGHT);
     }
