@@ -311,8 +311,8 @@ pub async fn run(client: &Client, dir: &Path, options: &DemoOptions) -> Result<R
         out["notify_keys_removed"] = notify_keys.removed.into();
         // Reads of events the join answered from this process's commits in memory, and those
         // that went to the store (`photon::design::join`, "Events read from memory").
-        out["events_read_from_memory"] = recent_reads.0.into();
-        out["events_read_from_store"] = recent_reads.1.into();
+        out["events_read_from_memory"] = recent_reads.from_memory.into();
+        out["events_read_from_store"] = recent_reads.from_store.into();
         println!("{out}");
     } else {
         print!("{report}");

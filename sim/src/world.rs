@@ -631,9 +631,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
         },
         ..FaultRates::default()
     };
-    // Half the seeds: a worker whose client loads too reads its process's loads from memory
-    // (`percolator::design::recent`), as `photon run` does; the other half reads the store.
-    let own_worker_client = rng.chance(0.5);
+    // One seed in four: a worker whose client loads too reads its process's loads from
+    // memory (`percolator::design::recent`), as `photon run` does; the others read the store
+    // and hold their own fate checks.
+    let own_worker_client = rng.chance(0.75);
     let own_gc_client = rng.chance(0.5);
     tracing::debug!(?rates, "swarm");
     let faults = Arc::new(Faults::new(rng.clone(), rates));

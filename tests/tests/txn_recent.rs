@@ -9,7 +9,7 @@ use common::test_config;
 use percolator::kv::intercept::{Intercepted, OpCounts};
 use percolator::kv::{MemoryKv, RawKv};
 use percolator::ts::{LocalClock, Timestamp};
-use percolator::txn::{Client, ClientConfig, TxnError};
+use percolator::txn::{Client, ClientConfig, RecentWriteReads, TxnError};
 use percolator::Cell;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -97,7 +97,13 @@ async fn a_remembered_commit_is_read_without_a_store_call() {
         ]
     );
     assert!(kv.hooks().total() > before, "the others went to the store");
-    assert_eq!(client.recent_write_reads(), (3, 1));
+    assert_eq!(
+        client.recent_write_reads(),
+        RecentWriteReads {
+            from_memory: 3,
+            from_store: 1
+        }
+    );
 }
 
 #[tokio::test]
@@ -203,9 +209,9 @@ async fn with_one_writer_every_answer_is_the_exact_one() {
                 snapshots.swap_remove(rng.gen_range(0..snapshots.len()))
             };
             let cells: Vec<Cell> = (0..8).map(|_| event(rng.gen_range(0..80))).collect();
-            let before = client.recent_write_reads().0;
+            let before = client.recent_write_reads().from_memory;
             let recent = txn.get_many_recent(&cells).await.unwrap();
-            answered += client.recent_write_reads().0 - before;
+            answered += client.recent_write_reads().from_memory - before;
             let exact = txn.get_many_versioned(&cells).await.unwrap();
             for ((cell, r), e) in cells.iter().zip(&recent).zip(&exact) {
                 // A value never written reads `(None, None)` exactly; a delete remembered
@@ -229,4 +235,53 @@ async fn with_one_writer_every_answer_is_the_exact_one() {
             "seed {seed}: {answered} of {compared} answered from memory"
         );
     }
+}
+
+/// A commit that fails (here a write conflict on the loader's offset) remembers nothing, and
+/// forgets what was remembered of the cells it wrote: the next read goes to the store.
+#[tokio::test]
+async fn a_failed_commit_remembers_nothing_and_forgets_its_cells() {
+    let (_kv, client) = counted();
+    let first = load(&client, &[(1, Some("one".into()))], 1).await.unwrap();
+    let loser = client.begin().await.unwrap();
+    loser.get(&offset()).await.unwrap();
+    load(&client, &[(2, Some("two".into()))], 2).await.unwrap();
+    loser.set(event(1), "lost");
+    loser.set(event(3), "lost");
+    loser.set(offset(), "3");
+    assert!(matches!(
+        loser.commit().await,
+        Err(TxnError::Conflict { .. })
+    ));
+    let txn = client.begin().await.unwrap();
+    let before = client.recent_write_reads();
+    assert_eq!(
+        txn.get_many_recent(&[event(1), event(3)]).await.unwrap(),
+        vec![(some("one"), Some(first.0)), (None, None)]
+    );
+    let after = client.recent_write_reads();
+    assert_eq!(
+        after.from_memory, before.from_memory,
+        "both read from the store"
+    );
+    assert_eq!(after.from_store, before.from_store + 2);
+}
+
+/// A column given to `remember_recent_writes` but not declared write-once is not remembered.
+#[tokio::test]
+async fn a_column_not_declared_write_once_is_not_remembered() {
+    let (_kv, client) = counted();
+    client.remember_recent_writes("plain", "c");
+    let cell = Cell::new("plain", "r", "c");
+    let txn = client.begin().await.unwrap();
+    txn.set(cell.clone(), "v");
+    let c = txn.commit().await.unwrap();
+    let txn = client.begin().await.unwrap();
+    assert_eq!(
+        txn.get_many_recent(std::slice::from_ref(&cell))
+            .await
+            .unwrap(),
+        vec![(some("v"), Some(c.0))]
+    );
+    assert_eq!(client.recent_write_reads(), RecentWriteReads::default());
 }

@@ -168,7 +168,7 @@ impl Transaction {
         // workers cannot steal, until this task yields. The prewrite yields after each round
         // of `PREWRITE_CHUNK` cells, the first one the primary's, so the heartbeat's timer is
         // set before any long stretch; a smaller write set has no stretch worth a beat.)
-        let commit_ts = self
+        let committed = self
             .prewrite_and_commit(
                 &cells,
                 &once_cells,
@@ -178,18 +178,24 @@ impl Transaction {
                 notify_bucket,
                 &primary_head,
             )
-            .await?;
-        // Committed: the writes of remembered columns are this client's to answer
-        // (`percolator::design::recent`).
+            .await;
+        // Committed: the writes of remembered columns are this client's to answer. Failed,
+        // or of unknown outcome: what was remembered of those cells may be older than a
+        // write that did commit, so it is forgotten (`percolator::design::recent`).
         if let Some(recent) = &shared.recent {
-            let remembered: Vec<(Cell, Option<Vec<u8>>)> = once_cells
+            let remembered = once_cells
                 .into_iter()
                 .chain(cells)
-                .filter(|(cell, _)| shared.is_remembered(cell))
-                .collect();
-            recent.remember(remembered, commit_ts.0);
+                .filter(|(cell, _)| shared.is_remembered(cell));
+            match &committed {
+                Ok(commit_ts) => recent.remember(remembered.collect(), commit_ts.0),
+                Err(_) => {
+                    let forgotten: Vec<(Cell, Option<Vec<u8>>)> = remembered.collect();
+                    recent.forget(forgotten.iter().map(|(cell, _)| cell));
+                }
+            }
         }
-        Ok(commit_ts)
+        committed
     }
 
     /// Both phases of [`Self::commit_writes`]: prewrites, the commit point, secondaries.

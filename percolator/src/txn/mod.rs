@@ -54,6 +54,7 @@ pub use gc::GcStats;
 pub use layout::{declare_table_ids, stored_table_ids};
 pub use locks::TxnStatus;
 pub use notify::{wall_bucket, FloorRaise, KeyRecheck, NotifyFloor, NOTIFY_FLOOR_META};
+pub use recent::RecentWriteReads;
 pub use store::{embedded_options, open_embedded};
 pub use transaction::Transaction;
 
@@ -383,11 +384,13 @@ impl Client {
         }
     }
 
-    /// Reads answered from this client's remembered commits, and reads of remembered
-    /// columns that went to the store, by [`Transaction::get_many_recent`] since the client
-    /// was made.
-    pub fn recent_write_reads(&self) -> (u64, u64) {
-        self.shared.recent.as_ref().map_or((0, 0), |r| r.counts())
+    /// Reads of remembered columns by [`Transaction::get_many_recent`] since the client was
+    /// made: answered from memory, and read from the store.
+    pub fn recent_write_reads(&self) -> RecentWriteReads {
+        self.shared
+            .recent
+            .as_ref()
+            .map_or_else(RecentWriteReads::default, |r| r.reads())
     }
 
     /// Whether `cell` belongs to a column declared write-once.

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A value read (`None`: absent) and the commit_ts of the write that holds it (`None` for
-/// the transaction's own buffered write or an absent cell).
+/// the transaction's own buffered write or a cell never written; a delete answered from
+/// memory by [`Transaction::get_many_recent`] carries its commit_ts).
 type VersionedValue = (Option<Vec<u8>>, Option<u64>);
 
 impl Transaction {
@@ -198,10 +199,11 @@ impl Transaction {
 
     /// [`Transaction::get_many_versioned`], except that a cell of a column this client
     /// remembers ([`crate::Client::remember_recent_writes`]) is answered from memory, with no
-    /// store call, by this client's newest remembered commit of it at or below start_ts, if
-    /// there is one. That is a write committed in this snapshot, **not necessarily the
-    /// newest**: another client's write of the cell, or one of this client's it no longer
-    /// remembers, may be newer (`percolator::design::recent`). It is for readers to whom
+    /// store call, if the commit of it this client remembers committed at or below start_ts
+    /// (a remembered delete answers `(None, Some(commit_ts))`). That is a write committed in
+    /// this snapshot, **not necessarily the newest**: another client's write of the cell, or
+    /// one of this client's whose commit has not returned yet or that is no longer
+    /// remembered, may be newer (`percolator::design::recent`). It is for readers to whom
     /// every committed write of such a cell is as good as another, as the deliveries of one
     /// event are. The transaction's own writes come first, as always, and every other cell
     /// is read exactly.
@@ -229,11 +231,11 @@ impl Transaction {
         let asked: Vec<&Cell> = candidates.iter().map(|&i| &cells[i]).collect();
         let found = recent.lookup(&asked, self.inner.start_ts.0);
         let mut out: Vec<Option<VersionedValue>> = vec![None; cells.len()];
+        let mut valued = Vec::new();
         for (&i, found) in candidates.iter().zip(found) {
             if let Some((value, commit_ts)) = found {
                 if value.is_some() {
-                    // As any read of a value in a write-once cell: not to be written again.
-                    self.state().once_read.insert(cells[i].clone());
+                    valued.push(cells[i].clone());
                 }
                 out[i] = Some((value, Some(commit_ts)));
             }
@@ -241,6 +243,8 @@ impl Transaction {
         if out.iter().all(Option::is_none) {
             return self.get_many_versioned(cells).await;
         }
+        // As any read of a value in a write-once cell: not to be written again.
+        self.state().once_read.extend(valued);
         let rest: Vec<Cell> = (0..cells.len())
             .filter(|&i| out[i].is_none())
             .map(|i| cells[i].clone())

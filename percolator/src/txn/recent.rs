@@ -3,21 +3,20 @@
 //! [`crate::Transaction::get_many_recent`] without a store call
 //! (`percolator::design::recent`).
 //!
-//! A bounded map from cell to the newest of this client's commits of it that is still
-//! remembered, evicted oldest insertion first once the remembered bytes pass the budget
-//! (`ClientConfig::recent_writes_bytes`). Entries are keyed by a hash of the cell and hold
-//! the cell itself: two cells of one hash replace each other, and a lookup that finds the
-//! other cell misses, which costs only a store read.
+//! A bounded map from cell to the entry of one of this client's commits of it (the one with
+//! the highest commit_ts among those remembered since the cell was last evicted), evicted
+//! oldest insertion first once the remembered bytes pass the budget
+//! (`ClientConfig::recent_writes_bytes`).
 
 use crate::codec::Cell;
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 /// What a remembered commit of a cell wrote.
 #[derive(Debug)]
 struct Entry {
+    hash: u64,
     cell: Cell,
     /// The value written; `None` for a delete.
     value: Option<Vec<u8>>,
@@ -37,56 +36,70 @@ impl Entry {
     }
 }
 
-/// The map's and the queue's share of an entry, besides its bytes.
+/// The table's and the queue's share of an entry, besides its bytes.
 const ENTRY_OVERHEAD: usize = 160;
 
 #[derive(Default)]
 struct Inner {
-    entries: std::collections::HashMap<u64, Entry, BuildKeyHash>,
-    /// (hash, seq) in insertion order; an element whose entry was replaced since is skipped.
+    entries: hashbrown::HashTable<Entry>,
+    /// (hash, seq) in insertion order; an element whose entry was replaced or evicted since
+    /// is skipped (and dropped when the queue is compacted).
     queue: VecDeque<(u64, u64)>,
     bytes: usize,
     next_seq: u64,
 }
 
-/// The map's keys are hashes already: it uses them as they are.
-#[derive(Clone, Copy, Default)]
-struct BuildKeyHash;
-
-impl BuildHasher for BuildKeyHash {
-    type Hasher = KeyHash;
-    fn build_hasher(&self) -> KeyHash {
-        KeyHash(0)
+impl Inner {
+    fn find(&self, hash: u64, cell: &Cell) -> Option<&Entry> {
+        self.entries.find(hash, |e| e.cell == *cell)
     }
-}
 
-/// The hasher of [`BuildKeyHash`]: a `u64` key is its own hash.
-struct KeyHash(u64);
-
-impl std::hash::Hasher for KeyHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+    /// Removes the entry of `cell`, if any.
+    fn remove(&mut self, hash: u64, cell: &Cell) {
+        if let Ok(found) = self.entries.find_entry(hash, |e| e.cell == *cell) {
+            let (old, _) = found.remove();
+            self.bytes -= old.weight();
         }
     }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+
+    /// Evicts the oldest insertions until the entries fit in `budget`, and drops the queue's
+    /// stale elements once they outnumber the entries (replacements of cells that stay
+    /// would otherwise grow it without bound).
+    fn fit(&mut self, budget: usize) {
+        while self.bytes > budget {
+            let Some((hash, seq)) = self.queue.pop_front() else {
+                break;
+            };
+            if let Ok(found) = self.entries.find_entry(hash, |e| e.seq == seq) {
+                let (old, _) = found.remove();
+                self.bytes -= old.weight();
+            }
+        }
+        if self.queue.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.queue
+                .retain(|&(hash, seq)| entries.find(hash, |e| e.seq == seq).is_some());
+        }
     }
 }
 
-/// A remembered write: the value (`None` for a delete) and its commit_ts.
-pub(crate) type Remembered = (Option<Vec<u8>>, u64);
+/// Reads of remembered columns by [`crate::Transaction::get_many_recent`]
+/// ([`crate::Client::recent_write_reads`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentWriteReads {
+    /// Answered from this client's remembered commits.
+    pub from_memory: u64,
+    /// Read from the store (nothing remembered at or below the reader's snapshot).
+    pub from_store: u64,
+}
 
 /// This client's remembered commits of write-once cells (see the module docs).
 pub(crate) struct RecentWrites {
     budget: usize,
     hasher: ahash::RandomState,
-    inner: Mutex<Inner>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    inner: RwLock<Inner>,
+    from_memory: AtomicU64,
+    from_store: AtomicU64,
 }
 
 impl RecentWrites {
@@ -95,9 +108,9 @@ impl RecentWrites {
         (budget > 0).then(|| RecentWrites {
             budget: usize::try_from(budget).unwrap_or(usize::MAX),
             hasher: ahash::RandomState::new(),
-            inner: Mutex::new(Inner::default()),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            inner: RwLock::new(Inner::default()),
+            from_memory: AtomicU64::new(0),
+            from_store: AtomicU64::new(0),
         })
     }
 
@@ -105,13 +118,13 @@ impl RecentWrites {
         self.hasher.hash_one(cell)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Remembers `writes`, committed together at `commit_ts`. A cell already remembered at a
-    /// higher commit_ts keeps that entry (two commits of one cell by this client may return
-    /// in either order).
+    /// Remembers `writes`, committed together at `commit_ts`. A cell remembered at a higher
+    /// commit_ts keeps that entry (two commits of one cell by this client may return in
+    /// either order).
     pub(crate) fn remember(&self, writes: Vec<(Cell, Option<Vec<u8>>)>, commit_ts: u64) {
         if writes.is_empty() {
             return;
@@ -120,78 +133,82 @@ impl RecentWrites {
             .into_iter()
             .map(|(cell, value)| (self.hash(&cell), cell, value))
             .collect();
-        let mut guard = self.lock();
+        let mut guard = self.write();
         let inner = &mut *guard;
         for (hash, cell, value) in hashed {
             if inner
-                .entries
-                .get(&hash)
-                .is_some_and(|e| e.cell == cell && e.commit_ts > commit_ts)
+                .find(hash, &cell)
+                .is_some_and(|e| e.commit_ts > commit_ts)
             {
                 continue;
             }
+            inner.remove(hash, &cell);
             let seq = inner.next_seq;
             inner.next_seq += 1;
             let entry = Entry {
+                hash,
                 cell,
                 value,
                 commit_ts,
                 seq,
             };
             inner.bytes += entry.weight();
-            if let Some(old) = inner.entries.insert(hash, entry) {
-                inner.bytes -= old.weight();
-            }
+            inner.entries.insert_unique(hash, entry, |e| e.hash);
             inner.queue.push_back((hash, seq));
         }
-        while inner.bytes > self.budget {
-            let Some((hash, seq)) = inner.queue.pop_front() else {
-                break;
-            };
-            if inner.entries.get(&hash).is_some_and(|e| e.seq == seq) {
-                if let Some(old) = inner.entries.remove(&hash) {
-                    inner.bytes -= old.weight();
-                }
-            }
+        inner.fit(self.budget);
+    }
+
+    /// Forgets what is remembered of `cells`: a commit of them whose outcome this client does
+    /// not know, or that failed, leaves no older entry to answer for them.
+    pub(crate) fn forget<'c>(&self, cells: impl Iterator<Item = &'c Cell>) {
+        let hashed: Vec<(u64, &Cell)> = cells.map(|cell| (self.hash(cell), cell)).collect();
+        if hashed.is_empty() {
+            return;
+        }
+        let mut inner = self.write();
+        for (hash, cell) in hashed {
+            inner.remove(hash, cell);
         }
     }
 
-    /// For each of `cells`, the remembered write committed at or below `at`, if any.
-    pub(crate) fn lookup(&self, cells: &[&Cell], at: u64) -> Vec<Option<Remembered>> {
+    /// For each of `cells`, the remembered write if it committed at or below `at`: the
+    /// value (`None` for a delete) and its commit_ts.
+    pub(crate) fn lookup(&self, cells: &[&Cell], at: u64) -> Vec<Option<(Option<Vec<u8>>, u64)>> {
         let hashes: Vec<u64> = cells.iter().map(|cell| self.hash(cell)).collect();
-        let found: Vec<Option<Remembered>> = {
-            let inner = self.lock();
+        let found: Vec<Option<(Option<Vec<u8>>, u64)>> = {
+            let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
             cells
                 .iter()
                 .zip(hashes)
                 .map(|(cell, hash)| {
                     inner
-                        .entries
-                        .get(&hash)
-                        .filter(|e| e.cell == **cell && e.commit_ts <= at)
+                        .find(hash, cell)
+                        .filter(|e| e.commit_ts <= at)
                         .map(|e| (e.value.clone(), e.commit_ts))
                 })
                 .collect()
         };
         let hits = found.iter().filter(|f| f.is_some()).count() as u64;
-        self.hits.fetch_add(hits, Ordering::Relaxed);
-        self.misses
+        self.from_memory.fetch_add(hits, Ordering::Relaxed);
+        self.from_store
             .fetch_add(cells.len() as u64 - hits, Ordering::Relaxed);
         found
     }
 
-    /// (lookups answered, lookups that went to the store) since the client was made.
-    pub(crate) fn counts(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
+    /// The reads so far.
+    pub(crate) fn reads(&self) -> RecentWriteReads {
+        RecentWriteReads {
+            from_memory: self.from_memory.load(Ordering::Relaxed),
+            from_store: self.from_store.load(Ordering::Relaxed),
+        }
     }
 
-    /// Bytes remembered now (as the budget counts them).
+    /// Bytes remembered now (as the budget counts them) and the queue's length.
     #[cfg(test)]
-    fn bytes(&self) -> usize {
-        self.lock().bytes
+    fn sizes(&self) -> (usize, usize) {
+        let inner = self.write();
+        (inner.bytes, inner.queue.len())
     }
 }
 
@@ -217,7 +234,13 @@ mod tests {
             vec![Some((Some(b"1".to_vec()), 10))]
         );
         assert_eq!(recent.lookup(&[&b], 10), vec![None]);
-        assert_eq!(recent.counts(), (1, 2));
+        assert_eq!(
+            recent.reads(),
+            RecentWriteReads {
+                from_memory: 1,
+                from_store: 2
+            }
+        );
     }
 
     #[test]
@@ -234,6 +257,9 @@ mod tests {
         assert_eq!(recent.lookup(&[&a], 30), vec![Some((None, 25))]);
         // Below the delete, the older value it replaced is not answered: the store is read.
         assert_eq!(recent.lookup(&[&a], 24), vec![None]);
+        recent.forget([&a].into_iter());
+        assert_eq!(recent.lookup(&[&a], 30), vec![None]);
+        assert_eq!(recent.sizes().0, 0);
     }
 
     #[test]
@@ -242,7 +268,7 @@ mod tests {
         for n in 0..20 {
             recent.remember(vec![(cell(&format!("{n:02}")), Some(vec![0; 100]))], n + 1);
         }
-        assert_eq!(recent.bytes(), 10 * WEIGHT);
+        assert_eq!(recent.sizes().0, 10 * WEIGHT);
         let (old, kept, new) = (cell("09"), cell("10"), cell("19"));
         assert_eq!(recent.lookup(&[&old], 100), vec![None]);
         assert!(recent.lookup(&[&kept], 100)[0].is_some());
@@ -264,6 +290,20 @@ mod tests {
             vec![Some((Some(vec![1; 100]), 3))]
         );
         assert_eq!(recent.lookup(&[&y], 10), vec![None]);
-        assert_eq!(recent.bytes(), 2 * WEIGHT);
+        assert_eq!(recent.sizes().0, 2 * WEIGHT);
+    }
+
+    #[test]
+    fn rewriting_a_few_cells_under_the_budget_does_not_grow_the_queue() {
+        let recent = RecentWrites::new(1 << 20).expect("a budget");
+        for ts in 1..10_000 {
+            recent.remember(
+                vec![(cell(&format!("{:02}", ts % 3)), Some(vec![0; 10]))],
+                ts,
+            );
+        }
+        let (bytes, queue) = recent.sizes();
+        assert_eq!(bytes, 3 * (ENTRY_OVERHEAD + 14));
+        assert!(queue <= 2 * 3 + 64 + 1, "queue of {queue} for 3 entries");
     }
 }

@@ -102,20 +102,28 @@
 //! event, and the IdRegistry entries, outcomes, boundary and pending lists, are read from the
 //! store as before (`percolator::design::recent`). Such an answer is a delivery of the event
 //! committed in the snapshot, not necessarily the newest one: a delivery loaded later by
-//! another process may be newer. The join is the same with any delivery:
+//! another process may be newer. A click answered from memory by a delivery older than the
+//! run's notification (the commit_ts its notify key or hint carries) is read again from the
+//! store, so a run for a click write's notification reads that delivery or a newer one, as
+//! before (a wake-up's, sweep's or renotify's notification is newer than every delivery, so
+//! those runs read the store). Otherwise (a run whose notification is unknown, and every
+//! query) the join reads a delivery that may not be the newest, and is exactly once all the
+//! same:
 //!
 //! - every delivery of a click or query id carries that event, and the join decides on the
 //!   IdRegistry entry and the outcome, which are read exactly in the run's snapshot and
 //!   written under the conflicts above, so exactly once holds whichever delivery it reads;
-//! - a click's entry is filed under the event day of the delivery the run read, whichever it
-//!   is (`crate::registry::write_entry`); the boundary check uses the same delivery;
+//! - what depends on the delivery read is the same as when the run's snapshot holds only
+//!   that delivery: the click's boundary check and the day its entry is filed under, its
+//!   age against the horizon, and the joined event's `arrived_at` (the later of the click's
+//!   and the query's `loaded_at`). Deliveries of one click with event times on two sides of
+//!   the boundary, or of the horizon, may therefore be settled by the one a run reads, as
+//!   they may be by whichever delivery's run comes first;
 //! - photon never deletes a click or a query, so a remembered event is never one that is gone
 //!   from the store;
-//! - only the counters' split of repeated runs into `wasted` and `deduplicated` uses the
-//!   delivery's commit_ts: with a newer delivery from another process unseen, a duplicate may
-//!   count as `wasted`. The wake-up argument below is unchanged: a query present in the store
-//!   at a snapshot is present in memory or read from the store, and an absent one is never
-//!   remembered (it was never loaded by this process, or not below the snapshot).
+//! - the wake-up argument below is unchanged: a query present in the store at a snapshot is
+//!   present in memory or read from the store, and an absent one is never remembered (it was
+//!   never loaded by this process, or not below the snapshot).
 //!
 //! `photon demo --json` reports `events_read_from_memory` and `events_read_from_store`.
 //!
