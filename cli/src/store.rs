@@ -42,6 +42,14 @@ pub enum OpenError {
         /// Why.
         error: oracle::ClientError,
     },
+    /// An environment variable of a client knob holds no valid value.
+    #[error("environment variable {var}: {message}")]
+    BadKnob {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The in-process oracle could not be started on the store.
     #[error("starting the in-process oracle: {0}")]
     LocalOracle(oracle::OracleError),
@@ -88,6 +96,39 @@ pub fn binary_tikv_config(endpoints: Vec<String>) -> Result<TikvConfig, KvError>
     }
     tracing::debug!(cas_concurrency = config.cas_concurrency, atomic_keys = ?config.atomic_keys, "TiKV adapter settings");
     Ok(config)
+}
+
+/// Environment variable of the clients' budget of remembered commits, in MiB
+/// (`percolator::ClientConfig::recent_writes_bytes`; 0: none), over the configuration
+/// file's `[client] recent_writes_mb`.
+pub const RECENT_WRITES_MB_ENV: &str = "PERCOLATOR_CLIENT_RECENT_WRITES_MB";
+
+/// The clients' budget of remembered commits in bytes, from [`RECENT_WRITES_MB_ENV`], else
+/// the configuration file's `[client] recent_writes_mb`, else `None` (the default).
+fn recent_writes_bytes() -> Result<Option<u64>, OpenError> {
+    recent_writes_from(
+        std::env::var_os(RECENT_WRITES_MB_ENV),
+        crate::config::store_knobs().recent_writes_mb,
+    )
+}
+
+/// [`recent_writes_bytes`] from the variable's value `raw` and the file's `file_mb`.
+fn recent_writes_from(
+    raw: Option<std::ffi::OsString>,
+    file_mb: Option<u64>,
+) -> Result<Option<u64>, OpenError> {
+    let mb = match raw {
+        Some(raw) => Some(
+            raw.to_str()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| OpenError::BadKnob {
+                    var: RECENT_WRITES_MB_ENV,
+                    message: format!("{raw:?}: expected a whole number of MiB (0: none)"),
+                })?,
+        ),
+        None => file_mb,
+    };
+    Ok(mb.map(|mb| mb.saturating_mul(1024 * 1024)))
 }
 
 /// The value of [`CAS_CONCURRENCY_ENV`], if set: a positive integer, else `InvalidArgument`.
@@ -272,9 +313,11 @@ async fn client_config(
         namespace: namespace.to_string(),
         error,
     })?;
+    let defaults = ClientConfig::with_namespace(namespace);
     Ok(ClientConfig {
         table_ids,
-        ..ClientConfig::with_namespace(namespace)
+        recent_writes_bytes: recent_writes_bytes()?.unwrap_or(defaults.recent_writes_bytes),
+        ..defaults
     })
 }
 
@@ -289,6 +332,23 @@ mod tests {
             .expect("memory store");
         kv.put(b"k".to_vec(), b"v".to_vec()).await.expect("put");
         assert_eq!(kv.get(b"k").await.expect("get"), Some(b"v".to_vec()));
+    }
+
+    #[test]
+    fn the_recent_writes_budget_comes_from_the_variable_then_the_file() {
+        assert_eq!(recent_writes_from(None, None).expect("unset"), None);
+        assert_eq!(
+            recent_writes_from(None, Some(8)).expect("file"),
+            Some(8 << 20)
+        );
+        assert_eq!(
+            recent_writes_from(Some("0".into()), Some(8)).expect("variable"),
+            Some(0)
+        );
+        assert!(matches!(
+            recent_writes_from(Some("lots".into()), None),
+            Err(OpenError::BadKnob { .. })
+        ));
     }
 
     #[test]

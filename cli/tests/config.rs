@@ -78,6 +78,9 @@ cache_mb = 128
 [tikv]
 cas_concurrency = 16
 
+[client]
+recent_writes_mb = 0
+
 [BIN.work]
 pipeline = "from-file"
 batch-size = 10
@@ -122,6 +125,8 @@ fn flags_win_over_the_environment_which_wins_over_the_file() {
     .expect("parse");
     assert_eq!(layered.knobs.cache_mb, Some(128));
     assert_eq!(layered.knobs.cas_concurrency, Some(16));
+    // 0 is a valid budget of remembered commits (none), unlike the store's knobs.
+    assert_eq!(layered.knobs.recent_writes_mb, Some(0));
     let w = work(layered);
     assert_eq!(
         (w.pipeline.as_str(), w.batch_size, w.store.store.as_str()),
@@ -168,6 +173,11 @@ fn a_bad_value_names_its_key_and_the_file() {
         parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("a bad knob");
     assert!(e.to_string().contains("embedded.cache_mb"), "{e}");
 
+    let f = file("[client]\nrecent_writes_mb = -1\n");
+    let e =
+        parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("a bad knob");
+    assert!(e.to_string().contains("client.recent_writes_mb"), "{e}");
+
     let f = file("store = \n");
     let e = parse("cfgb", &["work", "--config", f.path().to_str().unwrap()]).expect_err("bad TOML");
     assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
@@ -209,6 +219,8 @@ fn print_config_shows_each_value_with_its_source() {
         "batch_size = 7  # flag",
         "until_drained = true  # file",
         "cache_mb = 128  # file",
+        "[client]",
+        "recent_writes_mb = 0  # file",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -24,6 +24,9 @@
 //! [tikv]
 //! cas_concurrency = 64
 //!
+//! [client]              # every transaction client a binary opens, in MiB
+//! recent_writes_mb = 64  # 0: remember none of its commits
+//!
 //! [photon.work]         # one table per binary and subcommand
 //! pipeline = "A"
 //!
@@ -36,9 +39,10 @@
 //!
 //! Environment variables: `PERCOLATOR_<KEY>` for the shared keys (`PERCOLATOR_STORE`), and
 //! `PERCOLATOR_<BINARY>_<SUBCOMMAND>_<KEY>` for the others (`PERCOLATOR_PHOTON_WORK_PIPELINE`);
-//! a flag that already names its variable keeps it (`MINITIKV_SEED`). The `[embedded]` and
-//! `[tikv]` knobs stand under their variables (`PERCOLATOR_EMBEDDED_CACHE_MB`,
-//! `PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB`, `PERCOLATOR_TIKV_CAS_CONCURRENCY`), which win.
+//! a flag that already names its variable keeps it (`MINITIKV_SEED`). The `[embedded]`,
+//! `[tikv]` and `[client]` knobs stand under their variables (`PERCOLATOR_EMBEDDED_CACHE_MB`,
+//! `PERCOLATOR_EMBEDDED_WRITE_BUFFER_MB`, `PERCOLATOR_TIKV_CAS_CONCURRENCY`,
+//! `PERCOLATOR_CLIENT_RECENT_WRITES_MB`), which win.
 
 mod layer;
 mod print;
@@ -119,8 +123,9 @@ pub enum ConfigError {
     Cli(#[from] clap::Error),
 }
 
-/// The embedded and TiKV store knobs of the file (`[embedded]`, `[tikv]`), for
-/// [`crate::store`]: each applies only where its environment variable is unset.
+/// The embedded store's, TiKV's and the clients' knobs of the file (`[embedded]`, `[tikv]`,
+/// `[client]`), for [`crate::store`]: each applies only where its environment variable is
+/// unset.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreKnobs {
     /// `[embedded] cache_mb`.
@@ -129,6 +134,8 @@ pub struct StoreKnobs {
     pub write_buffer_mb: Option<u64>,
     /// `[tikv] cas_concurrency`.
     pub cas_concurrency: Option<usize>,
+    /// `[client] recent_writes_mb` (0 allowed: nothing remembered).
+    pub recent_writes_mb: Option<u64>,
 }
 
 static KNOBS: OnceLock<StoreKnobs> = OnceLock::new();
@@ -184,7 +191,8 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         })
 }
 
-/// The `[embedded]` and `[tikv]` knobs, checked; unknown top-level plain keys are errors.
+/// The `[embedded]`, `[tikv]` and `[client]` knobs, checked; unknown top-level plain keys are
+/// errors.
 fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
     for (k, v) in file {
         if !v.is_table() && !SHARED_KEYS.contains(&k.replace('-', "_").as_str()) {
@@ -195,7 +203,7 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
             });
         }
     }
-    let number = |table: &str, key: &str| -> Result<Option<u64>, ConfigError> {
+    let number = |table: &str, key: &str, least: i64| -> Result<Option<u64>, ConfigError> {
         let Some(value) = file
             .get(table)
             .and_then(|t| t.as_table())
@@ -204,17 +212,25 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
             return Ok(None);
         };
         match value.as_integer() {
-            Some(n) if n > 0 => Ok(Some(n as u64)),
+            Some(n) if n >= least => Ok(Some(n as u64)),
             _ => Err(ConfigError::BadValue {
                 path: path.to_path_buf(),
                 key: format!("{table}.{key}"),
-                message: format!("expected a positive whole number, found {value}"),
+                message: format!(
+                    "expected a {} whole number, found {value}",
+                    if least > 0 {
+                        "positive"
+                    } else {
+                        "non-negative"
+                    }
+                ),
             }),
         }
     };
     for (table, keys) in [
         ("embedded", &["cache_mb", "write_buffer_mb"][..]),
         ("tikv", &["cas_concurrency"][..]),
+        ("client", &["recent_writes_mb"][..]),
     ] {
         let Some(t) = file.get(table).and_then(|t| t.as_table()) else {
             continue;
@@ -228,9 +244,10 @@ fn knobs(path: &Path, file: &toml::Table) -> Result<StoreKnobs, ConfigError> {
         }
     }
     Ok(StoreKnobs {
-        cache_mb: number("embedded", "cache_mb")?,
-        write_buffer_mb: number("embedded", "write_buffer_mb")?,
-        cas_concurrency: number("tikv", "cas_concurrency")?.map(|n| n as usize),
+        cache_mb: number("embedded", "cache_mb", 1)?,
+        write_buffer_mb: number("embedded", "write_buffer_mb", 1)?,
+        cas_concurrency: number("tikv", "cas_concurrency", 1)?.map(|n| n as usize),
+        recent_writes_mb: number("client", "recent_writes_mb", 0)?,
     })
 }
 

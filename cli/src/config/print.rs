@@ -127,6 +127,16 @@ pub(super) fn effective(
     if !tikv.is_empty() {
         out.push_str(&format!("\n[tikv]\n{tikv}"));
     }
+    let mut client = String::new();
+    knob_line(
+        &mut client,
+        crate::store::RECENT_WRITES_MB_ENV,
+        "recent_writes_mb",
+        knobs.recent_writes_mb,
+    );
+    if !client.is_empty() {
+        out.push_str(&format!("\n[client]\n{client}"));
+    }
     for (name, lines) in tables {
         out.push_str(&format!("\n[{name}]\n{lines}"));
     }
