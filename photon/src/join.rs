@@ -157,32 +157,12 @@ async fn join_clicks(
     config: &JoinConfig,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
-    let (mut clicks, boundary) =
-        futures::future::try_join(txn.get_many_recent(cells), boundary(txn)).await?;
-    // A delivery read from memory may be older than the run's notification (another process
-    // loaded the click again since, or a wake-up's notification, newer than every delivery):
-    // those clicks are read from the store, so a run for a click write's notification reads
-    // that delivery or a newer one, as the counters and the token's `n<notified>` assume
-    // (`photon::design::join`, "Events read from memory").
-    let behind: Vec<usize> = (0..cells.len())
-        .filter(|&i| {
-            let delivery_ts = clicks[i].1;
-            notified_ts
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|n| delivery_ts.is_some_and(|d| d < n))
-        })
-        .collect();
-    if !behind.is_empty() {
-        let again: Vec<Cell> = behind.iter().map(|&i| cells[i].clone()).collect();
-        for (i, read) in behind
-            .into_iter()
-            .zip(txn.get_many_versioned(&again).await?)
-        {
-            clicks[i] = read;
-        }
-    }
+    // A click write's notification names its commit_ts: the run reads that delivery or a
+    // newer one, from memory only if this process remembers one (`photon::design::join`,
+    // "Events read from memory"); a wake-up's, newer than every delivery, reads the store.
+    let (clicks, boundary) =
+        futures::future::try_join(txn.get_many_recent_from(cells, notified_ts), boundary(txn))
+            .await?;
     let mut read = Vec::with_capacity(cells.len());
     for ((cell, (bytes, delivery_ts)), notified_ts) in
         cells.iter().zip(clicks).zip(notified_ts.iter().copied())

@@ -285,3 +285,33 @@ async fn a_column_not_declared_write_once_is_not_remembered() {
     );
     assert_eq!(client.recent_write_reads(), RecentWriteReads::default());
 }
+
+/// A reader that asks for a write at or above a commit_ts (the one its notification names)
+/// gets it from memory only if the remembered commit is that one or newer; an older one
+/// sends it to the store, which has the newer write.
+#[tokio::test]
+async fn a_remembered_commit_below_the_readers_bound_reads_the_store() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let mine = remembering(kv.clone(), clock.clone(), test_config());
+    let other = remembering(kv, clock, test_config());
+    let first = load(&mine, &[(1, Some("first".into()))], 1).await.unwrap();
+    let second = load(&other, &[(1, Some("second".into()))], 2)
+        .await
+        .unwrap();
+    let txn = mine.begin().await.unwrap();
+    assert_eq!(
+        txn.get_many_recent_from(&[event(1)], &[Some(first.0)])
+            .await
+            .unwrap(),
+        vec![(some("first"), Some(first.0))],
+        "the remembered commit is the one asked for"
+    );
+    assert_eq!(
+        txn.get_many_recent_from(&[event(1)], &[Some(second.0)])
+            .await
+            .unwrap(),
+        vec![(some("second"), Some(second.0))],
+        "the remembered commit is older than the one asked for"
+    );
+}

@@ -78,14 +78,14 @@ pub(crate) struct Shared {
     observed: std::sync::RwLock<crate::FastMap<Vec<u8>, crate::FastSet<Vec<u8>>>>,
     /// Write-once columns by table, `None` for every column of the table
     /// (`percolator::design::once`).
-    write_once: std::sync::RwLock<WriteOnceColumns>,
+    write_once: std::sync::RwLock<ColumnSet>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
     pub(crate) committed_heads: Option<heads::CommittedHeads>,
     /// Write-once columns whose commits this client remembers, by table, `None` for every
     /// column of the table ([`Client::remember_recent_writes`]).
-    remembered: std::sync::RwLock<WriteOnceColumns>,
+    remembered: std::sync::RwLock<ColumnSet>,
     /// This client's commits of the remembered columns (`config.recent_writes_bytes`).
     pub(crate) recent: Option<recent::RecentWrites>,
     /// The highest notify floor this client has read or raised (new notify keys go to a
@@ -106,11 +106,23 @@ pub(crate) struct Shared {
     pub(crate) me: std::sync::Weak<Shared>,
 }
 
-/// Write-once columns by table; `None`: every column of the table.
-type WriteOnceColumns = crate::FastMap<Vec<u8>, Option<crate::FastSet<Vec<u8>>>>;
+/// Columns by table (the write-once ones, the remembered ones); `None`: every column of the
+/// table.
+type ColumnSet = crate::FastMap<Vec<u8>, Option<crate::FastSet<Vec<u8>>>>;
+
+/// Adds `column` of `table` to `columns` (a table given whole stays whole).
+fn add_column(columns: &std::sync::RwLock<ColumnSet>, table: &[u8], column: &[u8]) {
+    let mut tables = columns.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(columns) = tables
+        .entry(table.to_vec())
+        .or_insert_with(|| Some(Default::default()))
+    {
+        columns.insert(column.to_vec());
+    }
+}
 
 /// Whether `cell` is in one of `columns`.
-fn in_columns(columns: &std::sync::RwLock<WriteOnceColumns>, cell: &crate::codec::Cell) -> bool {
+fn in_columns(columns: &std::sync::RwLock<ColumnSet>, cell: &crate::codec::Cell) -> bool {
     let tables = columns.read().unwrap_or_else(|p| p.into_inner());
     !tables.is_empty()
         && tables
@@ -341,17 +353,7 @@ impl Client {
     /// conflict (a later write, such as a redelivery or a delete, reads as the newest). Every
     /// client that reads or writes the column must declare it.
     pub fn write_once_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        let mut tables = self
-            .shared
-            .write_once
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(columns) = tables
-            .entry(table.as_ref().to_vec())
-            .or_insert_with(|| Some(Default::default()))
-        {
-            columns.insert(column.as_ref().to_vec());
-        }
+        add_column(&self.shared.write_once, table.as_ref(), column.as_ref());
     }
 
     /// Declares every column of `table` write-once, as [`Client::write_once_column`] does
@@ -371,17 +373,7 @@ impl Client {
     /// [`Transaction::get_many_recent`] answers reads of them without a store call
     /// (`percolator::design::recent`). Only this client's own commits are remembered.
     pub fn remember_recent_writes(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        let mut tables = self
-            .shared
-            .remembered
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(columns) = tables
-            .entry(table.as_ref().to_vec())
-            .or_insert_with(|| Some(Default::default()))
-        {
-            columns.insert(column.as_ref().to_vec());
-        }
+        add_column(&self.shared.remembered, table.as_ref(), column.as_ref());
     }
 
     /// Reads of remembered columns by [`Transaction::get_many_recent`] since the client was

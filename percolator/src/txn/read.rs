@@ -208,6 +208,18 @@ impl Transaction {
     /// event are. The transaction's own writes come first, as always, and every other cell
     /// is read exactly.
     pub async fn get_many_recent(&self, cells: &[Cell]) -> TxnResult<Vec<VersionedValue>> {
+        self.get_many_recent_from(cells, &[]).await
+    }
+
+    /// [`Transaction::get_many_recent`], answering cell `i` from memory only with a commit at
+    /// or above `from[i]` (when given): a reader that knows of a write of the cell, such as
+    /// the one whose notification it runs for, reads that write or a newer one, from memory
+    /// or from the store.
+    pub async fn get_many_recent_from(
+        &self,
+        cells: &[Cell],
+        from: &[Option<u64>],
+    ) -> TxnResult<Vec<VersionedValue>> {
         let shared = self.shared();
         let Some(recent) = shared.recent.as_ref() else {
             return self.get_many_versioned(cells).await;
@@ -228,7 +240,10 @@ impl Transaction {
             // The transaction's own writes are answered by the exact read below.
             candidates.retain(|&i| !state.writes.contains_key(&cells[i]));
         }
-        let asked: Vec<&Cell> = candidates.iter().map(|&i| &cells[i]).collect();
+        let asked: Vec<(&Cell, u64)> = candidates
+            .iter()
+            .map(|&i| (&cells[i], from.get(i).copied().flatten().unwrap_or(0)))
+            .collect();
         let found = recent.lookup(&asked, self.inner.start_ts.0);
         let mut out: Vec<Option<VersionedValue>> = vec![None; cells.len()];
         let mut valued = Vec::new();

@@ -172,19 +172,24 @@ impl RecentWrites {
         }
     }
 
-    /// For each of `cells`, the remembered write if it committed at or below `at`: the
-    /// value (`None` for a delete) and its commit_ts.
-    pub(crate) fn lookup(&self, cells: &[&Cell], at: u64) -> Vec<Option<(Option<Vec<u8>>, u64)>> {
-        let hashes: Vec<u64> = cells.iter().map(|cell| self.hash(cell)).collect();
+    /// For each of `cells` (a cell and the lowest commit_ts its reader accepts), the
+    /// remembered write if it committed in that range and at or below `at`: the value
+    /// (`None` for a delete) and its commit_ts.
+    pub(crate) fn lookup(
+        &self,
+        cells: &[(&Cell, u64)],
+        at: u64,
+    ) -> Vec<Option<(Option<Vec<u8>>, u64)>> {
+        let hashes: Vec<u64> = cells.iter().map(|(cell, _)| self.hash(cell)).collect();
         let found: Vec<Option<(Option<Vec<u8>>, u64)>> = {
             let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
             cells
                 .iter()
                 .zip(hashes)
-                .map(|(cell, hash)| {
+                .map(|((cell, least), hash)| {
                     inner
                         .find(hash, cell)
-                        .filter(|e| e.commit_ts <= at)
+                        .filter(|e| e.commit_ts <= at && e.commit_ts >= *least)
                         .map(|e| (e.value.clone(), e.commit_ts))
                 })
                 .collect()
@@ -228,12 +233,12 @@ mod tests {
         let recent = RecentWrites::new(1 << 20).expect("a budget");
         recent.remember(vec![(cell("a"), Some(b"1".to_vec()))], 10);
         let (a, b) = (cell("a"), cell("b"));
-        assert_eq!(recent.lookup(&[&a], 9), vec![None]);
+        assert_eq!(recent.lookup(&[(&a, 0)], 9), vec![None]);
         assert_eq!(
-            recent.lookup(&[&a], 10),
+            recent.lookup(&[(&a, 0)], 10),
             vec![Some((Some(b"1".to_vec()), 10))]
         );
-        assert_eq!(recent.lookup(&[&b], 10), vec![None]);
+        assert_eq!(recent.lookup(&[(&b, 0)], 10), vec![None]);
         assert_eq!(
             recent.reads(),
             RecentWriteReads {
@@ -250,15 +255,15 @@ mod tests {
         recent.remember(vec![(a.clone(), Some(b"new".to_vec()))], 20);
         recent.remember(vec![(a.clone(), Some(b"old".to_vec()))], 10);
         assert_eq!(
-            recent.lookup(&[&a], 30),
+            recent.lookup(&[(&a, 0)], 30),
             vec![Some((Some(b"new".to_vec()), 20))]
         );
         recent.remember(vec![(a.clone(), None)], 25);
-        assert_eq!(recent.lookup(&[&a], 30), vec![Some((None, 25))]);
+        assert_eq!(recent.lookup(&[(&a, 0)], 30), vec![Some((None, 25))]);
         // Below the delete, the older value it replaced is not answered: the store is read.
-        assert_eq!(recent.lookup(&[&a], 24), vec![None]);
+        assert_eq!(recent.lookup(&[(&a, 0)], 24), vec![None]);
         recent.forget([&a].into_iter());
-        assert_eq!(recent.lookup(&[&a], 30), vec![None]);
+        assert_eq!(recent.lookup(&[(&a, 0)], 30), vec![None]);
         assert_eq!(recent.sizes().0, 0);
     }
 
@@ -270,9 +275,9 @@ mod tests {
         }
         assert_eq!(recent.sizes().0, 10 * WEIGHT);
         let (old, kept, new) = (cell("09"), cell("10"), cell("19"));
-        assert_eq!(recent.lookup(&[&old], 100), vec![None]);
-        assert!(recent.lookup(&[&kept], 100)[0].is_some());
-        assert!(recent.lookup(&[&new], 100)[0].is_some());
+        assert_eq!(recent.lookup(&[(&old, 0)], 100), vec![None]);
+        assert!(recent.lookup(&[(&kept, 0)], 100)[0].is_some());
+        assert!(recent.lookup(&[(&new, 0)], 100)[0].is_some());
     }
 
     #[test]
@@ -286,10 +291,10 @@ mod tests {
         recent.remember(vec![(cell("zz"), Some(vec![0; 100]))], 4);
         let (x, y) = (cell("xx"), cell("yy"));
         assert_eq!(
-            recent.lookup(&[&x], 10),
+            recent.lookup(&[(&x, 0)], 10),
             vec![Some((Some(vec![1; 100]), 3))]
         );
-        assert_eq!(recent.lookup(&[&y], 10), vec![None]);
+        assert_eq!(recent.lookup(&[(&y, 0)], 10), vec![None]);
         assert_eq!(recent.sizes().0, 2 * WEIGHT);
     }
 

@@ -102,11 +102,11 @@
 //! event, and the IdRegistry entries, outcomes, boundary and pending lists, are read from the
 //! store as before (`percolator::design::recent`). Such an answer is a delivery of the event
 //! committed in the snapshot, not necessarily the newest one: a delivery loaded later by
-//! another process may be newer. A click answered from memory by a delivery older than the
-//! run's notification (the commit_ts its notify key or hint carries) is read again from the
-//! store, so a run for a click write's notification reads that delivery or a newer one, as
-//! before (a wake-up's, sweep's or renotify's notification is newer than every delivery, so
-//! those runs read the store). Otherwise (a run whose notification is unknown, and every
+//! another process may be newer. A click is answered from memory only by a delivery at or
+//! above the run's notification (the commit_ts its notify key or hint carries:
+//! `Transaction::get_many_recent_from`), else read from the store, so a run for a click
+//! write's notification reads that delivery or a newer one, as before (a wake-up's, sweep's
+//! or renotify's notification is newer than every delivery, so those runs read the store). Otherwise (a run whose notification is unknown, and every
 //! query) the join reads a delivery that may not be the newest, and is exactly once all the
 //! same:
 //!
