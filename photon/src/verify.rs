@@ -6,6 +6,7 @@ use crate::outcome::Outcome;
 use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
 use percolator::Client;
+use percolator::FastMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -393,7 +394,7 @@ pub fn retry_line(report: &Report, left: std::time::Duration) -> String {
 /// The input logs as verify keeps them: every click's query (interned) and event time, and
 /// which queries are defined.
 struct Input {
-    clicks: HashMap<String, ClickState>,
+    clicks: FastMap<String, ClickState>,
     defined: Vec<bool>,
     malformed_lines: u64,
 }
@@ -403,11 +404,13 @@ impl Input {
         let mut malformed_lines = 0;
         // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
         // whether query `i` is in the input.
-        let mut query_ids: HashMap<String, u32> = HashMap::new();
+        // A fast hash: these maps hold every click and query id of the input (SipHash was
+        // a fifth of verification's CPU).
+        let mut query_ids: FastMap<String, u32> = FastMap::default();
         let mut defined: Vec<bool> = Vec::new();
         fn intern(
             id: String,
-            query_ids: &mut HashMap<String, u32>,
+            query_ids: &mut FastMap<String, u32>,
             defined: &mut Vec<bool>,
         ) -> u32 {
             let next = query_ids.len() as u32;
@@ -417,7 +420,7 @@ impl Input {
             }
             i
         }
-        let mut clicks: HashMap<String, ClickState> = HashMap::new();
+        let mut clicks: FastMap<String, ClickState> = FastMap::default();
         for LogFile { path, kind } in files {
             // Never `File::open`: a FIFO named like a log would block it forever.
             let file = app::load::lines::open_regular(path).map_err(|source| VerifyError::Io {

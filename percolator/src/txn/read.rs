@@ -144,6 +144,10 @@ impl Transaction {
         // large futures (their moves were about 2 % of the demo's CPU).
         let mut heads = Vec::with_capacity(known.len());
         let mut slow = Vec::new();
+        if !self.inner.read_only {
+            // Each head read is kept (below): one allocation, not a rehash per doubling.
+            self.state().heads.reserve(known.len());
+        }
         for (i, key, snap) in known {
             match self.read_in_head(key, snap) {
                 InHead::Read(read) => heads.push((i, read)),
