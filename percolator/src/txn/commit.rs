@@ -484,7 +484,7 @@ async fn heartbeat(
             .await;
         if update.is_ok() {
             // Failed calls are not round trips (a timeout would widen every lease).
-            shared.round_trips.note(beat.elapsed());
+            shared.round_trips.note_since(beat);
         }
         match update {
             Ok(HeadUpdate::Kept(true, _)) => return,

@@ -135,7 +135,7 @@ impl Shared {
         // Every answered CAS measures the round trip that leases must outlast: a commit on a
         // slow machine whose batched rounds failed (an outage) or fell back to this path
         // still widens the next lease (found by the simulator, seed 1198 at e0d19f4).
-        self.round_trips.note(sent.elapsed());
+        self.round_trips.note_since(sent);
         if out.swapped || out.previous.as_deref() == Some(bytes.as_slice()) {
             return Ok(Ok(HeadSnapshot {
                 raw: Some(bytes),

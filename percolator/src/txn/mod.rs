@@ -159,32 +159,36 @@ impl Default for RoundTrips {
 }
 
 impl RoundTrips {
-    fn current(&self) -> std::sync::MutexGuard<'_, (Instant, Duration, Duration)> {
+    /// The windows as of `now`.
+    fn current(&self, now: Instant) -> std::sync::MutexGuard<'_, (Instant, Duration, Duration)> {
         let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        let age = w.0.elapsed();
+        let age = now.saturating_duration_since(w.0);
         if age >= ROUND_TRIP_WINDOW * 2 {
-            *w = (Instant::now(), Duration::ZERO, Duration::ZERO);
+            *w = (now, Duration::ZERO, Duration::ZERO);
         } else if age >= ROUND_TRIP_WINDOW {
-            *w = (Instant::now(), Duration::ZERO, w.1);
+            *w = (now, Duration::ZERO, w.1);
         }
         w
     }
 
-    /// Records one round trip.
-    pub(crate) fn note(&self, took: Duration) {
-        let mut w = self.current();
-        w.1 = w.1.max(took);
+    /// Records one round trip, begun at `sent` and answered now (one clock read for both
+    /// the duration and the window: on a virtual machine a clock read can cost a system
+    /// call, and a blind write notes three round trips).
+    pub(crate) fn note_since(&self, sent: Instant) {
+        let now = Instant::now();
+        let mut w = self.current(now);
+        w.1 = w.1.max(now.saturating_duration_since(sent));
     }
 
     /// The margin a lease written now carries beyond `lock_ttl`: twice the slowest recent
     /// round trip.
-    pub(crate) fn lease_margin(&self) -> Duration {
+    pub(crate) fn lease_margin(&self, now: Instant) -> Duration {
         // Planted bug `LeaseIgnoresRoundTrips` (`crate::planted`): leases of `lock_ttl` alone.
         #[cfg(feature = "planted")]
         if crate::planted::active(crate::planted::Bug::LeaseIgnoresRoundTrips) {
             return Duration::ZERO;
         }
-        let w = self.current();
+        let w = self.current(now);
         w.1.max(w.2) * 2
     }
 }
@@ -232,10 +236,15 @@ impl Shared {
     /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
     /// (a crashed writer's locks never block readers much longer than a TTL would).
     pub(crate) fn lease(&self) -> Duration {
+        self.lease_at(Instant::now())
+    }
+
+    /// [`Shared::lease`] as of `now` (a caller that has just read the clock).
+    pub(crate) fn lease_at(&self, now: Instant) -> Duration {
         self.config.lock_ttl
             + self
                 .round_trips
-                .lease_margin()
+                .lease_margin(now)
                 .min(self.config.lock_ttl * 8)
     }
 
@@ -538,7 +547,7 @@ impl Client {
         // check the published GC safe point, see `Transaction::ensure_not_collected`.)
         let started = Instant::now();
         let start_ts = self.shared.oracle.get_timestamp().await?;
-        self.shared.round_trips.note(started.elapsed());
+        self.shared.round_trips.note_since(started);
         Ok(Transaction::new(self.shared.clone(), start_ts, started))
     }
 

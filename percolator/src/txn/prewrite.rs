@@ -240,7 +240,7 @@ impl Transaction {
                 .await?;
         }
         if !notify_entries.is_empty() {
-            shared.round_trips.note(step.elapsed());
+            shared.round_trips.note_since(step);
         }
         if records {
             crash_point!(self, CrashPoint::RecordsWritten);
@@ -269,7 +269,7 @@ impl Transaction {
         let step = tokio::time::Instant::now();
         let swapped = shared.kv.batch_compare_and_swap(requests).await;
         if swapped.is_ok() {
-            shared.round_trips.note(step.elapsed());
+            shared.round_trips.note_since(step);
         }
         match swapped {
             Ok(outcomes) => {

@@ -138,7 +138,8 @@ impl Transaction {
     /// reader meeting it before the first heartbeat would fence a live commit.
     pub(super) fn lock_ttl_ms(&self) -> u64 {
         let shared = self.shared();
-        (self.inner.started.elapsed() + shared.lease())
+        let now = Instant::now();
+        (now.saturating_duration_since(self.inner.started) + shared.lease_at(now))
             .min(shared.config.max_lifetime)
             .as_millis() as u64
     }
