@@ -461,7 +461,9 @@ async fn heartbeat(
             continue;
         }
         let beat = Instant::now();
-        let wanted = (started.elapsed() + shared.lease()).min(max).as_millis() as u64;
+        let wanted = (beat.saturating_duration_since(started) + shared.lease_at(beat))
+            .min(max)
+            .as_millis() as u64;
         // Keeps `true` once the transaction is decided: nothing left to keep alive.
         let update = shared
             .update_head(&primary, head, |snap: Arc<HeadSnapshot>| async move {

@@ -235,11 +235,7 @@ impl Shared {
     /// The lease a lock or heartbeat written now carries beyond the time it is written:
     /// `lock_ttl` plus the measured margin ([`RoundTrips`]), the margin capped at eight TTLs
     /// (a crashed writer's locks never block readers much longer than a TTL would).
-    pub(crate) fn lease(&self) -> Duration {
-        self.lease_at(Instant::now())
-    }
-
-    /// [`Shared::lease`] as of `now` (a caller that has just read the clock).
+    /// `now`: the caller's clock read of the moment (it measures the writer's age with it too).
     pub(crate) fn lease_at(&self, now: Instant) -> Duration {
         self.config.lock_ttl
             + self

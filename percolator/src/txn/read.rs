@@ -125,6 +125,7 @@ impl Transaction {
                 LocalRead::Head(key, None) => fetch.push((i, key)),
             }
         }
+        let new_heads = fetch.len();
         if !fetch.is_empty() {
             let keys: Vec<Vec<u8>> = fetch.iter().map(|(_, key)| key.clone()).collect();
             let raws = self.shared().kv.batch_get(&keys).await?;
@@ -145,8 +146,8 @@ impl Transaction {
         let mut heads = Vec::with_capacity(known.len());
         let mut slow = Vec::new();
         if !self.inner.read_only {
-            // Each head read is kept (below): one allocation, not a rehash per doubling.
-            self.state().heads.reserve(known.len());
+            // Each head fetched is kept (below): one allocation, not a rehash per doubling.
+            self.state().heads.reserve(new_heads);
         }
         for (i, key, snap) in known {
             match self.read_in_head(key, snap) {

@@ -131,7 +131,7 @@ impl Transaction {
 
     /// The TTL (ms after the physical time of start_ts) of a lock or strong notify record
     /// written now: `lock_ttl` plus the client's lease margin (twice its slowest recent round
-    /// trip, at most eight TTLs; see `Shared::lease`) from this moment, capped by the lifetime (invariant 5: no lock
+    /// trip, at most eight TTLs; see `Shared::lease_at`) from this moment, capped by the lifetime (invariant 5: no lock
     /// outlives it). Measured when the record is written, not when the commit began: a large
     /// write set (or a stalled process) can reach a cell long after the commit began, and a
     /// lock born with a TTL counted from then could already be expired when it appears, so a
