@@ -197,9 +197,34 @@ async fn loads(label: &str, counting: Arc<Counting>, secs: f64) -> BTreeMap<Stri
 /// (raw gets fell from 781,278 to 311,457/s between the two concurrencies on one store).
 const RATIO_TASKS: [usize; 2] = [16, 64];
 
+/// Slices of a ratio's two sides, alternated (raw, transactional, raw, ...): the machine's
+/// drift over the seconds of a run touches both alike (measured one after the other, the raw
+/// puts a write ratio divides by moved by a third between runs on a shared host).
+const RATIO_SLICES: usize = 4;
+
+/// `raw` and `txn` each run for `secs` in all, in [`RATIO_SLICES`] alternated slices; returns
+/// (raw successes/s, transactional successes/s, transactions run).
+async fn alternated<F, Fut, G, Gut>(tasks: usize, secs: f64, raw: F, txn: G) -> (f64, f64, u64)
+where
+    F: Fn(u64) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send,
+    G: Fn(u64) -> Gut + Clone + Send + Sync + 'static,
+    Gut: Future<Output = bool> + Send,
+{
+    let slice = secs / RATIO_SLICES as f64;
+    let (mut raw_rate, mut txn_rate, mut txns) = (0.0, 0.0, 0);
+    for _ in 0..RATIO_SLICES {
+        raw_rate += run_for(tasks, slice, raw.clone()).await.0 / RATIO_SLICES as f64;
+        let (ok, _, n) = run_counted(tasks, slice, txn.clone()).await;
+        txn_rate += ok / RATIO_SLICES as f64;
+        txns += n;
+    }
+    (raw_rate, txn_rate, txns)
+}
+
 /// Single-cell transactional reads and writes against raw gets and puts on the same store,
-/// side by side at `tasks` tasks, with the raw calls each transaction made (a raw get or put
-/// is one); keys `read_ratio@N`, `write_ratio@N`, `read_calls@N`, `write_calls@N`.
+/// side by side at `tasks` tasks (each pair in alternated slices: [`alternated`]), with the
+/// raw calls each transaction made (a raw get or put is one); keys `read_ratio@N`, `write_ratio@N`, `read_calls@N`, `write_calls@N`.
 async fn ratios(
     label: &str,
     tasks: usize,
@@ -211,39 +236,38 @@ async fn ratios(
     let calls = || counting.hooks().0.load(Ordering::Relaxed);
     let mut report = BTreeMap::new();
     let kv = raw.clone();
-    let (raw_get, _) = run_for(tasks, secs, move |r| {
+    let raw_get = move |r: u64| {
         let kv = kv.clone();
         async move { kv.get(&raw_key(r % CELLS)).await.is_ok() }
-    })
-    .await;
+    };
     let c = client.clone();
-    let before = calls();
-    let (txn_read, _, reads) = run_counted(tasks, secs, move |r| {
+    let txn_get = move |r: u64| {
         let c = c.clone();
         async move {
             let t = c.begin().await.expect("begin");
             t.get(&cell(r % CELLS)).await.is_ok() && t.commit().await.is_ok()
         }
-    })
-    .await;
+    };
+    // Raw calls go to the store itself, not through the counting one under the client.
+    let before = calls();
+    let (raw_get, txn_read, reads) = alternated(tasks, secs, raw_get, txn_get).await;
     let read_calls = (calls() - before) as f64 / reads.max(1) as f64;
     let kv = raw.clone();
-    let (raw_put, _) = run_for(tasks, secs, move |r| {
+    let raw_put = move |r: u64| {
         let kv = kv.clone();
         async move { kv.put(raw_key(r % CELLS), vec![r as u8; 100]).await.is_ok() }
-    })
-    .await;
+    };
     let c = client.clone();
-    let before = calls();
-    let (txn_write, _, writes) = run_counted(tasks, secs, move |r| {
+    let txn_set = move |r: u64| {
         let c = c.clone();
         async move {
             let t = c.begin().await.expect("begin");
             t.set(cell(r % CELLS), vec![r as u8; 100]);
             t.commit().await.is_ok()
         }
-    })
-    .await;
+    };
+    let before = calls();
+    let (raw_put, txn_write, writes) = alternated(tasks, secs, raw_put, txn_set).await;
     let write_calls = (calls() - before) as f64 / writes.max(1) as f64;
     println!(
         "{label:>8} tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} ({read_calls:.2} raw calls/txn) | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3} ({write_calls:.2} raw calls/txn)",
