@@ -224,7 +224,8 @@ where
 
 /// Single-cell transactional reads and writes against raw gets and puts on the same store,
 /// side by side at `tasks` tasks (each pair in alternated slices: [`alternated`]), with the
-/// raw calls each transaction made (a raw get or put is one); keys `read_ratio@N`, `write_ratio@N`, `read_calls@N`, `write_calls@N`.
+/// raw calls each transaction made (a raw get or put is one); keys `read_ratio@N`,
+/// `write_ratio@N`, `read_calls@N`, `write_calls@N`.
 async fn ratios(
     label: &str,
     tasks: usize,
