@@ -159,87 +159,64 @@ async fn resolve(
             }));
         }
     };
-    if let Some(decided) = resolved_now(registered, notification) {
-        return decided;
-    }
-    let covered = match notification {
-        Notification::Weak => None,
-        Notification::Committed { commit_ts } => Some(*commit_ts),
-        Notification::Strong {
-            start_ts,
-            primary,
-            ttl_ms,
-        } => match client
-            .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
-            .await
-        {
-            Ok(TxnStatus::Committed(commit_ts)) => Some(commit_ts.0),
-            // The key goes only if it still holds the strong record: "rolled back" is wrong
-            // when GC rewrote the key as committed and then trimmed the evidence of the
-            // commit while this check was under way, and then the key says so
-            // (`observers::design::processing`).
-            Ok(TxnStatus::RolledBack) => {
-                match client
-                    .remove_rolled_back_notification(&item.key, notification)
-                    .await
-                {
-                    Ok(KeyRecheck::Deleted) => {
-                        metrics.count(
-                            Event::RolledBack,
-                            Some(&metrics.labels(&item.cell, &registered.name)),
-                        );
-                        return Resolved::Done(Ok(Outcome::RolledBack));
-                    }
-                    Ok(KeyRecheck::Changed(Some(bytes))) => match Notification::decode(&bytes) {
-                        Ok(Notification::Committed { commit_ts }) => Some(commit_ts),
-                        // Anything else is left for the next scan to decide afresh.
-                        _ => return Resolved::Done(Ok(Outcome::Pending)),
-                    },
-                    // Gone: handled by another worker or deleted by GC meanwhile.
-                    Ok(KeyRecheck::Changed(None)) => {
-                        return Resolved::Done(Ok(Outcome::RolledBack))
-                    }
-                    Ok(_) => return Resolved::Done(Ok(Outcome::Pending)),
-                    Err(e) => return Resolved::Done(Err(e)),
+    let Notification::Strong {
+        start_ts,
+        primary,
+        ttl_ms,
+    } = notification
+    else {
+        // Weak or committed: decided already, no store call.
+        return decided_run(registered, notification);
+    };
+    let commit_ts = match client
+        .txn_status_with_ttl(primary, Timestamp(*start_ts), *ttl_ms)
+        .await
+    {
+        Ok(TxnStatus::Committed(commit_ts)) => commit_ts.0,
+        // The key goes only if it still holds the strong record: "rolled back" is wrong
+        // when GC rewrote the key as committed and then trimmed the evidence of the
+        // commit while this check was under way, and then the key says so
+        // (`observers::design::processing`).
+        Ok(TxnStatus::RolledBack) => {
+            match client
+                .remove_rolled_back_notification(&item.key, notification)
+                .await
+            {
+                Ok(KeyRecheck::Deleted) => {
+                    metrics.count(
+                        Event::RolledBack,
+                        Some(&metrics.labels(&item.cell, &registered.name)),
+                    );
+                    return Resolved::Done(Ok(Outcome::RolledBack));
                 }
+                Ok(KeyRecheck::Changed(Some(bytes))) => match Notification::decode(&bytes) {
+                    Ok(Notification::Committed { commit_ts }) => commit_ts,
+                    // Anything else is left for the next scan to decide afresh.
+                    _ => return Resolved::Done(Ok(Outcome::Pending)),
+                },
+                // Gone: handled by another worker or deleted by GC meanwhile.
+                Ok(KeyRecheck::Changed(None)) => return Resolved::Done(Ok(Outcome::RolledBack)),
+                Ok(_) => return Resolved::Done(Ok(Outcome::Pending)),
+                Err(e) => return Resolved::Done(Err(e)),
             }
-            Ok(TxnStatus::Pending) => return Resolved::Done(Ok(Outcome::Pending)),
-            Err(e) => return Resolved::Done(Err(e)),
-        },
+        }
+        Ok(TxnStatus::Pending) => return Resolved::Done(Ok(Outcome::Pending)),
+        Err(e) => return Resolved::Done(Err(e)),
     };
     // The decided record: `Committed { c }` instead of the raw strong record, whose evidence
     // GC may remove later.
-    let decided = match (notification, covered) {
-        (Notification::Strong { .. }, Some(commit_ts)) => Notification::Committed { commit_ts },
-        (n, _) => n.clone(),
-    };
-    to_run(registered, covered, decided)
+    decided_run(registered, &Notification::Committed { commit_ts })
 }
 
-/// The run of a decided notification (`covered`: the writer's commit_ts, `None` for a weak
-/// one). A weak observer given a strong notification still runs (at least once); a guarded
+/// The run of a decided notification (`Committed` or `Weak`): [`resolve`] without a store
+/// call. A weak observer given a strong notification still runs (at least once); a guarded
 /// one runs without the acknowledgment check (its own guard makes a repeat write nothing); a
-/// strong observer given a weak one runs without the check.
-fn to_run(registered: &Registered, covered: Option<u64>, decided: Notification) -> Resolved {
+/// strong observer runs with the check up to the writer's commit_ts, and without it given a
+/// weak one.
+fn decided_run(registered: &Registered, decided: &Notification) -> Resolved {
     match registered.kind {
-        ObserverKind::Weak | ObserverKind::Guarded => Resolved::Run(None, decided),
-        ObserverKind::Strong => Resolved::Run(covered, decided),
-    }
-}
-
-/// [`resolve`] of a notification that needs no store call (a committed writer's, as hints
-/// carry, or a weak one); `None` for the others.
-fn resolved_now(registered: &Registered, notification: &Notification) -> Option<Resolved> {
-    match notification {
-        Notification::Weak => Some(to_run(registered, None, Notification::Weak)),
-        Notification::Committed { commit_ts } => Some(to_run(
-            registered,
-            Some(*commit_ts),
-            Notification::Committed {
-                commit_ts: *commit_ts,
-            },
-        )),
-        Notification::Strong { .. } => None,
+        ObserverKind::Weak | ObserverKind::Guarded => Resolved::Run(None, decided.clone()),
+        ObserverKind::Strong => Resolved::Run(decided.commit_ts(), decided.clone()),
     }
 }
 
@@ -276,8 +253,10 @@ pub(crate) async fn handle_batch(
     let mut resolved: Vec<Option<Resolved>> = items
         .iter()
         .map(|item| match &item.payload {
-            Payload::Record(n) => resolved_now(registered, n),
-            Payload::Corrupt { .. } => None,
+            Payload::Record(n) if !matches!(n, Notification::Strong { .. }) => {
+                Some(decided_run(registered, n))
+            }
+            _ => None,
         })
         .collect();
     let slow: Vec<usize> = (0..items.len())

@@ -61,6 +61,20 @@ async fn load(
     txn.commit().await
 }
 
+/// Two clients of one store: `mine` loads "first" into event 1, then another client loads
+/// "second" over it. Returns `mine` and the two commit timestamps.
+async fn mine_then_anothers() -> (Client, Timestamp, Timestamp) {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let clock = Arc::new(LocalClock::new());
+    let mine = remembering(kv.clone(), clock.clone(), test_config());
+    let other = remembering(kv, clock, test_config());
+    let first = load(&mine, &[(1, Some("first".into()))], 1).await.unwrap();
+    let second = load(&other, &[(1, Some("second".into()))], 2)
+        .await
+        .unwrap();
+    (mine, first, second)
+}
+
 fn some(s: &str) -> Option<Vec<u8>> {
     Some(s.as_bytes().to_vec())
 }
@@ -153,14 +167,7 @@ async fn a_remembered_value_read_may_not_be_written() {
 /// committed write of the snapshot.
 #[tokio::test]
 async fn another_clients_newer_write_is_answered_by_exact_reads_only() {
-    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
-    let clock = Arc::new(LocalClock::new());
-    let mine = remembering(kv.clone(), clock.clone(), test_config());
-    let other = remembering(kv, clock, test_config());
-    let first = load(&mine, &[(1, Some("first".into()))], 1).await.unwrap();
-    let second = load(&other, &[(1, Some("second".into()))], 2)
-        .await
-        .unwrap();
+    let (mine, first, second) = mine_then_anothers().await;
     let txn = mine.begin().await.unwrap();
     assert_eq!(
         txn.get_many_recent(&[event(1)]).await.unwrap(),
@@ -291,14 +298,7 @@ async fn a_column_not_declared_write_once_is_not_remembered() {
 /// sends it to the store, which has the newer write.
 #[tokio::test]
 async fn a_remembered_commit_below_the_readers_bound_reads_the_store() {
-    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
-    let clock = Arc::new(LocalClock::new());
-    let mine = remembering(kv.clone(), clock.clone(), test_config());
-    let other = remembering(kv, clock, test_config());
-    let first = load(&mine, &[(1, Some("first".into()))], 1).await.unwrap();
-    let second = load(&other, &[(1, Some("second".into()))], 2)
-        .await
-        .unwrap();
+    let (mine, first, second) = mine_then_anothers().await;
     let txn = mine.begin().await.unwrap();
     assert_eq!(
         txn.get_many_recent_from(&[event(1)], &[Some(first.0)])

@@ -189,10 +189,7 @@ impl Transaction {
                 .filter(|(cell, _)| shared.is_remembered(cell));
             match &committed {
                 Ok(commit_ts) => recent.remember(remembered.collect(), commit_ts.0),
-                Err(_) => {
-                    let forgotten: Vec<(Cell, Option<Vec<u8>>)> = remembered.collect();
-                    recent.forget(forgotten.iter().map(|(cell, _)| cell));
-                }
+                Err(_) => recent.forget(remembered.map(|(cell, _)| cell)),
             }
         }
         committed

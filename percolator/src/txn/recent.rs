@@ -161,14 +161,14 @@ impl RecentWrites {
 
     /// Forgets what is remembered of `cells`: a commit of them whose outcome this client does
     /// not know, or that failed, leaves no older entry to answer for them.
-    pub(crate) fn forget<'c>(&self, cells: impl Iterator<Item = &'c Cell>) {
-        let hashed: Vec<(u64, &Cell)> = cells.map(|cell| (self.hash(cell), cell)).collect();
+    pub(crate) fn forget<C: std::borrow::Borrow<Cell>>(&self, cells: impl Iterator<Item = C>) {
+        let hashed: Vec<(u64, C)> = cells.map(|cell| (self.hash(cell.borrow()), cell)).collect();
         if hashed.is_empty() {
             return;
         }
         let mut inner = self.write();
         for (hash, cell) in hashed {
-            inner.remove(hash, cell);
+            inner.remove(hash, cell.borrow());
         }
     }
 
