@@ -36,6 +36,8 @@ struct Calls(AtomicU64);
 
 #[async_trait]
 impl Hooks for Calls {
+    const SEES_SWAPS: bool = false;
+
     async fn before(&self, call: Call<'_>) -> KvResult<()> {
         if !matches!(call, Call::CompareAndSwap { batched: true, .. }) {
             self.0.fetch_add(1, Ordering::Relaxed);

@@ -74,6 +74,7 @@ async fn mixed_mode() -> (RunningServer, Arc<dyn RawKv>) {
     config.atomic_keys = AtomicKeys::Prefixes(vec![
         b"conf/cas/".to_vec(),
         b"conf/counter/".to_vec(),
+        b"conf/seen/".to_vec(),
         b"conf/large/".to_vec(),
         b"conf/bcas/".to_vec(),
         b"conf/bcounters/".to_vec(),

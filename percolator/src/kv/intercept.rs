@@ -131,6 +131,8 @@ impl OpCounts {
 
 #[async_trait]
 impl Hooks for OpCounts {
+    const SEES_SWAPS: bool = false;
+
     async fn before(&self, call: Call<'_>) -> KvResult<()> {
         let counter = match call {
             // A request of a batched CAS (the batch itself was counted).
@@ -258,6 +260,12 @@ pub trait Hooks: Send + Sync + 'static {
     fn scanned(&self, range: &KeyRange, limit: usize, order: ScanOrder, pairs: &[KvPair]) {
         let _ = (range, limit, order, pairs);
     }
+
+    /// Whether [`Hooks::swapped`] is overridden: only then does [`Intercepted`] keep a copy
+    /// of each CAS's key and new value to hand it after the store answered (a hook that only
+    /// counts or delays calls leaves the copies out by setting it `false`). A hook that
+    /// overrides `swapped` must leave it `true`, or `swapped` is never called.
+    const SEES_SWAPS: bool = true;
 
     /// Runs after a CAS the store answered, with its key, the value it tried to write and
     /// the store's outcome; returns what the caller sees (by default, the store's outcome).
@@ -391,6 +399,11 @@ impl<H: Hooks> RawKv for Intercepted<H> {
                 batched: false,
             })
             .await?;
+        if !H::SEES_SWAPS {
+            let out = self.inner.compare_and_swap(key, expected, new).await?;
+            self.hooks.after(Op::CompareAndSwap).await?;
+            return Ok(out);
+        }
         let out = self
             .inner
             .compare_and_swap(key.clone(), expected, new.clone())
@@ -407,10 +420,9 @@ impl<H: Hooks> RawKv for Intercepted<H> {
             })
             .await?;
         let mut first_error: Option<KvError> = None;
-        let mut forwarded = Vec::with_capacity(requests.len());
-        let mut forwarded_at = Vec::with_capacity(requests.len());
-        for (i, r) in requests.iter().enumerate() {
-            let passed = self
+        let mut passed = Vec::with_capacity(requests.len());
+        for r in &requests {
+            let before = self
                 .hooks
                 .before(Call::CompareAndSwap {
                     key: &r.key,
@@ -419,14 +431,27 @@ impl<H: Hooks> RawKv for Intercepted<H> {
                     batched: true,
                 })
                 .await;
-            match passed {
-                Ok(()) => {
-                    forwarded.push(r.clone());
-                    forwarded_at.push(i);
-                }
+            passed.push(match before {
+                Ok(()) => true,
                 Err(e) => {
                     first_error.get_or_insert(e);
+                    false
                 }
+            });
+        }
+        let count = requests.len();
+        // The forwarded requests move to the store; `swapped` needs their keys and new values
+        // afterwards, so those are kept (copied) only for hooks that look at them.
+        let mut kept: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut forwarded = Vec::with_capacity(count);
+        let mut forwarded_at = Vec::with_capacity(count);
+        for (i, (r, passed)) in requests.into_iter().zip(passed).enumerate() {
+            if passed {
+                if H::SEES_SWAPS {
+                    kept.push((r.key.clone(), r.new.clone()));
+                }
+                forwarded.push(r);
+                forwarded_at.push(i);
             }
         }
         let answers = if forwarded.is_empty() {
@@ -434,14 +459,17 @@ impl<H: Hooks> RawKv for Intercepted<H> {
         } else {
             self.inner.batch_compare_and_swap(forwarded).await?
         };
-        let mut outcomes: Vec<Option<CasOutcome>> = vec![None; requests.len()];
-        for (i, outcome) in forwarded_at.into_iter().zip(answers) {
-            let r = &requests[i];
+        let mut outcomes: Vec<Option<CasOutcome>> = vec![None; count];
+        for (n, (i, outcome)) in forwarded_at.into_iter().zip(answers).enumerate() {
             if let Err(e) = self.hooks.after(Op::CompareAndSwap).await {
                 first_error.get_or_insert(e);
                 continue;
             }
-            match self.hooks.swapped(&r.key, &r.new, outcome).await {
+            let seen = match kept.get(n) {
+                Some((key, new)) => self.hooks.swapped(key, new, outcome).await,
+                None => Ok(outcome),
+            };
+            match seen {
                 Ok(seen) => outcomes[i] = Some(seen),
                 Err(e) => {
                     first_error.get_or_insert(e);

@@ -91,6 +91,127 @@ pub async fn cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
     );
 }
 
+/// A CAS decides on the value the latest write of its key left, whatever made that write: a
+/// put, a batched put, a delete, a batched delete, a single or a batched CAS (a backend that
+/// kept what its CASes read, or routed some calls past the others, would fail it). Each round
+/// a CAS first reads and writes the key, another call writes it, then a CAS expecting the
+/// value from before that write fails with the written one, single and batched alike, and a
+/// CAS expecting the written value swaps.
+pub async fn cas_sees_every_write(kv: &dyn RawKv, prefix: &[u8]) {
+    let k = key(prefix, b"k");
+    let other = key(prefix, b"other");
+    let mut made = 0u32;
+    let mut fresh = move || {
+        made += 1;
+        format!("v{made}").into_bytes()
+    };
+    let mut current: Option<Vec<u8>> = None;
+    for write in [
+        "put",
+        "batch_put",
+        "delete",
+        "batch_delete",
+        "cas",
+        "batch_cas",
+    ] {
+        let first = fresh();
+        let out = kv
+            .compare_and_swap(k.clone(), current.clone(), first.clone())
+            .await
+            .unwrap()
+            .own_write_decided(current.clone(), &first);
+        assert!(
+            out.swapped,
+            "{write}: the round's first CAS swaps ({out:?})"
+        );
+        let before = Some(first);
+        let written = match write {
+            "put" => {
+                let v = fresh();
+                kv.put(k.clone(), v.clone()).await.unwrap();
+                Some(v)
+            }
+            "batch_put" => {
+                let v = fresh();
+                let pairs = vec![(other.clone(), fresh()), (k.clone(), v.clone())];
+                kv.batch_put(pairs).await.unwrap();
+                Some(v)
+            }
+            "delete" => {
+                kv.delete(k.clone()).await.unwrap();
+                None
+            }
+            "batch_delete" => {
+                kv.batch_delete(vec![other.clone(), k.clone()])
+                    .await
+                    .unwrap();
+                None
+            }
+            "cas" => {
+                let v = fresh();
+                let out = kv
+                    .compare_and_swap(k.clone(), before.clone(), v.clone())
+                    .await
+                    .unwrap()
+                    .own_write_decided(before.clone(), &v);
+                assert!(out.swapped, "the written CAS swaps");
+                Some(v)
+            }
+            _ => {
+                let v = fresh();
+                let request = CasRequest {
+                    key: k.clone(),
+                    expected: before.clone(),
+                    new: v.clone(),
+                };
+                let outs = kv.batch_compare_and_swap(vec![request]).await.unwrap();
+                let out = outs[0].clone().own_write_decided(before.clone(), &v);
+                assert!(out.swapped, "the written batched CAS swaps");
+                Some(v)
+            }
+        };
+        let stale = fresh();
+        let out = kv
+            .compare_and_swap(k.clone(), before.clone(), stale.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            CasOutcome {
+                previous: written.clone(),
+                swapped: false
+            },
+            "after {write}, a CAS expecting the value from before it"
+        );
+        let request = CasRequest {
+            key: k.clone(),
+            expected: before.clone(),
+            new: stale,
+        };
+        let outs = kv.batch_compare_and_swap(vec![request]).await.unwrap();
+        assert_eq!(
+            outs,
+            vec![CasOutcome {
+                previous: written.clone(),
+                swapped: false
+            }],
+            "after {write}, a batched CAS expecting the value from before it"
+        );
+        let next = fresh();
+        let out = kv
+            .compare_and_swap(k.clone(), written.clone(), next.clone())
+            .await
+            .unwrap()
+            .own_write_decided(written.clone(), &next);
+        assert!(
+            out.swapped,
+            "after {write}, a CAS expecting the written value swaps"
+        );
+        current = Some(next);
+    }
+    assert_eq!(kv.get(&k).await.unwrap(), current);
+}
+
 /// Batched CAS: each request decided on its own key as a single CAS would be, outcomes in
 /// request order, an empty batch answered empty, and a batch naming a key twice refused
 /// with `InvalidArgument` before anything applies.

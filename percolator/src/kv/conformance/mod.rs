@@ -23,7 +23,9 @@ mod cas;
 mod scans;
 mod values;
 
-pub use cas::{batch_cas_counters, batch_cas_semantics, cas_counter, cas_semantics};
+pub use cas::{
+    batch_cas_counters, batch_cas_semantics, cas_counter, cas_sees_every_write, cas_semantics,
+};
 pub use scans::{calls_yield_to_other_tasks, paging, scan_limits_are_checked, scan_many, scans};
 pub use values::{absent_vs_empty, batch_calls, binary_keys, large_values};
 
@@ -74,6 +76,8 @@ macro_rules! conformance_suite {
             batch_calls => |kv, p| $crate::kv::conformance::batch_calls(kv.as_ref(), p);
             cas_semantics => |kv, p| $crate::kv::conformance::cas_semantics(kv.as_ref(), p);
             cas_counter_8x100 => |kv, p| $crate::kv::conformance::cas_counter(kv.clone(), p, 8, 100);
+            cas_sees_every_write =>
+                |kv, p| $crate::kv::conformance::cas_sees_every_write(kv.as_ref(), p);
             batch_cas_semantics =>
                 |kv, p| $crate::kv::conformance::batch_cas_semantics(kv.as_ref(), p);
             batch_cas_counters_6x40 =>
@@ -113,6 +117,7 @@ pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
     batch_calls(kv.as_ref(), &p("batch/")).await;
     cas_semantics(kv.as_ref(), &p("cas/")).await;
     cas_counter(kv.clone(), &p("counter/"), 8, 100).await;
+    cas_sees_every_write(kv.as_ref(), &p("seen/")).await;
     batch_cas_semantics(kv.as_ref(), &p("bcas/")).await;
     batch_cas_counters(kv.clone(), &p("bcounters/"), 6, 40).await;
     scans(kv.as_ref(), &p("scan/")).await;

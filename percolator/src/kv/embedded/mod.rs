@@ -296,6 +296,22 @@ impl EmbeddedKv {
     }
 }
 
+/// A CAS's outcome from its key's `current` value and the caller's `expected` one, without
+/// copying the stored bytes when they match (the previous value is then `expected` itself).
+fn decide(current: Option<fjall::Slice>, expected: Option<Vec<u8>>) -> CasOutcome {
+    if current.as_deref() == expected.as_deref() {
+        CasOutcome {
+            previous: expected,
+            swapped: true,
+        }
+    } else {
+        CasOutcome {
+            previous: current.map(|v| v.to_vec()),
+            swapped: false,
+        }
+    }
+}
+
 #[async_trait]
 impl RawKv for EmbeddedKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
@@ -406,14 +422,13 @@ impl RawKv for EmbeddedKv {
         crate::kv::yield_point().await;
         let outcome = {
             let _guard = self.lock_stripe(self.stripe_of(&key));
-            let previous = self.get_sync(&key)?;
-            let swapped = previous == expected;
-            if swapped {
-                self.home(&key)
-                    .insert(key, new)
-                    .map_err(engine("compare_and_swap"))?;
+            let home = self.home(&key);
+            let current = home.get(&key).map_err(engine("get"))?;
+            let outcome = decide(current, expected);
+            if outcome.swapped {
+                home.insert(key, new).map_err(engine("compare_and_swap"))?;
             }
-            CasOutcome { previous, swapped }
+            outcome
         };
         if outcome.swapped {
             self.ack_sync("compare_and_swap").await?;
@@ -437,13 +452,13 @@ impl RawKv for EmbeddedKv {
             let mut batch = self.keyspace.batch();
             let mut any_swapped = false;
             for r in requests {
-                let previous = self.get_sync(&r.key)?;
-                let swapped = previous == r.expected;
-                if swapped {
-                    batch.insert(self.home(&r.key), r.key, r.new);
+                let home = self.home(&r.key);
+                let outcome = decide(home.get(&r.key).map_err(engine("get"))?, r.expected);
+                if outcome.swapped {
+                    batch.insert(home, r.key, r.new);
                     any_swapped = true;
                 }
-                outcomes.push(CasOutcome { previous, swapped });
+                outcomes.push(outcome);
             }
             if any_swapped {
                 batch.commit().map_err(engine("batch_compare_and_swap"))?;
