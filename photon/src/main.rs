@@ -142,6 +142,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Outcome::Drained => eprintln!("photon run: loaded and drained; exiting"),
         Outcome::Stopped => eprintln!("photon run: stopped"),
     }
+    percolator_cli::store::leave_open(client)
+        .await
+        .context("syncing the store before exiting")?;
     Ok(())
 }
 
@@ -246,6 +249,10 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 "{}",
                 stats.summary("events", started.elapsed(), &load.rejects)
             );
+            drop(relay);
+            percolator_cli::store::leave_open(client)
+                .await
+                .context("syncing the store before exiting")?;
         }
         Command::Run(args) => run(args).await?,
         Command::Work {
@@ -469,7 +476,11 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 max_backlog,
                 store_calls: Some(counted),
             };
-            if !photon::demo::run(&client, &dir, &options).await?.ok() {
+            let report = photon::demo::run(&client, &dir, &options).await?;
+            percolator_cli::store::leave_open(client)
+                .await
+                .context("syncing the store before exiting")?;
+            if !report.ok() {
                 return Ok(exit::CHECK_FAILED);
             }
         }
