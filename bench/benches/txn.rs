@@ -36,7 +36,9 @@ struct Calls(AtomicU64);
 
 #[async_trait]
 impl Hooks for Calls {
-    const SEES_SWAPS: bool = false;
+    fn sees_swaps(&self) -> bool {
+        false
+    }
 
     async fn before(&self, call: Call<'_>) -> KvResult<()> {
         if !matches!(call, Call::CompareAndSwap { batched: true, .. }) {

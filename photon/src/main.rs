@@ -477,9 +477,15 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 store_calls: Some(counted),
             };
             let report = photon::demo::run(&client, &dir, &options).await?;
-            percolator_cli::store::leave_open(client)
-                .await
-                .context("syncing the store before exiting")?;
+            if matches!(&store, StoreSpec::Embedded(path) if path.starts_with(temp.path())) {
+                // The temporary directory goes with the command: the store is closed (its
+                // threads stopped) before it is removed.
+                drop(client);
+            } else {
+                percolator_cli::store::leave_open(client)
+                    .await
+                    .context("syncing the store before exiting")?;
+            }
             if !report.ok() {
                 return Ok(exit::CHECK_FAILED);
             }

@@ -92,6 +92,73 @@ async fn per_key_faults_hit_a_subset_of_the_batch() {
     assert_eq!(Op::BatchCompareAndSwap.name(), "batch_compare_and_swap");
 }
 
+/// Refuses the batched requests whose key ends in `b`, and never looks at outcomes
+/// ([`Hooks::sees_swaps`] is `false`: the requests go to the store without copies).
+struct RefusesWithoutLooking;
+
+#[async_trait]
+impl Hooks for RefusesWithoutLooking {
+    fn sees_swaps(&self) -> bool {
+        false
+    }
+
+    async fn before(&self, call: Call<'_>) -> KvResult<()> {
+        match call {
+            Call::CompareAndSwap {
+                key, batched: true, ..
+            } if key.ends_with(b"b") => Err(KvError::Unavailable {
+                op: "compare_and_swap",
+                message: "refused".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn hooks_that_do_not_look_still_forward_exactly_the_requests_they_pass() {
+    let memory = Arc::new(MemoryKv::new());
+    memory.put(b"k4c".to_vec(), b"old".to_vec()).await.unwrap();
+    let kv = Intercepted::wrap(memory.clone(), RefusesWithoutLooking);
+    let requests = vec![
+        CasRequest::new(b"k1a".to_vec(), None, b"1".to_vec()),
+        CasRequest::new(b"k2b".to_vec(), None, b"2".to_vec()),
+        CasRequest::new(b"k3c".to_vec(), None, b"3".to_vec()),
+    ];
+    let err = kv.batch_compare_and_swap(requests).await.unwrap_err();
+    assert!(matches!(err, KvError::Unavailable { .. }), "{err:?}");
+    assert_eq!(memory.get(b"k1a").await.unwrap(), Some(b"1".to_vec()));
+    assert_eq!(memory.get(b"k2b").await.unwrap(), None);
+    assert_eq!(memory.get(b"k3c").await.unwrap(), Some(b"3".to_vec()));
+    // Passed requests are answered in order, each with the store's outcome.
+    let out = kv
+        .batch_compare_and_swap(vec![
+            CasRequest::new(b"k4c".to_vec(), None, b"4".to_vec()),
+            CasRequest::new(b"k3c".to_vec(), Some(b"3".to_vec()), b"33".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            CasOutcome {
+                previous: Some(b"old".to_vec()),
+                swapped: false
+            },
+            CasOutcome {
+                previous: Some(b"3".to_vec()),
+                swapped: true
+            },
+        ]
+    );
+    let single = kv
+        .compare_and_swap(b"k3c".to_vec(), Some(b"33".to_vec()), b"333".to_vec())
+        .await
+        .unwrap();
+    assert!(single.swapped);
+    assert_eq!(memory.get(b"k3c").await.unwrap(), Some(b"333".to_vec()));
+}
+
 /// Random faults (lost replies before and after the store, the retry hazard): over many
 /// batches of fresh keys, a batch that returned `Err` left each key either untouched or
 /// holding its new value, and some such batches applied only part of their requests; a

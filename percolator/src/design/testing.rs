@@ -14,7 +14,8 @@
 //! unavailable stores (failing before the call, or after it applied: a lost reply). It is built
 //! on `kv::intercept::Intercepted`, the one `RawKv` wrapper of the test kit: it forwards every
 //! call and runs a test's `Hooks` around it (before each call, with its kind and arguments;
-//! after each answered call; after a scan with its pairs; after a CAS with its outcome), which
+//! after each answered call; after a scan with its pairs; after a CAS with its outcome, for
+//! hooks that ask for it), which
 //! is how the tests hold back a CAS or a read, count reads by key space, model delete markers or
 //! witness retried CASes. A batched CAS is seen once as `Call::BatchCompareAndSwap`, then
 //! request by request as `Call::CompareAndSwap { batched: true, .. }` with the single-CAS hooks,

@@ -5,7 +5,8 @@
 //! runs the [`Hooks`] it is given around each: before every call (with the call's kind and
 //! arguments, able to hold it back or fail it), after every answered call (able to turn the
 //! answer into a lost reply), after a scan (with the pairs it returned) and after a CAS (with
-//! its outcome, able to replace it). Every hook does nothing unless a test overrides it, so a
+//! its outcome, able to replace it; unless the hooks say they never look, which spares a copy
+//! of each request). Every hook does nothing unless a test overrides it, so a
 //! test writes only what it watches. `FaultyKv` (feature `testkit`) is built on it too.
 //!
 //! The invariant it keeps: the wrapped store sees exactly the calls the caller made, in the
@@ -131,7 +132,9 @@ impl OpCounts {
 
 #[async_trait]
 impl Hooks for OpCounts {
-    const SEES_SWAPS: bool = false;
+    fn sees_swaps(&self) -> bool {
+        false
+    }
 
     async fn before(&self, call: Call<'_>) -> KvResult<()> {
         let counter = match call {
@@ -239,7 +242,8 @@ impl Call<'_> {
 ///
 /// Order within one call: [`Hooks::before`]; the store's call (an error from the store goes
 /// straight back to the caller, no later hook runs); [`Hooks::after`]; then, for a scan,
-/// [`Hooks::scanned`] and, for a CAS, [`Hooks::swapped`].
+/// [`Hooks::scanned`] and, for a CAS, [`Hooks::swapped`] (unless [`Hooks::sees_swaps`] is
+/// `false`).
 #[async_trait]
 pub trait Hooks: Send + Sync + 'static {
     /// Runs before every call. It may wait (to hold the call back); an error is returned to
@@ -261,11 +265,13 @@ pub trait Hooks: Send + Sync + 'static {
         let _ = (range, limit, order, pairs);
     }
 
-    /// Whether [`Hooks::swapped`] is overridden: only then does [`Intercepted`] keep a copy
-    /// of each CAS's key and new value to hand it after the store answered (a hook that only
-    /// counts or delays calls leaves the copies out by setting it `false`). A hook that
-    /// overrides `swapped` must leave it `true`, or `swapped` is never called.
-    const SEES_SWAPS: bool = true;
+    /// Whether [`Intercepted`] calls [`Hooks::swapped`]: only then does it keep a copy of
+    /// each CAS's key and new value to hand it after the store answered. A hook that only
+    /// counts or delays calls returns `false` to leave the copies out; a hook that overrides
+    /// `swapped` must leave it `true`, or `swapped` is silently never called.
+    fn sees_swaps(&self) -> bool {
+        true
+    }
 
     /// Runs after a CAS the store answered, with its key, the value it tried to write and
     /// the store's outcome; returns what the caller sees (by default, the store's outcome).
@@ -399,7 +405,7 @@ impl<H: Hooks> RawKv for Intercepted<H> {
                 batched: false,
             })
             .await?;
-        if !H::SEES_SWAPS {
+        if !self.hooks.sees_swaps() {
             let out = self.inner.compare_and_swap(key, expected, new).await?;
             self.hooks.after(Op::CompareAndSwap).await?;
             return Ok(out);
@@ -442,12 +448,14 @@ impl<H: Hooks> RawKv for Intercepted<H> {
         let count = requests.len();
         // The forwarded requests move to the store; `swapped` needs their keys and new values
         // afterwards, so those are kept (copied) only for hooks that look at them.
-        let mut kept: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let sees_swaps = self.hooks.sees_swaps();
+        let mut kept: Vec<(Vec<u8>, Vec<u8>)> =
+            Vec::with_capacity(if sees_swaps { count } else { 0 });
         let mut forwarded = Vec::with_capacity(count);
         let mut forwarded_at = Vec::with_capacity(count);
         for (i, (r, passed)) in requests.into_iter().zip(passed).enumerate() {
             if passed {
-                if H::SEES_SWAPS {
+                if sees_swaps {
                     kept.push((r.key.clone(), r.new.clone()));
                 }
                 forwarded.push(r);

@@ -155,6 +155,8 @@ impl Transaction {
                 self.state().heads.reserve(fetch_keys.len());
             }
             for ((i, key), raw) in fetch_at.into_iter().zip(fetch_keys).zip(raws) {
+                // A corrupt head ends the read; the heads read before it stay in the
+                // transaction, as heads of this snapshot (what the slow reads below leave too).
                 let snap = HeadSnapshot::decode(&key, raw)?;
                 read_head(i, key, snap);
             }
