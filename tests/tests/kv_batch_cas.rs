@@ -53,23 +53,36 @@ impl Hooks for PerKey {
     }
 }
 
+/// One new key per kind of fault the hooks here inject by the key's last byte: `a` (reply
+/// lost after the store), `b` (refused before it), `c` (none).
+fn one_per_fault() -> Vec<CasRequest> {
+    vec![
+        CasRequest::new(b"k1a".to_vec(), None, b"1".to_vec()),
+        CasRequest::new(b"k2b".to_vec(), None, b"2".to_vec()),
+        CasRequest::new(b"k3c".to_vec(), None, b"3".to_vec()),
+    ]
+}
+
+/// After [`one_per_fault`]: every request applied but the refused one.
+async fn applied_all_but_the_refused(memory: &MemoryKv) {
+    assert_eq!(memory.get(b"k1a").await.unwrap(), Some(b"1".to_vec()));
+    assert_eq!(memory.get(b"k2b").await.unwrap(), None);
+    assert_eq!(memory.get(b"k3c").await.unwrap(), Some(b"3".to_vec()));
+}
+
 #[tokio::test]
 async fn per_key_faults_hit_a_subset_of_the_batch() {
     let memory = Arc::new(MemoryKv::new());
     let kv = Intercepted::wrap(memory.clone(), PerKey::default());
-    let requests = vec![
-        CasRequest::new(b"k1a".to_vec(), None, b"1".to_vec()),
-        CasRequest::new(b"k2b".to_vec(), None, b"2".to_vec()),
-        CasRequest::new(b"k3c".to_vec(), None, b"3".to_vec()),
-    ];
-    let err = kv.batch_compare_and_swap(requests).await.unwrap_err();
+    let err = kv
+        .batch_compare_and_swap(one_per_fault())
+        .await
+        .unwrap_err();
     assert!(matches!(err, KvError::Unavailable { .. }), "{err:?}");
     assert_eq!(kv.hooks().batches.load(Ordering::SeqCst), 1);
     assert_eq!(kv.hooks().keys.load(Ordering::SeqCst), 3);
     // The lost reply applied, the refused request did not, the clean one applied.
-    assert_eq!(memory.get(b"k1a").await.unwrap(), Some(b"1".to_vec()));
-    assert_eq!(memory.get(b"k2b").await.unwrap(), None);
-    assert_eq!(memory.get(b"k3c").await.unwrap(), Some(b"3".to_vec()));
+    applied_all_but_the_refused(&memory).await;
     // Without faulty keys the batch answers in order.
     let out = kv
         .batch_compare_and_swap(vec![
@@ -120,16 +133,12 @@ async fn hooks_that_do_not_look_still_forward_exactly_the_requests_they_pass() {
     let memory = Arc::new(MemoryKv::new());
     memory.put(b"k4c".to_vec(), b"old".to_vec()).await.unwrap();
     let kv = Intercepted::wrap(memory.clone(), RefusesWithoutLooking);
-    let requests = vec![
-        CasRequest::new(b"k1a".to_vec(), None, b"1".to_vec()),
-        CasRequest::new(b"k2b".to_vec(), None, b"2".to_vec()),
-        CasRequest::new(b"k3c".to_vec(), None, b"3".to_vec()),
-    ];
-    let err = kv.batch_compare_and_swap(requests).await.unwrap_err();
+    let err = kv
+        .batch_compare_and_swap(one_per_fault())
+        .await
+        .unwrap_err();
     assert!(matches!(err, KvError::Unavailable { .. }), "{err:?}");
-    assert_eq!(memory.get(b"k1a").await.unwrap(), Some(b"1".to_vec()));
-    assert_eq!(memory.get(b"k2b").await.unwrap(), None);
-    assert_eq!(memory.get(b"k3c").await.unwrap(), Some(b"3".to_vec()));
+    applied_all_but_the_refused(&memory).await;
     // Passed requests are answered in order, each with the store's outcome.
     let out = kv
         .batch_compare_and_swap(vec![

@@ -115,26 +115,21 @@ pub async fn cas_sees_every_write(kv: &dyn RawKv, prefix: &[u8]) {
         "batch_cas",
     ] {
         let first = fresh();
-        let out = kv
-            .compare_and_swap(k.clone(), current.clone(), first.clone())
-            .await
-            .unwrap()
-            .own_write_decided(current.clone(), &first);
+        let out = own_cas(kv, &k, current, first.clone(), false).await;
         assert!(
             out.swapped,
             "{write}: the round's first CAS swaps ({out:?})"
         );
         let before = Some(first);
         let written = match write {
-            "put" => {
+            "put" | "batch_put" => {
                 let v = fresh();
-                kv.put(k.clone(), v.clone()).await.unwrap();
-                Some(v)
-            }
-            "batch_put" => {
-                let v = fresh();
-                let pairs = vec![(other.clone(), fresh()), (k.clone(), v.clone())];
-                kv.batch_put(pairs).await.unwrap();
+                if write == "put" {
+                    kv.put(k.clone(), v.clone()).await.unwrap();
+                } else {
+                    let pairs = vec![(other.clone(), fresh()), (k.clone(), v.clone())];
+                    kv.batch_put(pairs).await.unwrap();
+                }
                 Some(v)
             }
             "delete" => {
@@ -147,62 +142,26 @@ pub async fn cas_sees_every_write(kv: &dyn RawKv, prefix: &[u8]) {
                     .unwrap();
                 None
             }
-            "cas" => {
-                let v = fresh();
-                let out = kv
-                    .compare_and_swap(k.clone(), before.clone(), v.clone())
-                    .await
-                    .unwrap()
-                    .own_write_decided(before.clone(), &v);
-                assert!(out.swapped, "the written CAS swaps");
-                Some(v)
-            }
             _ => {
                 let v = fresh();
-                let request = CasRequest {
-                    key: k.clone(),
-                    expected: before.clone(),
-                    new: v.clone(),
-                };
-                let outs = kv.batch_compare_and_swap(vec![request]).await.unwrap();
-                let out = outs[0].clone().own_write_decided(before.clone(), &v);
-                assert!(out.swapped, "the written batched CAS swaps");
+                let out = own_cas(kv, &k, before.clone(), v.clone(), write == "batch_cas").await;
+                assert!(out.swapped, "the written {write} swaps");
                 Some(v)
             }
         };
         let stale = fresh();
-        let out = kv
-            .compare_and_swap(k.clone(), before.clone(), stale.clone())
-            .await
-            .unwrap();
-        assert_eq!(
-            out,
-            CasOutcome {
-                previous: written.clone(),
-                swapped: false
-            },
-            "after {write}, a CAS expecting the value from before it"
-        );
-        let request = CasRequest {
-            key: k.clone(),
-            expected: before.clone(),
-            new: stale,
-        };
-        let outs = kv.batch_compare_and_swap(vec![request]).await.unwrap();
-        assert_eq!(
-            outs,
-            vec![CasOutcome {
-                previous: written.clone(),
-                swapped: false
-            }],
-            "after {write}, a batched CAS expecting the value from before it"
-        );
+        for batched in [false, true] {
+            assert_eq!(
+                own_cas(kv, &k, before.clone(), stale.clone(), batched).await,
+                CasOutcome {
+                    previous: written.clone(),
+                    swapped: false
+                },
+                "after {write}, a CAS (batched: {batched}) expecting the value from before it"
+            );
+        }
         let next = fresh();
-        let out = kv
-            .compare_and_swap(k.clone(), written.clone(), next.clone())
-            .await
-            .unwrap()
-            .own_write_decided(written.clone(), &next);
+        let out = own_cas(kv, &k, written.clone(), next.clone(), false).await;
         assert!(
             out.swapped,
             "after {write}, a CAS expecting the written value swaps"
@@ -210,6 +169,32 @@ pub async fn cas_sees_every_write(kv: &dyn RawKv, prefix: &[u8]) {
         current = Some(next);
     }
     assert_eq!(kv.get(&k).await.unwrap(), current);
+}
+
+/// One CAS of `key` from `expected` to `new` (unique to the caller, so a retried CAS that
+/// applied reads as swapped: the retry hazard decided), single or as a batch of one.
+async fn own_cas(
+    kv: &dyn RawKv,
+    key: &[u8],
+    expected: Option<Vec<u8>>,
+    new: Vec<u8>,
+    batched: bool,
+) -> CasOutcome {
+    let out = if batched {
+        let request = CasRequest {
+            key: key.to_vec(),
+            expected: expected.clone(),
+            new: new.clone(),
+        };
+        let mut outs = kv.batch_compare_and_swap(vec![request]).await.unwrap();
+        assert_eq!(outs.len(), 1, "one outcome per request");
+        outs.remove(0)
+    } else {
+        kv.compare_and_swap(key.to_vec(), expected.clone(), new.clone())
+            .await
+            .unwrap()
+    };
+    out.own_write_decided(expected, &new)
 }
 
 /// Batched CAS: each request decided on its own key as a single CAS would be, outcomes in
