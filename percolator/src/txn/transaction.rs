@@ -33,8 +33,8 @@ pub(super) struct Inner {
 pub(super) struct State {
     /// Buffered writes: `Some(value)` to put, `None` to delete.
     pub(super) writes: BTreeMap<Cell, Option<Vec<u8>>>,
-    /// Heads read by this transaction by head key, reused as the expectation of its
-    /// prewrite CAS.
+    /// Heads read by this transaction by head key (those found: absent ones are not kept),
+    /// reused as the expectation of its prewrite CAS.
     pub(super) heads: crate::FastMap<Vec<u8>, HeadSnapshot>,
     /// Write-once cells this transaction read a value in (it may not write them).
     pub(super) once_read: crate::FastSet<Cell>,
