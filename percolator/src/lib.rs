@@ -30,9 +30,11 @@ pub use codec::{Cell, KeyCodec};
 /// like std's `RandomState` but several times cheaper on short keys (SipHash was 5 % of
 /// `photon demo`'s CPU, issue 42). Nothing hashed with it is stored or compared across
 /// processes.
-pub type FastMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+pub type FastMap<K, V> = std::collections::HashMap<K, V, FastHashState>;
 /// The set of [`FastMap`].
-pub type FastSet<K> = std::collections::HashSet<K, ahash::RandomState>;
+pub type FastSet<K> = std::collections::HashSet<K, FastHashState>;
+/// The hasher builder of [`FastMap`], for hashing a key once and keeping only its hash.
+pub type FastHashState = ahash::RandomState;
 pub use kv::{CasOutcome, KeyRange, KvError, RawKv, ScanOrder};
 pub use ts::{Timestamp, TimestampError, TimestampSource};
 pub use txn::{Client, ClientConfig, Transaction, TxnError};

@@ -8,7 +8,9 @@
 //!   counting, and so is a busy or unreachable store or oracle (transient errors keep the
 //!   count they had).
 //! - A key handled in the last [`RECENT_FOR`] is not handled again by this worker (a scanner
-//!   holding a stale page skips it); a key put again later (e.g. rewritten by GC) is.
+//!   holding a stale page skips it); a key put again later (e.g. rewritten by GC) is. Keys
+//!   are remembered by a 64-bit hash: another key of the same hash waits `RECENT_FOR` at
+//!   most, in the store, for a later pass.
 //! - The ledger's lock is taken after the dispatch lock (`Flights::cells`), never before.
 //! - Both maps stay bounded by what this worker is handling, not by what it ever handled: a
 //!   retry entry whose retry time passed [`FORGET_RETRY_AFTER`] ago is dropped (another
@@ -51,24 +53,31 @@ struct Retry {
 struct Entries {
     /// Per notify key: its retry state.
     retry: FastMap<Vec<u8>, Retry>,
-    /// Notify keys this worker handled recently, so that a scanner holding a stale page does
-    /// not handle them again (pruned after `RECENT_FOR`).
-    recent: FastMap<Vec<u8>, Instant>,
+    /// Notify keys this worker handled recently, by their hash (`Ledger::hashes`), so that a
+    /// scanner holding a stale page does not handle them again (pruned after `RECENT_FOR`).
+    /// Only the hash is kept: a key is not copied per notification handled. Two keys of one
+    /// 64-bit hash (about once in 10^9 passes over a map of 150,000 keys) only delay the
+    /// second: it is skipped as handled for at most `RECENT_FOR`, stays in the store, and a
+    /// later pass takes it (pacing, as every use of this map).
+    recent: FastMap<u64, Instant>,
 }
 
 /// Per notify key: failures, when to try again, and whether it was handled recently.
 #[derive(Default)]
 pub(super) struct Ledger {
     entries: Mutex<Entries>,
+    /// Hashes the keys of `Entries::recent` (seeded per process).
+    hashes: percolator::FastHashState,
 }
 
 impl Ledger {
     /// Whether this worker handled notify key `key` less than `RECENT_FOR` ago (a key put
     /// again later, e.g. rewritten by GC, is handled again).
     pub(super) fn handled_recently(&self, key: &[u8]) -> bool {
+        let hash = self.hashes.hash_one(key);
         lock(&self.entries)
             .recent
-            .get(key)
+            .get(&hash)
             .is_some_and(|at| at.elapsed() < RECENT_FOR)
     }
 
@@ -151,9 +160,13 @@ impl Ledger {
     }
 
     fn done(&self, key: &[u8]) {
+        let hash = self.hashes.hash_one(key);
+        let now = Instant::now();
         let mut entries = lock(&self.entries);
-        entries.retry.remove(key);
-        entries.recent.insert(key.to_vec(), Instant::now());
+        if !entries.retry.is_empty() {
+            entries.retry.remove(key);
+        }
+        entries.recent.insert(hash, now);
     }
 }
 
