@@ -28,9 +28,12 @@
 //!   and keys younger than `hint_grace` while the worker's own client has put notify keys
 //!   within `hint_grace`, or keys of this worker were relayed within it (a hint carries only
 //!   its own client's keys, so in a process that loads nothing and gets no relayed keys no
-//!   young key waits for one). A key can be skipped by a pass but not
+//!   young key waits for one). While it leaves young keys, a pass also ends where the bucket
+//!   of `now - hint_grace` begins (and raises the floor no higher), rather than walk the
+//!   newest second of the notify space, whose handled keys are still puts and deletes in the
+//!   store's memtable. A key can be skipped by a pass but not
 //!   forever: once the hint queue is empty `hint_floor` is lifted and every key is older than
-//!   `hint_grace` after that long. Only pacing rests on these rules: a key taken by both
+//!   `hint_grace` after that long, and its bucket older than `hint_grace` a second later. Only pacing rests on these rules: a key taken by both
 //!   paths is one more run at most, as for any duplicate notification.
 //! - **Latency.** A change committed in the worker's own process reaches it at once (hints),
 //!   and so does one that a loader in another process relays to it. One committed by
