@@ -63,10 +63,9 @@
 //!    began, and a lock born with a TTL counted from then would appear already expired, so a
 //!    reader meeting it before the first heartbeat would fence a live commit. The expected head
 //!    is the one this transaction read, else the one this client's last commit of the cell left
-//!    (`head_cache_bytes`, default 16 MiB), else "no head" (a new cell). A transaction keeps
-//!    only the heads it found: one it read absent is expected as "no head" all the same (or
-//!    as this client's commit of the cell since, which is newer), and a second read of it
-//!    fetches the head again, exact under SI as any read; a wrong guess fails the
+//!    (`head_cache_bytes`, default 16 MiB), else "no head" (a new cell). A head read absent
+//!    is kept by its key alone (`ReadHeads`: wake checks read thousands of absent cells); a
+//!    wrong guess fails the
 //!    CAS, which returns the current head, so it costs what the read it replaces would have
 //!    cost (in a batched prewrite, the cell then takes the per-cell path: one CAS more than a
 //!    right guess).
@@ -123,8 +122,8 @@
 //!
 //! [`crate::Transaction::get_many`] (and `get_many_versioned`) reads like `get` for each cell:
 //! own writes first, heads already read by the transaction reused, the others fetched in one
-//! `batch_get`; each head then goes through the same lock resolution as `get` and, if found,
-//! is kept as the expectation of the prewrite; one GC check covers every answer from beyond a head. Raw
+//! `batch_get`; each head then goes through the same lock resolution as `get` and is kept as
+//! the expectation of the prewrite; one GC check covers every answer from beyond a head. Raw
 //! store calls per transaction (a batched CAS counting one; the txn bench prints them): a read
 //! transaction 1, a blind one-cell write 2 (plus a spill `batch_put` every few commits), a
 //! ten-cell read-modify-write with `get_many` 4 (`batch_get`, batched prewrite CAS, commit

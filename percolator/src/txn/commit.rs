@@ -10,7 +10,6 @@ use super::prewrite::Prewrite;
 use super::transaction::Transaction;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
-use crate::record::Head;
 use crate::ts::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -142,7 +141,7 @@ impl Transaction {
         // Invariant 5: a transaction already past its lifetime must not lock anything, and no
         // lock may outlive the lifetime.
         self.check_lifetime()?;
-        let cached: crate::FastMap<Vec<u8>, HeadSnapshot> = std::mem::take(&mut self.state().heads);
+        let cached = std::mem::take(&mut self.state().heads);
 
         // Keep the primary's lock alive while the commit takes long. The heartbeat is its own
         // task, not a future polled beside the commit in this task: the commit has
@@ -202,7 +201,7 @@ impl Transaction {
         cells: &[(Cell, Option<Vec<u8>>)],
         once_cells: &[(Cell, Option<Vec<u8>>)],
         primary: &Cell,
-        mut cached: crate::FastMap<Vec<u8>, HeadSnapshot>,
+        mut cached: super::heads::ReadHeads,
         notifies: std::collections::BTreeSet<Cell>,
         notify_bucket: u64,
         primary_head: &PrimaryHead,
@@ -240,15 +239,10 @@ impl Transaction {
                 // returns the current head, which is what a read would have fetched (see
                 // `percolator::design::commit`).
                 let expected = cached
-                    .remove(&shared.codec.head(cell))
+                    .take(&shared.codec.head(cell))
                     .map(Arc::new)
                     .or_else(|| shared.remembered_head(cell))
-                    .unwrap_or_else(|| {
-                        Arc::new(HeadSnapshot {
-                            raw: None,
-                            head: Head::default(),
-                        })
-                    });
+                    .unwrap_or_else(|| Arc::new(HeadSnapshot::absent()));
                 Prewrite {
                     cell,
                     primary: (i > 0).then(|| primary.clone()),

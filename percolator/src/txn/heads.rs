@@ -68,12 +68,67 @@ pub(crate) struct HeadSnapshot {
 }
 
 impl HeadSnapshot {
+    /// The snapshot of a cell without a head.
+    pub(crate) fn absent() -> HeadSnapshot {
+        HeadSnapshot {
+            raw: None,
+            head: Head::default(),
+        }
+    }
+
     pub(crate) fn decode(key: &[u8], raw: Option<Vec<u8>>) -> TxnResult<HeadSnapshot> {
         let head = match &raw {
             None => Head::default(),
             Some(bytes) => Head::decode(bytes).map_err(|why| TxnError::corrupt(key, why))?,
         };
         Ok(HeadSnapshot { raw, head })
+    }
+}
+
+/// The heads a transaction read, by head key: the expectations of its prewrite CASes and
+/// the answers to its later reads of those cells (exact under SI: a kept head holds no lock
+/// at or below start_ts, and anything written to the cell since commits above it).
+///
+/// A head found is kept decoded; an absent one (the cell has no head) only by its key. A
+/// wake check reads the pending lists of thousands of queries, nearly all absent, and
+/// writes none of them: a decoded head and a map entry of a few hundred bytes each took
+/// fresh pages on every check.
+#[derive(Debug, Default)]
+pub(crate) struct ReadHeads {
+    found: crate::FastMap<Vec<u8>, HeadSnapshot>,
+    absent: crate::FastSet<Vec<u8>>,
+}
+
+impl ReadHeads {
+    /// Keeps `snap`, read at head key `key`. A key is read once per transaction (a kept
+    /// head answers later reads), so it is in one of the two at most.
+    pub(crate) fn keep(&mut self, key: Vec<u8>, snap: HeadSnapshot) {
+        if snap.raw.is_some() {
+            self.found.insert(key, snap);
+        } else {
+            self.absent.insert(key);
+        }
+    }
+
+    /// Room for `found` more heads found.
+    pub(crate) fn reserve_found(&mut self, found: usize) {
+        self.found.reserve(found);
+    }
+
+    /// The head kept for `key`.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<HeadSnapshot> {
+        match self.found.get(key) {
+            Some(snap) => Some(snap.clone()),
+            None => self.absent.contains(key).then(HeadSnapshot::absent),
+        }
+    }
+
+    /// Takes the head kept for `key`.
+    pub(crate) fn take(&mut self, key: &[u8]) -> Option<HeadSnapshot> {
+        match self.found.remove(key) {
+            Some(snap) => Some(snap),
+            None => self.absent.remove(key).then(HeadSnapshot::absent),
+        }
     }
 }
 

@@ -99,7 +99,7 @@ impl Transaction {
     /// The values of `cells` in this transaction's snapshot (its own writes included), in
     /// the same order: [`Transaction::get`] of each, with the heads not known yet fetched
     /// in one `batch_get`. Locks met are resolved exactly as `get` resolves them, and the
-    /// heads found are kept as the expectations of the prewrite. A cell may appear twice.
+    /// heads read are kept as the expectations of the prewrite. A cell may appear twice.
     pub async fn get_many(&self, cells: &[Cell]) -> TxnResult<Vec<Option<Vec<u8>>>> {
         Ok(self
             .get_many_versioned(cells)
@@ -151,9 +151,9 @@ impl Transaction {
             }
             if !self.inner.read_only {
                 // Each head found is kept (`read_in_head`): one allocation, not a rehash
-                // per doubling. Absent heads are not kept, so they take no room.
+                // per doubling. Absent heads are kept by their key alone.
                 let found = raws.iter().filter(|raw| raw.is_some()).count();
-                self.state().heads.reserve(found);
+                self.state().heads.reserve_found(found);
             }
             for ((i, key), raw) in fetch_at.into_iter().zip(fetch_keys).zip(raws) {
                 // A corrupt head ends the read; the heads read before it stay in the
@@ -310,7 +310,7 @@ impl Transaction {
         if let Some(write) = state.writes.get(cell) {
             return Ok(LocalRead::Written(write.clone()));
         }
-        let cached = state.heads.get(&key).cloned();
+        let cached = state.heads.get(&key);
         Ok(LocalRead::Head(key, cached))
     }
 
@@ -355,17 +355,12 @@ impl Transaction {
     }
 
     /// Keeps a head this transaction read, as the expectation of a later prewrite of its cell
-    /// and the answer to a later read of it (`local_read`). A read-only snapshot never
-    /// prewrites, so it keeps nothing (a long scan would otherwise hold every head it read).
-    /// Neither is an absent head kept: the prewrite's expectation when it knows no head is
-    /// the same "no head" (unless this client committed the cell since, whose head is then
-    /// the better guess), and a later read fetches the head again, which is as exact under
-    /// SI (anything written to the cell since commits above start_ts). A wake check reads
-    /// thousands of absent cells and writes none of them: keeping them cost it a map entry
-    /// (a key and a decoded head) each.
+    /// and the answer to a later read of it (`local_read`; an absent head by its key alone,
+    /// [`super::heads::ReadHeads`]). A read-only snapshot never prewrites, so it keeps
+    /// nothing (a long scan would otherwise hold every head it read).
     fn keep_head(&self, key: Vec<u8>, snap: HeadSnapshot) {
-        if !self.inner.read_only && snap.raw.is_some() {
-            self.state().heads.insert(key, snap);
+        if !self.inner.read_only {
+            self.state().heads.keep(key, snap);
         }
     }
 

@@ -3,7 +3,7 @@
 //! both paths (open, lifetime, lock TTL). The read path (`get`, `scan`, `scan_page`) is in
 //! [`super::read`], the two-phase commit in [`super::commit`].
 
-use super::heads::HeadSnapshot;
+use super::heads::ReadHeads;
 use super::{Shared, TxnError, TxnResult};
 use crate::codec::Cell;
 use crate::ts::Timestamp;
@@ -33,9 +33,9 @@ pub(super) struct Inner {
 pub(super) struct State {
     /// Buffered writes: `Some(value)` to put, `None` to delete.
     pub(super) writes: BTreeMap<Cell, Option<Vec<u8>>>,
-    /// Heads read by this transaction by head key (those found: absent ones are not kept),
-    /// reused as the expectation of its prewrite CAS.
-    pub(super) heads: crate::FastMap<Vec<u8>, HeadSnapshot>,
+    /// Heads read by this transaction by head key, reused as the expectation of its
+    /// prewrite CAS and as the answer to a later read.
+    pub(super) heads: ReadHeads,
     /// Write-once cells this transaction read a value in (it may not write them).
     pub(super) once_read: crate::FastSet<Cell>,
     /// Cells explicitly notified (strong notifications) by this transaction.
