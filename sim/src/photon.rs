@@ -483,7 +483,8 @@ pub enum DrainError {
 /// Photon's drain in the liveness phase: waits until the horizon of every click the
 /// loaders could load (appended before `loaders_stopped`) has passed, then until the
 /// workers are quiescent and a sweep of parked clicks wakes none (as
-/// `photon::pipeline::drain` does), at most `rounds` times.
+/// `photon::pipeline::drain` does) with no cell of the parked index left ahead of its
+/// cursor (not due yet), at most `rounds` times.
 pub async fn drain(
     client: &Client,
     worker: &observers::Worker,
@@ -536,7 +537,19 @@ pub async fn drain(
         worker.wait_until_quiescent().await?;
         loop {
             match photon::join::sweep_pending(client, horizon()).await {
-                Ok(0) => return Ok(()),
+                // A sweep that woke nothing may only have found no bucket due yet: a click
+                // filed again falls due at the later of its horizon and the filing
+                // transaction's commit deadline, on the oracle's clock, which may run
+                // seconds ahead of the hosts' (`due` above counts on the hosts'). Its
+                // horizon has passed, so a later sweep wakes it: wait for that one.
+                Ok(0) => match parked_ahead(client).await {
+                    Ok(false) => return Ok(()),
+                    Ok(true) => tokio::time::sleep(Duration::from_secs(1)).await,
+                    Err(e) if e.is_transient() => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
                 Ok(_) => break,
                 Err(e) if e.is_transient() => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -546,6 +559,22 @@ pub async fn drain(
         }
     }
     Err(DrainError::NotDrained { rounds })
+}
+
+/// Whether photon's index of parked clicks holds a cell at or after the sweep's cursor: one
+/// no sweep has handled yet (`photon::parked`).
+async fn parked_ahead(client: &Client) -> Result<bool, TxnError> {
+    use photon::parked::{cursor_cell, PARKED};
+    let snapshot = client.snapshot().await?;
+    let cursor = match snapshot.get(&cursor_cell()).await? {
+        Some(bytes) => String::from_utf8_lossy(&bytes).parse::<u64>().unwrap_or(0),
+        None => 0,
+    };
+    let from = format!("{cursor:012}/");
+    let page = snapshot
+        .scan_page(PARKED.as_bytes(), from.as_bytes(), None, None, 1)
+        .await?;
+    Ok(!page.is_empty())
 }
 
 /// The clicks parked (outcome `waiting`) whose query is in the store, with the query.
