@@ -142,6 +142,21 @@ pub async fn sweep(client: &Client, horizon: impl Into<Horizon>) -> Result<Sweep
     Ok(stats)
 }
 
+/// Whether the index holds a cell in `snapshot` that no sweep has handled yet (at or after
+/// the cursor): a click filed for a later second, which the first sweep after that second
+/// visits. A drain that waits for every horizon to pass waits for these too.
+pub async fn filed_ahead(snapshot: &Transaction) -> Result<bool, TxnError> {
+    let cursor = snapshot
+        .get(&cursor_cell())
+        .await?
+        .map_or(0, |bytes| parse_u64(&bytes));
+    let start = bucket_row(cursor);
+    let page = snapshot
+        .scan_page(PARKED.as_bytes(), start.as_bytes(), None, None, 1)
+        .await?;
+    Ok(!page.is_empty())
+}
+
 /// Handles the index cells of one row (one bucket, one query). On failure the cursor moves
 /// to this row's bucket (everything before it is handled) and the error is returned.
 async fn handle_row(

@@ -533,6 +533,10 @@ pub async fn drain(
             ));
         }
     }
+    // A cell of the index is filed at most a transaction's lifetime after the horizon it
+    // waits for (and past `due` by the oracle clock's lead at most): waits beyond that are
+    // not spent, so a cell filed for an absurd second leaves its click to the final checks.
+    let mut waits_left = (HORIZON + client.config().max_lifetime).as_secs() + 10;
     for _ in 0..rounds {
         worker.wait_until_quiescent().await?;
         loop {
@@ -543,8 +547,11 @@ pub async fn drain(
                 // seconds ahead of the hosts' (`due` above counts on the hosts'). Its
                 // horizon has passed, so a later sweep wakes it: wait for that one.
                 Ok(0) => match parked_ahead(client).await {
-                    Ok(false) => return Ok(()),
-                    Ok(true) => tokio::time::sleep(Duration::from_secs(1)).await,
+                    Ok(true) if waits_left > 0 => {
+                        waits_left -= 1;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Ok(_) => return Ok(()),
                     Err(e) if e.is_transient() => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
@@ -561,20 +568,10 @@ pub async fn drain(
     Err(DrainError::NotDrained { rounds })
 }
 
-/// Whether photon's index of parked clicks holds a cell at or after the sweep's cursor: one
-/// no sweep has handled yet (`photon::parked`).
+/// Whether photon's index of parked clicks holds a cell no sweep has handled yet
+/// (`photon::parked::filed_ahead`).
 async fn parked_ahead(client: &Client) -> Result<bool, TxnError> {
-    use photon::parked::{cursor_cell, PARKED};
-    let snapshot = client.snapshot().await?;
-    let cursor = match snapshot.get(&cursor_cell()).await? {
-        Some(bytes) => String::from_utf8_lossy(&bytes).parse::<u64>().unwrap_or(0),
-        None => 0,
-    };
-    let from = format!("{cursor:012}/");
-    let page = snapshot
-        .scan_page(PARKED.as_bytes(), from.as_bytes(), None, None, 1)
-        .await?;
-    Ok(!page.is_empty())
+    photon::parked::filed_ahead(&client.snapshot().await?).await
 }
 
 /// The clicks parked (outcome `waiting`) whose query is in the store, with the query.

@@ -29,11 +29,13 @@
 //!   within `hint_grace`, or keys of this worker were relayed within it (a hint carries only
 //!   its own client's keys, so in a process that loads nothing and gets no relayed keys no
 //!   young key waits for one). While it leaves young keys, a pass also ends where the bucket
-//!   of `now - hint_grace` begins (and raises the floor no higher), rather than walk the
-//!   newest second of the notify space, whose handled keys are still puts and deletes in the
-//!   store's memtable. A key can be skipped by a pass but not
-//!   forever: once the hint queue is empty `hint_floor` is lifted and every key is older than
-//!   `hint_grace` after that long, and its bucket older than `hint_grace` a second later. Only pacing rests on these rules: a key taken by both
+//!   of `now - hint_grace` begins on its host's clock (and raises the floor no higher),
+//!   rather than walk the newest second of the notify space, whose handled keys are still
+//!   puts and deletes in the store's memtable. A key can be skipped by a pass but not
+//!   forever: once the hint queue is empty `hint_floor` is lifted, every key is older than
+//!   `hint_grace` after that long, and its bucket is passed a second later (plus the skew of
+//!   its writer's clock, or of the host that raised the floor it was put at). Only pacing
+//!   rests on these rules: a key taken by both
 //!   paths is one more run at most, as for any duplicate notification.
 //! - **Latency.** A change committed in the worker's own process reaches it at once (hints),
 //!   and so does one that a loader in another process relays to it. One committed by
@@ -125,4 +127,4 @@
 //! of [`crate::telemetry`] (a worker started with [`crate::Worker::start_with_metrics`]),
 //! with histograms of batch sizes, run durations and the latency from the writer's commit to
 //! the observer run's commit, and per-column backlog gauges set at the end of each full scan
-//! pass.
+//! pass (over the range the pass walked: while hints flow, not the newest second or so).

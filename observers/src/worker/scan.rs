@@ -20,8 +20,12 @@
 //!   read every `follow_shared_counts`: a worker follows a loader in another process; at
 //!   least one such period after the pass, and every scanner so woken passes). An
 //!   idle scanner whose wait ran out skips its pass when another scanner of the worker made
-//!   an idle pass meanwhile (a pass covers the whole space, so an idle worker needs one per
-//!   period, not one per scanner); a wake-up for lost hints always scans.
+//!   an idle pass meanwhile (a pass covers the space from the floor, so an idle worker needs
+//!   one per period, not one per scanner); a wake-up for lost hints always scans.
+//! - The end bucket of a pass that leaves young keys to hints is read on this host's wall
+//!   clock, while a key's bucket is its writer's (or the floor its writer saw, if higher):
+//!   keys of a host whose clock runs ahead, or put above a floor raised by one, wait that
+//!   much longer (pacing only; every bucket is scanned once this clock passes it).
 
 use super::dispatch::dispatch;
 use super::Inner;
@@ -54,7 +58,7 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
                 0
             }
         };
-        // A pass walks the whole notify space (deleted keys included): when this process's
+        // A pass walks the notify space from the floor (deleted keys included): when this process's
         // own commit hints carry most of the work, scanning is only the safety net for other
         // processes' writes and lost hints, so back off as when a pass finds nothing.
         let hinted = inner.metrics.hinted.load(Ordering::Relaxed);
@@ -142,10 +146,11 @@ async fn others_put_beyond(inner: &Inner, seen: &mut Option<u64>) {
     }
 }
 
-/// One pass over the notify space from the notify floor, oldest bucket first; at its end,
-/// raises the floor to the oldest bucket that still holds a notification (at most the
-/// previous second), so the next pass skips what this one found handled. Returns how many
-/// notifications were dispatched to observer runs.
+/// One pass over the notify space from the notify floor, oldest bucket first (up to the
+/// bucket of `now - hint_grace` while young keys are left to hints); at its end, raises the
+/// floor to the oldest bucket that still holds a notification (at most the previous second,
+/// and at most where the pass ended), so the next pass skips what this one found handled.
+/// Returns how many notifications were dispatched to observer runs.
 async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError> {
     let record = inner.client.notify_floor_record().await?;
     let floor = record.scan_from;
@@ -178,7 +183,8 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
         None => inner.client.codec().notify_from(floor),
     };
     inner.ledger.prune();
-    if end_bucket.is_none_or(|end| end > floor) {
+    let walked = end_bucket.is_none_or(|end| end > floor);
+    if walked {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
         while let Some(page) = pager.next_page().await? {
             let mut clumped = 0;
@@ -251,15 +257,18 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
     }
     // A whole pass: what it found waiting in this worker's share, per observed column (up
     // to where it ended: keys of the last second or so are not counted while hints flow).
-    for (table, column, _) in inner.registry.columns() {
-        let (waiting, oldest_ms) = backlog
-            .columns
-            .get(&(table.clone(), column.clone()))
-            .copied()
-            .unwrap_or_default();
-        inner
-            .metrics
-            .set_backlog(&table, &column, waiting, Duration::from_millis(oldest_ms));
+    // A pass whose range was empty (the floor at its end) found nothing to count.
+    if walked {
+        for (table, column, _) in inner.registry.columns() {
+            let (waiting, oldest_ms) = backlog
+                .columns
+                .get(&(table.clone(), column.clone()))
+                .copied()
+                .unwrap_or_default();
+            inner
+                .metrics
+                .set_backlog(&table, &column, waiting, Duration::from_millis(oldest_ms));
+        }
     }
     // Keys still being put in the current second stay above the floor, and so do the
     // buckets this pass did not reach.

@@ -64,11 +64,10 @@
 //!    reader meeting it before the first heartbeat would fence a live commit. The expected head
 //!    is the one this transaction read, else the one this client's last commit of the cell left
 //!    (`head_cache_bytes`, default 16 MiB), else "no head" (a new cell). A head read absent
-//!    is kept by its key alone (`ReadHeads`: wake checks read thousands of absent cells); a
-//!    wrong guess fails the
-//!    CAS, which returns the current head, so it costs what the read it replaces would have
-//!    cost (in a batched prewrite, the cell then takes the per-cell path: one CAS more than a
-//!    right guess).
+//!    is kept by its key alone (`ReadHeads`: wake checks read thousands of absent cells). A
+//!    wrong guess fails the CAS, which returns the current head, so it costs what the read it
+//!    replaces would have cost (in a batched prewrite, the cell then takes the per-cell path:
+//!    one CAS more than a right guess).
 //! 2. Any failure: fence the primary (remove our lock / raise `rollback_ts >= start_ts`,
 //!    creating the head if absent), then remove our secondary locks (one `batch_get` of their
 //!    heads, one batched CAS; a CAS that lost goes through the per-cell roll-back). A conflict

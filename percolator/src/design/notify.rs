@@ -49,10 +49,11 @@
 //! - A scanner reads the record, scans from `L`, and notes the bucket `o` of the first key it
 //!   meets (any key, whoever owns it or whether it is handled). At the end of a complete pass
 //!   ([`crate::Client::raise_notify_floor`]) it raises the floor to `t = min(o, this second −
-//!   1)` with a CAS `(F, L) -> (t, L)` that keeps `L`, then rescans `[L, t)` and moves every key
-//!   found there above `t` (put the copy, then delete the old key), then raises `scan_from`
-//!   with a second CAS `(F', L) -> (F', t)` (`F'` the floor found then). Both moves share one
-//!   CAS loop. Any pass that finds `L < F` in the record does the owed rescan (the rescan is
+//!   1, e)`, `e` the bucket where its range ended (a worker's scanner may stop short of the
+//!   newest buckets, whose keys its hints carry), with a CAS `(F, L) -> (t, L)` that keeps
+//!   `L`, then rescans `[L, t)` and moves every key found there above `t` (put the copy, then
+//!   delete the old key), then raises `scan_from` with a second CAS `(F', L) -> (F', t)`
+//!   (`F'` the floor found then). Both moves share one CAS loop. Any pass that finds `L < F` in the record does the owed rescan (the rescan is
 //!   idempotent).
 //!
 //! ## Why nothing is missed

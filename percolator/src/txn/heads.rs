@@ -100,12 +100,17 @@ pub(crate) struct ReadHeads {
 }
 
 impl ReadHeads {
-    /// Keeps `snap`, read at head key `key`. A key is read once per transaction (a kept
-    /// head answers later reads), so it is in one of the two at most.
+    /// Keeps `snap`, read at head key `key`, in place of what was kept for it. A kept head
+    /// answers later reads, so a key is read again only by reads that ran at once (clones of
+    /// a transaction); a head found then replaces an absent one (heads are never deleted, so
+    /// it is the newer state), as the one map this replaced kept the last insert.
     pub(crate) fn keep(&mut self, key: Vec<u8>, snap: HeadSnapshot) {
         if snap.raw.is_some() {
+            if !self.absent.is_empty() {
+                self.absent.remove(&key);
+            }
             self.found.insert(key, snap);
-        } else {
+        } else if !self.found.contains_key(&key) {
             self.absent.insert(key);
         }
     }
@@ -338,4 +343,37 @@ pub(crate) enum ValueFetch {
         /// The `D` key that was read.
         key: Vec<u8>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found() -> HeadSnapshot {
+        HeadSnapshot {
+            raw: Some(b"head".to_vec()),
+            head: Head::default(),
+        }
+    }
+
+    #[test]
+    fn a_head_found_replaces_an_absent_one_never_the_reverse() {
+        let mut heads = ReadHeads::default();
+        heads.keep(b"k".to_vec(), HeadSnapshot::absent());
+        assert_eq!(heads.get(b"k").map(|s| s.raw), Some(None));
+        heads.keep(b"k".to_vec(), found());
+        assert_eq!(heads.get(b"k").and_then(|s| s.raw), Some(b"head".to_vec()));
+        // A read that began before the head was written and ends after: the newer state stays.
+        heads.keep(b"k".to_vec(), HeadSnapshot::absent());
+        assert_eq!(heads.get(b"k").and_then(|s| s.raw), Some(b"head".to_vec()));
+        assert_eq!(heads.take(b"k").and_then(|s| s.raw), Some(b"head".to_vec()));
+        assert!(
+            heads.take(b"k").is_none(),
+            "taken once: nothing is left for the key"
+        );
+        assert!(heads.get(b"other").is_none());
+        heads.keep(b"gone".to_vec(), HeadSnapshot::absent());
+        assert_eq!(heads.take(b"gone").map(|s| s.raw), Some(None));
+        assert!(heads.get(b"gone").is_none());
+    }
 }
