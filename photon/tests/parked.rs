@@ -104,6 +104,12 @@ async fn sweep_passes_read_what_fell_due_not_the_history() {
     let client = client_on(kv.clone());
     // The first pass of a store sets the cursor.
     join::sweep_pending(&client, LONG).await.unwrap();
+    let filed_ahead = |client: Client| async move {
+        parked::filed_ahead(&client.snapshot().await.unwrap())
+            .await
+            .unwrap()
+    };
+    assert!(!filed_ahead(client.clone()).await, "nothing parked yet");
     let (worker, stats) = pipeline(&client, LONG);
     worker.wait_until_settled().await;
     let now = now_ms();
@@ -117,6 +123,10 @@ async fn sweep_passes_read_what_fell_due_not_the_history() {
         .unwrap();
     worker.wait_until_quiescent().await.unwrap();
     assert_eq!(stats.parked.load(Ordering::Relaxed), 1000);
+    assert!(
+        filed_ahead(client.clone()).await,
+        "1000 clicks filed, none swept"
+    );
     std::fs::write(
         logs.join("queries-000.jsonl"),
         queries((0..1000).map(|i| format!("q{i}")), now),
@@ -160,6 +170,10 @@ async fn sweep_passes_read_what_fell_due_not_the_history() {
     let read = kv.hooks().pairs.load(Ordering::Relaxed) - before;
     assert_eq!(later, SweepStats::default(), "nothing fell due");
     assert!(read <= 20, "20 passes scanned {read} pairs");
+    assert!(
+        filed_ahead(client.clone()).await,
+        "the orphans are filed again for their horizon, ahead of the cursor"
+    );
     for i in 0..10 {
         let cell = pending_cell(&format!("never{i}"));
         let t = client.begin().await.unwrap();
