@@ -96,8 +96,8 @@ pub async fn sweep(client: &Client, horizon: impl Into<Horizon>) -> Result<Sweep
     let mut stats = SweepStats::default();
     let snapshot = client.snapshot().await?;
     let ts = snapshot.start_ts();
-    let cursor = match snapshot.get(&cursor_cell()).await? {
-        Some(bytes) => parse_u64(&bytes),
+    let cursor = match read_cursor(&snapshot).await? {
+        Some(cursor) => cursor,
         None => {
             legacy_pass(client, horizon, &mut stats).await?;
             advance_cursor(client, 0).await?;
@@ -146,11 +146,7 @@ pub async fn sweep(client: &Client, horizon: impl Into<Horizon>) -> Result<Sweep
 /// the cursor): a click filed for a later second, which the first sweep after that second
 /// visits. A drain that waits for every horizon to pass waits for these too.
 pub async fn filed_ahead(snapshot: &Transaction) -> Result<bool, TxnError> {
-    let cursor = snapshot
-        .get(&cursor_cell())
-        .await?
-        .map_or(0, |bytes| parse_u64(&bytes));
-    let start = bucket_row(cursor);
+    let start = bucket_row(read_cursor(snapshot).await?.unwrap_or(0));
     let page = snapshot
         .scan_page(PARKED.as_bytes(), start.as_bytes(), None, None, 1)
         .await?;
@@ -310,7 +306,7 @@ pub async fn purge_handled(
     from: u64,
 ) -> Result<(usize, u64), TxnError> {
     let txn = client.begin().await?;
-    let cursor = txn.get(&cursor_cell()).await?.map(|b| parse_u64(&b));
+    let cursor = read_cursor(&txn).await?;
     txn.rollback();
     let Some(limit) = cursor.map(|c| c.min(safe_ms / 1000)).filter(|l| *l > from) else {
         return Ok((0, from));
@@ -323,10 +319,18 @@ pub async fn purge_handled(
 }
 
 /// Moves the cursor up to `to` (never down).
+/// The sweep's cursor in `txn`'s snapshot (`None`: no sweep has set one).
+async fn read_cursor(txn: &Transaction) -> Result<Option<u64>, TxnError> {
+    Ok(txn
+        .get(&cursor_cell())
+        .await?
+        .map(|bytes| parse_u64(&bytes)))
+}
+
 async fn advance_cursor(client: &Client, to: u64) -> Result<(), TxnError> {
     client
         .run(|txn| async move {
-            let current = txn.get(&cursor_cell()).await?.map(|b| parse_u64(&b));
+            let current = read_cursor(&txn).await?;
             if current.is_none_or(|c| c < to) {
                 txn.set(cursor_cell(), to.to_string());
             }

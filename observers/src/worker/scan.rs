@@ -9,8 +9,9 @@
 //!   every `sweep_every`-th pass also takes keys of a stalled owner older than `orphan_age`.
 //! - At its end a pass raises the notify floor only to the oldest bucket in which it met a
 //!   key (at most the previous second, and at most the bucket where the pass ended), so no
-//!   notification that existed when the pass began falls below the floor; and it finishes a rescan the floor record still owes (a raise
-//!   cut short), so readers soon start at the floor again.
+//!   notification that existed when the pass began falls below the floor; and it finishes a
+//!   rescan the floor record still owes (a raise cut short), so readers soon start at the
+//!   floor again.
 //! - Each key's value is decoded once, here, and passed on typed.
 //! - The candidates of a page go to dispatch together (in batches of `batch_size`), so a
 //!   backlog is handled in batches; a cell appears at most once among them.
@@ -58,9 +59,9 @@ pub(super) async fn scanner_loop(inner: Arc<Inner>, scanner: u32) {
                 0
             }
         };
-        // A pass walks the notify space from the floor (deleted keys included): when this process's
-        // own commit hints carry most of the work, scanning is only the safety net for other
-        // processes' writes and lost hints, so back off as when a pass finds nothing.
+        // A pass walks the notify space from the floor (deleted keys included): when this
+        // process's own commit hints carry most of the work, scanning is only the safety net
+        // for other processes' writes and lost hints, so back off as when a pass finds nothing.
         let hinted = inner.metrics.hinted.load(Ordering::Relaxed);
         let hinted_since = hinted.saturating_sub(hinted_before);
         hinted_before = hinted;
@@ -183,8 +184,7 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
         None => inner.client.codec().notify_from(floor),
     };
     inner.ledger.prune();
-    let walked = end_bucket.is_none_or(|end| end > floor);
-    if walked {
+    if end_bucket.is_none_or(|end| end > floor) {
         let mut pager = RangePager::new(kv.as_ref(), range, ScanOrder::Forward, 256);
         while let Some(page) = pager.next_page().await? {
             let mut clumped = 0;
@@ -254,11 +254,9 @@ async fn scan_pass(inner: &Arc<Inner>, sweep: bool) -> Result<usize, WorkerError
                 return Ok(dispatched);
             }
         }
-    }
-    // A whole pass: what it found waiting in this worker's share, per observed column (up
-    // to where it ended: keys of the last second or so are not counted while hints flow).
-    // A pass whose range was empty (the floor at its end) found nothing to count.
-    if walked {
+        // A whole pass: what it found waiting in this worker's share, per observed column
+        // (up to where it ended: keys of the last second or so are not counted while hints
+        // flow). A pass whose range was empty (the floor at its end) counts nothing.
         for (table, column, _) in inner.registry.columns() {
             let (waiting, oldest_ms) = backlog
                 .columns

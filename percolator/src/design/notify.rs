@@ -53,8 +53,8 @@
 //!   newest buckets, whose keys its hints carry), with a CAS `(F, L) -> (t, L)` that keeps
 //!   `L`, then rescans `[L, t)` and moves every key found there above `t` (put the copy, then
 //!   delete the old key), then raises `scan_from` with a second CAS `(F', L) -> (F', t)`
-//!   (`F'` the floor found then). Both moves share one CAS loop. Any pass that finds `L < F` in the record does the owed rescan (the rescan is
-//!   idempotent).
+//!   (`F'` the floor found then). Both moves share one CAS loop. Any pass that finds
+//!   `L < F` in the record does the owed rescan (the rescan is idempotent).
 //!
 //! ## Why nothing is missed
 //!

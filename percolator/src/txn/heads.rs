@@ -77,10 +77,10 @@ impl HeadSnapshot {
     }
 
     pub(crate) fn decode(key: &[u8], raw: Option<Vec<u8>>) -> TxnResult<HeadSnapshot> {
-        let head = match &raw {
-            None => Head::default(),
-            Some(bytes) => Head::decode(bytes).map_err(|why| TxnError::corrupt(key, why))?,
+        let Some(bytes) = &raw else {
+            return Ok(HeadSnapshot::absent());
         };
+        let head = Head::decode(bytes).map_err(|why| TxnError::corrupt(key, why))?;
         Ok(HeadSnapshot { raw, head })
     }
 }
