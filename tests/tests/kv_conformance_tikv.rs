@@ -916,6 +916,78 @@ async fn random_reverse_scans_in_the_weather_match_a_model() {
     random_scans_in_the_weather_match_a_model(ScanOrder::Reverse, 0x5ca9, |_| {}).await;
 }
 
+/// Reverse scans whose upper bound is a region boundary that a merge removes and a split
+/// puts back, over and over (a region boundary below it stays): PD's two answers for the
+/// region below the bound (`GetRegion`, then `GetPrevRegion`) can straddle a change, and
+/// every answer must still hold every key of the range, the top ones included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key() {
+    let server = ServerConfig {
+        split_keys: vec![b"m/050".to_vec()],
+        split: None,
+        ..ServerConfig::in_memory()
+    };
+    let (server, kv) = started(server).await;
+    let model: BTreeMap<Vec<u8>, Vec<u8>> = (0..150u32)
+        .map(|i| (format!("m/{i:03}").into_bytes(), i.to_be_bytes().to_vec()))
+        .collect();
+    kv.batch_put(model.clone().into_iter().collect())
+        .await
+        .unwrap();
+    let bound = b"m/100".to_vec();
+    server.split(&bound).unwrap();
+    let server = Arc::new(server);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let toggler = {
+        let (server, stop, bound) = (server.clone(), stop.clone(), bound.clone());
+        tokio::spawn(async move {
+            let mut toggles = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                server.merge(&bound).unwrap();
+                tokio::time::sleep(Duration::from_micros(100)).await;
+                server.split(&bound).unwrap();
+                tokio::time::sleep(Duration::from_micros(100)).await;
+                toggles += 1;
+            }
+            toggles
+        })
+    };
+    let range = KeyRange::new(b"m/".to_vec(), bound.clone());
+    let expected: Vec<_> = model
+        .range(range.start.clone()..bound.clone())
+        .rev()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut wrong = Vec::new();
+    within("reverse scans below a toggled boundary", async {
+        for _ in 0..300 {
+            let got = kv
+                .scan(range.clone(), 1_000, ScanOrder::Reverse)
+                .await
+                .unwrap();
+            if got != expected {
+                let first = got
+                    .first()
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned());
+                wrong.push(format!("{} keys from {first:?}", got.len()));
+            }
+        }
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let toggles = toggler.await.unwrap();
+    assert!(
+        toggles > 10,
+        "the boundary was toggled {toggles} times only"
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} of 300 reverse scans of {range:?} were wrong (expected {} keys): {wrong:?}",
+        wrong.len(),
+        expected.len()
+    );
+}
+
 /// 600 keys spread over the split points of `p/` (every fourth printable byte), so that
 /// ranges cross many regions and churn splits and merges among the data; written to `kv`
 /// and returned as the model the random checks compare with.

@@ -70,6 +70,8 @@
 //! `RawBatchScan`, and one PD lookup only when its region is not cached),
 //! `random_forward_scans_with_stale_cached_regions_match_a_model` (K3 with a cache that never
 //! expires under churn), `random_reverse_scans_in_the_weather_match_a_model`,
+//! `reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key` (PD's two answers
+//! straddling a merge: a quarter of its scans lost their top keys before the check),
 //! `batch_cas_counters_with_one_reply_in_ten_lost`, the conformance suite and every transaction
 //! test on minitikv, quiet and in the weather (`percolator::design::testing`).
 //! `photon/tests/multiprocess.rs` repeats its chaos run (SIGKILLed workers and oracles) on a

@@ -30,7 +30,9 @@
 //!   client routes each part's `batch_scan` by its own cache), never loses or repeats a key. `scan_reverse` also asks the region
 //!   of the range's *start*, not its end, and retries no gRPC error. Reverse scans therefore
 //!   walk regions down from the end of the range, each region's part clipped below the part
-//!   read before (so a region PD names after a merge is never read twice), and read each
+//!   read before (so a region PD names after a merge is never read twice), a region below a
+//!   bound trusted only when it ends at that bound (PD's `GetRegion` and `GetPrevRegion`
+//!   can straddle a merge: the pair is asked again), and read each
 //!   part with a key-only forward probe of the remaining limit (fewer keys: the probe is the
 //!   answer) or else with `scan_reverse` confined to that part, whose answer is checked
 //!   (exactly the limit, strictly descending, inside the part, no key of the part above its

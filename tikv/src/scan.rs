@@ -10,7 +10,7 @@
 
 use crate::retry::Deadline;
 use crate::{pd, TikvKv};
-use percolator::kv::{KeyRange, KvPair, KvResult, MAX_SCAN_LIMIT};
+use percolator::kv::{KeyRange, KvError, KvPair, KvResult, MAX_SCAN_LIMIT};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tikv_client::{BoundRange, Key};
@@ -368,7 +368,15 @@ impl TikvKv {
         Ok(out)
     }
 
-    /// The region holding the keys just below `key` (`None`: no key is below it).
+    /// The region holding the keys just below `key` (`None`: `key` is empty, so no key is
+    /// below it).
+    ///
+    /// PD answers `GetRegion` and `GetPrevRegion` one at a time, and a merge or split can
+    /// fall between them. The region before the holder then no longer ends at `key` (a merge
+    /// made the holder start lower), or there is none (the merged holder is now the first
+    /// region); reading that region alone would skip the keys between its end and `key`.
+    /// So the region before is trusted only when it ends exactly at `key`, and the pair of
+    /// questions is asked again otherwise (until the call's deadline, as any retry).
     async fn region_below(
         &self,
         key: &[u8],
@@ -377,12 +385,23 @@ impl TikvKv {
         if key.is_empty() {
             return Ok(None);
         }
-        let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
-        if holder.start.as_slice() < key {
-            return Ok(Some(holder));
+        loop {
+            let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
+            if holder.start.as_slice() < key {
+                return Ok(Some(holder));
+            }
+            let prev = self
+                .call("scan", deadline, || self.pd.prev_region(key))
+                .await?;
+            match prev {
+                Some(prev) if prev.end == key => return Ok(Some(prev)),
+                raced => tracing::debug!(
+                    ?holder,
+                    ?raced,
+                    "reverse scan: PD's layout changed between two answers; asking again"
+                ),
+            }
         }
-        self.call("scan", deadline, || self.pd.prev_region(key))
-            .await
     }
 
     /// The last region of the key space: the one holding a key above any realistic key,
@@ -499,10 +518,11 @@ impl TikvKv {
         deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
         // A key deleted between the key scan and the value read would shorten the page (and
-        // a short page means "range exhausted" to pagers): retry a few times.
-        let mut attempt = 0;
+        // a short page means "range exhausted" to pagers): read the range again, until the
+        // call's deadline; a short answer is never returned.
+        let mut attempts = 0u32;
         loop {
-            attempt += 1;
+            attempts += 1;
             let mut last: VecDeque<Vec<u8>> = VecDeque::with_capacity(limit);
             let mut rest = range.clone();
             loop {
@@ -527,14 +547,17 @@ impl TikvKv {
             }
             let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
             let values = self.get_many(&keys, deadline).await?;
-            let complete = values.iter().all(Option::is_some);
-            let pairs: Vec<KvPair> = keys
-                .into_iter()
-                .zip(values)
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect();
-            if complete || attempt >= 3 {
-                return Ok(pairs);
+            if values.iter().all(Option::is_some) {
+                return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
+            }
+            if deadline.remaining().is_zero() {
+                return Err(KvError::Unavailable {
+                    op: "scan",
+                    message: format!(
+                        "a reverse scan's keys were deleted before their values were read, \
+                         {attempts} times: no complete answer before the deadline"
+                    ),
+                });
             }
         }
     }
