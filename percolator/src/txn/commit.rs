@@ -69,16 +69,21 @@ impl Transaction {
             });
             return Ok(ts);
         }
-        let notified =
-            !notifies.is_empty() || writes.keys().any(|cell| self.shared().is_observed(cell));
-        // The cells whose notify keys this commit puts, for the in-process hint.
-        let hinted: Vec<Cell> = if notified && self.shared().wants_hints() {
-            let observed = writes
-                .keys()
-                .filter(|cell| self.shared().is_observed(cell) && !notifies.contains(*cell));
-            notifies.iter().chain(observed).cloned().collect()
-        } else {
-            Vec::new()
+        // Whether the commit puts notify keys, and the cells they name for the in-process
+        // hint.
+        let (notified, hinted) = {
+            let columns = self.shared().columns();
+            let notified =
+                !notifies.is_empty() || writes.keys().any(|cell| columns.is_observed(cell));
+            let hinted: Vec<Cell> = if notified && self.shared().wants_hints() {
+                let observed = writes
+                    .keys()
+                    .filter(|cell| columns.is_observed(cell) && !notifies.contains(*cell));
+                notifies.iter().chain(observed).cloned().collect()
+            } else {
+                Vec::new()
+            };
+            (notified, hinted)
         };
         // One bucket for every notify key of the commit, so one hint names them all.
         let bucket = self.shared().notify_bucket();
@@ -111,13 +116,14 @@ impl Transaction {
         // written through its head when there is no other.
         // The guard covers every write-once cell written, the one that goes through its head
         // below included.
-        {
+        let (mut cells, mut once_cells): (Vec<_>, Vec<_>) = {
+            let columns = shared.columns();
             let state = self.state();
             // Planted bug `WrittenOnceSkipsHead` (`crate::planted`): the cell written through
             // its head (the first, when every cell is write-once) is not checked.
             #[cfg(feature = "planted")]
             let head_path = (crate::planted::active(crate::planted::Bug::WrittenOnceSkipsHead)
-                && writes.keys().all(|c| shared.is_write_once(c)))
+                && writes.keys().all(|c| columns.is_write_once(c)))
             .then(|| writes.keys().next().cloned())
             .flatten();
             #[cfg(not(feature = "planted"))]
@@ -125,15 +131,15 @@ impl Transaction {
             if let Some((cell, _)) = writes.iter().find(|(cell, value)| {
                 value.is_some()
                     && state.once_read.contains(*cell)
-                    && shared.is_write_once(cell)
+                    && columns.is_write_once(cell)
                     && head_path.as_ref() != Some(*cell)
             }) {
                 return Err(TxnError::WrittenOnce { cell: cell.clone() });
             }
-        }
-        let (mut cells, mut once_cells): (Vec<_>, Vec<_>) = writes
-            .into_iter()
-            .partition(|(cell, _)| !shared.is_write_once(cell));
+            writes
+                .into_iter()
+                .partition(|(cell, _)| !columns.is_write_once(cell))
+        };
         if cells.is_empty() {
             cells.push(once_cells.remove(0));
         }
@@ -182,10 +188,11 @@ impl Transaction {
         // or of unknown outcome: what was remembered of those cells may be older than a
         // write that did commit, so it is forgotten (`percolator::design::recent`).
         if let Some(recent) = &shared.recent {
+            let columns = shared.columns();
             let remembered = once_cells
                 .into_iter()
                 .chain(cells)
-                .filter(|(cell, _)| shared.is_remembered(cell));
+                .filter(|(cell, _)| columns.is_remembered(cell));
             match &committed {
                 Ok(commit_ts) => recent.remember(remembered.collect(), commit_ts.0),
                 Err(_) => recent.forget(remembered.map(|(cell, _)| cell)),
@@ -221,39 +228,42 @@ impl Transaction {
             .collect();
         // The records ride in the primary's round, before its lock.
         let once = self.once_writes(once_cells, primary, &notifies, notify_bucket);
-        let plans: Vec<Prewrite<'_>> = cells
-            .iter()
-            .enumerate()
-            .map(|(i, (cell, value))| {
-                let mut notify: Vec<Cell> = if i == 0 {
-                    extra_notifies.clone()
-                } else {
-                    Vec::new()
-                };
-                if notifies.contains(cell) || shared.is_observed(cell) {
-                    notify.push(cell.clone());
-                }
-                // The expected head: the one this transaction read, else the one our
-                // client's last commit of the cell left, else a guess that the cell is new
-                // (no head). A wrong expectation costs nothing extra: the CAS fails and
-                // returns the current head, which is what a read would have fetched (see
-                // `percolator::design::commit`).
-                let expected = cached
-                    .take(&shared.codec.head(cell))
-                    .map(Arc::new)
-                    .or_else(|| shared.remembered_head(cell))
-                    .unwrap_or_else(|| Arc::new(HeadSnapshot::absent()));
-                Prewrite {
-                    cell,
-                    primary: (i > 0).then(|| primary.clone()),
-                    value: value.as_deref(),
-                    notify,
-                    notify_primary: primary,
-                    notify_bucket,
-                    expected,
-                }
-            })
-            .collect();
+        let plans: Vec<Prewrite<'_>> = {
+            let columns = shared.columns();
+            cells
+                .iter()
+                .enumerate()
+                .map(|(i, (cell, value))| {
+                    let mut notify: Vec<Cell> = if i == 0 {
+                        extra_notifies.clone()
+                    } else {
+                        Vec::new()
+                    };
+                    if notifies.contains(cell) || columns.is_observed(cell) {
+                        notify.push(cell.clone());
+                    }
+                    // The expected head: the one this transaction read, else the one our
+                    // client's last commit of the cell left, else a guess that the cell is new
+                    // (no head). A wrong expectation costs nothing extra: the CAS fails and
+                    // returns the current head, which is what a read would have fetched (see
+                    // `percolator::design::commit`).
+                    let expected = cached
+                        .take(&shared.codec.head(cell))
+                        .map(Arc::new)
+                        .or_else(|| shared.remembered_head(cell))
+                        .unwrap_or_else(|| Arc::new(HeadSnapshot::absent()));
+                    Prewrite {
+                        cell,
+                        primary: (i > 0).then(|| primary.clone()),
+                        value: value.as_deref(),
+                        notify,
+                        notify_primary: primary,
+                        notify_bucket,
+                        expected,
+                    }
+                })
+                .collect()
+        };
         let wrote = AtomicBool::new(false);
         let mut locked_heads = match self
             .prewrite_all(plans, once, &locked, &wrote, primary_head)

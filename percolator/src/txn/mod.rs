@@ -73,19 +73,12 @@ pub(crate) struct Shared {
     pub(crate) oracle: Arc<dyn TimestampSource>,
     pub(crate) codec: KeyCodec,
     pub(crate) config: ClientConfig,
-    /// (table, column) pairs whose writes put notify keys.
-    /// Observed columns by table (nested so lookups borrow the cell instead of cloning it).
-    observed: std::sync::RwLock<crate::FastMap<Vec<u8>, crate::FastSet<Vec<u8>>>>,
-    /// Write-once columns by table, `None` for every column of the table
-    /// (`percolator::design::once`).
-    write_once: std::sync::RwLock<ColumnSet>,
+    /// The observed, write-once and remembered columns, behind one lock ([`Shared::columns`]).
+    columns: std::sync::RwLock<ColumnSets>,
     /// The notify keys of every commit, published after it (see [`Client::notify_hints`]).
     hints: tokio::sync::broadcast::Sender<Arc<CommittedNotify>>,
     /// Lock-free heads as this client's commits left them (`config.head_cache_bytes`).
     pub(crate) committed_heads: Option<heads::CommittedHeads>,
-    /// Write-once columns whose commits this client remembers, by table, `None` for every
-    /// column of the table ([`Client::remember_recent_writes`]).
-    remembered: std::sync::RwLock<ColumnSet>,
     /// This client's commits of the remembered columns (`config.recent_writes_bytes`).
     pub(crate) recent: Option<recent::RecentWrites>,
     /// The highest notify floor this client has read or raised (new notify keys go to a
@@ -106,13 +99,12 @@ pub(crate) struct Shared {
     pub(crate) me: std::sync::Weak<Shared>,
 }
 
-/// Columns by table (the write-once ones, the remembered ones); `None`: every column of the
-/// table.
+/// Columns by table (nested so lookups borrow the cell instead of cloning it); `None`: every
+/// column of the table.
 type ColumnSet = crate::FastMap<Vec<u8>, Option<crate::FastSet<Vec<u8>>>>;
 
-/// Adds `column` of `table` to `columns` (a table given whole stays whole).
-fn add_column(columns: &std::sync::RwLock<ColumnSet>, table: &[u8], column: &[u8]) {
-    let mut tables = columns.write().unwrap_or_else(|p| p.into_inner());
+/// Adds `column` of `table` to `tables` (a table given whole stays whole).
+fn add_column(tables: &mut ColumnSet, table: &[u8], column: &[u8]) {
     if let Some(columns) = tables
         .entry(table.to_vec())
         .or_insert_with(|| Some(Default::default()))
@@ -121,13 +113,44 @@ fn add_column(columns: &std::sync::RwLock<ColumnSet>, table: &[u8], column: &[u8
     }
 }
 
-/// Whether `cell` is in one of `columns`.
-fn in_columns(columns: &std::sync::RwLock<ColumnSet>, cell: &crate::codec::Cell) -> bool {
-    let tables = columns.read().unwrap_or_else(|p| p.into_inner());
+/// Whether `cell` is in one of `tables`' columns.
+fn in_columns(tables: &ColumnSet, cell: &crate::codec::Cell) -> bool {
     !tables.is_empty()
         && tables
             .get(&cell.table)
             .is_some_and(|c| c.as_ref().is_none_or(|c| c.contains(&cell.column)))
+}
+
+/// The columns a client treats apart, declared at any time, read on every write and read.
+#[derive(Debug, Default)]
+pub(crate) struct ColumnSets {
+    /// Observed columns: their writes put notify keys ([`Client::observe_column`]).
+    observed: ColumnSet,
+    /// Write-once columns (`percolator::design::once`).
+    write_once: ColumnSet,
+    /// Write-once columns whose commits this client remembers
+    /// ([`Client::remember_recent_writes`]).
+    remembered: ColumnSet,
+    /// Whether this client keeps recent writes at all (`config.recent_writes_bytes > 0`).
+    remembers: bool,
+}
+
+impl ColumnSets {
+    /// Whether writes of `cell` put notify keys.
+    pub(crate) fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
+        in_columns(&self.observed, cell)
+    }
+
+    /// Whether `cell` belongs to a write-once column.
+    pub(crate) fn is_write_once(&self, cell: &crate::codec::Cell) -> bool {
+        in_columns(&self.write_once, cell)
+    }
+
+    /// Whether this client remembers its commits of `cell` (a write-once cell of a column
+    /// given to [`Client::remember_recent_writes`]; never when nothing is remembered).
+    pub(crate) fn is_remembered(&self, cell: &crate::codec::Cell) -> bool {
+        self.remembers && in_columns(&self.remembered, cell) && self.is_write_once(cell)
+    }
 }
 
 /// Decided transaction fates remembered per client (about 40 bytes each).
@@ -215,21 +238,24 @@ pub struct CommittedNotify {
 const HINT_CAPACITY: usize = 4096;
 
 impl Shared {
+    /// The column sets, read-locked: a loop over a call's cells takes them once, not once
+    /// per cell (a guard cannot be held across an `await`: it is not `Send`).
+    pub(crate) fn columns(&self) -> std::sync::RwLockReadGuard<'_, ColumnSets> {
+        self.columns.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn columns_mut(&self) -> std::sync::RwLockWriteGuard<'_, ColumnSets> {
+        self.columns.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether writes of `cell` put notify keys ([`ColumnSets::is_observed`]).
     pub(crate) fn is_observed(&self, cell: &crate::codec::Cell) -> bool {
-        let observed = self.observed.read().unwrap_or_else(|p| p.into_inner());
-        observed
-            .get(&cell.table)
-            .is_some_and(|columns| columns.contains(&cell.column))
+        self.columns().is_observed(cell)
     }
 
+    /// Whether `cell` belongs to a write-once column ([`ColumnSets::is_write_once`]).
     pub(crate) fn is_write_once(&self, cell: &crate::codec::Cell) -> bool {
-        in_columns(&self.write_once, cell)
-    }
-
-    /// Whether this client remembers its commits of `cell` (a write-once cell of a column
-    /// given to [`Client::remember_recent_writes`]; never when nothing is remembered).
-    pub(crate) fn is_remembered(&self, cell: &crate::codec::Cell) -> bool {
-        self.recent.is_some() && in_columns(&self.remembered, cell) && self.is_write_once(cell)
+        self.columns().is_write_once(cell)
     }
 
     /// The lease a lock or heartbeat written now carries beyond the time it is written:
@@ -283,6 +309,8 @@ impl Client {
         oracle: Arc<dyn TimestampSource>,
         config: ClientConfig,
     ) -> Self {
+        let recent = recent::RecentWrites::new(config.recent_writes_bytes);
+        let remembers = recent.is_some();
         Client {
             shared: Arc::new_cyclic(|me| Shared {
                 me: me.clone(),
@@ -290,16 +318,17 @@ impl Client {
                 kv: store,
                 oracle,
                 committed_heads: heads::committed_heads(config.head_cache_bytes),
-                remembered: Default::default(),
-                recent: recent::RecentWrites::new(config.recent_writes_bytes),
+                recent,
                 notify_floor_seen: Default::default(),
                 round_trips: Default::default(),
                 decided: quick_cache::sync::Cache::new(DECIDED_CAPACITY),
                 writers: Default::default(),
                 notify_counts: Default::default(),
                 config,
-                observed: Default::default(),
-                write_once: Default::default(),
+                columns: std::sync::RwLock::new(ColumnSets {
+                    remembers,
+                    ..ColumnSets::default()
+                }),
                 hints: tokio::sync::broadcast::channel(HINT_CAPACITY).0,
             }),
         }
@@ -340,15 +369,8 @@ impl Client {
     /// Makes writes of `column` in `table` put notify keys (strong notifications), so the
     /// observers registered on it run. Every client that writes the column must declare it.
     pub fn observe_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        let mut observed = self
-            .shared
-            .observed
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        observed
-            .entry(table.as_ref().to_vec())
-            .or_default()
-            .insert(column.as_ref().to_vec());
+        let mut columns = self.shared.columns_mut();
+        add_column(&mut columns.observed, table.as_ref(), column.as_ref());
     }
 
     /// Declares `column` of `table` write-once (`percolator::design::once`): each write of
@@ -358,18 +380,15 @@ impl Client {
     /// conflict (a later write, such as a redelivery or a delete, reads as the newest). Every
     /// client that reads or writes the column must declare it.
     pub fn write_once_column(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        add_column(&self.shared.write_once, table.as_ref(), column.as_ref());
+        let mut columns = self.shared.columns_mut();
+        add_column(&mut columns.write_once, table.as_ref(), column.as_ref());
     }
 
     /// Declares every column of `table` write-once, as [`Client::write_once_column`] does
     /// for one (for tables whose column names are data, such as one column per output).
     pub fn write_once_table(&self, table: impl AsRef<[u8]>) {
-        let mut tables = self
-            .shared
-            .write_once
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        tables.insert(table.as_ref().to_vec(), None);
+        let mut columns = self.shared.columns_mut();
+        columns.write_once.insert(table.as_ref().to_vec(), None);
     }
 
     /// Makes this client remember its commits of `column` in `table`, a write-once column
@@ -378,7 +397,8 @@ impl Client {
     /// [`Transaction::get_many_recent`] answers reads of them without a store call
     /// (`percolator::design::recent`). Only this client's own commits are remembered.
     pub fn remember_recent_writes(&self, table: impl AsRef<[u8]>, column: impl AsRef<[u8]>) {
-        add_column(&self.shared.remembered, table.as_ref(), column.as_ref());
+        let mut columns = self.shared.columns_mut();
+        add_column(&mut columns.remembered, table.as_ref(), column.as_ref());
     }
 
     /// Reads of remembered columns by [`Transaction::get_many_recent`] since the client was

@@ -60,10 +60,11 @@ impl Transaction {
         .encode();
         let records = PendingRecords::new(primary, ttl_ms);
         out.puts.reserve(cells.len());
+        let columns = shared.columns();
         for (cell, value) in cells {
             out.puts
                 .push((shared.codec.once(cell, s), records.encode(value.as_deref())));
-            if notified.contains(cell) || shared.is_observed(cell) {
+            if notified.contains(cell) || columns.is_observed(cell) {
                 let key = shared.codec.notify(cell, s, bucket);
                 out.puts.push((key, notification.clone()));
                 out.notify_entries

@@ -171,9 +171,17 @@ impl Transaction {
             }
         }
         // The records of the write-once cells among them, in one call.
+        // Which of `cells` are write-once, read once for the whole call.
+        let write_once: Vec<bool> = {
+            let columns = self.shared().columns();
+            cells
+                .iter()
+                .map(|cell| columns.is_write_once(cell))
+                .collect()
+        };
         let once_cells: Vec<Cell> = heads
             .iter()
-            .filter(|(i, _)| self.shared().is_write_once(&cells[*i]))
+            .filter(|(i, _)| write_once[*i])
             .map(|(i, _)| cells[*i].clone())
             .collect();
         let mut onces = Vec::new();
@@ -190,7 +198,7 @@ impl Transaction {
         let mut onces = onces.into_iter();
         let mut beyond_head = false;
         for (i, read) in heads {
-            let read = if self.shared().is_write_once(&cells[i]) {
+            let read = if write_once[i] {
                 match onces.next() {
                     Some(once) => self.merge_once_read(&cells[i], read, once),
                     None => read,
@@ -236,9 +244,12 @@ impl Transaction {
         let Some(recent) = shared.recent.as_ref() else {
             return self.get_many_versioned(cells).await;
         };
-        let mut candidates: Vec<usize> = (0..cells.len())
-            .filter(|&i| shared.is_remembered(&cells[i]))
-            .collect();
+        let mut candidates: Vec<usize> = {
+            let columns = shared.columns();
+            (0..cells.len())
+                .filter(|&i| columns.is_remembered(&cells[i]))
+                .collect()
+        };
         if candidates.is_empty() {
             return self.get_many_versioned(cells).await;
         }

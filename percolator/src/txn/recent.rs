@@ -136,15 +136,8 @@ impl RecentWrites {
         let mut guard = self.write();
         let inner = &mut *guard;
         for (hash, cell, value) in hashed {
-            if inner
-                .find(hash, &cell)
-                .is_some_and(|e| e.commit_ts > commit_ts)
-            {
-                continue;
-            }
-            inner.remove(hash, &cell);
+            // One probe of the table per cell: an entry of the cell is replaced in place.
             let seq = inner.next_seq;
-            inner.next_seq += 1;
             let entry = Entry {
                 hash,
                 cell,
@@ -152,8 +145,26 @@ impl RecentWrites {
                 commit_ts,
                 seq,
             };
-            inner.bytes += entry.weight();
-            inner.entries.insert_unique(hash, entry, |e| e.hash);
+            let weight = entry.weight();
+            match inner
+                .entries
+                .entry(hash, |e| e.cell == entry.cell, |e| e.hash)
+            {
+                hashbrown::hash_table::Entry::Occupied(mut found) => {
+                    let old = found.get_mut();
+                    if old.commit_ts > commit_ts {
+                        continue;
+                    }
+                    let old_weight = old.weight();
+                    *old = entry;
+                    inner.bytes -= old_weight;
+                }
+                hashbrown::hash_table::Entry::Vacant(vacant) => {
+                    vacant.insert(entry);
+                }
+            }
+            inner.bytes += weight;
+            inner.next_seq += 1;
             inner.queue.push_back((hash, seq));
         }
         inner.fit(self.budget);
