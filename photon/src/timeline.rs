@@ -2,7 +2,6 @@
 //! a long run (`photon demo --duration`) is visible: a join whose cost grows with the history
 //! shows later minutes slower than the first ones.
 
-use crate::event::Joined;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -55,14 +54,15 @@ impl Minutes {
         }
     }
 
-    /// Counts one joined event in its arrival minute.
-    pub fn record(&mut self, joined: &Joined) {
-        let minute = joined.arrived_at.saturating_sub(self.origin_ms) / 60_000;
+    /// Counts one joined event in its arrival minute: it arrived at `arrived_at` and was
+    /// joined at `joined_at` (ms since the epoch, [`crate::event::Joined`]'s fields).
+    pub fn record(&mut self, arrived_at: u64, joined_at: u64) {
+        let minute = arrived_at.saturating_sub(self.origin_ms) / 60_000;
         let h = self
             .per_minute
             .entry(minute)
             .or_insert_with(|| Histogram::new(3).expect("3 significant digits"));
-        let _ = h.record(joined.joined_at.saturating_sub(joined.arrived_at).max(1));
+        let _ = h.record(joined_at.saturating_sub(arrived_at).max(1));
     }
 
     /// The run minute by minute.
