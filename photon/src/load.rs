@@ -120,6 +120,7 @@ impl LineMapping for PhotonLogs {
         let json =
             |r: serde_json::Result<Vec<u8>>| r.map_err(|e| LoadError::Mapping(e.to_string()));
         let mut queries: Vec<&str> = Vec::new();
+        let mut writes = Vec::with_capacity(batch.len());
         for p in batch {
             match p {
                 Parsed::Query(q) => {
@@ -127,7 +128,7 @@ impl LineMapping for PhotonLogs {
                         event: q,
                         loaded_at,
                     };
-                    txn.set(query_cell(&q.query_id), json(serde_json::to_vec(&stored))?);
+                    writes.push((query_cell(&q.query_id), json(serde_json::to_vec(&stored))?));
                     queries.push(&q.query_id);
                 }
                 Parsed::Click(c) => {
@@ -135,10 +136,11 @@ impl LineMapping for PhotonLogs {
                         event: c,
                         loaded_at,
                     };
-                    txn.set(click_cell(&c.click_id), json(serde_json::to_vec(&stored))?);
+                    writes.push((click_cell(&c.click_id), json(serde_json::to_vec(&stored))?));
                 }
             }
         }
+        txn.set_many(writes);
         // The batch's queries, for the wake check that runs once it commits
         // (`join::CheckWakes`): clicks may have parked on them meanwhile.
         if !queries.is_empty() {

@@ -512,3 +512,52 @@ async fn a_decided_fate_is_read_once() {
         "an undecided fate is read each time"
     );
 }
+
+/// `Transaction::set_many` buffers what `set` one write after the other would: random
+/// batches with repeated cells, over writes and deletes buffered before, read back the same
+/// through the transaction and, once committed, from a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_many_buffers_what_sets_one_after_the_other_would() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5e7);
+    for round in 0..20 {
+        let c = memory_client();
+        let (one_by_one, batched) = (c.begin().await.unwrap(), c.begin().await.unwrap());
+        // Writes and deletes buffered before the batch.
+        for i in 0..8 {
+            if rng.gen_bool(0.5) {
+                one_by_one.set(acct(i), format!("before{i}"));
+                batched.set(acct(i), format!("before{i}"));
+            } else if rng.gen_bool(0.5) {
+                one_by_one.delete(acct(i));
+                batched.delete(acct(i));
+            }
+        }
+        let batch: Vec<(Cell, Vec<u8>)> = (0..rng.gen_range(0..40))
+            .map(|w| {
+                (
+                    acct(rng.gen_range(0..16)),
+                    format!("r{round}w{w}").into_bytes(),
+                )
+            })
+            .collect();
+        for (cell, value) in batch.clone() {
+            one_by_one.set(cell, value);
+        }
+        batched.set_many(batch);
+        let cells: Vec<Cell> = (0..16).map(acct).collect();
+        let expected = one_by_one.get_many(&cells).await.unwrap();
+        assert_eq!(
+            batched.get_many(&cells).await.unwrap(),
+            expected,
+            "round {round}"
+        );
+        one_by_one.rollback();
+        batched.commit().await.unwrap();
+        let reader = c.begin().await.unwrap();
+        assert_eq!(
+            reader.get_many(&cells).await.unwrap(),
+            expected,
+            "round {round}"
+        );
+    }
+}

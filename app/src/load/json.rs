@@ -156,11 +156,11 @@ where
         records: &[Tagged<T>],
         _batch: &str,
     ) -> Result<(), LoadError> {
-        for r in records {
-            for (cell, value) in (self.to_cells)(&r.tag, &r.value) {
-                txn.set(cell, value);
-            }
-        }
+        txn.set_many(
+            records
+                .iter()
+                .flat_map(|r| (self.to_cells)(&r.tag, &r.value)),
+        );
         Ok(())
     }
 }

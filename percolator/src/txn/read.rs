@@ -170,8 +170,7 @@ impl Transaction {
                 heads.push((i, read?));
             }
         }
-        // The records of the write-once cells among them, in one call.
-        // Which of `cells` are write-once, read once for the whole call.
+        // Which of `cells` are write-once, decided once for the whole call.
         let write_once: Vec<bool> = {
             let columns = self.shared().columns();
             cells
@@ -179,6 +178,7 @@ impl Transaction {
                 .map(|cell| columns.is_write_once(cell))
                 .collect()
         };
+        // The records of the write-once cells among them, in one call.
         let once_cells: Vec<Cell> = heads
             .iter()
             .filter(|(i, _)| write_once[*i])

@@ -165,6 +165,29 @@ impl Transaction {
         self.state().writes.insert(cell, Some(value.into()));
     }
 
+    /// Buffers the writes of `writes`, as [`Transaction::set`] would one after the other (a
+    /// later write of a cell replaces an earlier one, here or before). For a loader's batch
+    /// of thousands of cells: they are sorted once and merged into the buffer, instead of
+    /// each walking it and taking its lock.
+    pub fn set_many(&self, writes: impl IntoIterator<Item = (Cell, Vec<u8>)>) {
+        let mut batch: Vec<(Cell, Option<Vec<u8>>)> = writes
+            .into_iter()
+            .map(|(cell, value)| (cell, Some(value)))
+            .collect();
+        // Stable: writes of one cell stay in their order, and the last one's value is kept.
+        batch.sort_by(|a, b| a.0.cmp(&b.0));
+        batch.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                std::mem::swap(&mut later.1, &mut earlier.1);
+            }
+            same
+        });
+        let mut merged: BTreeMap<Cell, Option<Vec<u8>>> = batch.into_iter().collect();
+        // `append` keeps the appended value of a cell already buffered.
+        self.state().writes.append(&mut merged);
+    }
+
     /// Buffers a delete of `cell`.
     pub fn delete(&self, cell: Cell) {
         self.state().writes.insert(cell, None);
