@@ -8,11 +8,12 @@
 //! fast path per region and forward paging as the fallback (see the crate documentation,
 //! "Scans").
 
-use crate::retry::Deadline;
+use crate::retry::{Deadline, RetryCause};
 use crate::{pd, TikvKv};
 use percolator::kv::{KeyRange, KvError, KvPair, KvResult, MAX_SCAN_LIMIT};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tikv_client::{BoundRange, Key};
 
 /// A key above any realistic key: reverse scans never send TiKV an empty ("unbounded")
@@ -376,7 +377,9 @@ impl TikvKv {
     /// made the holder start lower), or there is none (the merged holder is now the first
     /// region); reading that region alone would skip the keys between its end and `key`.
     /// So the region before is trusted only when it ends exactly at `key`, and the pair of
-    /// questions is asked again otherwise (until the call's deadline, as any retry).
+    /// questions is asked again otherwise: at once the first time (a merge is over), then
+    /// after the adapter's backoff (PD may not know the region below yet), until the call's
+    /// deadline. Each repeat counts as a region retry ([`TikvKv::retry_counts`]).
     async fn region_below(
         &self,
         key: &[u8],
@@ -385,6 +388,7 @@ impl TikvKv {
         if key.is_empty() {
             return Ok(None);
         }
+        let mut backoff: Option<Duration> = None;
         loop {
             let holder = self.call("scan", deadline, || self.pd.region(key)).await?;
             if holder.start.as_slice() < key {
@@ -401,6 +405,16 @@ impl TikvKv {
                     "reverse scan: PD's layout changed between two answers; asking again"
                 ),
             }
+            self.retries.count(RetryCause::Region);
+            if let Some(step) = backoff {
+                // Equal jitter, as the adapter's other retries.
+                let delay = step.mul_f64(0.5 + rand::random::<f64>() * 0.5);
+                tokio::time::sleep(delay.min(deadline.remaining())).await;
+            }
+            let base = self.config.retry_base_delay.max(Duration::from_micros(100));
+            backoff = Some(backoff.map_or(base, |step| {
+                (step * 2).min(self.config.retry_max_delay.max(step))
+            }));
         }
     }
 
@@ -435,15 +449,10 @@ impl TikvKv {
     ) -> KvResult<Option<Vec<KvPair>>> {
         let probe = self.read_part(range, limit, true, deadline).await?;
         if probe.len() < limit {
+            // Every key of the range: one deleted between the probe and the read is gone.
             let keys: Vec<Vec<u8>> = probe.into_iter().rev().map(|(k, _)| k).collect();
             let values = self.get_many(&keys, deadline).await?;
-            if values.iter().all(Option::is_some) {
-                return Ok(Some(
-                    keys.into_iter().zip(values.into_iter().flatten()).collect(),
-                ));
-            }
-            // A key was deleted between the probe and the read.
-            return Ok(None);
+            return Ok(Some(present(keys, values)));
         }
         if range.end.is_none() {
             // No upper bound inside the region can be sent (see `TOP`).
@@ -547,8 +556,10 @@ impl TikvKv {
             }
             let keys: Vec<Vec<u8>> = last.into_iter().rev().collect();
             let values = self.get_many(&keys, deadline).await?;
-            if values.iter().all(Option::is_some) {
-                return Ok(keys.into_iter().zip(values.into_iter().flatten()).collect());
+            // Fewer keys than the limit: these were all the range held, and one deleted
+            // since is simply gone. A full window missing a key may hide one below it.
+            if keys.len() < limit || values.iter().all(Option::is_some) {
+                return Ok(present(keys, values));
             }
             if deadline.remaining().is_zero() {
                 return Err(KvError::Unavailable {
@@ -581,6 +592,14 @@ impl TikvKv {
 
 /// The lower of a range's exclusive end (`None`: unbounded) and a region's end (empty:
 /// unbounded).
+/// The pairs of `keys` whose value was found (`values` in the same order).
+fn present(keys: Vec<Vec<u8>>, values: Vec<Option<Vec<u8>>>) -> Vec<KvPair> {
+    keys.into_iter()
+        .zip(values)
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
+}
+
 fn clip_end(end: &Option<Vec<u8>>, region_end: &[u8]) -> Option<Vec<u8>> {
     match (end, region_end.is_empty()) {
         (Some(end), false) => Some(end.clone().min(region_end.to_vec())),

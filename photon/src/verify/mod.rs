@@ -1,10 +1,13 @@
 //! `photon verify`: checks the joined output against the input logs.
 
+mod line;
+
 use crate::event::{Joined, Kind};
 use crate::load::{files_to_load, LogFile};
 use crate::outcome::Outcome;
 use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
+use line::EventLine;
 use percolator::Client;
 use percolator::FastMap;
 use serde::Serialize;
@@ -391,63 +394,6 @@ pub fn retry_line(report: &Report, left: std::time::Duration) -> String {
     )
 }
 
-/// What the check needs of a query log line. The line is accepted exactly when the loader
-/// accepts it ([`crate::event::Query`]: `query_id` a string, `event_time` an unsigned integer, any other
-/// fields), but the other fields are skipped unparsed and the id is borrowed from the line
-/// unless it holds escapes.
-#[derive(serde::Deserialize)]
-struct QueryLine<'a> {
-    #[serde(borrow)]
-    query_id: std::borrow::Cow<'a, str>,
-    #[allow(dead_code)] // Checked for the loader's acceptance, not read.
-    event_time: u64,
-}
-
-impl<'a> QueryLine<'a> {
-    /// `line` as the check reads it. A struct without flattened fields would also take a JSON
-    /// array of its fields, which the loader refuses: only an object is read.
-    fn parse(line: &'a str) -> serde_json::Result<Self> {
-        only_objects(line)?;
-        serde_json::from_str(line)
-    }
-}
-
-/// Refuses a line that is not a JSON object (an array would fill a struct's fields in order).
-fn only_objects(line: &str) -> serde_json::Result<()> {
-    if line.trim_start().starts_with('{') {
-        Ok(())
-    } else {
-        Err(serde::de::Error::custom("not a JSON object"))
-    }
-}
-
-/// What the check needs of a click log line, accepted exactly when the loader accepts it
-/// ([`crate::event::Click`]), as [`QueryLine`].
-#[derive(serde::Deserialize)]
-struct ClickLine<'a> {
-    #[serde(borrow)]
-    click_id: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    query_id: std::borrow::Cow<'a, str>,
-    event_time: u64,
-}
-
-impl<'a> ClickLine<'a> {
-    /// `line` as the check reads it (objects only, as [`QueryLine::parse`]).
-    fn parse(line: &'a str) -> serde_json::Result<Self> {
-        only_objects(line)?;
-        serde_json::from_str(line)
-    }
-}
-
-/// What the check reads of a joined output ([`Joined`]): its two times; the click and query
-/// it carries are skipped unparsed.
-#[derive(serde::Deserialize)]
-struct JoinedTimes {
-    joined_at: u64,
-    arrived_at: u64,
-}
-
 /// The input logs as verify keeps them: every click's query (interned) and event time, and
 /// which queries are defined.
 struct Input {
@@ -499,7 +445,8 @@ impl Input {
                 if n == 0 {
                     break;
                 }
-                let line = buf.trim_ascii();
+                // Trimmed as the loader trims a line (`app::load::lines`): at its end only.
+                let line = buf.trim_ascii_end();
                 if line.is_empty() {
                     continue;
                 }
@@ -508,19 +455,19 @@ impl Input {
                     continue;
                 };
                 match kind {
-                    Kind::Query => match QueryLine::parse(line) {
+                    Kind::Query => match EventLine::parse(line, Kind::Query) {
                         Ok(q) => {
-                            let i = intern(q.query_id.into_owned(), &mut query_ids, &mut defined);
+                            let i = intern(q.query_id.0.into_owned(), &mut query_ids, &mut defined);
                             defined[i as usize] = true;
                         }
                         Err(_) => malformed_lines += 1,
                     },
-                    Kind::Click => match ClickLine::parse(line) {
+                    Kind::Click => match EventLine::parse(line, Kind::Click) {
                         Ok(c) => {
                             let query =
-                                intern(c.query_id.into_owned(), &mut query_ids, &mut defined);
+                                intern(c.query_id.0.into_owned(), &mut query_ids, &mut defined);
                             clicks.insert(
-                                c.click_id.into_owned(),
+                                c.click_id.map(|id| id.0.into_owned()).unwrap_or_default(),
                                 ClickState {
                                     query,
                                     event_time: c.event_time,
@@ -558,7 +505,7 @@ impl Input {
         }
         let mut latency = Histogram::<u64>::new(3).expect("histogram");
         for_each_cell(client, JOINED, |cell, value| {
-            let Ok(j) = serde_json::from_slice::<JoinedTimes>(&value) else {
+            let Ok(j) = serde_json::from_slice::<line::JoinedTimes>(&value) else {
                 return;
             };
             if let Some(m) = minutes.as_deref_mut() {
@@ -626,74 +573,5 @@ impl Input {
             report.p99_ms = latency.value_at_quantile(0.99) as f64;
         }
         Ok(report)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::{Click, Query};
-
-    /// Lines the loader must reject or accept, with the ids it reads.
-    const LINES: &[&str] = &[
-        r#"{"query_id":"q1","event_time":5}"#,
-        r#"{"query_id":"q1","event_time":5,"terms":"a b","n":[1,{"x":null}]}"#,
-        r#"{"click_id":"c1","query_id":"q1","event_time":7,"ad":3}"#,
-        r#"{"click_id":"c\"1\u00e9","query_id":"q\\1","event_time":7}"#,
-        r#"{"event_time":5,"query_id":"q1","click_id":"c1"}"#,
-        r#"{"query_id":"q1"}"#,
-        r#"{"query_id":"q1","event_time":-5}"#,
-        r#"{"query_id":"q1","event_time":"5"}"#,
-        r#"{"query_id":"q1","event_time":5.5}"#,
-        r#"{"query_id":7,"event_time":5}"#,
-        r#"{"query_id":null,"event_time":5}"#,
-        r#"{"click_id":"c1","query_id":"q1","event_time":18446744073709551615}"#,
-        r#"{"click_id":"c1","query_id":"q1","event_time":18446744073709551616}"#,
-        r#"{"query_id":"q1","event_time":5} trailing"#,
-        r#"{"query_id":"q1","event_time":5"#,
-        r#"["q1",5]"#,
-        r#"["c1","q1",5]"#,
-        r#" {"query_id":"q1","event_time":5}"#,
-        r#""q1""#,
-        r#"{}"#,
-    ];
-
-    #[test]
-    fn the_check_accepts_the_lines_the_loader_accepts_with_the_same_ids() {
-        for line in LINES {
-            let query = serde_json::from_str::<Query>(line).ok();
-            let light = QueryLine::parse(line).ok();
-            assert_eq!(
-                query.as_ref().map(|q| q.query_id.as_str()),
-                light.as_ref().map(|q| q.query_id.as_ref()),
-                "query line {line}"
-            );
-            let click = serde_json::from_str::<Click>(line).ok();
-            let light = ClickLine::parse(line).ok();
-            assert_eq!(
-                click
-                    .as_ref()
-                    .map(|c| (c.click_id.as_str(), c.query_id.as_str(), c.event_time)),
-                light
-                    .as_ref()
-                    .map(|c| (c.click_id.as_ref(), c.query_id.as_ref(), c.event_time)),
-                "click line {line}"
-            );
-        }
-        assert!(ClickLine::parse(LINES[3]).is_ok());
-    }
-
-    #[test]
-    fn the_check_reads_a_joined_outputs_times() {
-        let joined = Joined {
-            click: serde_json::from_str(LINES[2]).unwrap(),
-            query: serde_json::from_str(LINES[1]).unwrap(),
-            token: "A/w/1".to_string(),
-            joined_at: 1_000,
-            arrived_at: 400,
-        };
-        let bytes = serde_json::to_vec(&joined).unwrap();
-        let times: JoinedTimes = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!((times.joined_at, times.arrived_at), (1_000, 400));
     }
 }

@@ -1,0 +1,271 @@
+//! What verification reads of a log line and of a joined output: only the ids and times it
+//! checks, without building the events' other fields (a `serde_json::Map` per event), yet
+//! accepting exactly the lines the loader accepts.
+
+use crate::event::Kind;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// The ids and event time of a log line. The line is accepted exactly when the loader accepts
+/// it as a [`crate::event::Query`] or [`crate::event::Click`]: a JSON object with its kind's
+/// fields (`query_id`, and for a click `click_id`, strings; `event_time` an unsigned
+/// integer), each once, and any other fields, each a JSON value the loader can parse into its
+/// map (numbers in range, escapes that are characters, nesting within serde_json's limit).
+/// Those are checked and dropped.
+pub(super) struct EventLine<'a> {
+    /// The click's id (`None` for a query).
+    pub(super) click_id: Option<Text<'a>>,
+    /// The query's id (a click's query).
+    pub(super) query_id: Text<'a>,
+    /// The event time, ms since the epoch.
+    pub(super) event_time: u64,
+}
+
+impl<'a> EventLine<'a> {
+    /// `line` (one log line, without its line end) as an event of `kind`.
+    pub(super) fn parse(line: &'a str, kind: Kind) -> serde_json::Result<Self> {
+        let mut de = serde_json::Deserializer::from_str(line);
+        let event = de.deserialize_map(EventVisitor { kind })?;
+        de.end()?;
+        Ok(event)
+    }
+}
+
+struct EventVisitor {
+    kind: Kind,
+}
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = EventLine<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut click_id, mut query_id, mut event_time) = (None, None, None);
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match key.0.as_ref() {
+                "click_id" if self.kind == Kind::Click => {
+                    once(&mut click_id, "click_id", map.next_value()?)?
+                }
+                "query_id" => once(&mut query_id, "query_id", map.next_value()?)?,
+                "event_time" => once(&mut event_time, "event_time", map.next_value()?)?,
+                _ => {
+                    map.next_value::<Checked>()?;
+                }
+            }
+        }
+        let click_id = match (self.kind, click_id) {
+            (Kind::Click, None) => return Err(de::Error::missing_field("click_id")),
+            (_, id) => id,
+        };
+        Ok(EventLine {
+            click_id,
+            query_id: query_id.ok_or_else(|| de::Error::missing_field("query_id"))?,
+            event_time: event_time.ok_or_else(|| de::Error::missing_field("event_time"))?,
+        })
+    }
+}
+
+/// Sets a field seen for the first time; a second time is an error, as for the loader.
+fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(name));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// A string, borrowed from the line unless it holds escapes.
+pub(super) struct Text<'a>(pub(super) Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(TextVisitor)
+    }
+}
+
+/// Any JSON value, parsed as the loader parses it into its map (so that the same values
+/// fail: a number out of range, a lone surrogate escape, nesting past the limit) and
+/// dropped. `serde::de::IgnoredAny` would only check the syntax.
+struct Checked;
+
+impl<'de> de::Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key::<Text<'de>>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
+/// What the check reads of a joined output ([`crate::event::Joined`]): its two times; the
+/// click and query it carries are skipped (they were written by a join, not read from a
+/// log).
+#[derive(serde::Deserialize)]
+pub(super) struct JoinedTimes {
+    /// When the join committed, ms since the epoch.
+    pub(super) joined_at: u64,
+    /// When the later of click and query was loaded.
+    pub(super) arrived_at: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Click, Joined, Query};
+
+    /// Lines the loader must reject or accept, with the ids it reads.
+    fn lines() -> Vec<String> {
+        let mut lines: Vec<String> = [
+            r#"{"query_id":"q1","event_time":5}"#,
+            r#"{"query_id":"q1","event_time":5,"terms":"a b","n":[1,{"x":null}]}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"ad":3}"#,
+            r#"{"click_id":"c\"1\u00e9","query_id":"q\\1","event_time":7}"#,
+            r#"{"event_time":5,"query_id":"q1","click_id":"c1"}"#,
+            r#"{"query\u005fid":"q1","event_time":5,"click_id":"c1"}"#,
+            r#"{"query_id":"q1","event_time":5,"click_id":7}"#,
+            r#"{"query_id":"q1","event_time":5,"query_id":"q2"}"#,
+            r#"{"query_id":"q1","event_time":5,"x":1,"x":2}"#,
+            r#"{"Query_ID":"q1","event_time":5}"#,
+            r#"{"query_id":"q1"}"#,
+            r#"{"query_id":"q1","event_time":-5}"#,
+            r#"{"query_id":"q1","event_time":-0}"#,
+            r#"{"query_id":"q1","event_time":"5"}"#,
+            r#"{"query_id":"q1","event_time":5.5}"#,
+            r#"{"query_id":"q1","event_time":5.0}"#,
+            r#"{"query_id":7,"event_time":5}"#,
+            r#"{"query_id":null,"event_time":5}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":18446744073709551615}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":18446744073709551616}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":1e400}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":-1e400}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":"\ud800"}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":{"\ud800":1}}"#,
+            r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":"\ud83d\ude00"}"#,
+            r#"{"query_id":"q1","event_time":5} trailing"#,
+            r#"{"query_id":"q1","event_time":5"#,
+            r#"["q1",5]"#,
+            r#"["c1","q1",5]"#,
+            r#" {"query_id":"q1","event_time":5}"#,
+            "\x0c{\"query_id\":\"q1\",\"event_time\":5}",
+            r#""q1""#,
+            r#"{}"#,
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        let big = "9".repeat(400);
+        lines.push(format!(
+            r#"{{"click_id":"c1","query_id":"q1","event_time":7,"x":{big}}}"#
+        ));
+        for depth in [100, 126, 127, 128, 200] {
+            let (open, close) = ("[".repeat(depth), "]".repeat(depth));
+            lines.push(format!(
+                r#"{{"click_id":"c1","query_id":"q1","event_time":7,"x":{open}{close}}}"#
+            ));
+        }
+        lines
+    }
+
+    #[test]
+    fn the_check_accepts_the_lines_the_loader_accepts_with_the_same_ids() {
+        let lines = lines();
+        let mut accepted = 0;
+        for line in &lines {
+            let query = serde_json::from_str::<Query>(line).ok();
+            let light = EventLine::parse(line, Kind::Query).ok();
+            assert_eq!(
+                query.as_ref().map(|q| (q.query_id.as_str(), q.event_time)),
+                light
+                    .as_ref()
+                    .map(|q| (q.query_id.0.as_ref(), q.event_time)),
+                "query line {line}"
+            );
+            let click = serde_json::from_str::<Click>(line).ok();
+            let light = EventLine::parse(line, Kind::Click).ok();
+            assert_eq!(
+                click
+                    .as_ref()
+                    .map(|c| (c.click_id.as_str(), c.query_id.as_str(), c.event_time)),
+                light.as_ref().map(|c| (
+                    c.click_id.as_ref().map_or("", |id| id.0.as_ref()),
+                    c.query_id.0.as_ref(),
+                    c.event_time
+                )),
+                "click line {line}"
+            );
+            accepted += usize::from(click.is_some());
+        }
+        // Both kinds of answer are among the lines.
+        assert!(accepted > 5 && accepted < lines.len() - 5, "{accepted}");
+    }
+
+    #[test]
+    fn the_check_reads_a_joined_outputs_times() {
+        let joined = Joined {
+            click: serde_json::from_str(r#"{"click_id":"c1","query_id":"q1","event_time":7}"#)
+                .unwrap(),
+            query: serde_json::from_str(r#"{"query_id":"q1","event_time":5,"terms":"a"}"#).unwrap(),
+            token: "A/w/1".to_string(),
+            joined_at: 1_000,
+            arrived_at: 400,
+        };
+        let bytes = serde_json::to_vec(&joined).unwrap();
+        let times: JoinedTimes = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!((times.joined_at, times.arrived_at), (1_000, 400));
+    }
+}
