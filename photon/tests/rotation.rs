@@ -363,6 +363,14 @@ async fn log_gzipped_at_rotation_is_finished_from_its_offset() {
     let status = dir_status(&client, &logs.live).await.unwrap();
     assert!(status.iter().all(|f| f.done()), "{status:?}");
     assert_eq!(lines_to_load(&client, &logs.live).await.unwrap(), 0);
+    // `photon verify` reads the gzipped logs as the loader did: every click, no line
+    // malformed (it read their compressed bytes as lines).
+    let report = verify(&client, &logs.live).await.unwrap();
+    assert_eq!(
+        (report.clicks, report.malformed_lines),
+        (logs.clicks, 0),
+        "{report:?}"
+    );
 }
 
 /// An input directory of symlinks to logs that rotate in another directory (the Kubernetes

@@ -12,7 +12,6 @@ use percolator::Client;
 use percolator::FastMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
 use std::path::Path;
 
 /// The verifier's findings.
@@ -425,31 +424,28 @@ impl Input {
         }
         let mut clicks: FastMap<String, ClickState> = FastMap::default();
         for LogFile { path, kind } in files {
-            // Never `File::open`: a FIFO named like a log would block it forever.
-            let file = app::load::lines::open_regular(path).map_err(|source| VerifyError::Io {
+            // The lines the loader reads (`*.gz` decompressed, NULs before a line dropped,
+            // lines over the loader's default limit counted malformed, as it rejects them),
+            // from a regular file only: a FIFO named like a log would block a plain open.
+            let io_error = |source| VerifyError::Io {
                 path: path.display().to_string(),
                 source,
-            })?;
-            // Lines are read as bytes: one that is not UTF-8 counts as malformed (as the loader
-            // rejected it).
-            let mut reader = std::io::BufReader::new(file);
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                let n = reader
-                    .read_until(b'\n', &mut buf)
-                    .map_err(|source| VerifyError::Io {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
-                if n == 0 {
-                    break;
-                }
-                // Trimmed as the loader trims a line (`app::load::lines`): at its end only.
-                let line = buf.trim_ascii_end();
+            };
+            let mut lines =
+                app::load::lines::LogLines::open(path, crate::load::DEFAULT_MAX_LINE_BYTES)
+                    .map_err(io_error)?;
+            while let Some(line) = lines.next_line().map_err(io_error)? {
+                let line = match line {
+                    app::load::lines::LogLine::Text(line) => line,
+                    app::load::lines::LogLine::TooLong => {
+                        malformed_lines += 1;
+                        continue;
+                    }
+                };
                 if line.is_empty() {
                     continue;
                 }
+                // One that is not UTF-8 counts as malformed (as the loader rejects it).
                 let Ok(line) = std::str::from_utf8(line) else {
                     malformed_lines += 1;
                     continue;

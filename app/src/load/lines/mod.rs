@@ -27,12 +27,14 @@ mod input;
 mod reader;
 mod record;
 mod status;
+mod whole;
 
 pub use files::LogFile;
 pub use identity::file_key;
 pub use input::open_regular;
 pub use record::FINGERPRINT_WINDOW;
 pub use status::FileStatus;
+pub use whole::{LogLine, LogLines};
 
 use crate::load::{
     load_source, retry_transient, Backlog, Batch, Context, Frontier, Injector, LoadError,
