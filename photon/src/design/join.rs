@@ -261,8 +261,9 @@
 //!
 //! ## Verify and the drain
 //!
-//! Verify ([`crate::verify`]): every input click (from the log files) has exactly one joined
-//! event or a reason (too old, expired with the horizon, query missing, filtered; an expired
+//! Verify ([`crate::verify`]): every input click (from the log files, read line by line as
+//! the loader reads them: `app::load::lines::LogLines`, and parsed to accept exactly the
+//! lines it accepts) has exactly one joined event or a reason (too old, expired with the horizon, query missing, filtered; an expired
 //! click whose query was loaded later is expired, not lost); latency percentiles are from the
 //! later of the click's and query's arrival to the joined commit; exit status non-zero on any
 //! duplicate or loss. `verify_until` (behind `verify --wait`) reads the logs once and the output
