@@ -410,16 +410,13 @@ impl Input {
         // a fifth of verification's CPU).
         let mut query_ids: FastMap<String, u32> = FastMap::default();
         let mut defined: Vec<bool> = Vec::new();
-        fn intern(
-            id: String,
-            query_ids: &mut FastMap<String, u32>,
-            defined: &mut Vec<bool>,
-        ) -> u32 {
-            let next = query_ids.len() as u32;
-            let i = *query_ids.entry(id).or_insert(next);
-            if i as usize == defined.len() {
-                defined.push(false);
+        fn intern(id: &str, query_ids: &mut FastMap<String, u32>, defined: &mut Vec<bool>) -> u32 {
+            if let Some(&i) = query_ids.get(id) {
+                return i;
             }
+            let i = query_ids.len() as u32;
+            query_ids.insert(id.to_owned(), i);
+            defined.push(false);
             i
         }
         let mut clicks: FastMap<String, ClickState> = FastMap::default();
@@ -453,15 +450,14 @@ impl Input {
                 match kind {
                     Kind::Query => match EventLine::parse(line, Kind::Query) {
                         Ok(q) => {
-                            let i = intern(q.query_id.0.into_owned(), &mut query_ids, &mut defined);
+                            let i = intern(&q.query_id.0, &mut query_ids, &mut defined);
                             defined[i as usize] = true;
                         }
                         Err(_) => malformed_lines += 1,
                     },
                     Kind::Click => match EventLine::parse(line, Kind::Click) {
                         Ok(c) => {
-                            let query =
-                                intern(c.query_id.0.into_owned(), &mut query_ids, &mut defined);
+                            let query = intern(&c.query_id.0, &mut query_ids, &mut defined);
                             clicks.insert(
                                 c.click_id.map(|id| id.0.into_owned()).unwrap_or_default(),
                                 ClickState {
