@@ -135,6 +135,10 @@ pub enum Command {
         /// logs, is a warning (listed in the report) instead of a failure (exit status 4).
         #[arg(long)]
         partial_input: bool,
+        /// The loader's `--max-line-bytes`: a longer line counts as malformed, as the loader
+        /// rejected it.
+        #[arg(long, default_value_t = crate::load::DEFAULT_MAX_LINE_BYTES)]
+        max_line_bytes: usize,
     },
     /// Write the joined events as JSON lines to stdout or a file.
     Export {

@@ -354,9 +354,13 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             json,
             wait,
             partial_input,
+            max_line_bytes,
         } => {
             let client = existing_client(&store).await?;
-            let options = photon::verify::VerifyOptions { partial_input };
+            let options = photon::verify::VerifyOptions {
+                partial_input,
+                max_line_bytes,
+            };
             // Without --wait: one check (a deadline already passed).
             let deadline = Instant::now() + Duration::from_secs(wait.unwrap_or(0));
             let report = photon::verify::verify_until_with(

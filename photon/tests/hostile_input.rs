@@ -366,6 +366,60 @@ async fn a_line_longer_than_the_limit_is_rejected_and_skipped_while_following() 
     assert!(rejects.len() < 4096, "only its first bytes are kept");
 }
 
+/// A click line longer than the loader's `max_line_bytes` is rejected by the loader; verify
+/// given the same limit counts it malformed, as the loader did, instead of as a click (that
+/// would be reported lost, never having been loaded). With the default limit it is a click.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_counts_a_line_over_the_loaders_limit_as_the_loader_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("queries-000.jsonl"),
+        "{\"query_id\":\"q1\",\"event_time\":1}\n",
+    )
+    .unwrap();
+    let pad = "p".repeat(2_000);
+    std::fs::write(
+        logs.join("clicks-000.jsonl"),
+        format!(
+            "{{\"click_id\":\"c1\",\"query_id\":\"q1\",\"event_time\":2}}\n\
+             {{\"click_id\":\"c2\",\"query_id\":\"q1\",\"event_time\":3,\"pad\":\"{pad}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let options = LoadOptions {
+        max_line_bytes: 1000,
+        ..options(dir.path())
+    };
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options, &stats).await.unwrap();
+    assert_eq!(stats.long_lines.load(Ordering::Relaxed), 1);
+    let check = |max_line_bytes| {
+        let client = client.clone();
+        let logs = logs.clone();
+        async move {
+            let options = photon::verify::VerifyOptions {
+                max_line_bytes,
+                ..Default::default()
+            };
+            let passed = std::time::Instant::now();
+            photon::verify::verify_until_with(&client, &logs, options, passed, |_, _| {})
+                .await
+                .unwrap()
+        }
+    };
+    let same = check(1000).await;
+    assert_eq!((same.clicks, same.malformed_lines), (1, 1), "{same:?}");
+    let default = check(photon::load::DEFAULT_MAX_LINE_BYTES).await;
+    assert_eq!(
+        (default.clicks, default.malformed_lines),
+        (2, 0),
+        "{default:?}"
+    );
+}
+
 /// A click whose query arrives after the horizon is reported by verify as expired past the
 /// horizon (with the horizon), not as lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

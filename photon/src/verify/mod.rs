@@ -197,11 +197,23 @@ impl VerifyError {
 }
 
 /// How verify treats its input.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifyOptions {
     /// Verify what can be read: a log file that cannot be read, or a directory without logs,
     /// is a warning in the report ([`Report::unread`]) instead of an error.
     pub partial_input: bool,
+    /// The loader's longest line ([`crate::load::LoadOptions::max_line_bytes`]): a longer
+    /// line counts as malformed, as the loader rejected it (default: the loader's default).
+    pub max_line_bytes: usize,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions {
+            partial_input: false,
+            max_line_bytes: crate::load::DEFAULT_MAX_LINE_BYTES,
+        }
+    }
 }
 
 /// The logs of `input` verify reads, after checking that every file named like a log is
@@ -332,8 +344,11 @@ pub async fn verify_with(
     input: &Path,
     minutes: Option<&mut crate::timeline::Minutes>,
 ) -> Result<Report, VerifyError> {
-    let (files, unread) = input_files(client, input, VerifyOptions::default()).await?;
-    let mut report = Input::read(&files)?.check(client, minutes).await?;
+    let options = VerifyOptions::default();
+    let (files, unread) = input_files(client, input, options).await?;
+    let mut report = Input::read(&files, options.max_line_bytes)?
+        .check(client, minutes)
+        .await?;
     report.unread = unread;
     Ok(report)
 }
@@ -368,7 +383,7 @@ pub async fn verify_until_with(
     mut on_retry: impl FnMut(&Report, std::time::Duration),
 ) -> Result<Report, VerifyError> {
     let (files, unread) = input_files(client, input, options).await?;
-    let mut logs = Input::read(&files)?;
+    let mut logs = Input::read(&files, options.max_line_bytes)?;
     loop {
         let mut report = logs.check(client, None).await?;
         report.unread = unread.clone();
@@ -402,7 +417,8 @@ struct Input {
 }
 
 impl Input {
-    fn read(files: &[LogFile]) -> Result<Input, VerifyError> {
+    /// The clicks and queries of `files`, lines over `max_line_bytes` counted malformed.
+    fn read(files: &[LogFile], max_line_bytes: usize) -> Result<Input, VerifyError> {
         let mut malformed_lines = 0;
         // Query ids, interned: those seen in clicks or in the query logs; `defined[i]` says
         // whether query `i` is in the input.
@@ -422,15 +438,14 @@ impl Input {
         let mut clicks: FastMap<String, ClickState> = FastMap::default();
         for LogFile { path, kind } in files {
             // The lines the loader reads (`*.gz` decompressed, NULs before a line dropped,
-            // lines over the loader's default limit counted malformed, as it rejects them),
-            // from a regular file only: a FIFO named like a log would block a plain open.
+            // lines over its limit counted malformed, as it rejects them), from a regular
+            // file only: a FIFO named like a log would block a plain open.
             let io_error = |source| VerifyError::Io {
                 path: path.display().to_string(),
                 source,
             };
             let mut lines =
-                app::load::lines::LogLines::open(path, crate::load::DEFAULT_MAX_LINE_BYTES)
-                    .map_err(io_error)?;
+                app::load::lines::LogLines::open(path, max_line_bytes).map_err(io_error)?;
             while let Some(line) = lines.next_line().map_err(io_error)? {
                 let line = match line {
                     app::load::lines::LogLine::Text(line) => line,
