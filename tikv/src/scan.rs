@@ -526,9 +526,9 @@ impl TikvKv {
         limit: usize,
         deadline: Deadline,
     ) -> KvResult<Vec<KvPair>> {
-        // A key deleted between the key scan and the value read would shorten the page (and
-        // a short page means "range exhausted" to pagers): read the range again, until the
-        // call's deadline; a short answer is never returned.
+        // A key deleted between the key scan and the value read would shorten a full page
+        // (and a short page means "range exhausted" to pagers): read the range again, until
+        // the call's deadline.
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -590,8 +590,6 @@ impl TikvKv {
     }
 }
 
-/// The lower of a range's exclusive end (`None`: unbounded) and a region's end (empty:
-/// unbounded).
 /// The pairs of `keys` whose value was found (`values` in the same order).
 fn present(keys: Vec<Vec<u8>>, values: Vec<Option<Vec<u8>>>) -> Vec<KvPair> {
     keys.into_iter()
@@ -599,6 +597,9 @@ fn present(keys: Vec<Vec<u8>>, values: Vec<Option<Vec<u8>>>) -> Vec<KvPair> {
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect()
 }
+
+/// The lower of a range's exclusive end (`None`: unbounded) and a region's end (empty:
+/// unbounded).
 
 fn clip_end(end: &Option<Vec<u8>>, region_end: &[u8]) -> Option<Vec<u8>> {
     match (end, region_end.is_empty()) {
