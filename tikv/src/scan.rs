@@ -600,7 +600,6 @@ fn present(keys: Vec<Vec<u8>>, values: Vec<Option<Vec<u8>>>) -> Vec<KvPair> {
 
 /// The lower of a range's exclusive end (`None`: unbounded) and a region's end (empty:
 /// unbounded).
-
 fn clip_end(end: &Option<Vec<u8>>, region_end: &[u8]) -> Option<Vec<u8>> {
     match (end, region_end.is_empty()) {
         (Some(end), false) => Some(end.clone().min(region_end.to_vec())),
