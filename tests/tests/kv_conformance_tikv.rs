@@ -988,6 +988,93 @@ async fn reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key() 
     );
 }
 
+/// Reverse scans while a task deletes and puts back half the keys of the range, over and
+/// over, with and without the fast path (whose parts fall back to forward paging when a key
+/// vanishes between its key scan and its value read): every answer is strictly descending,
+/// inside its range, holds the keys that never go away as a run from the top (none skipped
+/// below a churned one), and is short of its limit only when it holds every such key of
+/// its range: never a short page while more keys lie below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reverse_scans_while_keys_are_deleted_are_never_short() {
+    let server = ServerConfig {
+        split_keys: vec![b"r/100".to_vec(), b"r/200".to_vec()],
+        split: None,
+        ..ServerConfig::in_memory()
+    };
+    let (server, kv) = started(server).await;
+    let stable: Vec<Vec<u8>> = (0..300u32)
+        .map(|i| format!("r/{i:03}").into_bytes())
+        .collect();
+    let churned: Vec<Vec<u8>> = stable
+        .iter()
+        .map(|k| [k.as_slice(), b"x"].concat())
+        .collect();
+    let all: Vec<(Vec<u8>, Vec<u8>)> = stable
+        .iter()
+        .chain(&churned)
+        .map(|k| (k.clone(), b"v".to_vec()))
+        .collect();
+    kv.batch_put(all).await.unwrap();
+    let mut slow_config = config(&server);
+    slow_config.reverse_scan_fast_path = false;
+    let slow: Arc<TikvKv> = Arc::new(TikvKv::connect(slow_config).await.unwrap());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churner = {
+        let (kv, stop, churned) = (kv.clone(), stop.clone(), churned.clone());
+        tokio::spawn(async move {
+            let mut rounds = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for chunk in churned.chunks(30) {
+                    kv.batch_delete(chunk.to_vec()).await.unwrap();
+                    tokio::task::yield_now().await;
+                    let back = chunk.iter().map(|k| (k.clone(), b"v".to_vec()));
+                    kv.batch_put(back.collect()).await.unwrap();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let mut next = xorshift(0x7e11);
+    let mut wrong = Vec::new();
+    within("reverse scans beside deletes", async {
+        for round in 0..300 {
+            let a = next(stable.len());
+            let b = next(stable.len());
+            let range = KeyRange::new(stable[a.min(b)].clone(), stable[a.max(b)].clone());
+            let limit = [1, 3, 10, 40, 1_000][next(5)];
+            let store = if round % 2 == 0 { &kv } else { &slow };
+            let got: Vec<Vec<u8>> = store
+                .scan(range.clone(), limit, ScanOrder::Reverse)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let in_range: Vec<&Vec<u8>> =
+                stable.iter().filter(|k| range.contains(k)).rev().collect();
+            let stable_got: Vec<&Vec<u8>> = got.iter().filter(|k| !k.ends_with(b"x")).collect();
+            let descending = got.windows(2).all(|w| w[0] > w[1]);
+            let inside = got.iter().all(|k| range.contains(k));
+            let a_top_run = stable_got.iter().zip(&in_range).all(|(g, e)| g == e);
+            let not_short = got.len() == limit || stable_got.len() == in_range.len();
+            if !(descending && inside && a_top_run && not_short && got.len() <= limit) {
+                wrong.push(format!(
+                    "{range:?} limit {limit}: {} keys, {} stable of {} in range",
+                    got.len(),
+                    stable_got.len(),
+                    in_range.len()
+                ));
+            }
+        }
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = churner.await.unwrap();
+    assert!(rounds > 0, "the churn never completed a round");
+    assert!(wrong.is_empty(), "{} wrong answers: {wrong:?}", wrong.len());
+}
+
 /// 600 keys spread over the split points of `p/` (every fourth printable byte), so that
 /// ranges cross many regions and churn splits and merges among the data; written to `kv`
 /// and returned as the model the random checks compare with.

@@ -72,6 +72,8 @@
 //! expires under churn), `random_reverse_scans_in_the_weather_match_a_model`,
 //! `reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key` (PD's two answers
 //! straddling a merge: a quarter of its scans lost their top keys before the check),
+//! `reverse_scans_while_keys_are_deleted_are_never_short` (no short answer while keys lie
+//! below: it fails when paging answers a full window without reading again),
 //! `batch_cas_counters_with_one_reply_in_ten_lost`, the conformance suite and every transaction
 //! test on minitikv, quiet and in the weather (`percolator::design::testing`).
 //! `photon/tests/multiprocess.rs` repeats its chaos run (SIGKILLed workers and oracles) on a
