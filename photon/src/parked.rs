@@ -318,7 +318,6 @@ pub async fn purge_handled(
     Ok((deleted, limit))
 }
 
-/// Moves the cursor up to `to` (never down).
 /// The sweep's cursor in `txn`'s snapshot (`None`: no sweep has set one).
 async fn read_cursor(txn: &Transaction) -> Result<Option<u64>, TxnError> {
     Ok(txn
@@ -327,6 +326,7 @@ async fn read_cursor(txn: &Transaction) -> Result<Option<u64>, TxnError> {
         .map(|bytes| parse_u64(&bytes)))
 }
 
+/// Moves the cursor up to `to` (never down).
 async fn advance_cursor(client: &Client, to: u64) -> Result<(), TxnError> {
     client
         .run(|txn| async move {

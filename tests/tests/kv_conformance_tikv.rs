@@ -916,6 +916,38 @@ async fn random_reverse_scans_in_the_weather_match_a_model() {
     random_scans_in_the_weather_match_a_model(ScanOrder::Reverse, 0x5ca9, |_| {}).await;
 }
 
+/// A task repeating one step beside a check (a layout change, a churn of keys) until
+/// [`Beside::stop`], which returns how many steps it finished.
+struct Beside {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl Beside {
+    fn repeat<F, Fut>(mut step: F) -> Beside
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut steps = 0u64;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                step().await;
+                steps += 1;
+            }
+            steps
+        });
+        Beside { stop, task }
+    }
+
+    async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
 /// Reverse scans whose upper bound is a region boundary that a merge removes and a split
 /// puts back, over and over (a region boundary below it stays): PD's two answers for the
 /// region below the bound (`GetRegion`, then `GetPrevRegion`) can straddle a change, and
@@ -937,21 +969,18 @@ async fn reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key() 
     let bound = b"m/100".to_vec();
     server.split(&bound).unwrap();
     let server = Arc::new(server);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let toggler = {
-        let (server, stop, bound) = (server.clone(), stop.clone(), bound.clone());
-        tokio::spawn(async move {
-            let mut toggles = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    let toggler = Beside::repeat({
+        let (server, bound) = (server.clone(), bound.clone());
+        move || {
+            let (server, bound) = (server.clone(), bound.clone());
+            async move {
                 server.merge(&bound).unwrap();
                 tokio::time::sleep(Duration::from_micros(100)).await;
                 server.split(&bound).unwrap();
                 tokio::time::sleep(Duration::from_micros(100)).await;
-                toggles += 1;
             }
-            toggles
-        })
-    };
+        }
+    });
     let range = KeyRange::new(b"m/".to_vec(), bound.clone());
     let expected: Vec<_> = model
         .range(range.start.clone()..bound.clone())
@@ -974,8 +1003,7 @@ async fn reverse_scans_below_a_boundary_that_merges_and_splits_hold_every_key() 
         }
     })
     .await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let toggles = toggler.await.unwrap();
+    let toggles = toggler.stop().await;
     assert!(
         toggles > 10,
         "the boundary was toggled {toggles} times only"
@@ -1018,23 +1046,20 @@ async fn reverse_scans_while_keys_are_deleted_are_never_short() {
     let mut slow_config = config(&server);
     slow_config.reverse_scan_fast_path = false;
     let slow: Arc<TikvKv> = Arc::new(TikvKv::connect(slow_config).await.unwrap());
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let churner = {
-        let (kv, stop, churned) = (kv.clone(), stop.clone(), churned.clone());
-        tokio::spawn(async move {
-            let mut rounds = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    let churner = Beside::repeat({
+        let (kv, churned) = (kv.clone(), Arc::new(churned));
+        move || {
+            let (kv, churned) = (kv.clone(), churned.clone());
+            async move {
                 for chunk in churned.chunks(30) {
                     kv.batch_delete(chunk.to_vec()).await.unwrap();
                     tokio::task::yield_now().await;
                     let back = chunk.iter().map(|k| (k.clone(), b"v".to_vec()));
                     kv.batch_put(back.collect()).await.unwrap();
                 }
-                rounds += 1;
             }
-            rounds
-        })
-    };
+        }
+    });
     let mut next = xorshift(0x7e11);
     let mut wrong = Vec::new();
     within("reverse scans beside deletes", async {
@@ -1069,8 +1094,7 @@ async fn reverse_scans_while_keys_are_deleted_are_never_short() {
         }
     })
     .await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let rounds = churner.await.unwrap();
+    let rounds = churner.stop().await;
     assert!(rounds > 0, "the churn never completed a round");
     assert!(wrong.is_empty(), "{} wrong answers: {wrong:?}", wrong.len());
 }

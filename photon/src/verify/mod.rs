@@ -470,19 +470,24 @@ impl Input {
                         }
                         Err(_) => malformed_lines += 1,
                     },
+                    // A click line parses with its click id (`EventLine::parse`).
                     Kind::Click => match EventLine::parse(line, Kind::Click) {
-                        Ok(c) => {
-                            let query = intern(&c.query_id.0, &mut query_ids, &mut defined);
+                        Ok(EventLine {
+                            click_id: Some(click_id),
+                            query_id,
+                            event_time,
+                        }) => {
+                            let query = intern(&query_id.0, &mut query_ids, &mut defined);
                             clicks.insert(
-                                c.click_id.map(|id| id.0.into_owned()).unwrap_or_default(),
+                                click_id.0.into_owned(),
                                 ClickState {
                                     query,
-                                    event_time: c.event_time,
+                                    event_time,
                                     ..ClickState::default()
                                 },
                             );
                         }
-                        Err(_) => malformed_lines += 1,
+                        _ => malformed_lines += 1,
                     },
                 }
             }
