@@ -445,10 +445,25 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_path_buf());
             let store = store.unwrap_or_else(|| StoreSpec::Embedded(dir.join("store")));
+            // A store in the temporary directory is held as itself too, to be closed without
+            // freeing its memtables before the directory goes (`EmbeddedKv::close_for_removal`).
+            let temporary = match &store {
+                StoreSpec::Embedded(path) if path.starts_with(temp.path()) => Some(Arc::new(
+                    percolator::txn::open_embedded(
+                        path,
+                        percolator_cli::store::embedded_options(durability),
+                    )
+                    .with_context(|| format!("opening the store {store}"))?,
+                )),
+                _ => None,
+            };
             // The store's calls are counted by method (printed per joined click).
-            let kv = percolator_cli::store::open_store(&store, durability)
-                .await
-                .with_context(|| format!("opening the store {store}"))?;
+            let kv: Arc<dyn percolator::kv::RawKv> = match &temporary {
+                Some(embedded) => embedded.clone(),
+                None => percolator_cli::store::open_store(&store, durability)
+                    .await
+                    .with_context(|| format!("opening the store {store}"))?,
+            };
             let counted = Arc::new(percolator::kv::intercept::Intercepted::wrap(
                 kv,
                 percolator::kv::intercept::OpCounts::default(),
@@ -481,10 +496,16 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 store_calls: Some(counted),
             };
             let report = photon::demo::run(&client, &dir, &options).await?;
-            if matches!(&store, StoreSpec::Embedded(path) if path.starts_with(temp.path())) {
+            if let Some(embedded) = temporary {
                 // The temporary directory goes with the command: the store is closed (its
-                // threads stopped) before it is removed.
-                drop(client);
+                // threads stopped) before it is removed. Every other holder of the store
+                // (the pipelines, the counting wrapper) is gone with the client by now;
+                // if one were not, the store closes when it lets go.
+                drop((client, options));
+                match Arc::try_unwrap(embedded) {
+                    Ok(embedded) => embedded.close_for_removal(),
+                    Err(_) => tracing::debug!("the temporary store is still held; dropped"),
+                }
             } else {
                 percolator_cli::store::leave_open(client)
                     .await
