@@ -10,18 +10,82 @@ pub use app::load::{
     DEFAULT_MAX_LINE_BYTES, ECHO_PREFIX, TRANSIENT_RETRY_FOR,
 };
 
+use crate::event::line::EventLine;
 use crate::event::{Click, Kind, Query};
-use crate::schema::{click_cell, declare_columns, query_cell, wake_check_cell, Stored, LOADER};
+use crate::schema::{
+    click_cell, declare_columns, query_cell, stored_text, wake_check_cell, LOADER,
+};
 use app::load::lines::{LineMapping, Lines};
 use percolator::{Client, Transaction};
 use std::path::{Path, PathBuf};
 
-/// A parsed line ready to be written.
-pub enum Parsed {
-    /// A query.
-    Query(Query),
-    /// A click.
-    Click(Click),
+/// A line the loader accepted, ready to be written: its kind, its event's id and time, and
+/// the line's text as given, which is stored as it is ([`crate::schema::stored_text`]): the
+/// line is checked by [`EventLine`], which accepts exactly the lines [`Query`] and [`Click`]
+/// accept, and its other fields are not parsed into a map to be serialized again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    kind: Kind,
+    id: String,
+    event_time: u64,
+    text: String,
+}
+
+impl Parsed {
+    /// `line` of a log of `kind`, if the loader accepts it (else the parse error's text).
+    pub fn line(line: &str, kind: Kind) -> Result<Parsed, String> {
+        let event = EventLine::parse(line, kind).map_err(|e| e.to_string())?;
+        let id = match (kind, event.click_id) {
+            (Kind::Click, Some(click_id)) => click_id.0.into_owned(),
+            _ => event.query_id.0.into_owned(),
+        };
+        Ok(Parsed {
+            kind,
+            id,
+            event_time: event.event_time,
+            text: line.to_owned(),
+        })
+    }
+
+    /// A query as the line its serialization would be.
+    pub fn query(query: &Query) -> Parsed {
+        Parsed {
+            kind: Kind::Query,
+            id: query.query_id.clone(),
+            event_time: query.event_time,
+            text: serde_json::to_string(query).unwrap_or_default(),
+        }
+    }
+
+    /// A click as the line its serialization would be.
+    pub fn click(click: &Click) -> Parsed {
+        Parsed {
+            kind: Kind::Click,
+            id: click.click_id.clone(),
+            event_time: click.event_time,
+            text: serde_json::to_string(click).unwrap_or_default(),
+        }
+    }
+
+    /// The event's kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The query's id, or the click's.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The event time, ms since the epoch.
+    pub fn event_time(&self) -> u64 {
+        self.event_time
+    }
+
+    /// The line's text, as stored.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
 }
 
 /// Photon's logs as a [`LineMapping`]: `queries*.jsonl` (tag `q`) and `clicks*.jsonl` (tag
@@ -67,12 +131,7 @@ impl LineMapping for PhotonLogs {
 
     fn parse(&self, tag: &str, line: &str) -> Result<Parsed, String> {
         match Kind::of_tag(tag) {
-            Some(Kind::Query) => serde_json::from_str::<Query>(line)
-                .map(Parsed::Query)
-                .map_err(|e| e.to_string()),
-            Some(Kind::Click) => serde_json::from_str::<Click>(line)
-                .map(Parsed::Click)
-                .map_err(|e| e.to_string()),
+            Some(kind) => Parsed::line(line, kind),
             None => Err(format!("a file of unknown kind {tag:?}")),
         }
     }
@@ -103,10 +162,7 @@ impl LineMapping for PhotonLogs {
     }
 
     fn event_time(&self, record: &Parsed) -> Option<u64> {
-        Some(match record {
-            Parsed::Query(q) => q.event_time,
-            Parsed::Click(c) => c.event_time,
-        })
+        Some(record.event_time)
     }
 
     fn declare(&self, client: &Client) {
@@ -122,22 +178,13 @@ impl LineMapping for PhotonLogs {
         let mut queries: Vec<&str> = Vec::new();
         let mut writes = Vec::with_capacity(batch.len());
         for p in batch {
-            match p {
-                Parsed::Query(q) => {
-                    let stored = Stored {
-                        event: q,
-                        loaded_at,
-                    };
-                    writes.push((query_cell(&q.query_id), json(serde_json::to_vec(&stored))?));
-                    queries.push(&q.query_id);
+            let value = stored_text(&p.text, loaded_at);
+            match p.kind {
+                Kind::Query => {
+                    writes.push((query_cell(&p.id), value));
+                    queries.push(&p.id);
                 }
-                Parsed::Click(c) => {
-                    let stored = Stored {
-                        event: c,
-                        loaded_at,
-                    };
-                    writes.push((click_cell(&c.click_id), json(serde_json::to_vec(&stored))?));
-                }
+                Kind::Click => writes.push((click_cell(&p.id), value)),
             }
         }
         txn.set_many(writes);
@@ -244,5 +291,80 @@ pub mod status {
     /// this host can read.
     pub async fn started_status(client: &Client) -> Result<Vec<FileStatus>, LoadError> {
         super::loader().started_status(client).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Stored;
+
+    /// A line is accepted as it is parsed by [`Query`] or [`Click`] (and its stored form
+    /// reads back), with the same id and time, and its stored text reads back as the stored
+    /// event parsed from the line. Fails if the check accepts a line the events refuse, or
+    /// if the stored text is not the line (`{"event":` and the line, nothing lost or added).
+    #[test]
+    fn a_line_is_stored_as_the_event_it_parses_to() {
+        use crate::event::line::tests::{lines, readable};
+        let loaded_at = 1_700_000_000_123;
+        let mut accepted = 0;
+        for line in lines() {
+            let parsed = Parsed::line(&line, Kind::Query);
+            match serde_json::from_str::<Query>(&line).map(|q| (readable(&q), q)) {
+                Ok((true, query)) => {
+                    let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
+                    assert_eq!(
+                        (parsed.id(), parsed.event_time(), parsed.text()),
+                        (query.query_id.as_str(), query.event_time, line.as_str())
+                    );
+                    let stored: Stored<Query> =
+                        serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();
+                    assert_eq!(
+                        (stored.event, stored.loaded_at),
+                        (query, loaded_at),
+                        "{line}"
+                    );
+                    accepted += 1;
+                }
+                _ => assert!(parsed.is_err(), "query line {line}"),
+            }
+            let parsed = Parsed::line(&line, Kind::Click);
+            match serde_json::from_str::<Click>(&line).map(|c| (readable(&c), c)) {
+                Ok((true, click)) => {
+                    let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
+                    assert_eq!(
+                        (parsed.id(), parsed.event_time(), parsed.kind()),
+                        (click.click_id.as_str(), click.event_time, Kind::Click)
+                    );
+                    let stored: Stored<Click> =
+                        serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();
+                    assert_eq!(
+                        (stored.event, stored.loaded_at),
+                        (click, loaded_at),
+                        "{line}"
+                    );
+                    accepted += 1;
+                }
+                _ => assert!(parsed.is_err(), "click line {line}"),
+            }
+        }
+        assert!(accepted > 10, "{accepted}");
+    }
+
+    /// An event built in code is stored as its serialization would be.
+    #[test]
+    fn an_event_built_in_code_is_stored_as_itself() {
+        let query: Query =
+            serde_json::from_str(r#"{"query_id":"q\"1","event_time":5,"terms":["a",{"b":1.5}]}"#)
+                .unwrap();
+        let stored: Stored<Query> =
+            serde_json::from_slice(&stored_text(Parsed::query(&query).text(), 9)).unwrap();
+        assert_eq!(stored.event, query);
+        let click: Click =
+            serde_json::from_str(r#"{"click_id":"c","query_id":"q\"1","event_time":7}"#).unwrap();
+        let parsed = Parsed::click(&click);
+        assert_eq!((parsed.kind(), parsed.id()), (Kind::Click, "c"));
+        let stored: Stored<Click> = serde_json::from_slice(&stored_text(parsed.text(), 9)).unwrap();
+        assert_eq!(stored.event, click);
     }
 }

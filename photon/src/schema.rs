@@ -203,6 +203,22 @@ pub struct Stored<T> {
     pub loaded_at: u64,
 }
 
+/// The stored form of an event given as its JSON text (a log line the loader accepted:
+/// [`crate::load::Parsed`]): the bytes of `{"event":<text>,"loaded_at":<loaded_at>}`, which
+/// read back as the [`Stored`] of the event parsed from `text`, without parsing the event's
+/// fields into a map and serializing them again.
+pub fn stored_text(text: &str, loaded_at: u64) -> Vec<u8> {
+    const HEAD: &[u8] = b"{\"event\":";
+    const LOADED_AT: &[u8] = b",\"loaded_at\":";
+    let mut out = Vec::with_capacity(HEAD.len() + text.len() + LOADED_AT.len() + 21);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(LOADED_AT);
+    out.extend_from_slice(loaded_at.to_string().as_bytes());
+    out.push(b'}');
+    out
+}
+
 /// Wall-clock now in ms since the epoch.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -150,6 +150,62 @@ async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
     worker.shutdown().await;
 }
 
+/// A click line nested deeper than a stored event can be read back (its JSON parses, but
+/// one level down, as it is stored and joined, it passes serde_json's recursion limit) is
+/// rejected with file:line when it is loaded, instead of being stored for a join that
+/// could never read it; the rest loads and joins, and verify counts it as malformed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_too_deep_to_be_read_back_is_rejected_and_the_rest_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let gen = GenOptions {
+        queries: 400,
+        duplicates: 0.0,
+        orphans: 0.0,
+        files: 1,
+        seed: 6,
+        ..GenOptions::default()
+    };
+    let summary = generate(&logs, &gen).unwrap();
+    let query_line = std::fs::read_to_string(logs.join("queries-000.jsonl")).unwrap();
+    let query: serde_json::Value =
+        serde_json::from_str(query_line.lines().next().unwrap()).unwrap();
+    let nested = |levels: usize| {
+        format!(
+            r#"{{"click_id":"deep{levels}","query_id":{},"event_time":{},"x":{}{}}}"#,
+            query["query_id"],
+            query["event_time"],
+            "[".repeat(levels - 1),
+            "]".repeat(levels - 1)
+        )
+    };
+    // 127 levels parse as a click; 126 are the most a stored click can hold.
+    insert_line(&logs.join("clicks-000.jsonl"), 3, nested(127).as_bytes());
+    insert_line(&logs.join("clicks-000.jsonl"), 5, nested(126).as_bytes());
+    let client = client_on(Arc::new(MemoryKv::new()));
+    let (worker, _) = pipeline(&client);
+    let stats = LoadStats::default();
+    load_dir(&client, &logs, &options(dir.path()), &stats)
+        .await
+        .unwrap();
+    assert_eq!(
+        stats.loaded.load(Ordering::Relaxed),
+        summary.queries + summary.clicks + 1
+    );
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 1);
+    let rejects = std::fs::read_to_string(dir.path().join("rejects.txt")).unwrap();
+    assert!(
+        rejects.contains("clicks-000.jsonl:3:") && rejects.contains("nested deeper"),
+        "{rejects}"
+    );
+    drain(&client, &worker).await;
+    let report = verify(&client, &logs).await.unwrap();
+    assert_eq!(report.malformed_lines, 1, "{report:?}");
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.joined, summary.clicks + 1, "{report:?}");
+    worker.shutdown().await;
+}
+
 /// A log rewritten in place after it was loaded, its first bytes (what identifies it) kept,
 /// is quarantined (not read from the middle of a line): reported with the file, the cause
 /// and what to do (rejects file, counter), while the other logs load on; so is one cut short

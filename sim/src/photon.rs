@@ -90,8 +90,8 @@ pub enum Event {
 impl Event {
     fn parsed(&self) -> Parsed {
         match self {
-            Event::Query(q) => Parsed::Query(q.clone()),
-            Event::Click(c) => Parsed::Click(c.clone()),
+            Event::Query(q) => Parsed::query(q),
+            Event::Click(c) => Parsed::click(c),
         }
     }
 

@@ -1,13 +1,13 @@
 //! `photon verify`: checks the joined output against the input logs.
 
-mod line;
+mod joined;
 
+use crate::event::line::EventLine;
 use crate::event::{Joined, Kind};
 use crate::load::{files_to_load, LogFile};
 use crate::outcome::Outcome;
 use crate::schema::{JOINED, OUTCOMES};
 use hdrhistogram::Histogram;
-use line::EventLine;
 use percolator::Client;
 use percolator::FastMap;
 use serde::Serialize;
@@ -517,7 +517,7 @@ impl Input {
         }
         let mut latency = Histogram::<u64>::new(3).expect("histogram");
         for_each_cell(client, JOINED, |cell, value| {
-            let Ok(j) = serde_json::from_slice::<line::JoinedTimes>(&value) else {
+            let Ok(j) = serde_json::from_slice::<joined::JoinedTimes>(&value) else {
                 return;
             };
             if let Some(m) = minutes.as_deref_mut() {

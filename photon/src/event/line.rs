@@ -1,6 +1,8 @@
-//! What verification reads of a log line and of a joined output: only the ids and times it
-//! checks, without building the events' other fields (a `serde_json::Map` per event), yet
-//! accepting exactly the lines the loader accepts.
+//! A log line read for its ids and event time only, without building the event's other
+//! fields (a `serde_json::Map` per event), yet accepting exactly the lines
+//! [`crate::event::Query`] and [`crate::event::Click`] accept: how the loader checks a line
+//! (it stores the line's text as given: `crate::load::Parsed`) and how verification reads
+//! the logs.
 
 use crate::event::Kind;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -13,18 +15,18 @@ use std::fmt;
 /// integer), each once, and any other fields, each a JSON value the loader can parse into its
 /// map (numbers in range, escapes that are characters, nesting within serde_json's limit).
 /// Those are checked and dropped.
-pub(super) struct EventLine<'a> {
+pub(crate) struct EventLine<'a> {
     /// The click's id (`None` for a query).
-    pub(super) click_id: Option<Text<'a>>,
+    pub(crate) click_id: Option<Text<'a>>,
     /// The query's id (a click's query).
-    pub(super) query_id: Text<'a>,
+    pub(crate) query_id: Text<'a>,
     /// The event time, ms since the epoch.
-    pub(super) event_time: u64,
+    pub(crate) event_time: u64,
 }
 
 impl<'a> EventLine<'a> {
     /// `line` (one log line, without its line end) as an event of `kind`.
-    pub(super) fn parse(line: &'a str, kind: Kind) -> serde_json::Result<Self> {
+    pub(crate) fn parse(line: &'a str, kind: Kind) -> serde_json::Result<Self> {
         let mut de = serde_json::Deserializer::from_str(line);
         let event = de.deserialize_map(EventVisitor { kind })?;
         de.end()?;
@@ -52,9 +54,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 }
                 "query_id" => once(&mut query_id, "query_id", map.next_value()?)?,
                 "event_time" => once(&mut event_time, "event_time", map.next_value()?)?,
-                _ => {
-                    map.next_value::<Checked>()?;
-                }
+                _ => map.next_value_seed(Checked { depth: 2 })?,
             }
         }
         let click_id = match (self.kind, click_id) {
@@ -79,7 +79,7 @@ fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> 
 }
 
 /// A string, borrowed from the line unless it holds escapes.
-pub(super) struct Text<'a>(pub(super) Cow<'a, str>);
+pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de> de::Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -103,73 +103,92 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
     }
 }
 
-/// Any JSON value, parsed as the loader parses it into its map (so that the same values
-/// fail: a number out of range, a lone surrogate escape, nesting past the limit) and
-/// dropped. `serde::de::IgnoredAny` would only check the syntax.
-struct Checked;
+/// The deepest nesting of objects and arrays in a line the loader accepts, the line's own
+/// object counted: serde_json reads at most 127 levels (its recursion limit), and the line
+/// is stored and joined one level down (`{"event":<line>,…}`, `{"click":<line>,…}`). A line
+/// nested 127 deep would load, and then no join could read it back.
+pub(crate) const MAX_DEPTH: usize = 126;
 
-impl<'de> de::Deserialize<'de> for Checked {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CheckedVisitor)
+/// Any JSON value, parsed as the loader parses it into its map (so that the same values
+/// fail: a number out of range, a lone surrogate escape, nesting past [`MAX_DEPTH`]) and
+/// dropped. `serde::de::IgnoredAny` would only check the syntax. `depth` is the level of the
+/// value: a field of the line is at level 2.
+struct Checked {
+    depth: usize,
+}
+
+impl Checked {
+    /// Refuses a container at a level past [`MAX_DEPTH`]; else what its elements are checked as.
+    fn inner<E: de::Error>(&self) -> Result<Checked, E> {
+        if self.depth > MAX_DEPTH {
+            return Err(E::custom(format_args!(
+                "nested deeper than {MAX_DEPTH} levels (the stored event would pass \
+                 serde_json's limit of 127)"
+            )));
+        }
+        Ok(Checked {
+            depth: self.depth + 1,
+        })
     }
 }
 
-struct CheckedVisitor;
+impl<'de> de::DeserializeSeed<'de> for Checked {
+    type Value = ();
 
-impl<'de> Visitor<'de> for CheckedVisitor {
-    type Value = Checked;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
-        Ok(Checked)
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
+        while seq
+            .next_element_seed(Checked { depth: inner.depth })?
+            .is_some()
+        {}
+        Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.inner()?;
         while map.next_key::<Text<'de>>()?.is_some() {
-            map.next_value::<Checked>()?;
+            map.next_value_seed(Checked { depth: inner.depth })?;
         }
-        Ok(Checked)
+        Ok(())
     }
-}
-
-/// What the check reads of a joined output ([`crate::event::Joined`]): its two times; the
-/// click and query it carries are skipped (they were written by a join, not read from a
-/// log).
-#[derive(serde::Deserialize)]
-pub(super) struct JoinedTimes {
-    /// When the join committed, ms since the epoch.
-    pub(super) joined_at: u64,
-    /// When the later of click and query was loaded.
-    pub(super) arrived_at: u64,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::event::{Click, Joined, Query};
+    use crate::event::{Click, Query};
 
     /// Lines the loader must reject or accept, with the ids it reads.
-    fn lines() -> Vec<String> {
+    /// Log lines the loader accepts and lines it refuses, for either kind.
+    pub(crate) fn lines() -> Vec<String> {
         let mut lines: Vec<String> = [
             r#"{"query_id":"q1","event_time":5}"#,
             r#"{"query_id":"q1","event_time":5,"terms":"a b","n":[1,{"x":null}]}"#,
@@ -226,7 +245,7 @@ mod tests {
         let lines = lines();
         let mut accepted = 0;
         for line in &lines {
-            let query = serde_json::from_str::<Query>(line).ok();
+            let query = serde_json::from_str::<Query>(line).ok().filter(readable);
             let light = EventLine::parse(line, Kind::Query).ok();
             assert_eq!(
                 query.as_ref().map(|q| (q.query_id.as_str(), q.event_time)),
@@ -235,7 +254,7 @@ mod tests {
                     .map(|q| (q.query_id.0.as_ref(), q.event_time)),
                 "query line {line}"
             );
-            let click = serde_json::from_str::<Click>(line).ok();
+            let click = serde_json::from_str::<Click>(line).ok().filter(readable);
             let light = EventLine::parse(line, Kind::Click).ok();
             assert_eq!(
                 click
@@ -254,18 +273,35 @@ mod tests {
         assert!(accepted > 5 && accepted < lines.len() - 5, "{accepted}");
     }
 
+    /// Whether an event, stored one level down as the loader stores it, reads back.
+    pub(crate) fn readable<T: serde::Serialize + serde::de::DeserializeOwned>(event: &T) -> bool {
+        let stored = serde_json::to_vec(&crate::schema::Stored {
+            event,
+            loaded_at: 0,
+        })
+        .unwrap();
+        serde_json::from_slice::<crate::schema::Stored<T>>(&stored).is_ok()
+    }
+
+    /// A line nested 127 deep parses as an event but its stored form does not read back
+    /// (the join of it would fail forever): the check refuses it, and accepts 126.
     #[test]
-    fn the_check_reads_a_joined_outputs_times() {
-        let joined = Joined {
-            click: serde_json::from_str(r#"{"click_id":"c1","query_id":"q1","event_time":7}"#)
-                .unwrap(),
-            query: serde_json::from_str(r#"{"query_id":"q1","event_time":5,"terms":"a"}"#).unwrap(),
-            token: "A/w/1".to_string(),
-            joined_at: 1_000,
-            arrived_at: 400,
+    fn a_line_too_deep_to_read_back_once_stored_is_refused() {
+        let nested = |levels: usize| {
+            let (open, close) = ("[".repeat(levels - 1), "]".repeat(levels - 1));
+            format!(r#"{{"click_id":"c1","query_id":"q1","event_time":7,"x":{open}{close}}}"#)
         };
-        let bytes = serde_json::to_vec(&joined).unwrap();
-        let times: JoinedTimes = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!((times.joined_at, times.arrived_at), (1_000, 400));
+        let deepest = nested(MAX_DEPTH);
+        let click: Click = serde_json::from_str(&deepest).unwrap();
+        assert!(readable(&click));
+        assert!(EventLine::parse(&deepest, Kind::Click).is_ok());
+        let too_deep = nested(MAX_DEPTH + 1);
+        let click: Click = serde_json::from_str(&too_deep).unwrap();
+        assert!(!readable(&click));
+        let error = EventLine::parse(&too_deep, Kind::Click).err().unwrap();
+        assert!(
+            error.to_string().contains("nested deeper than 126 levels"),
+            "{error}"
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! The event model: queries and clicks as JSON lines.
 
+pub(crate) mod line;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
