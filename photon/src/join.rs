@@ -2,7 +2,8 @@
 //! IdRegistry entry and the output commit together), a query observer that wakes the clicks
 //! waiting for it, and the check run after each loaded batch of queries that notifies it.
 
-use crate::event::{day_of, Click, Joined, Query};
+use crate::event::line::EventLine;
+use crate::event::{day_of, Joined, Kind};
 use crate::legacy::LegacyEntries;
 use crate::outcome::Outcome;
 use crate::registry::boundary;
@@ -93,9 +94,31 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
 /// for (`None` if unknown, or if the notification was not a click write's: a wake-up, a
 /// sweep, a forced renotify, whose commit_ts is above the delivery's).
 struct ReadClick {
-    stored: Stored<Click>,
+    event: ClickIds,
+    stored: StoredText,
     delivery_ts: Option<u64>,
     notified_ts: Option<u64>,
+}
+
+/// What the join reads of a stored click's text ([`StoredText`]): its ids and event time.
+struct ClickIds {
+    click_id: String,
+    query_id: String,
+    event_time: u64,
+}
+
+impl ClickIds {
+    fn read(stored: &StoredText) -> serde_json::Result<ClickIds> {
+        let line = EventLine::parse(stored.event.get(), Kind::Click)?;
+        Ok(ClickIds {
+            click_id: line
+                .click_id
+                .map(|id| id.0.into_owned())
+                .unwrap_or_default(),
+            query_id: line.query_id.0.into_owned(),
+            event_time: line.event_time,
+        })
+    }
 }
 
 /// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
@@ -170,12 +193,13 @@ async fn join_clicks(
         let Some(bytes) = bytes else {
             continue;
         };
-        let stored: Stored<Click> =
-            serde_json::from_slice(&bytes).map_err(|e| bad_data("click", cell, e))?;
+        let stored = StoredText::read(&bytes).map_err(|e| bad_data("click", cell, e))?;
+        let event = ClickIds::read(&stored).map_err(|e| bad_data("click", cell, e))?;
         // A click write's notification is at or below the delivery read; a later one was
         // made by a wake-up, a sweep or a renotify, and names no write.
         let notified_ts = notified_ts.filter(|n| delivery_ts.is_some_and(|d| *n <= d));
         read.push(ReadClick {
+            event,
             stored,
             delivery_ts,
             notified_ts,
@@ -185,11 +209,8 @@ async fn join_clicks(
     // proves nothing; such a click is never joined (and keeps its first terminal outcome).
     let (current, old): (Vec<ReadClick>, Vec<ReadClick>) = read
         .into_iter()
-        .partition(|click| day_of(click.stored.event.event_time) >= boundary);
-    let old: Vec<String> = old
-        .into_iter()
-        .map(|click| click.stored.event.click_id)
-        .collect();
+        .partition(|click| day_of(click.event.event_time) >= boundary);
+    let old: Vec<String> = old.into_iter().map(|click| click.event.click_id).collect();
     crate::registry::settle_below_boundary(txn, &old, boundary, stats).await?;
     if current.is_empty() {
         return Ok(());
@@ -200,7 +221,7 @@ async fn join_clicks(
     let legacy = config.legacy_entries.may_exist().await;
     let mut wanted = Vec::with_capacity(4 * current.len());
     for click in &current {
-        let event = &click.stored.event;
+        let event = &click.event;
         wanted.push(idregistry_cell(&event.click_id));
         if legacy {
             wanted.push(legacy_idregistry_cell(
@@ -237,7 +258,7 @@ async fn join_clicks(
                         .lock()
                         .unwrap_or_else(|p| p.into_inner());
                     lookups
-                        .entry(click.stored.event.click_id.clone())
+                        .entry(click.event.click_id.clone())
                         .or_insert(token)
                         .clone()
                 } else {
@@ -255,7 +276,7 @@ async fn join_clicks(
                 && guard.token.is_none()
                 && !guard.outcome().is_some_and(Outcome::is_final)
         })
-        .map(|(click, _, _)| pending_cell(&click.stored.event.query_id))
+        .map(|(click, _, _)| pending_cell(&click.event.query_id))
         .collect();
     if !pending.is_empty() {
         txn.get_many(&pending.into_iter().collect::<Vec<_>>())
@@ -334,11 +355,11 @@ async fn join_click(
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
     let ReadClick {
+        event: click,
         stored,
         delivery_ts,
         notified_ts,
     } = click;
-    let click = stored.event;
     let day = day_of(click.event_time);
     let outcome = guard.outcome();
     if outcome.is_some_and(Outcome::is_final) {
@@ -366,32 +387,44 @@ async fn join_click(
     }
     match query {
         Some(qbytes) => {
-            let q: Stored<Query> = serde_json::from_slice(&qbytes)
+            let q = StoredText::read(&qbytes)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
             let joined_at = txn.wall_ms();
             let token = JoinToken::format(config, notified_ts, txn.start_ts().0);
-            let joined = Joined {
-                arrived_at: stored.loaded_at.max(q.loaded_at),
-                click,
-                query: q.event,
-                token: token.clone(),
-                joined_at,
-            };
-            let click_id = joined.click.click_id.clone();
+            let arrived_at = stored.loaded_at.max(q.loaded_at);
+            let click_id = click.click_id;
             crate::registry::write_entry(txn, day, &click_id, token.clone());
             if outcome == Some(Outcome::Waiting) {
                 // Parked before: the join clears it, and so conflicts with a run that
                 // expires the click from an older snapshot (both write the outcome).
                 txn.delete(outcome_cell(&click_id));
             }
-            match config
-                .adapter
-                .as_ref()
-                .map_or(Some(joined.clone()), |a| a.adapt(joined))
-            {
-                Some(out) => {
-                    let value = serde_json::to_vec(&out)
-                        .map_err(|e| ObserverError::failed(e.to_string()))?;
+            let failed = |e: serde_json::Error| ObserverError::failed(e.to_string());
+            // Without an adapter the events' texts go into the output as stored; an
+            // adapter is given the events parsed.
+            let out = match &config.adapter {
+                None => Some(
+                    Joined::text(&stored.event, &q.event, &token, joined_at, arrived_at)
+                        .map_err(failed)?,
+                ),
+                Some(adapter) => {
+                    let joined = Joined {
+                        click: serde_json::from_str(stored.event.get())
+                            .map_err(|e| bad_data("click", &click_cell(&click_id), e))?,
+                        query: serde_json::from_str(q.event.get())
+                            .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?,
+                        token: token.clone(),
+                        joined_at,
+                        arrived_at,
+                    };
+                    adapter
+                        .adapt(joined)
+                        .map(|out| serde_json::to_vec(&out).map_err(failed))
+                        .transpose()?
+                }
+            };
+            match out {
+                Some(value) => {
                     txn.set(joined_cell(&click_id, &token), value);
                     bump(&stats.joined);
                 }
@@ -434,7 +467,7 @@ async fn join_click(
 /// by the query's wake observer or the sweep.
 async fn park_click(
     txn: &Transaction,
-    click: &Click,
+    click: &ClickIds,
     stats: &JoinStats,
 ) -> Result<(), ObserverError> {
     // Park on the query's pending list (the wake observer and the sweep take the
@@ -630,6 +663,7 @@ pub async fn sweep_pending(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::{Click, Query};
     use percolator::kv::MemoryKv;
     use percolator::ts::LocalClock;
 

@@ -203,6 +203,31 @@ pub struct Stored<T> {
     pub loaded_at: u64,
 }
 
+/// A stored event as the join reads it: the event's JSON text, kept as it is stored, and its
+/// load time; the fields the join needs are read from the text by
+/// [`crate::event::line::EventLine`], and the text goes into the joined output as it is
+/// (the other fields are never parsed into a map and serialized again).
+pub struct StoredText {
+    /// The event's JSON text.
+    pub event: Box<serde_json::value::RawValue>,
+    /// Load time, ms since the epoch.
+    pub loaded_at: u64,
+}
+
+impl StoredText {
+    /// Reads the bytes of a [`Stored`] event (whichever way it was written: [`stored_text`],
+    /// or serialized).
+    pub fn read(bytes: &[u8]) -> serde_json::Result<StoredText> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            event: Box<serde_json::value::RawValue>,
+            loaded_at: u64,
+        }
+        let Raw { event, loaded_at } = serde_json::from_slice(bytes)?;
+        Ok(StoredText { event, loaded_at })
+    }
+}
+
 /// The stored form of an event given as its JSON text (a log line the loader accepted:
 /// [`crate::load::Parsed`]): the bytes of `{"event":<text>,"loaded_at":<loaded_at>}`, which
 /// read back as the [`Stored`] of the event parsed from `text`, without parsing the event's

@@ -77,3 +77,69 @@ pub struct Joined {
     /// When the later of click and query was loaded (the earliest the join was possible).
     pub arrived_at: u64,
 }
+
+impl Joined {
+    /// The bytes of the joined output of `click` and `query` given as their JSON texts (as
+    /// stored: `crate::schema::StoredText`): what serializing the [`Joined`] of the events
+    /// parsed from them gives, up to the events' formatting and field order, without parsing
+    /// their fields.
+    pub fn text(
+        click: &serde_json::value::RawValue,
+        query: &serde_json::value::RawValue,
+        token: &str,
+        joined_at: u64,
+        arrived_at: u64,
+    ) -> serde_json::Result<Vec<u8>> {
+        #[derive(Serialize)]
+        struct Text<'a> {
+            click: &'a serde_json::value::RawValue,
+            query: &'a serde_json::value::RawValue,
+            token: &'a str,
+            joined_at: u64,
+            arrived_at: u64,
+        }
+        serde_json::to_vec(&Text {
+            click,
+            query,
+            token,
+            joined_at,
+            arrived_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::line::tests::lines;
+    use crate::load::Parsed;
+    use crate::schema::{stored_text, StoredText};
+
+    /// Every click line the loader accepts, joined with a query line as the join writes it
+    /// from their stored texts, reads back as the [`Joined`] of the events parsed from the
+    /// lines. Fails if the text drops, doubles or misplaces a part.
+    #[test]
+    fn a_joined_text_reads_back_as_the_joined_events() {
+        let query_line = r#"{"query_id":"q\"1","event_time":5,"terms":["a",{"b":1.5}]}"#;
+        let query = StoredText::read(&stored_text(query_line, 40)).unwrap();
+        let mut joined = 0;
+        for line in lines() {
+            let Ok(parsed) = Parsed::line(&line, Kind::Click) else {
+                continue;
+            };
+            let click = StoredText::read(&stored_text(parsed.text(), 30)).unwrap();
+            let text = Joined::text(&click.event, &query.event, "A/w/1/n/7", 1_000, 40).unwrap();
+            let read: Joined = serde_json::from_slice(&text).unwrap();
+            let expected = Joined {
+                click: serde_json::from_str(&line).unwrap(),
+                query: serde_json::from_str(query_line).unwrap(),
+                token: "A/w/1/n/7".to_string(),
+                joined_at: 1_000,
+                arrived_at: 40,
+            };
+            assert_eq!(read, expected, "{line}");
+            joined += 1;
+        }
+        assert!(joined > 5, "{joined}");
+    }
+}
