@@ -17,22 +17,68 @@ use std::sync::RwLock;
 #[derive(Debug)]
 struct Entry {
     hash: u64,
-    cell: Cell,
-    /// The value written; `None` for a delete.
-    value: Option<Vec<u8>>,
+    /// The cell's table, row and column, then the value, in one allocation: a probe that
+    /// meets the entry compares the cell in one place (three separate buffers were three
+    /// cache misses per comparison), and an eviction frees one buffer.
+    bytes: Box<[u8]>,
+    /// Where the row and the column start in `bytes`, and where the value starts.
+    row_at: usize,
+    column_at: usize,
+    value_at: usize,
+    /// Whether the commit deleted the cell (`bytes` then holds no value).
+    deleted: bool,
     commit_ts: u64,
     /// The insertion that put this entry (the eviction queue names entries by it).
     seq: u64,
 }
 
 impl Entry {
+    fn new(hash: u64, cell: &Cell, value: Option<&[u8]>, commit_ts: u64, seq: u64) -> Entry {
+        let value_bytes = value.unwrap_or_default();
+        let mut bytes = Vec::with_capacity(
+            cell.table.len() + cell.row.len() + cell.column.len() + value_bytes.len(),
+        );
+        bytes.extend_from_slice(&cell.table);
+        let row_at = bytes.len();
+        bytes.extend_from_slice(&cell.row);
+        let column_at = bytes.len();
+        bytes.extend_from_slice(&cell.column);
+        let value_at = bytes.len();
+        bytes.extend_from_slice(value_bytes);
+        Entry {
+            hash,
+            bytes: bytes.into_boxed_slice(),
+            row_at,
+            column_at,
+            value_at,
+            deleted: value.is_none(),
+            commit_ts,
+            seq,
+        }
+    }
+
+    /// Whether the entry is `cell`'s.
+    fn is(&self, cell: &Cell) -> bool {
+        self.bytes[..self.row_at] == cell.table[..]
+            && self.bytes[self.row_at..self.column_at] == cell.row[..]
+            && self.bytes[self.column_at..self.value_at] == cell.column[..]
+    }
+
+    /// Whether the entry is the same cell's as `other`.
+    fn same_cell(&self, other: &Entry) -> bool {
+        (self.row_at, self.column_at, self.value_at)
+            == (other.row_at, other.column_at, other.value_at)
+            && self.bytes[..self.value_at] == other.bytes[..other.value_at]
+    }
+
+    /// The value written; `None` for a delete.
+    fn value(&self) -> Option<Vec<u8>> {
+        (!self.deleted).then(|| self.bytes[self.value_at..].to_vec())
+    }
+
     /// What the entry counts against the budget: its bytes and a fixed overhead.
     fn weight(&self) -> usize {
-        ENTRY_OVERHEAD
-            + self.cell.table.len()
-            + self.cell.row.len()
-            + self.cell.column.len()
-            + self.value.as_ref().map_or(0, Vec::len)
+        ENTRY_OVERHEAD + self.bytes.len()
     }
 }
 
@@ -51,12 +97,12 @@ struct Inner {
 
 impl Inner {
     fn find(&self, hash: u64, cell: &Cell) -> Option<&Entry> {
-        self.entries.find(hash, |e| e.cell == *cell)
+        self.entries.find(hash, |e| e.is(cell))
     }
 
     /// Removes the entry of `cell`, if any.
     fn remove(&mut self, hash: u64, cell: &Cell) {
-        if let Ok(found) = self.entries.find_entry(hash, |e| e.cell == *cell) {
+        if let Ok(found) = self.entries.find_entry(hash, |e| e.is(cell)) {
             let (old, _) = found.remove();
             self.bytes -= old.weight();
         }
@@ -129,26 +175,23 @@ impl RecentWrites {
         if writes.is_empty() {
             return;
         }
-        let hashed: Vec<(u64, Cell, Option<Vec<u8>>)> = writes
+        // The entries are built (and the writes' buffers freed) before the lock is taken.
+        let entries: Vec<Entry> = writes
             .into_iter()
-            .map(|(cell, value)| (self.hash(&cell), cell, value))
+            .map(|(cell, value)| {
+                Entry::new(self.hash(&cell), &cell, value.as_deref(), commit_ts, 0)
+            })
             .collect();
         let mut guard = self.write();
         let inner = &mut *guard;
-        for (hash, cell, value) in hashed {
+        for mut entry in entries {
             // One probe of the table per cell: an entry of the cell is replaced in place.
             let seq = inner.next_seq;
-            let entry = Entry {
-                hash,
-                cell,
-                value,
-                commit_ts,
-                seq,
-            };
-            let weight = entry.weight();
+            entry.seq = seq;
+            let (hash, weight) = (entry.hash, entry.weight());
             match inner
                 .entries
-                .entry(hash, |e| e.cell == entry.cell, |e| e.hash)
+                .entry(hash, |e| e.same_cell(&entry), |e| e.hash)
             {
                 hashbrown::hash_table::Entry::Occupied(mut found) => {
                     let old = found.get_mut();
@@ -201,7 +244,7 @@ impl RecentWrites {
                     inner
                         .find(hash, cell)
                         .filter(|e| e.commit_ts <= at && e.commit_ts >= *least)
-                        .map(|e| (e.value.clone(), e.commit_ts))
+                        .map(|e| (e.value(), e.commit_ts))
                 })
                 .collect()
         };
