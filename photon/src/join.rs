@@ -2,7 +2,6 @@
 //! IdRegistry entry and the output commit together), a query observer that wakes the clicks
 //! waiting for it, and the check run after each loaded batch of queries that notifies it.
 
-use crate::event::line::EventLine;
 use crate::event::{day_of, Joined, Kind};
 use crate::legacy::LegacyEntries;
 use crate::outcome::Outcome;
@@ -95,30 +94,16 @@ fn bad_data(what: &str, cell: &Cell, e: serde_json::Error) -> ObserverError {
 /// sweep, a forced renotify, whose commit_ts is above the delivery's).
 struct ReadClick {
     event: ClickIds,
-    stored: StoredText,
+    stored: StoredEvent,
     delivery_ts: Option<u64>,
     notified_ts: Option<u64>,
 }
 
-/// What the join reads of a stored click's text ([`StoredText`]): its ids and event time.
+/// A stored click's ids and event time (taken from its [`StoredEvent`]).
 struct ClickIds {
     click_id: String,
     query_id: String,
     event_time: u64,
-}
-
-impl ClickIds {
-    fn read(stored: &StoredText) -> serde_json::Result<ClickIds> {
-        let line = EventLine::parse(stored.event.get(), Kind::Click)?;
-        Ok(ClickIds {
-            click_id: line
-                .click_id
-                .map(|id| id.0.into_owned())
-                .unwrap_or_default(),
-            query_id: line.query_id.0.into_owned(),
-            event_time: line.event_time,
-        })
-    }
 }
 
 /// The click join, a strong observer on `clicks/event` that handles a batch of clicks in one
@@ -193,8 +178,14 @@ async fn join_clicks(
         let Some(bytes) = bytes else {
             continue;
         };
-        let stored = StoredText::read(&bytes).map_err(|e| bad_data("click", cell, e))?;
-        let event = ClickIds::read(&stored).map_err(|e| bad_data("click", cell, e))?;
+        let mut stored =
+            StoredEvent::read(bytes, Kind::Click).map_err(|e| bad_data("click", cell, e))?;
+        let event = ClickIds {
+            // A click's text has its id (`StoredEvent::read` of a click checks it).
+            click_id: stored.click_id.take().unwrap_or_default(),
+            query_id: std::mem::take(&mut stored.query_id),
+            event_time: stored.event_time,
+        };
         // A click write's notification is at or below the delivery read; a later one was
         // made by a wake-up, a sweep or a renotify, and names no write.
         let notified_ts = notified_ts.filter(|n| delivery_ts.is_some_and(|d| *n <= d));
@@ -387,8 +378,15 @@ async fn join_click(
     }
     match query {
         Some(qbytes) => {
-            let q = StoredText::read(&qbytes)
+            let q = StoredEvent::read(qbytes, Kind::Query)
                 .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?;
+            if q.query_id != click.query_id {
+                return Err(ObserverError::failed(format!(
+                    "malformed query at {}: it is query {:?}",
+                    query_cell(&click.query_id),
+                    q.query_id
+                )));
+            }
             let joined_at = txn.wall_ms();
             let token = JoinToken::format(config, notified_ts, txn.start_ts().0);
             let arrived_at = stored.loaded_at.max(q.loaded_at);
@@ -404,14 +402,14 @@ async fn join_click(
             // adapter is given the events parsed.
             let out = match &config.adapter {
                 None => Some(
-                    Joined::text(&stored.event, &q.event, &token, joined_at, arrived_at)
+                    Joined::text(stored.text(), q.text(), &token, joined_at, arrived_at)
                         .map_err(failed)?,
                 ),
                 Some(adapter) => {
                     let joined = Joined {
-                        click: serde_json::from_str(stored.event.get())
+                        click: serde_json::from_slice(stored.text())
                             .map_err(|e| bad_data("click", &click_cell(&click_id), e))?,
-                        query: serde_json::from_str(q.event.get())
+                        query: serde_json::from_slice(q.text())
                             .map_err(|e| bad_data("query", &query_cell(&click.query_id), e))?,
                         token: token.clone(),
                         joined_at,
@@ -702,6 +700,70 @@ mod tests {
             query_id: query.to_string(),
             event_time: at,
             fields: Default::default(),
+        }
+    }
+
+    /// The joined output reads back as the [`Joined`] of the click and its query, for events
+    /// stored as the loader stores them (their text, `stored_text`) and as earlier versions
+    /// did (a serialized `Stored`), without an adapter (the texts go into the output) and
+    /// with one (it is given the events parsed, and its answer is written).
+    #[tokio::test]
+    async fn the_output_holds_the_joined_events_however_they_were_stored() {
+        struct Mark;
+        impl Adapter for Mark {
+            fn adapt(&self, mut joined: Joined) -> Option<Joined> {
+                joined.click.fields.insert("adapted".into(), true.into());
+                Some(joined)
+            }
+        }
+        let at = now_ms();
+        let mut q = query("q\"1", at - 5_000);
+        q.fields
+            .insert("terms".into(), serde_json::json!(["a", {"b": 1.5}]));
+        let mut c = click("c1", "q\"1", at - 1_000);
+        c.fields.insert("ad".into(), serde_json::json!("x\u{e9}"));
+        for (as_text, adapter) in [(true, false), (false, false), (true, true), (false, true)] {
+            let client = Client::new(Arc::new(MemoryKv::new()), Arc::new(LocalClock::new()));
+            crate::schema::declare_columns(&client);
+            let store = |event: String| match as_text {
+                true => stored_text(&event, at - 100),
+                false => stored(serde_json::from_str::<serde_json::Value>(&event).unwrap()),
+            };
+            let setup = client.begin().await.unwrap();
+            setup.set(
+                query_cell(&q.query_id),
+                store(serde_json::to_string(&q).unwrap()),
+            );
+            setup.set(click_cell("c1"), store(serde_json::to_string(&c).unwrap()));
+            setup.commit().await.unwrap();
+            let config = JoinConfig {
+                adapter: adapter.then(|| Arc::new(Mark) as Arc<dyn Adapter>),
+                ..test_config()
+            };
+            let stats = JoinStats::default();
+            let txn = client.begin().await.unwrap();
+            join_clicks(&txn, &[click_cell("c1")], &[None], &config, &stats)
+                .await
+                .unwrap();
+            txn.commit().await.unwrap();
+            assert_eq!(stats.joined.load(Ordering::Relaxed), 1);
+            let read = client.begin().await.unwrap();
+            let outputs = read
+                .scan(JOINED.as_bytes(), b"c1", Some(b"c1\0"))
+                .await
+                .unwrap();
+            assert_eq!(outputs.len(), 1);
+            let joined: Joined = serde_json::from_slice(&outputs[0].1).unwrap();
+            let mut expected = c.clone();
+            if adapter {
+                expected.fields.insert("adapted".into(), true.into());
+            }
+            assert_eq!(
+                (&joined.click, &joined.query),
+                (&expected, &q),
+                "{as_text} {adapter}"
+            );
+            assert!(joined.token.starts_with("A/w/"), "{}", joined.token);
         }
     }
 

@@ -20,9 +20,11 @@ use percolator::{Client, Transaction};
 use std::path::{Path, PathBuf};
 
 /// A line the loader accepted, ready to be written: its kind, its event's id and time, and
-/// the line's text as given, which is stored as it is ([`crate::schema::stored_text`]): the
-/// line is checked by [`EventLine`], which accepts exactly the lines [`Query`] and [`Click`]
-/// accept, and its other fields are not parsed into a map to be serialized again.
+/// the line's text as given (carriage returns between tokens made spaces), which is stored
+/// as it is ([`crate::schema::stored_text`]): the line is checked by [`EventLine`], which
+/// accepts the lines [`Query`] and [`Click`] accept but those nested too deep to read back
+/// once stored ([`crate::event::line::MAX_DEPTH`]), and its other fields are not parsed into
+/// a map to be serialized again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed {
     kind: Kind,
@@ -39,11 +41,19 @@ impl Parsed {
             (Kind::Click, Some(click_id)) => click_id.0.into_owned(),
             _ => event.query_id.0.into_owned(),
         };
+        // A carriage return can only be whitespace between tokens here (a string holding
+        // one raw is refused): a space instead keeps the stored text, and the joined output
+        // and export lines holding it, free of line ends.
+        let text = if line.contains('\r') {
+            line.replace('\r', " ")
+        } else {
+            line.to_owned()
+        };
         Ok(Parsed {
             kind,
             id,
             event_time: event.event_time,
-            text: line.to_owned(),
+            text,
         })
     }
 
@@ -315,7 +325,11 @@ mod tests {
                     let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
                     assert_eq!(
                         (parsed.id(), parsed.event_time(), parsed.text()),
-                        (query.query_id.as_str(), query.event_time, line.as_str())
+                        (
+                            query.query_id.as_str(),
+                            query.event_time,
+                            line.replace('\r', " ").as_str()
+                        )
                     );
                     let stored: Stored<Query> =
                         serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();

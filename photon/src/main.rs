@@ -496,15 +496,35 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                 store_calls: Some(counted),
             };
             let report = photon::demo::run(&client, &dir, &options).await?;
-            if let Some(embedded) = temporary {
+            if let Some(mut embedded) = temporary {
                 // The temporary directory goes with the command: the store is closed (its
-                // threads stopped) before it is removed. Every other holder of the store
-                // (the pipelines, the counting wrapper) is gone with the client by now;
-                // if one were not, the store closes when it lets go.
+                // threads stopped) before it is removed. The client and the counting wrapper
+                // go now; tasks that held the store (aborted runs, the commit heartbeat, the
+                // oracle's window extension) let go of it as they wind down.
                 drop((client, options));
-                match Arc::try_unwrap(embedded) {
-                    Ok(embedded) => embedded.close_for_removal(),
-                    Err(_) => tracing::debug!("the temporary store is still held; dropped"),
+                let deadline = Instant::now() + Duration::from_secs(5);
+                loop {
+                    match Arc::try_unwrap(embedded) {
+                        Ok(kv) => {
+                            kv.close_for_removal();
+                            break;
+                        }
+                        Err(held) if Instant::now() < deadline => {
+                            embedded = held;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        Err(held) => {
+                            // Never remove a directory under a live store: keep it.
+                            let kept = temp.keep();
+                            tracing::warn!(
+                                dir = %kept.display(),
+                                "the demo's store was still in use at the end; its \
+                                 temporary directory is left in place"
+                            );
+                            drop(held);
+                            break;
+                        }
+                    }
                 }
             } else {
                 percolator_cli::store::leave_open(client)

@@ -203,28 +203,104 @@ pub struct Stored<T> {
     pub loaded_at: u64,
 }
 
-/// A stored event as the join reads it: the event's JSON text, kept as it is stored, and its
-/// load time; the fields the join needs are read from the text by
-/// [`crate::event::line::EventLine`], and the text goes into the joined output as it is
-/// (the other fields are never parsed into a map and serialized again).
-pub struct StoredText {
-    /// The event's JSON text.
-    pub event: Box<serde_json::value::RawValue>,
+/// A stored event as the join reads it: its ids and event time (read by
+/// [`crate::event::line::EventLine`], which also checks the text), its load time, and its
+/// JSON text as stored, which goes into the joined output as it is: the event's other
+/// fields are never parsed into a map and serialized again.
+pub struct StoredEvent {
+    bytes: Vec<u8>,
+    /// Where the event's text lies in `bytes`.
+    text: std::ops::Range<usize>,
+    /// The click's id (`None` for a query).
+    pub click_id: Option<String>,
+    /// The query's id (a click's query).
+    pub query_id: String,
+    /// The event time, ms since the epoch.
+    pub event_time: u64,
     /// Load time, ms since the epoch.
     pub loaded_at: u64,
 }
 
-impl StoredText {
-    /// Reads the bytes of a [`Stored`] event (whichever way it was written: [`stored_text`],
-    /// or serialized).
-    pub fn read(bytes: &[u8]) -> serde_json::Result<StoredText> {
-        #[derive(serde::Deserialize)]
-        struct Raw {
-            event: Box<serde_json::value::RawValue>,
-            loaded_at: u64,
+/// What comes before a stored event's text ([`stored_text`]; serializing a [`Stored`] gives
+/// the same).
+const STORED_HEAD: &[u8] = b"{\"event\":";
+/// What comes between a stored event's text and its load time.
+const STORED_LOADED_AT: &[u8] = b",\"loaded_at\":";
+
+impl StoredEvent {
+    /// Reads the bytes of a stored event of `kind` (written by [`stored_text`], or a
+    /// serialized [`Stored`]): fails unless they read as a [`Stored`] of `kind`'s event
+    /// would. The text is found by the layout both writers give (`{"event":`, the text,
+    /// `,"loaded_at":`, digits, `}`) and parsed once, as the ids are read; other bytes
+    /// are read by serde_json, the text borrowed (`RawValue`), then parsed the same way.
+    pub fn read(bytes: Vec<u8>, kind: crate::event::Kind) -> serde_json::Result<StoredEvent> {
+        let by_layout = Self::by_layout(&bytes).and_then(|(text, loaded_at)| {
+            let ids = Self::ids(&bytes, text.clone(), kind).ok()?;
+            Some((text, loaded_at, ids))
+        });
+        let (text, loaded_at, (click_id, query_id, event_time)) = match by_layout {
+            Some(found) => found,
+            None => {
+                #[derive(serde::Deserialize)]
+                struct Raw<'a> {
+                    #[serde(borrow)]
+                    event: &'a serde_json::value::RawValue,
+                    loaded_at: u64,
+                }
+                let raw: Raw<'_> = serde_json::from_slice(&bytes)?;
+                // The borrowed text lies in `bytes`: its place is where it starts.
+                let start =
+                    (raw.event.get().as_ptr() as usize).wrapping_sub(bytes.as_ptr() as usize);
+                let text = start..start + raw.event.get().len();
+                let ids = Self::ids(&bytes, text.clone(), kind)?;
+                (text, raw.loaded_at, ids)
+            }
+        };
+        Ok(StoredEvent {
+            bytes,
+            text,
+            click_id,
+            query_id,
+            event_time,
+            loaded_at,
+        })
+    }
+
+    /// Where the text and the load time are if `bytes` have the writers' layout.
+    fn by_layout(bytes: &[u8]) -> Option<(std::ops::Range<usize>, u64)> {
+        let body = bytes.strip_prefix(STORED_HEAD)?.strip_suffix(b"}")?;
+        // The last `,"loaded_at":` is the layout's: the text's own come before it.
+        let at = body
+            .windows(STORED_LOADED_AT.len())
+            .rposition(|w| w == STORED_LOADED_AT)?;
+        let digits = &body[at + STORED_LOADED_AT.len()..];
+        if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
         }
-        let Raw { event, loaded_at } = serde_json::from_slice(bytes)?;
-        Ok(StoredText { event, loaded_at })
+        let loaded_at = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        Some((STORED_HEAD.len()..STORED_HEAD.len() + at, loaded_at))
+    }
+
+    /// The ids and event time of the event of `kind` whose text is `bytes[text]`.
+    fn ids(
+        bytes: &[u8],
+        text: std::ops::Range<usize>,
+        kind: crate::event::Kind,
+    ) -> serde_json::Result<(Option<String>, String, u64)> {
+        let slice = bytes.get(text).ok_or_else(|| {
+            <serde_json::Error as serde::de::Error>::custom("the event's text is out of place")
+        })?;
+        let event = crate::event::line::EventLine::parse_bytes(slice, kind)?;
+        Ok((
+            event.click_id.map(|id| id.0.into_owned()),
+            event.query_id.0.into_owned(),
+            event.event_time,
+        ))
+    }
+
+    /// The event's JSON text, as stored.
+    pub fn text(&self) -> &[u8] {
+        &self.bytes[self.text.clone()]
     }
 }
 
@@ -233,12 +309,10 @@ impl StoredText {
 /// read back as the [`Stored`] of the event parsed from `text`, without parsing the event's
 /// fields into a map and serializing them again.
 pub fn stored_text(text: &str, loaded_at: u64) -> Vec<u8> {
-    const HEAD: &[u8] = b"{\"event\":";
-    const LOADED_AT: &[u8] = b",\"loaded_at\":";
-    let mut out = Vec::with_capacity(HEAD.len() + text.len() + LOADED_AT.len() + 21);
-    out.extend_from_slice(HEAD);
+    let mut out = Vec::with_capacity(STORED_HEAD.len() + text.len() + STORED_LOADED_AT.len() + 21);
+    out.extend_from_slice(STORED_HEAD);
     out.extend_from_slice(text.as_bytes());
-    out.extend_from_slice(LOADED_AT);
+    out.extend_from_slice(STORED_LOADED_AT);
     out.extend_from_slice(loaded_at.to_string().as_bytes());
     out.push(b'}');
     out
@@ -348,6 +422,64 @@ pub async fn purge_settled_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored click reads as `Stored<Click>` reads it, written either way (by the loader's
+    /// `stored_text`, or serialized as before it), and by the fallback when the bytes do
+    /// not have the writers' layout; its text is the event's. Fails if the layout path
+    /// takes a `,"loaded_at":` inside the event for the layout's, or accepts bytes
+    /// `Stored<Click>` refuses.
+    #[test]
+    fn a_stored_event_reads_as_the_stored_event_it_is() {
+        use crate::event::{Click, Kind};
+        let click = r#"{"click_id":"c1","query_id":"q1","event_time":7,"x":",\"loaded_at\":9}"}"#;
+        let serialized = serde_json::to_vec(&Stored {
+            event: serde_json::from_str::<Click>(click).unwrap(),
+            loaded_at: 42,
+        })
+        .unwrap();
+        let written = [
+            stored_text(click, 42),
+            serialized,
+            format!(r#"{{"loaded_at":42,"event":{click}}}"#).into_bytes(),
+            format!(r#" {{ "event" : {click} , "loaded_at" : 42 }} "#).into_bytes(),
+        ];
+        for bytes in written {
+            let read = StoredEvent::read(bytes.clone(), Kind::Click)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&bytes)));
+            let expected: Stored<Click> = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(
+                (
+                    read.click_id.as_deref(),
+                    read.query_id.as_str(),
+                    read.event_time,
+                    read.loaded_at
+                ),
+                (Some("c1"), "q1", 7, 42)
+            );
+            let text: Click = serde_json::from_slice(read.text()).unwrap();
+            assert_eq!(text, expected.event);
+        }
+        let refused = [
+            format!(r#"{{"event":{click},"loaded_at":1,"loaded_at":42}}"#),
+            format!(r#"{{"event":{click},"loaded_at":-1}}"#),
+            format!(r#"{{"event":{click}}}"#),
+            format!(r#"{{"event":{click},"loaded_at":42}}x"#),
+            r#"{"event":{"query_id":"q1","event_time":7},"loaded_at":42}"#.to_string(),
+            r#"{"event":[1],"loaded_at":42}"#.to_string(),
+            r#"{"event":{"click_id":"c1","query_id":"q1","event_time":7},"loaded_at":42"#
+                .to_string(),
+        ];
+        for bytes in refused {
+            assert!(
+                serde_json::from_slice::<Stored<Click>>(bytes.as_bytes()).is_err(),
+                "{bytes}"
+            );
+            assert!(
+                StoredEvent::read(bytes.clone().into_bytes(), Kind::Click).is_err(),
+                "{bytes}"
+            );
+        }
+    }
 
     #[test]
     fn every_table_has_its_own_id() {

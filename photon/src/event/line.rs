@@ -1,20 +1,21 @@
 //! A log line read for its ids and event time only, without building the event's other
-//! fields (a `serde_json::Map` per event), yet accepting exactly the lines
-//! [`crate::event::Query`] and [`crate::event::Click`] accept: how the loader checks a line
-//! (it stores the line's text as given: `crate::load::Parsed`) and how verification reads
-//! the logs.
+//! fields (a `serde_json::Map` per event), yet accepting the lines [`crate::event::Query`]
+//! and [`crate::event::Click`] accept, but those nested too deep to read back once stored
+//! ([`MAX_DEPTH`]): how the loader checks a line (it stores the line's text as given:
+//! `crate::load::Parsed`), how the join reads a stored event (`crate::schema::StoredEvent`)
+//! and how verification reads the logs.
 
 use crate::event::Kind;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 
-/// The ids and event time of a log line. The line is accepted exactly when the loader accepts
-/// it as a [`crate::event::Query`] or [`crate::event::Click`]: a JSON object with its kind's
-/// fields (`query_id`, and for a click `click_id`, strings; `event_time` an unsigned
-/// integer), each once, and any other fields, each a JSON value the loader can parse into its
-/// map (numbers in range, escapes that are characters, nesting within serde_json's limit).
-/// Those are checked and dropped.
+/// The ids and event time of a log line. The line is accepted exactly when it parses as a
+/// [`crate::event::Query`] or [`crate::event::Click`] and is nested at most [`MAX_DEPTH`]
+/// deep: a JSON object with its kind's fields (`query_id`, and for a click `click_id`,
+/// strings; `event_time` an unsigned integer), each once, and any other fields, each a JSON
+/// value the events' map takes (numbers in range, escapes that are characters). Those are
+/// checked and dropped.
 pub(crate) struct EventLine<'a> {
     /// The click's id (`None` for a query).
     pub(crate) click_id: Option<Text<'a>>,
@@ -28,6 +29,14 @@ impl<'a> EventLine<'a> {
     /// `line` (one log line, without its line end) as an event of `kind`.
     pub(crate) fn parse(line: &'a str, kind: Kind) -> serde_json::Result<Self> {
         let mut de = serde_json::Deserializer::from_str(line);
+        let event = de.deserialize_map(EventVisitor { kind })?;
+        de.end()?;
+        Ok(event)
+    }
+
+    /// [`EventLine::parse`] of JSON text given as bytes (its strings are checked as UTF-8).
+    pub(crate) fn parse_bytes(text: &'a [u8], kind: Kind) -> serde_json::Result<Self> {
+        let mut de = serde_json::Deserializer::from_slice(text);
         let event = de.deserialize_map(EventVisitor { kind })?;
         de.end()?;
         Ok(event)
@@ -109,9 +118,9 @@ impl<'de> de::Deserialize<'de> for Text<'de> {
 /// nested 127 deep would load, and then no join could read it back.
 pub(crate) const MAX_DEPTH: usize = 126;
 
-/// Any JSON value, parsed as the loader parses it into its map (so that the same values
-/// fail: a number out of range, a lone surrogate escape, nesting past [`MAX_DEPTH`]) and
-/// dropped. `serde::de::IgnoredAny` would only check the syntax. `depth` is the level of the
+/// Any JSON value, parsed as a [`crate::event::Query`]'s map of other fields parses it (so
+/// that the same values fail: a number out of range, a lone surrogate escape; and nesting
+/// past [`MAX_DEPTH`]) and dropped. `serde::de::IgnoredAny` would only check the syntax. `depth` is the level of the
 /// value: a field of the line is at level 2.
 struct Checked {
     depth: usize,
@@ -186,7 +195,6 @@ pub(crate) mod tests {
     use super::*;
     use crate::event::{Click, Query};
 
-    /// Lines the loader must reject or accept, with the ids it reads.
     /// Log lines the loader accepts and lines it refuses, for either kind.
     pub(crate) fn lines() -> Vec<String> {
         let mut lines: Vec<String> = [
@@ -220,6 +228,8 @@ pub(crate) mod tests {
             r#"["q1",5]"#,
             r#"["c1","q1",5]"#,
             r#" {"query_id":"q1","event_time":5}"#,
+            "{\"query_id\":\"q1\",\r\"event_time\":5}\r",
+            "{\"query_id\":\"q\r1\",\"event_time\":5}",
             "\x0c{\"query_id\":\"q1\",\"event_time\":5}",
             r#""q1""#,
             r#"{}"#,

@@ -80,31 +80,30 @@ pub struct Joined {
 
 impl Joined {
     /// The bytes of the joined output of `click` and `query` given as their JSON texts (as
-    /// stored: `crate::schema::StoredText`): what serializing the [`Joined`] of the events
+    /// stored: `crate::schema::StoredEvent`): what serializing the [`Joined`] of the events
     /// parsed from them gives, up to the events' formatting and field order, without parsing
-    /// their fields.
+    /// their fields. The texts must be JSON objects (as a stored event's is, once read).
     pub fn text(
-        click: &serde_json::value::RawValue,
-        query: &serde_json::value::RawValue,
+        click: &[u8],
+        query: &[u8],
         token: &str,
         joined_at: u64,
         arrived_at: u64,
     ) -> serde_json::Result<Vec<u8>> {
-        #[derive(Serialize)]
-        struct Text<'a> {
-            click: &'a serde_json::value::RawValue,
-            query: &'a serde_json::value::RawValue,
-            token: &'a str,
-            joined_at: u64,
-            arrived_at: u64,
-        }
-        serde_json::to_vec(&Text {
-            click,
-            query,
-            token,
-            joined_at,
-            arrived_at,
-        })
+        use std::io::Write;
+        let mut out = Vec::with_capacity(click.len() + query.len() + token.len() + 96);
+        out.extend_from_slice(b"{\"click\":");
+        out.extend_from_slice(click);
+        out.extend_from_slice(b",\"query\":");
+        out.extend_from_slice(query);
+        out.extend_from_slice(b",\"token\":");
+        serde_json::to_writer(&mut out, token)?;
+        write!(
+            out,
+            ",\"joined_at\":{joined_at},\"arrived_at\":{arrived_at}}}"
+        )
+        .map_err(serde_json::Error::io)?;
+        Ok(out)
     }
 }
 
@@ -113,7 +112,7 @@ mod tests {
     use super::*;
     use crate::event::line::tests::lines;
     use crate::load::Parsed;
-    use crate::schema::{stored_text, StoredText};
+    use crate::schema::{stored_text, StoredEvent};
 
     /// Every click line the loader accepts, joined with a query line as the join writes it
     /// from their stored texts, reads back as the [`Joined`] of the events parsed from the
@@ -121,14 +120,15 @@ mod tests {
     #[test]
     fn a_joined_text_reads_back_as_the_joined_events() {
         let query_line = r#"{"query_id":"q\"1","event_time":5,"terms":["a",{"b":1.5}]}"#;
-        let query = StoredText::read(&stored_text(query_line, 40)).unwrap();
+        let query = StoredEvent::read(stored_text(query_line, 40), Kind::Query).unwrap();
         let mut joined = 0;
         for line in lines() {
             let Ok(parsed) = Parsed::line(&line, Kind::Click) else {
                 continue;
             };
-            let click = StoredText::read(&stored_text(parsed.text(), 30)).unwrap();
-            let text = Joined::text(&click.event, &query.event, "A/w/1/n/7", 1_000, 40).unwrap();
+            let click = StoredEvent::read(stored_text(parsed.text(), 30), Kind::Click).unwrap();
+            assert_eq!(click.click_id.as_deref(), Some(parsed.id()), "{line}");
+            let text = Joined::text(click.text(), query.text(), "A/w/1/n/7", 1_000, 40).unwrap();
             let read: Joined = serde_json::from_slice(&text).unwrap();
             let expected = Joined {
                 click: serde_json::from_str(&line).unwrap(),
