@@ -26,6 +26,18 @@
 //! it writes (`photon::schema::declare_columns`), since a declaration lives in the client
 //! (`percolator::design::notify`).
 //!
+//! **Stored as given.** A line is checked by `event::line::EventLine`: it must parse as a
+//! `Query` or `Click` would (its kind's ids strings, `event_time` an unsigned integer, each
+//! once; any other fields JSON values the events' map takes), and be nested at most 126
+//! levels deep, so that its stored form, one level down, is within serde_json's limit (a
+//! line 127 deep parsed as an event, and then no join could read it back). Only the ids and
+//! the time are kept; the line's text is stored as it is, `{"event":<line>,"loaded_at":N}`
+//! (`schema::stored_text`), a carriage return between tokens made a space. The join reads a
+//! stored event once for its ids (`schema::StoredEvent`, which also reads the serialized
+//! `Stored` of earlier versions) and writes the joined output from the two texts
+//! (`Joined::text`), so the output's click and query keep the log's field order and
+//! formatting; an adapter is given the events parsed, and its answer is serialized.
+//!
 //! `load_dir` loads all files at once but in step by event time (a frontier): a file whose next
 //! batch starts more than 1 s of event time after another file's pending batch waits (the file
 //! with the earliest batch always proceeds, and finished files drop out, so it cannot stall).
