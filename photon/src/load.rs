@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 
 /// A line the loader accepted, ready to be written: its kind, its event's id and time, and
 /// the line's text as given (carriage returns between tokens made spaces), which is stored
-/// as it is ([`crate::schema::stored_text`]): the line is checked by [`EventLine`], which
+/// as it is ([`crate::schema::stored_text`]): the line is checked by `event::line::EventLine`, which
 /// accepts the lines [`Query`] and [`Click`] accept but those nested too deep to read back
-/// once stored ([`crate::event::line::MAX_DEPTH`]), and its other fields are not parsed into
+/// once stored (126 levels: `event::line::MAX_DEPTH`), and its other fields are not parsed into
 /// a map to be serialized again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed {
@@ -57,7 +57,8 @@ impl Parsed {
         })
     }
 
-    /// A query as the line its serialization would be.
+    /// A query as the line its serialization would be (serializing an event cannot fail:
+    /// its map's keys are strings).
     pub fn query(query: &Query) -> Parsed {
         Parsed {
             kind: Kind::Query,
@@ -67,7 +68,7 @@ impl Parsed {
         }
     }
 
-    /// A click as the line its serialization would be.
+    /// A click as the line its serialization would be (as [`Parsed::query`]).
     pub fn click(click: &Click) -> Parsed {
         Parsed {
             kind: Kind::Click,

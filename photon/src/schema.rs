@@ -204,7 +204,7 @@ pub struct Stored<T> {
 }
 
 /// A stored event as the join reads it: its ids and event time (read by
-/// [`crate::event::line::EventLine`], which also checks the text), its load time, and its
+/// `event::line::EventLine`, which also checks the text), its load time, and its
 /// JSON text as stored, which goes into the joined output as it is: the event's other
 /// fields are never parsed into a map and serialized again.
 pub struct StoredEvent {

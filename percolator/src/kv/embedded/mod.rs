@@ -199,7 +199,7 @@ impl EmbeddedKv {
     /// Closes a store whose directory the caller removes next, in a process about to exit:
     /// the store's threads stop as on a drop, but the partitions' active memtables are left
     /// to the exit instead of being freed entry by entry (for `photon demo` in a temporary
-    /// directory, 3.6 % of the process's CPU: `docs/perf/photon.md`). What they hold is
+    /// directory, 3.7 % of the process's CPU samples: `docs/perf/photon.md`). What they hold is
     /// lost with the directory anyway; memtables already sealed for a flush are freed as
     /// usual.
     pub fn close_for_removal(self) {
