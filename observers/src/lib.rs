@@ -63,4 +63,4 @@ pub use error::{ObserverError, WorkerError};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use registry::{observer_fn, observer_fn_with, Observer, ObserverKind, Registry};
 pub use relay::{HintListener, HintRelay};
-pub use worker::{Worker, WorkerConfig, BURST_RUNS, DEFAULT_FOLLOW_MS};
+pub use worker::{Worker, WorkerConfig, BURST_RUNS, DEFAULT_FOLLOW_MS, QUIESCENCE_RETRY_FOR};

@@ -95,7 +95,11 @@
 //!
 //! [`crate::Worker::wait_until_quiescent`] returns once a scan finds no notify key of a
 //! registered column, nothing is in flight in this worker and no run started during the scan
-//! (runs in other processes' workers are not seen: for those, [`super::operators`]).
+//! (runs in other processes' workers are not seen: for those, [`super::operators`]). A scan
+//! that fails transiently (a conflict or an unknown outcome while resolving what it met, the
+//! store unavailable past its adapter's retries) is made again, until failures have lasted
+//! [`crate::QUIESCENCE_RETRY_FOR`] in a row: a drain waiting on it no longer fails on the
+//! first (`observers/tests/quiescence.rs`).
 //! [`crate::Worker::run_until`] shuts down gracefully when its future resolves (stop scanning,
 //! wait for runs in flight, leave the registry); binaries pass the shutdown signal, installed
 //! before they announce readiness.

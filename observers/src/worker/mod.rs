@@ -369,24 +369,56 @@ impl Worker {
 
     /// Waits until no notify key with a registered observer is left in the store and no
     /// observer run is in flight in this worker.
+    ///
+    /// A transient failure of the store scan that checks (a conflict or an unknown outcome
+    /// while resolving a lock it met, the store unavailable past its adapter's retries) is
+    /// not an answer: the check is made again, until failures have lasted
+    /// [`QUIESCENCE_RETRY_FOR`] in a row; any other error is returned at once (a drain
+    /// that waits on it failed on the first such error before).
     pub async fn wait_until_quiescent(&self) -> Result<(), WorkerError> {
         let flights = &self.inner.flights;
+        let mut failing_since: Option<tokio::time::Instant> = None;
         loop {
             let started = flights.runs_started();
             let idle = flights.idle();
             // A run that started during the scan may have put a key behind it and deleted
             // its own ahead of it: only a scan with no run started meanwhile counts.
-            if idle
-                && !self.inner.has_pending_notifications().await?
-                && flights.idle()
-                && flights.runs_started() == started
-            {
-                return Ok(());
+            if idle {
+                match self.inner.has_pending_notifications().await {
+                    Ok(pending) => {
+                        failing_since = None;
+                        if !pending && flights.idle() && flights.runs_started() == started {
+                            return Ok(());
+                        }
+                    }
+                    Err(e) if is_transient(&e) => {
+                        let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= QUIESCENCE_RETRY_FOR {
+                            return Err(e);
+                        }
+                        tracing::debug!(error = %e, "quiescence check failed; checking again");
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
+
+/// Whether `error` of a store scan may pass if the scan is made again: a transient
+/// transaction error ([`percolator::TxnError::is_transient`]), or the store unavailable.
+fn is_transient(error: &WorkerError) -> bool {
+    match error {
+        WorkerError::Txn(e) => e.is_transient(),
+        WorkerError::Storage(e) => matches!(e, percolator::KvError::Unavailable { .. }),
+        _ => false,
+    }
+}
+
+/// How long [`Worker::wait_until_quiescent`] checks again after transient failures in a row
+/// before it returns the last one.
+pub const QUIESCENCE_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// How often at most a worker reads the store's table ids on meeting keys of a table id its
 /// client does not know.
