@@ -69,6 +69,10 @@ pub enum Bug {
     /// primary of, so their pending records (joined outputs, index cells) read as rolled back
     /// (found by a review of the write-once index change: a boundary jump).
     RegistryPurgeIgnoresResolution,
+    /// `observers::Worker::wait_until_quiescent`: the first transient failure of its store
+    /// scan is returned instead of checked again, so a drain in the tail of an outage fails
+    /// (found by the simulator's drain harness meeting the same in its own read, seed 19532).
+    QuiescenceGivesUpOnTransient,
 }
 
 thread_local! {

@@ -129,6 +129,9 @@ pub struct Faults {
     pub rates: FaultRates,
     chaos: AtomicBool,
     outage_until: Mutex<Option<(Instant, Scope)>>,
+    /// Until when scans of the notify space still fail now and then once chaos is off: the
+    /// liveness phase's drain starts in the tail of the weather, as an operator's does.
+    drain_weather_until: Mutex<Option<Instant>>,
     injected: AtomicU64,
     /// Heads whose point reads are fate checks worth holding: those of the cells that are
     /// the primaries of most transactions (the loaders' offsets).
@@ -164,6 +167,7 @@ impl Faults {
             rates,
             chaos: AtomicBool::new(true),
             outage_until: Mutex::new(None),
+            drain_weather_until: Mutex::new(None),
             injected: AtomicU64::new(0),
             fate_keys: KeySet::default(),
             notify_prefixes: Mutex::new(Vec::new()),
@@ -390,6 +394,26 @@ impl Faults {
             *self.outage_until.lock().unwrap_or_else(|p| p.into_inner()) = None;
             *self.slow.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
+    }
+
+    /// Lets scans of the notify space fail now and then until `until`, with chaos off
+    /// ([`Faults::in_drain_weather`]).
+    pub fn drain_weather(&self, until: Instant) {
+        *self
+            .drain_weather_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+
+    /// Whether a scan of the notify space may still fail now (chaos off, the weather's tail
+    /// not over).
+    pub fn in_drain_weather(&self) -> bool {
+        !self.chaos()
+            && self
+                .drain_weather_until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some_and(|until| Instant::now() < until)
     }
 
     /// Starts a store outage of `scope` until `until`.

@@ -31,6 +31,10 @@ pub const BUGS: &[(&str, Bug)] = &[
         "registry_purge_ignores_resolution",
         Bug::RegistryPurgeIgnoresResolution,
     ),
+    (
+        "quiescence_gives_up_on_transient",
+        Bug::QuiescenceGivesUpOnTransient,
+    ),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

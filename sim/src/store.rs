@@ -14,6 +14,10 @@ use percolator::RawKv;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// How often a scan of the notify space fails in the weather's tail after chaos
+/// ([`Faults::drain_weather`]).
+const DRAIN_WEATHER_SCAN_FAIL: f64 = 0.3;
+
 /// One incarnation of a process: dead once crashed.
 #[derive(Debug)]
 pub struct Life {
@@ -192,6 +196,19 @@ impl Hooks for FaultHooks {
             }
             f.note_heartbeat_put(&call);
             return Ok(());
+        }
+        if f.in_drain_weather()
+            && matches!(call, Call::Scan { .. } if f.is_notify_key(key))
+            && f.rng.chance(DRAIN_WEATHER_SCAN_FAIL)
+        {
+            // The tail of the weather in the liveness phase: the drain's quiescence checks
+            // meet a failing notify scan now and then, and must look again.
+            f.count();
+            self.record("fail-notify-scan-drain", op, &[]);
+            return Err(unavailable(
+                op.name(),
+                "simulated region error of a notify scan (the weather's tail)",
+            ));
         }
         if f.chaos() {
             let rng = &f.rng;

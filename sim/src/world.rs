@@ -35,6 +35,9 @@ pub const FLOOR_NAMESPACE: &str = "simfl";
 pub const GC_LAG: Duration = Duration::from_secs(8);
 /// The longest liveness phase before the run counts as stuck.
 const LIVENESS_LIMIT: Duration = Duration::from_secs(120);
+/// How long notify scans still fail now and then once the liveness phase begins
+/// (`Faults::drain_weather`).
+const DRAIN_WEATHER: Duration = Duration::from_secs(3);
 
 /// How to run a seed.
 #[derive(Clone, Debug)]
@@ -846,7 +849,10 @@ async fn simulate(seed: u64, options: &RunOptions) -> Result<SeedReport, SimErro
     tracing::debug!(longest = ?owners.longest, "concurrent owners");
 
     // Liveness: faults off, the workload stopped, every process up; observers must drain.
+    // Notify scans still fail now and then for the first seconds (the weather's tail):
+    // the drain's quiescence checks must look again, not give up.
     faults.set_chaos(false);
+    faults.drain_weather(tokio::time::Instant::now() + DRAIN_WEATHER);
     model.with(|m| m.gc_paused = false);
     for (p, slot) in procs.iter_mut().enumerate() {
         match slot {

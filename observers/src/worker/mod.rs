@@ -409,6 +409,11 @@ impl Worker {
 /// Whether `error` of a store scan may pass if the scan is made again: a transient
 /// transaction error ([`percolator::TxnError::is_transient`]), or the store unavailable.
 fn is_transient(error: &WorkerError) -> bool {
+    // Planted bug `QuiescenceGivesUpOnTransient` (`percolator::planted`).
+    #[cfg(feature = "planted")]
+    if percolator::planted::active(percolator::planted::Bug::QuiescenceGivesUpOnTransient) {
+        return false;
+    }
     match error {
         WorkerError::Txn(e) => e.is_transient(),
         WorkerError::Storage(e) => matches!(e, percolator::KvError::Unavailable { .. }),
