@@ -172,12 +172,18 @@ pub async fn open_store_with(
             let config = configure(binary_tikv_config(endpoints.clone())?);
             Ok(Arc::new(TikvKv::connect(config).await?))
         }
-        StoreSpec::Embedded(path) => Ok(Arc::new(percolator::txn::open_embedded(
-            path,
-            embedded_options(durability),
-        )?)),
+        StoreSpec::Embedded(path) => Ok(Arc::new(open_embedded(path, durability)?)),
         StoreSpec::Memory => Ok(Arc::new(MemoryKv::new())),
     }
+}
+
+/// Opens the embedded store at `path` as every binary does ([`embedded_options`]), as
+/// itself (for a caller that needs more than [`RawKv`], e.g. to close it its own way).
+pub fn open_embedded(
+    path: &std::path::Path,
+    durability: Durability,
+) -> Result<percolator::kv::EmbeddedKv, KvError> {
+    percolator::txn::open_embedded(path, embedded_options(durability))
 }
 
 /// The embedded store's options: `durability`, and the memory knobs from the environment

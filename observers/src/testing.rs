@@ -37,7 +37,7 @@ use crate::metrics::MetricsSnapshot;
 use crate::registry::Registry;
 use crate::worker::{Worker, WorkerConfig};
 use percolator::codec::Key;
-use percolator::kv::MemoryKv;
+use percolator::kv::{MemoryKv, RawKv};
 use percolator::ts::LocalClock;
 use percolator::{Cell, Client, ClientConfig, TxnError};
 use std::sync::{Arc, Mutex};
@@ -89,8 +89,14 @@ impl Harness {
 
     /// Starts `registry` on a worker with `config` (e.g. another `max_failures`).
     pub fn with_config(registry: Registry, config: WorkerConfig) -> Harness {
+        Harness::on_store(Arc::new(MemoryKv::new()), registry, config)
+    }
+
+    /// Starts `registry` on a worker with `config` over `store` (e.g. a [`MemoryKv`] wrapped
+    /// to inject faults: `percolator::kv::intercept`).
+    pub fn on_store(store: Arc<dyn RawKv>, registry: Registry, config: WorkerConfig) -> Harness {
         let client = Client::with_config(
-            Arc::new(MemoryKv::new()),
+            store,
             Arc::new(LocalClock::new()),
             ClientConfig::with_namespace("test"),
         );
@@ -115,6 +121,16 @@ impl Harness {
             hint_grace: Duration::from_millis(20),
             max_failures: 3,
             ..WorkerConfig::default()
+        }
+    }
+
+    /// `config` with its scans a minute apart: within a test's bound only hints bring a
+    /// change to the worker, and only the test's own calls scan the notify space.
+    pub fn scans_a_minute_apart(config: WorkerConfig) -> WorkerConfig {
+        WorkerConfig {
+            idle_interval: Duration::from_secs(60),
+            max_idle_interval: Duration::from_secs(60),
+            ..config
         }
     }
 

@@ -7,15 +7,6 @@ use observers::{observer_fn, Registry, WorkerConfig};
 use percolator::Cell;
 use std::time::Duration;
 
-/// `config` with scans a minute apart: within a test's bound only hints bring a change.
-fn scans_a_minute_apart(config: WorkerConfig) -> WorkerConfig {
-    WorkerConfig {
-        idle_interval: Duration::from_secs(60),
-        max_idle_interval: Duration::from_secs(60),
-        ..config
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_before_the_worker_settled_is_hinted_once_it_settles() {
     let (ran, mut runs) = tokio::sync::mpsc::unbounded_channel();
@@ -36,7 +27,10 @@ async fn a_commit_before_the_worker_settled_is_hinted_once_it_settles() {
         .expect("register");
     // Scans a minute apart: only the hint can bring the change within the test's bound.
     // The harness does not wait for the worker to settle (a 500 ms heartbeat here).
-    let h = Harness::with_config(registry, scans_a_minute_apart(WorkerConfig::default()));
+    let h = Harness::with_config(
+        registry,
+        Harness::scans_a_minute_apart(WorkerConfig::default()),
+    );
     h.write(Cell::new("t", "r", "c"), "v").await.expect("write");
     let cell = tokio::time::timeout(Duration::from_secs(30), runs.recv())
         .await
@@ -99,7 +93,7 @@ async fn a_burst_of_notifications_grows_its_batches_and_a_trickle_does_not() {
     // Scans a minute apart: each commit reaches the worker as one hint.
     let h = Harness::with_config(
         registry,
-        scans_a_minute_apart(WorkerConfig {
+        Harness::scans_a_minute_apart(WorkerConfig {
             // Young keys are the hint path's for a minute after this client's puts, so a
             // scan pass on a starved machine leaves the burst to its hint.
             hint_grace: Duration::from_secs(60),

@@ -3,11 +3,11 @@
 //! error), and a store that keeps failing fails it in the end.
 
 use async_trait::async_trait;
-use observers::{observer_fn, Registry, Worker, WorkerConfig};
+use observers::testing::Harness;
+use observers::{observer_fn, Registry, WorkerConfig};
 use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
 use percolator::kv::{KvError, KvResult, MemoryKv};
-use percolator::ts::LocalClock;
-use percolator::{Cell, Client, ClientConfig};
+use percolator::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,12 +43,9 @@ impl Hooks for FailingScans {
     }
 }
 
-fn worker_on(store: Arc<Intercepted<FailingScans>>) -> (Client, Worker) {
-    let client = Client::with_config(
-        store,
-        Arc::new(LocalClock::new()),
-        ClientConfig::with_namespace("test"),
-    );
+/// A harness over `store` whose worker observes `t/c`, its own scans a minute apart: only
+/// the wait's checks scan.
+fn harness_on(store: Arc<Intercepted<FailingScans>>) -> Harness {
     let mut registry = Registry::new();
     registry
         .strong(
@@ -58,14 +55,8 @@ fn worker_on(store: Arc<Intercepted<FailingScans>>) -> (Client, Worker) {
             observer_fn(|_txn, _cell: Cell| async { Ok(()) }),
         )
         .expect("register");
-    let config = WorkerConfig {
-        // The worker's own scans stay out of the way: only the wait's checks scan.
-        idle_interval: Duration::from_secs(60),
-        max_idle_interval: Duration::from_secs(60),
-        ..WorkerConfig::default()
-    };
-    let worker = Worker::start(client.clone(), Arc::new(registry), config);
-    (client, worker)
+    let config = Harness::scans_a_minute_apart(WorkerConfig::default());
+    Harness::on_store(store, registry, config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +68,8 @@ async fn transient_failures_of_the_check_are_checked_again() {
             failed: AtomicU64::new(0),
         },
     ));
-    let (_client, worker) = worker_on(store.clone());
+    let harness = harness_on(store.clone());
+    let worker = harness.worker();
     store.hooks().failures.store(5, Ordering::SeqCst);
     tokio::time::timeout(Duration::from_secs(30), worker.wait_until_quiescent())
         .await
@@ -87,7 +79,7 @@ async fn transient_failures_of_the_check_are_checked_again() {
         store.hooks().failed.load(Ordering::SeqCst) >= 5,
         "the injected failures were met"
     );
-    worker.shutdown().await;
+    harness.shutdown().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -99,7 +91,8 @@ async fn a_store_that_keeps_failing_fails_the_wait() {
             failed: AtomicU64::new(0),
         },
     ));
-    let (_client, worker) = worker_on(store.clone());
+    let harness = harness_on(store.clone());
+    let worker = harness.worker();
     let waited = tokio::time::timeout(
         observers::QUIESCENCE_RETRY_FOR * 2,
         worker.wait_until_quiescent(),
@@ -113,5 +106,5 @@ async fn a_store_that_keeps_failing_fails_the_wait() {
         ),
         "{waited:?}"
     );
-    worker.shutdown().await;
+    harness.shutdown().await;
 }

@@ -57,24 +57,24 @@ impl Parsed {
         })
     }
 
-    /// A query as the line its serialization would be (serializing an event cannot fail:
-    /// its map's keys are strings).
+    /// A query as the line its serialization would be.
     pub fn query(query: &Query) -> Parsed {
-        Parsed {
-            kind: Kind::Query,
-            id: query.query_id.clone(),
-            event_time: query.event_time,
-            text: serde_json::to_string(query).unwrap_or_default(),
-        }
+        Parsed::of_event(Kind::Query, &query.query_id, query.event_time, query)
     }
 
-    /// A click as the line its serialization would be (as [`Parsed::query`]).
+    /// A click as the line its serialization would be.
     pub fn click(click: &Click) -> Parsed {
+        Parsed::of_event(Kind::Click, &click.click_id, click.event_time, click)
+    }
+
+    /// An event built in code, as its serialization's line (serializing an event cannot
+    /// fail: its map's keys are strings).
+    fn of_event(kind: Kind, id: &str, event_time: u64, event: &impl serde::Serialize) -> Parsed {
         Parsed {
-            kind: Kind::Click,
-            id: click.click_id.clone(),
-            event_time: click.event_time,
-            text: serde_json::to_string(click).unwrap_or_default(),
+            kind,
+            id: id.to_owned(),
+            event_time,
+            text: serde_json::to_string(event).unwrap_or_default(),
         }
     }
 
@@ -316,54 +316,57 @@ mod tests {
     /// if the stored text is not the line (`{"event":` and the line, nothing lost or added).
     #[test]
     fn a_line_is_stored_as_the_event_it_parses_to() {
-        use crate::event::line::tests::{lines, readable};
-        let loaded_at = 1_700_000_000_123;
+        use crate::event::line::tests::lines;
         let mut accepted = 0;
         for line in lines() {
-            let parsed = Parsed::line(&line, Kind::Query);
-            match serde_json::from_str::<Query>(&line).map(|q| (readable(&q), q)) {
-                Ok((true, query)) => {
-                    let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
-                    assert_eq!(
-                        (parsed.id(), parsed.event_time(), parsed.text()),
-                        (
-                            query.query_id.as_str(),
-                            query.event_time,
-                            line.replace('\r', " ").as_str()
-                        )
-                    );
-                    let stored: Stored<Query> =
-                        serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();
-                    assert_eq!(
-                        (stored.event, stored.loaded_at),
-                        (query, loaded_at),
-                        "{line}"
-                    );
-                    accepted += 1;
-                }
-                _ => assert!(parsed.is_err(), "query line {line}"),
-            }
-            let parsed = Parsed::line(&line, Kind::Click);
-            match serde_json::from_str::<Click>(&line).map(|c| (readable(&c), c)) {
-                Ok((true, click)) => {
-                    let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
-                    assert_eq!(
-                        (parsed.id(), parsed.event_time(), parsed.kind()),
-                        (click.click_id.as_str(), click.event_time, Kind::Click)
-                    );
-                    let stored: Stored<Click> =
-                        serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();
-                    assert_eq!(
-                        (stored.event, stored.loaded_at),
-                        (click, loaded_at),
-                        "{line}"
-                    );
-                    accepted += 1;
-                }
-                _ => assert!(parsed.is_err(), "click line {line}"),
-            }
+            accepted += usize::from(stored_as_parsed(&line, Kind::Query, |q: &Query| {
+                (q.query_id.as_str(), q.event_time)
+            }));
+            accepted += usize::from(stored_as_parsed(&line, Kind::Click, |c: &Click| {
+                (c.click_id.as_str(), c.event_time)
+            }));
         }
         assert!(accepted > 10, "{accepted}");
+    }
+
+    /// Whether `line` is accepted as a `kind` event `T` (whose id and time `ids` gives); if
+    /// so, that it is parsed as `T` parses it, and stored as its text, reading back as the
+    /// stored `T`; if not, that `T` refuses it or its stored form does not read back.
+    fn stored_as_parsed<T>(line: &str, kind: Kind, ids: impl Fn(&T) -> (&str, u64)) -> bool
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        use crate::event::line::tests::readable;
+        let loaded_at = 1_700_000_000_123;
+        let parsed = Parsed::line(line, kind);
+        match serde_json::from_str::<T>(line).map(|event| (readable(&event), event)) {
+            Ok((true, event)) => {
+                let parsed = parsed.unwrap_or_else(|e| panic!("{line}: {e}"));
+                let (id, event_time) = ids(&event);
+                assert_eq!(
+                    (
+                        parsed.kind(),
+                        parsed.id(),
+                        parsed.event_time(),
+                        parsed.text()
+                    ),
+                    (kind, id, event_time, line.replace('\r', " ").as_str()),
+                    "{line}"
+                );
+                let stored: Stored<T> =
+                    serde_json::from_slice(&stored_text(parsed.text(), loaded_at)).unwrap();
+                assert_eq!(
+                    (stored.event, stored.loaded_at),
+                    (event, loaded_at),
+                    "{line}"
+                );
+                true
+            }
+            _ => {
+                assert!(parsed.is_err(), "{kind:?} line {line}");
+                false
+            }
+        }
     }
 
     /// An event built in code is stored as its serialization would be.

@@ -449,11 +449,8 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
             // freeing its memtables before the directory goes (`EmbeddedKv::close_for_removal`).
             let temporary = match &store {
                 StoreSpec::Embedded(path) if path.starts_with(temp.path()) => Some(Arc::new(
-                    percolator::txn::open_embedded(
-                        path,
-                        percolator_cli::store::embedded_options(durability),
-                    )
-                    .with_context(|| format!("opening the store {store}"))?,
+                    percolator_cli::store::open_embedded(path, durability)
+                        .with_context(|| format!("opening the store {store}"))?,
                 )),
                 _ => None,
             };

@@ -92,6 +92,20 @@ fn insert_line(path: &Path, at: usize, line: &[u8]) {
     std::fs::write(path, out).unwrap();
 }
 
+/// Logs of 400 queries in one file per kind, generated from `seed`, whose every click is
+/// joinable (no duplicates, no orphans).
+fn every_click_joinable(logs: &Path, seed: u64) -> photon::gen::GenSummary {
+    let gen = GenOptions {
+        queries: 400,
+        duplicates: 0.0,
+        orphans: 0.0,
+        files: 1,
+        seed,
+        ..GenOptions::default()
+    };
+    generate(logs, &gen).unwrap()
+}
+
 /// A line with invalid UTF-8 is rejected with file:line like any malformed line (also in
 /// the rejects file, byte for byte); every other line loads exactly once, and verify counts
 /// it as malformed instead of failing on the directory.
@@ -99,15 +113,7 @@ fn insert_line(path: &Path, at: usize, line: &[u8]) {
 async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let gen = GenOptions {
-        queries: 400,
-        duplicates: 0.0,
-        orphans: 0.0,
-        files: 1,
-        seed: 5,
-        ..GenOptions::default()
-    };
-    let summary = generate(&logs, &gen).unwrap();
+    let summary = every_click_joinable(&logs, 5);
     let bad: &[u8] = b"{\"click_id\":\"c\xff\xfe\",\"query_id\":\"q\",\"event_time\":1}";
     insert_line(&logs.join("clicks-000.jsonl"), 7, bad);
     let client = client_on(Arc::new(MemoryKv::new()));
@@ -158,15 +164,7 @@ async fn invalid_utf8_line_is_rejected_with_its_line_and_the_rest_loads_once() {
 async fn a_line_too_deep_to_be_read_back_is_rejected_and_the_rest_joins() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let gen = GenOptions {
-        queries: 400,
-        duplicates: 0.0,
-        orphans: 0.0,
-        files: 1,
-        seed: 6,
-        ..GenOptions::default()
-    };
-    let summary = generate(&logs, &gen).unwrap();
+    let summary = every_click_joinable(&logs, 6);
     let query_line = std::fs::read_to_string(logs.join("queries-000.jsonl")).unwrap();
     let query: serde_json::Value =
         serde_json::from_str(query_line.lines().next().unwrap()).unwrap();
