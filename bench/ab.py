@@ -16,7 +16,12 @@ set for that variant's demo; `clicks=N` instead gives that variant its own --cli
 compare the rates of 100,000 and 1,000,000 clicks). With --job QUERIES the runs are whole jobs
 instead: `photon gen` once, then `photon run --until-drained --pipelines 1` of the same logs on
 a fresh embedded store per run (job seconds, CPU, RSS; then `photon verify`, untimed, for
-duplicates and lost). With --tikv, each run starts a fresh
+duplicates and lost). In --job mode a variant `LABEL=flink:hashmap` (or `flink:rocksdb`) runs
+the same join as a Flink job instead (`bench/flink_join.py`: a regular join, exactly-once
+checkpoints every 2 s, parallelism 2, state in the heap or in RocksDB) with the Python given
+by --flink-python, which must have PyFlink (`pip install apache-flink`, and a Java runtime):
+its job seconds and CPU are the whole process's (the JVM's start included), and Flink's own
+net runtime is printed beside them. With --tikv, each run starts a fresh
 `minitikv serve` and `oracle serve` from --minitikv and --oracle (default: beside the first
 variant's binary) and stops them after. The layouts: `single`, one region at the start that
 splits at 8 MiB as data grows; `even1024`, `--regions 1024 --split-prefix photon`, where
@@ -40,6 +45,11 @@ def parse_variant(text):
     label, _, rest = text.partition("=")
     if not rest:
         sys.exit(f"variant {text!r}: expected LABEL=BINARY[,ENV=VALUE...]")
+    if rest.startswith("flink:"):
+        state = rest[len("flink:"):]
+        if state not in ("hashmap", "rocksdb"):
+            sys.exit(f"variant {text!r}: flink:hashmap or flink:rocksdb")
+        return {"label": label, "flink": state, "env": {}, "clicks": None}
     binary, *assignments = rest.split(",")
     env = {}
     clicks_of = None
@@ -282,6 +292,32 @@ def run_job(args, variant, logs):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def run_flink_job(args, variant, logs):
+    """One Flink job of `variant` over the generated `logs` (`bench/flink_join.py`): the
+    whole process's wall time, CPU and RSS, and what the job wrote."""
+    work = tempfile.mkdtemp(prefix="ab-flink-")
+    try:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flink_join.py")
+        usage, seconds, out = run_child(
+            [args.flink_python, script, "--logs", logs, "--work", work,
+             "--state", variant["flink"]],
+            variant_env(variant), work, "flink", variant["label"])
+        report = last_json(out, f"{variant['label']}: the Flink job")
+        return {
+            "label": variant["label"],
+            "job_s": round(seconds, 2),
+            # The Python driver's own CPU and the JVM's (the driver's child, never waited
+            # for, so not in the driver's rusage), and the larger of their peak RSS.
+            "cpu_s": round(usage.ru_utime + usage.ru_stime + report["jvm_cpu_s"], 2),
+            "max_rss_mb": max(usage.ru_maxrss // 1024, report["jvm_max_rss_mb"]),
+            "flink_net_s": report["net_s"],
+            "rows": report["rows"],
+            "distinct_clicks": report["distinct_clicks"],
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def line(run):
     per_sec = f"{run['per_sec']:>8,.0f}" if run["per_sec"] is not None else "       -"
     text = (f"{run['label']:>12}  {per_sec} joined/s  "
@@ -311,6 +347,8 @@ def main():
                         "the first variant's binary), then per run `photon run --until-drained "
                         "--pipelines 1` of those logs on a fresh embedded store (the issue's "
                         "Nexmark shape: --job 1333333 is about 2,000,000 events)")
+    parser.add_argument("--flink-python", default="python3",
+                        help="the Python with PyFlink that runs --job's flink:STATE variants")
     parser.add_argument("--json", action="store_true", help="one JSON line per run")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variants]
@@ -319,6 +357,11 @@ def main():
         sys.exit(f"variant labels must differ: {labels}")
     if args.minitikv_arg and not args.tikv:
         sys.exit("--minitikv-arg needs --tikv")
+    flink = [v["label"] for v in variants if "flink" in v]
+    if flink and args.job is None:
+        sys.exit(f"{flink}: Flink variants run in --job mode only")
+    if len(flink) == len(variants):
+        sys.exit("--job needs a photon variant too (its `photon gen` makes the logs)")
     if args.job is not None:
         if args.tikv:
             sys.exit("--job runs on the embedded store: no --tikv")
@@ -356,7 +399,8 @@ def jobs(args, variants):
     try:
         logs = os.path.join(work, "logs")
         gen = subprocess.run(
-            [variants[0]["binary"], "gen", "--out", logs, "--queries", str(args.job)],
+            [next(v["binary"] for v in variants if "binary" in v), "gen", "--out", logs,
+             "--queries", str(args.job)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if gen.returncode != 0:
             sys.exit(f"photon gen exited with {gen.returncode}:\n{gen.stderr[-2000:]}")
@@ -368,19 +412,27 @@ def jobs(args, variants):
         runs = []
         for _ in range(args.rounds):
             for variant in variants:
-                run = run_job(args, variant, logs)
+                if "flink" in variant:
+                    run = run_flink_job(args, variant, logs)
+                    outcome = (f"Flink net {run['flink_net_s']} s  rows {run['rows']} "
+                               f"distinct clicks {run['distinct_clicks']}")
+                else:
+                    run = run_job(args, variant, logs)
+                    outcome = (f"joined {run['joined']} dup {run['duplicates']} "
+                               f"lost {run['lost']}")
                 runs.append(run)
                 print(json.dumps(run) if args.json else
                       f"{run['label']:>12}  job {run['job_s']:>7} s  CPU {run['cpu_s']:>7} s  "
-                      f"{run['max_rss_mb']:>5} MB  joined {run['joined']} "
-                      f"dup {run['duplicates']} lost {run['lost']}", flush=True)
+                      f"{run['max_rss_mb']:>5} MB  {outcome}", flush=True)
         if not args.json:
             print(f"\nphoton run of {args.job:,} generated queries' logs, {args.rounds} rounds "
                   "alternated: min / median / max")
             for variant in variants:
                 mine = [r for r in runs if r["label"] == variant["label"]]
-                for key in ("job_s", "cpu_s"):
-                    values = [r[key] for r in mine]
+                for key in ("job_s", "cpu_s", "flink_net_s"):
+                    values = [r[key] for r in mine if key in r]
+                    if not values:
+                        continue
                     print(f"{variant['label']:>12}  {key:>10}  {min(values):>10,.2f} "
                           f"{statistics.median(values):>10,.2f} {max(values):>10,.2f}")
     finally:
