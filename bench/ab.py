@@ -202,7 +202,7 @@ def run_child(argv, env, work, name, label):
     if child.returncode != 0:
         with open(err_path) as err:
             tail = "".join(err.readlines()[-5:])
-        sys.exit(f"{label}: photon {name} exited with {child.returncode}:\n{tail}")
+        sys.exit(f"{label}: {os.path.basename(argv[0])} {name} exited with {child.returncode}:\n{tail}")
     with open(out_path) as out:
         return usage, seconds, out.read()
 

@@ -51,7 +51,13 @@
 //! - **Durability.** fjall appends every write to its journal and, with
 //!   `manual_journal_persist` off (the default we keep), flushes the journal to the OS before
 //!   the write returns, so an acknowledged write survives `kill -9`. `Durability::Fsync` also
-//!   calls `Keyspace::persist(SyncData)` before acknowledging (power-loss safe).
+//!   syncs the journals before acknowledging (power-loss safe), as `RawKv::sync` does in
+//!   either mode: the journal's buffer to the OS, then an `fdatasync` of every file of
+//!   fjall's journals directory and of the directory, without fjall's journal mutex
+//!   (`Keyspace::persist(SyncData)` holds it through the fsync, and every write takes it:
+//!   the oracle's sync of its window, every 1.5 s, stalled every writer for as long as the
+//!   disk took). Why that covers every acknowledged write (a deleted journal's writes are
+//!   in fsynced segments): `EmbeddedKv`'s `sync_journals`.
 //! - **CAS atomicity.** fjall has no CAS on a plain partition. Every write of a key (put,
 //!   delete, batch put/delete, CAS) holds one of 1024 striped mutexes chosen by the key's hash;
 //!   a CAS reads, compares and writes under its stripe, so no write of the same key from any
@@ -63,7 +69,7 @@
 //!   another writer's `fdatasync` runs share the next one. Each writer takes a ticket after its
 //!   journal write; the one running an fsync (a `tokio::sync::Mutex` makes it one at a time)
 //!   reads the ticket counter *before* it syncs, so every ticket up to that count belongs to a
-//!   write already in the journal, which the `persist(SyncData)` flushes and syncs; it then
+//!   write already in the journal, which the journals' sync (above) covers; it then
 //!   publishes that count as `synced`. A writer whose ticket is at or below `synced` returns
 //!   without syncing; the others queue on the mutex and, when their turn comes, usually find
 //!   their ticket covered. So N writers arriving during one fsync cost one more fsync, not N

@@ -103,6 +103,52 @@ impl std::fmt::Debug for EmbeddedKv {
     }
 }
 
+/// fjall's directory of journal files, under the store's `fjall/` directory (fjall 2's
+/// layout; a test checks it, so an engine whose layout differs fails loudly instead of
+/// syncing nothing: [`sync_journals`] also fails if it is missing).
+const JOURNALS_DIR: &str = "journals";
+
+/// Makes every write acknowledged before the call survive power loss, without holding
+/// fjall's journal lock while the disk works.
+///
+/// `Keyspace::persist(SyncData)` fsyncs the journal with fjall's journal writer mutex held,
+/// and every write of the process takes that mutex: each `sync` (the oracle's, every half
+/// window, about every 1.5 s) stalled every writer for the whole fsync, which under
+/// `Durability::Process` writes back every journal page dirtied since the last one (about
+/// 130 MB at a 2,000,000-event job's rate: `docs/perf/photon.md`). Instead:
+///
+/// 1. `persist(Buffer)`: the journal's buffer reaches the OS (fjall already does this in
+///    every write unless told otherwise; it takes the mutex only for that);
+/// 2. every file of the journals directory is opened and `fdatasync`ed, and so is the
+///    directory, with no lock of fjall's held: writers go on meanwhile.
+///
+/// Why that covers every write acknowledged before the call: such a write is in the OS's
+/// copy of some journal file (step 1, or its own commit) that existed before step 2 lists
+/// the directory (a journal file is created before it is written), and `fdatasync` of any
+/// descriptor of a file writes back all of that file's data. A journal that is gone by
+/// the listing was deleted by fjall only once every partition's segments that hold its
+/// writes were written and fsynced (fjall's journal manager compares the journal's seqno
+/// with the highest seqno persisted in segments), so its writes are on disk already. One
+/// deleted between the listing and its open is skipped for the same reason.
+fn sync_journals(keyspace: &Keyspace, store_dir: &Path) -> KvResult<()> {
+    keyspace
+        .persist(PersistMode::Buffer)
+        .map_err(engine("sync"))?;
+    let journals = store_dir.join("fjall").join(JOURNALS_DIR);
+    let entries = std::fs::read_dir(&journals).map_err(io(&journals))?;
+    for entry in entries {
+        let path = entry.map_err(io(&journals))?.path();
+        match File::open(&path) {
+            Ok(file) => file.sync_data().map_err(io(&path))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    File::open(&journals)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io(&journals))
+}
+
 fn engine(op: &'static str) -> impl FnOnce(fjall::Error) -> KvError {
     move |e| KvError::Engine {
         op,
@@ -270,13 +316,13 @@ impl EmbeddedKv {
         }
         let covered = group.tickets.load(Ordering::SeqCst);
         let keyspace = self.keyspace.clone();
-        tokio::task::spawn_blocking(move || keyspace.persist(PersistMode::SyncData))
+        let store_dir = self.path.clone();
+        tokio::task::spawn_blocking(move || sync_journals(&keyspace, &store_dir))
             .await
             .map_err(|e| KvError::Engine {
                 op,
                 message: format!("fsync task failed: {e}"),
-            })?
-            .map_err(engine(op))?;
+            })??;
         group.fsyncs.fetch_add(1, Ordering::Relaxed);
         group.synced.fetch_max(covered, Ordering::SeqCst);
         Ok(())
@@ -502,6 +548,40 @@ impl RawKv for EmbeddedKv {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// `sync` finds fjall's journals where it looks for them, and syncs them.
+    #[tokio::test]
+    async fn sync_finds_the_journals_where_fjall_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = EmbeddedKv::open(dir.path()).unwrap();
+        kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
+        let journals = dir.path().join("fjall").join(JOURNALS_DIR);
+        let files = std::fs::read_dir(&journals)
+            .unwrap_or_else(|e| panic!("fjall keeps no journals in {}: {e}", journals.display()))
+            .count();
+        assert!(files >= 1, "no journal file in {}", journals.display());
+        kv.sync().await.unwrap();
+        assert_eq!(kv.fsyncs(), 1);
+    }
+
+    /// A store whose journals are not where `sync` looks (an engine with another layout)
+    /// fails the sync instead of syncing nothing.
+    #[tokio::test]
+    async fn sync_fails_when_the_journals_are_not_where_it_looks() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = EmbeddedKv::open(dir.path()).unwrap();
+        kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
+        let journals = dir.path().join("fjall").join(JOURNALS_DIR);
+        std::fs::rename(&journals, dir.path().join("fjall").join("elsewhere")).unwrap();
+        match kv.sync().await {
+            Err(KvError::Io { path, .. }) => assert_eq!(path, journals),
+            other => panic!(
+                "expected an I/O error naming {}, got {other:?}",
+                journals.display()
+            ),
+        }
+        assert_eq!(kv.fsyncs(), 0);
+    }
 
     /// Writers that reach the sync while another fsync is pending share one: ten puts that
     /// queue behind a held turn are covered by one fsync.
