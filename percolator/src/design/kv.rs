@@ -57,7 +57,10 @@
 //!   (`Keyspace::persist(SyncData)` holds it through the fsync, and every write takes it:
 //!   the oracle's sync of its window, every 1.5 s, stalled every writer for as long as the
 //!   disk took). Why that covers every acknowledged write (a deleted journal's writes are
-//!   in fsynced segments): `EmbeddedKv`'s `sync_journals`.
+//!   in fsynced segments): `EmbeddedKv`'s `sync_journals`. A failed sync is kept: every
+//!   later write and sync fails with it (Linux reports a lost writeback once, so a later
+//!   sync through a new descriptor would succeed without the lost pages), as fjall refuses
+//!   writes after a failed `persist` of its own.
 //! - **CAS atomicity.** fjall has no CAS on a plain partition. Every write of a key (put,
 //!   delete, batch put/delete, CAS) holds one of 1024 striped mutexes chosen by the key's hash;
 //!   a CAS reads, compares and writes under its stripe, so no write of the same key from any

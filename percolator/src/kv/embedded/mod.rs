@@ -75,6 +75,12 @@ struct GroupCommit {
     syncing: tokio::sync::Mutex<()>,
     /// Fsyncs run.
     fsyncs: AtomicU64,
+    /// The first failed sync, if one failed: every later write and sync fails with it. On
+    /// Linux a failed writeback is reported once, to one descriptor, and its pages are then
+    /// clean; a later sync through a new descriptor succeeds without them. So after a failure
+    /// nothing more may be acknowledged (fjall likewise refuses writes once a `persist` of its
+    /// own failed).
+    failed: std::sync::OnceLock<String>,
 }
 
 /// A persistent [`RawKv`] in a local data directory.
@@ -100,6 +106,20 @@ impl std::fmt::Debug for EmbeddedKv {
             .field("path", &self.path)
             .field("durability", &self.durability)
             .finish_non_exhaustive()
+    }
+}
+
+/// Fails `op` if an earlier sync of the store failed ([`GroupCommit`]'s `failed`).
+fn refuse_after_failed_sync(group: &GroupCommit, op: &'static str) -> KvResult<()> {
+    match group.failed.get() {
+        None => Ok(()),
+        Some(first) => Err(KvError::Engine {
+            op,
+            message: format!(
+                "an earlier sync of the store failed ({first}); nothing is acknowledged after \
+                 it: reopen the store"
+            ),
+        }),
     }
 }
 
@@ -129,7 +149,14 @@ const JOURNALS_DIR: &str = "journals";
 /// the listing was deleted by fjall only once every partition's segments that hold its
 /// writes were written and fsynced (fjall's journal manager compares the journal's seqno
 /// with the highest seqno persisted in segments), so its writes are on disk already. One
-/// deleted between the listing and its open is skipped for the same reason.
+/// deleted between the listing and its open is skipped for the same reason. Every journal
+/// file is synced, not only the newest (fjall syncs a journal fully before it opens the
+/// next, so the newest would do within one process's life): sealed journals a crashed
+/// process left in the OS's cache are covered too.
+///
+/// Unix only: elsewhere a read-only handle cannot be synced, and fjall's own
+/// `persist(SyncData)` is used.
+#[cfg(unix)]
 fn sync_journals(keyspace: &Keyspace, store_dir: &Path) -> KvResult<()> {
     keyspace
         .persist(PersistMode::Buffer)
@@ -147,6 +174,15 @@ fn sync_journals(keyspace: &Keyspace, store_dir: &Path) -> KvResult<()> {
     File::open(&journals)
         .and_then(|dir| dir.sync_all())
         .map_err(io(&journals))
+}
+
+/// [`sync_journals`] where a read-only handle cannot be synced: fjall's own
+/// `persist(SyncData)`, which holds the journal mutex through the fsync.
+#[cfg(not(unix))]
+fn sync_journals(keyspace: &Keyspace, _store_dir: &Path) -> KvResult<()> {
+    keyspace
+        .persist(PersistMode::SyncData)
+        .map_err(engine("sync"))
 }
 
 fn engine(op: &'static str) -> impl FnOnce(fjall::Error) -> KvError {
@@ -300,12 +336,14 @@ impl EmbeddedKv {
     ///
     /// Why a shared fsync covers a writer: the writer takes its ticket after its journal
     /// write returned; the fsyncer reads the ticket counter before it starts, so every
-    /// ticket up to what it read belongs to a write already in the journal, which its
-    /// `persist` flushes and syncs. `synced` only grows, to tickets an fsync covered. At
+    /// ticket up to what it read belongs to a write already in the journal, which the
+    /// journals' sync (`sync_journals`) covers. `synced` only grows, to tickets an fsync
+    /// covered; a failed sync is kept and fails every later write and sync. At
     /// most one fsync runs at a time (the `syncing` mutex); writers queued behind it find
     /// their ticket covered when their turn comes and return without a sync of their own.
     async fn fsync(&self, op: &'static str) -> KvResult<()> {
         let group = &self.group;
+        refuse_after_failed_sync(group, op)?;
         let ticket = group.tickets.fetch_add(1, Ordering::SeqCst) + 1;
         if group.synced.load(Ordering::SeqCst) >= ticket {
             return Ok(());
@@ -314,15 +352,21 @@ impl EmbeddedKv {
         if group.synced.load(Ordering::SeqCst) >= ticket {
             return Ok(());
         }
+        refuse_after_failed_sync(group, op)?;
         let covered = group.tickets.load(Ordering::SeqCst);
         let keyspace = self.keyspace.clone();
         let store_dir = self.path.clone();
-        tokio::task::spawn_blocking(move || sync_journals(&keyspace, &store_dir))
+        let synced = tokio::task::spawn_blocking(move || sync_journals(&keyspace, &store_dir))
             .await
             .map_err(|e| KvError::Engine {
                 op,
                 message: format!("fsync task failed: {e}"),
-            })??;
+            })
+            .and_then(|result| result);
+        if let Err(e) = synced {
+            let _ = group.failed.set(e.to_string());
+            return Err(e);
+        }
         group.fsyncs.fetch_add(1, Ordering::Relaxed);
         group.synced.fetch_max(covered, Ordering::SeqCst);
         Ok(())
@@ -393,6 +437,7 @@ impl RawKv for EmbeddedKv {
 
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "put")?;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.home(&key).insert(key, value).map_err(engine("put"))?;
@@ -402,6 +447,7 @@ impl RawKv for EmbeddedKv {
 
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "batch_put")?;
         if pairs.is_empty() {
             return Ok(());
         }
@@ -422,6 +468,7 @@ impl RawKv for EmbeddedKv {
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "delete")?;
         {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             self.home(&key).remove(key).map_err(engine("delete"))?;
@@ -431,6 +478,7 @@ impl RawKv for EmbeddedKv {
 
     async fn batch_delete(&self, keys: Vec<Vec<u8>>) -> KvResult<()> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "batch_delete")?;
         if keys.is_empty() {
             return Ok(());
         }
@@ -487,6 +535,7 @@ impl RawKv for EmbeddedKv {
         new: Vec<u8>,
     ) -> KvResult<CasOutcome> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "compare_and_swap")?;
         let outcome = {
             let _guard = self.lock_stripe(self.stripe_of(&key));
             let home = self.home(&key);
@@ -505,6 +554,7 @@ impl RawKv for EmbeddedKv {
 
     async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
         crate::kv::yield_point().await;
+        refuse_after_failed_sync(&self.group, "batch_compare_and_swap")?;
         check_distinct_cas_keys(&requests)?;
         if requests.is_empty() {
             return Ok(Vec::new());
@@ -581,6 +631,39 @@ mod tests {
             ),
         }
         assert_eq!(kv.fsyncs(), 0);
+    }
+
+    /// After a failed sync nothing more is acknowledged, even once a sync could succeed
+    /// again: a later `fdatasync` through a new descriptor would not report the pages the
+    /// failed one lost.
+    #[tokio::test]
+    async fn a_failed_sync_fails_every_later_write_and_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = EmbeddedKv::open(dir.path()).unwrap();
+        kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
+        let journals = dir.path().join("fjall").join(JOURNALS_DIR);
+        let elsewhere = dir.path().join("fjall").join("elsewhere");
+        std::fs::rename(&journals, &elsewhere).unwrap();
+        assert!(kv.sync().await.is_err());
+        std::fs::rename(&elsewhere, &journals).unwrap();
+        let refused = |r: KvResult<()>| matches!(r, Err(KvError::Engine { message, .. }) if message.contains("an earlier sync"));
+        assert!(refused(kv.sync().await), "a sync after the failure");
+        assert!(
+            refused(kv.put(b"k2".to_vec(), b"v".to_vec()).await),
+            "a put"
+        );
+        assert!(
+            refused(kv.batch_delete(vec![b"k".to_vec()]).await),
+            "a batch delete"
+        );
+        assert!(refused(
+            kv.compare_and_swap(b"k".to_vec(), Some(b"v".to_vec()), b"w".to_vec())
+                .await
+                .map(|_| ())
+        ));
+        // Reads go on: what the store holds is still there.
+        assert_eq!(kv.get(b"k").await.unwrap(), Some(b"v".to_vec()));
+        assert_eq!(kv.get(b"k2").await.unwrap(), None);
     }
 
     /// Writers that reach the sync while another fsync is pending share one: ten puts that
