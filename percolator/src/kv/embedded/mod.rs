@@ -315,9 +315,10 @@ impl EmbeddedKv {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// How many `fdatasync`s the store has run (under [`Durability::Fsync`], and for
-    /// [`RawKv::sync`] calls).
-    /// With concurrent writers it stays below the number of writes (group commit).
+    /// How many syncs of its journals the store has completed (under
+    /// [`Durability::Fsync`], and for [`RawKv::sync`] calls), each an `fdatasync` of every
+    /// journal file. With concurrent writers it stays below the number of writes (group
+    /// commit).
     pub fn fsyncs(&self) -> u64 {
         self.group.fsyncs.load(Ordering::Relaxed)
     }
