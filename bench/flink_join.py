@@ -19,7 +19,10 @@ this process exits: the JVM is its child, and is not waited for), the rows writt
 distinct clicks among them (a click delivered twice is joined twice by a regular join;
 photon joins it once)."""
 
-import argparse, glob, json, os, time
+import argparse, glob, json, os, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from utilization import proc_stat  # noqa: E402
 
 
 def link_logs(logs, work, kind):
@@ -50,16 +53,13 @@ def count_output(path):
 def descendants_usage():
     """CPU seconds and peak RSS (MB) of this process's descendants still running (the JVM
     PyFlink started, which this process's exit would not account for)."""
-    tick = os.sysconf("SC_CLK_TCK")
     stats = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            ppid, used = proc_stat(pid)
             with open(f"/proc/{pid}/status") as f:
                 hwm = next((int(l.split()[1]) // 1024 for l in f if l.startswith("VmHWM:")), 0)
-            # ppid, utime + stime, peak RSS
-            stats[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, hwm)
+            stats[int(pid)] = (ppid, used, hwm)
         except (OSError, IndexError, ValueError):
             continue
     mine, cpu, rss = {os.getpid()}, 0.0, 0

@@ -14,16 +14,17 @@ import os, subprocess, sys, time
 WINDOW_S = 0.25
 
 
-def cpu_seconds(pid, tick):
+def proc_stat(pid):
+    """(parent pid, CPU seconds: user + system of every thread) of a running process, from
+    /proc/PID/stat (`bench/flink_join.py` uses it too)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick  # utime + stime of every thread
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    tick = os.sysconf("SC_CLK_TCK")
     with open("utilization.out", "w") as out:
         started = time.monotonic()
         child = subprocess.Popen(sys.argv[1:], stdout=out, stderr=subprocess.STDOUT)
@@ -32,7 +33,7 @@ def main():
             time.sleep(WINDOW_S)
             # Read before reaping: once reaped, the child's /proc entry is gone.
             try:
-                cpu = cpu_seconds(child.pid, tick)
+                cpu = proc_stat(child.pid)[1]
             except (OSError, IndexError, ValueError):
                 cpu = None
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)

@@ -600,13 +600,26 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// `sync` finds fjall's journals where it looks for them, and syncs them.
-    #[tokio::test]
-    async fn sync_finds_the_journals_where_fjall_keeps_them() {
+    /// A store in a temporary directory holding one write, and where its journals are.
+    async fn store_with_one_write() -> (tempfile::TempDir, EmbeddedKv, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let kv = EmbeddedKv::open(dir.path()).unwrap();
         kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
         let journals = dir.path().join("fjall").join(JOURNALS_DIR);
+        (dir, kv, journals)
+    }
+
+    /// Moves the journals directory out of `sync`'s sight; returns where it went.
+    fn move_journals_away(journals: &Path) -> PathBuf {
+        let elsewhere = journals.with_file_name("elsewhere");
+        std::fs::rename(journals, &elsewhere).unwrap();
+        elsewhere
+    }
+
+    /// `sync` finds fjall's journals where it looks for them, and syncs them.
+    #[tokio::test]
+    async fn sync_finds_the_journals_where_fjall_keeps_them() {
+        let (_dir, kv, journals) = store_with_one_write().await;
         let files = std::fs::read_dir(&journals)
             .unwrap_or_else(|e| panic!("fjall keeps no journals in {}: {e}", journals.display()))
             .count();
@@ -619,11 +632,8 @@ mod tests {
     /// fails the sync instead of syncing nothing.
     #[tokio::test]
     async fn sync_fails_when_the_journals_are_not_where_it_looks() {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = EmbeddedKv::open(dir.path()).unwrap();
-        kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
-        let journals = dir.path().join("fjall").join(JOURNALS_DIR);
-        std::fs::rename(&journals, dir.path().join("fjall").join("elsewhere")).unwrap();
+        let (_dir, kv, journals) = store_with_one_write().await;
+        move_journals_away(&journals);
         match kv.sync().await {
             Err(KvError::Io { path, .. }) => assert_eq!(path, journals),
             other => panic!(
@@ -639,12 +649,8 @@ mod tests {
     /// failed one lost.
     #[tokio::test]
     async fn a_failed_sync_fails_every_later_write_and_sync() {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = EmbeddedKv::open(dir.path()).unwrap();
-        kv.put(b"k".to_vec(), b"v".to_vec()).await.unwrap();
-        let journals = dir.path().join("fjall").join(JOURNALS_DIR);
-        let elsewhere = dir.path().join("fjall").join("elsewhere");
-        std::fs::rename(&journals, &elsewhere).unwrap();
+        let (_dir, kv, journals) = store_with_one_write().await;
+        let elsewhere = move_journals_away(&journals);
         assert!(kv.sync().await.is_err());
         std::fs::rename(&elsewhere, &journals).unwrap();
         let refused = |r: KvResult<()>| matches!(r, Err(KvError::Engine { message, .. }) if message.contains("an earlier sync"));
