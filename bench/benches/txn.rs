@@ -7,7 +7,10 @@
 //! Run: `cargo bench -p percolator-bench --bench txn` (`TXN_BENCH_SECS` sets seconds per cell,
 //! default 1). The last line is one JSON object with `read_ratio`, `write_ratio` (at 16 and
 //! 64 tasks; `tikv_`-prefixed for TiKV) with the raw store calls per transaction of each
-//! (`read_calls@N`, `write_calls@N`; a batched CAS counts as one call), loader-shaped
+//! (`read_calls@N`, `write_calls@N`; a batched CAS counts as one call). The ratios' timed
+//! transactions run on the store itself, as the raw calls do; their calls are counted in a
+//! pass of their own through a counting wrapper (which costs a transaction of one cell
+//! about 8 % of its CPU), on cells of its own. Then loader-shaped
 //! transactions with their events through heads and as write-once records
 //! (`load32_heads_per_sec`, `load32_once_per_sec`, `..._calls`), `txn10_per_sec`,
 //! `abort_rate_hot` and the raw store calls per transaction kind (the last three on the
@@ -113,29 +116,57 @@ where
     (ok as f64 / elapsed, failed as f64 / elapsed, ok + failed)
 }
 
-/// Loads `CELLS` committed cells and as many raw keys into `raw`; returns the counting
-/// wrapper and a client over it.
-async fn setup(raw: Arc<dyn RawKv>) -> (Arc<Counting>, Client) {
+/// The clients of one store: `client` on the store itself, for timed transactions, and
+/// `counted` through the counting wrapper, for passes that count calls. Each has loaded the
+/// cells it uses (`client` cells `0..CELLS`, `counted` `CELLS..2 * CELLS`: [`counted_cell`]),
+/// so each remembers the heads it committed as it would in a steady run.
+struct Clients {
+    counting: Arc<Counting>,
+    client: Client,
+    counted: Client,
+}
+
+/// The cell a counted pass uses for `i`: `counted` loaded these.
+fn counted_cell(i: u64) -> Cell {
+    cell(CELLS + i % CELLS)
+}
+
+/// Loads `CELLS` committed cells and as many raw keys into `raw`, and `CELLS` more cells
+/// through the counting wrapper; returns the clients.
+async fn setup(raw: Arc<dyn RawKv>) -> Clients {
     let counting = Arc::new(Intercepted::wrap(raw.clone(), Calls::default()));
+    // One clock for both clients of the store: their timestamps must be one sequence.
+    let clock = Arc::new(LocalClock::new());
     let client = Client::with_config(
+        raw.clone(),
+        clock.clone(),
+        ClientConfig::with_namespace("bench"),
+    );
+    let counted = Client::with_config(
         counting.clone(),
-        Arc::new(LocalClock::new()),
+        clock,
         ClientConfig::with_namespace("bench"),
     );
     // Load: every cell has a committed value; the raw keys hold a value too.
     for chunk in (0..CELLS).collect::<Vec<_>>().chunks(500) {
-        let t = client.begin().await.expect("begin");
-        for &i in chunk {
-            t.set(cell(i), vec![7u8; 100]);
+        for (loader, cell) in [(&client, cell as CellOf), (&counted, counted_cell)] {
+            let t = loader.begin().await.expect("begin");
+            for &i in chunk {
+                t.set(cell(i), vec![7u8; 100]);
+            }
+            t.commit().await.expect("load");
         }
-        t.commit().await.expect("load");
         let pairs = chunk
             .iter()
             .map(|&i| (raw_key(i), vec![7u8; 100]))
             .collect();
         raw.batch_put(pairs).await.expect("load raw");
     }
-    (counting, client)
+    Clients {
+        counting,
+        client,
+        counted,
+    }
 }
 
 /// Events per loader-shaped transaction of [`loads`].
@@ -226,54 +257,75 @@ where
     (raw_rate, txn_rate, txns)
 }
 
+/// Names the cell of a random number: [`cell`] for timed runs, [`counted_cell`] for counted
+/// passes.
+type CellOf = fn(u64) -> Cell;
+
+/// A single-cell read transaction of `cell(r)` on `c`.
+async fn read_one(c: Client, cell: CellOf, r: u64) -> bool {
+    let t = c.begin().await.expect("begin");
+    t.get(&cell(r)).await.is_ok() && t.commit().await.is_ok()
+}
+
+/// A single-cell blind write transaction of `cell(r)` on `c`.
+async fn write_one(c: Client, cell: CellOf, r: u64) -> bool {
+    let t = c.begin().await.expect("begin");
+    t.set(cell(r), vec![r as u8; 100]);
+    t.commit().await.is_ok()
+}
+
+/// The raw calls per transaction of `op` on the counted client at `tasks` tasks, over one
+/// slice of the ratios' time.
+async fn calls_per_txn<Fut>(
+    tasks: usize,
+    secs: f64,
+    clients: &Clients,
+    op: fn(Client, CellOf, u64) -> Fut,
+) -> f64
+where
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let calls = || clients.counting.hooks().0.load(Ordering::Relaxed);
+    let c = clients.counted.clone();
+    let before = calls();
+    let (_, _, txns) = run_counted(tasks, secs / RATIO_SLICES as f64, move |r| {
+        op(c.clone(), counted_cell, r)
+    })
+    .await;
+    (calls() - before) as f64 / txns.max(1) as f64
+}
+
 /// Single-cell transactional reads and writes against raw gets and puts on the same store,
-/// side by side at `tasks` tasks (each pair in alternated slices: [`alternated`]), with the
-/// raw calls each transaction made (a raw get or put is one); keys `read_ratio@N`,
+/// side by side at `tasks` tasks (each pair in alternated slices: [`alternated`]; both sides
+/// call the store itself), with the raw calls each transaction made (a raw get or put is
+/// one), counted in a pass of their own ([`calls_per_txn`]); keys `read_ratio@N`,
 /// `write_ratio@N`, `read_calls@N`, `write_calls@N`.
 async fn ratios(
     label: &str,
     tasks: usize,
     raw: Arc<dyn RawKv>,
-    client: &Client,
-    counting: &Counting,
+    clients: &Clients,
     secs: f64,
 ) -> BTreeMap<String, f64> {
-    let calls = || counting.hooks().0.load(Ordering::Relaxed);
     let mut report = BTreeMap::new();
     let kv = raw.clone();
     let raw_get = move |r: u64| {
         let kv = kv.clone();
         async move { kv.get(&raw_key(r % CELLS)).await.is_ok() }
     };
-    let c = client.clone();
-    let txn_get = move |r: u64| {
-        let c = c.clone();
-        async move {
-            let t = c.begin().await.expect("begin");
-            t.get(&cell(r % CELLS)).await.is_ok() && t.commit().await.is_ok()
-        }
-    };
-    // Raw calls go to the store itself, not through the counting one under the client.
-    let before = calls();
-    let (raw_get, txn_read, reads) = alternated(tasks, secs, raw_get, txn_get).await;
-    let read_calls = (calls() - before) as f64 / reads.max(1) as f64;
+    let c = clients.client.clone();
+    let txn_get = move |r: u64| read_one(c.clone(), cell, r % CELLS);
+    let (raw_get, txn_read, _) = alternated(tasks, secs, raw_get, txn_get).await;
+    let read_calls = calls_per_txn(tasks, secs, clients, read_one).await;
     let kv = raw.clone();
     let raw_put = move |r: u64| {
         let kv = kv.clone();
         async move { kv.put(raw_key(r % CELLS), vec![r as u8; 100]).await.is_ok() }
     };
-    let c = client.clone();
-    let txn_set = move |r: u64| {
-        let c = c.clone();
-        async move {
-            let t = c.begin().await.expect("begin");
-            t.set(cell(r % CELLS), vec![r as u8; 100]);
-            t.commit().await.is_ok()
-        }
-    };
-    let before = calls();
-    let (raw_put, txn_write, writes) = alternated(tasks, secs, raw_put, txn_set).await;
-    let write_calls = (calls() - before) as f64 / writes.max(1) as f64;
+    let c = clients.client.clone();
+    let txn_set = move |r: u64| write_one(c.clone(), cell, r % CELLS);
+    let (raw_put, txn_write, _) = alternated(tasks, secs, raw_put, txn_set).await;
+    let write_calls = calls_per_txn(tasks, secs, clients, write_one).await;
     println!(
         "{label:>8} tasks {tasks:>2}: raw get {raw_get:>9.0}/s  txn read {txn_read:>9.0}/s  ratio {:.3} ({read_calls:.2} raw calls/txn) | raw put {raw_put:>9.0}/s  txn write {txn_write:>9.0}/s  ratio {:.3} ({write_calls:.2} raw calls/txn)",
         txn_read / raw_get,
@@ -318,13 +370,17 @@ fn main() {
                 )
                 .expect("open"),
             );
-            let (counting, client) = setup(raw.clone()).await;
-            for (key, value) in ratios("embedded", tasks, raw.clone(), &client, &counting, secs).await {
+            let clients = setup(raw.clone()).await;
+            for (key, value) in ratios("embedded", tasks, raw.clone(), &clients, secs).await {
                 report.insert(key, value.into());
             }
-            first.get_or_insert((counting, client));
+            first.get_or_insert(clients);
         }
-        let (counting, client) = first.expect("a concurrency");
+        let Clients {
+            counting,
+            client,
+            counted,
+        } = first.expect("a concurrency");
         report.insert("read_ratio".into(), report["read_ratio@16"].clone());
         report.insert("write_ratio".into(), report["write_ratio@16"].clone());
         for (key, value) in loads("embedded", counting.clone(), secs).await {
@@ -339,11 +395,11 @@ fn main() {
                     .await
                     .expect("connect to minitikv"),
             );
-            let (tikv_counting, tikv_client) = setup(tikv.clone()).await;
-            for (key, value) in ratios("tikv", tasks, tikv, &tikv_client, &tikv_counting, secs).await {
+            let clients = setup(tikv.clone()).await;
+            for (key, value) in ratios("tikv", tasks, tikv, &clients, secs).await {
                 report.insert(format!("tikv_{key}"), value.into());
             }
-            first_tikv.get_or_insert(tikv_counting);
+            first_tikv.get_or_insert(clients.counting);
         }
         let tikv_counting = first_tikv.expect("a concurrency");
         for (key, value) in loads("tikv", tikv_counting.clone(), secs).await {
@@ -379,35 +435,36 @@ fn main() {
         let abort_rate = hot_failed / (hot_ok + hot_failed);
         println!("hot (16 tasks, 4 cells): {hot_ok:.0} commits/s, abort rate {abort_rate:.3}");
         report.insert("abort_rate_hot".into(), abort_rate.into());
-        // Raw store calls per transaction kind (sequential, uncontended).
+        // Raw store calls per transaction kind (sequential, uncontended), on the counted
+        // client's cells.
         let count = |f: u64| counting.hooks().0.load(Ordering::Relaxed) - f;
         let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
-            let t = client.begin().await.expect("begin");
-            t.get(&cell(i)).await.expect("get");
+            let t = counted.begin().await.expect("begin");
+            t.get(&counted_cell(i)).await.expect("get");
             t.commit().await.expect("commit");
         }
         let per_read = count(before) as f64 / 100.0;
         let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
-            let t = client.begin().await.expect("begin");
-            t.set(cell(i), vec![1u8; 100]);
+            let t = counted.begin().await.expect("begin");
+            t.set(counted_cell(i), vec![1u8; 100]);
             t.commit().await.expect("commit");
         }
         let per_write = count(before) as f64 / 100.0;
         let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
-            let t = client.begin().await.expect("begin");
-            let v = t.get(&cell(i)).await.expect("get");
-            t.set(cell(i), v.unwrap_or_default());
+            let t = counted.begin().await.expect("begin");
+            let v = t.get(&counted_cell(i)).await.expect("get");
+            t.set(counted_cell(i), v.unwrap_or_default());
             t.commit().await.expect("commit");
         }
         let per_rmw = count(before) as f64 / 100.0;
         // Ten cells read with get_many and written back: batched reads, prewrite, secondaries.
         let before = counting.hooks().0.load(Ordering::Relaxed);
         for i in 0..100 {
-            let t = client.begin().await.expect("begin");
-            let cells: Vec<Cell> = (0..10).map(|j| cell((i * 10 + j) % CELLS)).collect();
+            let t = counted.begin().await.expect("begin");
+            let cells: Vec<Cell> = (0..10).map(|j| counted_cell(i * 10 + j)).collect();
             let values = t.get_many(&cells).await.expect("get_many");
             for (c, v) in cells.into_iter().zip(values) {
                 t.set(c, v.unwrap_or_default());

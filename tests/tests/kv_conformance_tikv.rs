@@ -77,6 +77,7 @@ async fn mixed_mode() -> (RunningServer, Arc<dyn RawKv>) {
         b"conf/seen/".to_vec(),
         b"conf/large/".to_vec(),
         b"conf/bcas/".to_vec(),
+        b"conf/putcas/".to_vec(),
         b"conf/bcounters/".to_vec(),
     ]);
     let kv = TikvKv::connect(config).await.expect("connect to minitikv");

@@ -91,7 +91,10 @@
 //! (ii) one `batch_put` of every extra write of the chunk (out-of-line values, versions spilled
 //! from full heads, notify keys), then `settle_notify_keys` of every notify key of the chunk
 //! ([`super::notify`]); (iii) one `batch_compare_and_swap` of every head from its expected bytes
-//! to its locked head. A request that did not swap (the head was not the expected one) sends its
+//! to its locked head. A chunk with no notify key and no write-once record sends (ii) and
+//! (iii) as one `batch_put_and_compare_and_swap`: the embedded store writes the extra writes
+//! and the swapped heads in one fjall batch (one journal write, so no lock is seen or
+//! survives a crash without them); other backends make the two calls in order. A request that did not swap (the head was not the expected one) sends its
 //! cell to the per-cell loop (read-modify-CAS: lock resolution, conflict checks on the head
 //! found, spills decided again) from the head the CAS returned; a batch that failed sends every
 //! cell of the chunk there from a fresh read (our own lock found there is kept). The TTL of a
@@ -112,7 +115,12 @@
 //!   notify keys, and the settling of its notify keys above the floor, are acknowledged before
 //!   the batched CAS is sent, so every lock of the chunk is born after everything it needs; a
 //!   cell that falls back decides its spill again on the head it found and puts it before its
-//!   own CAS. Notify keys put for a cell that then conflicts belong to a transaction that rolls
+//!   own CAS. When the extra writes ride in the locks' call, they apply with the locks (one
+//!   atomic batch) or before them (the default's two calls); a call that failed may have
+//!   applied any part, so each cell of the chunk goes to the per-cell loop, which puts its
+//!   extra writes again (the same keys and bytes) before its own CAS. Records and notify keys
+//!   never ride: a failed call would leave the per-cell loop without the records, and notify
+//!   keys must be settled between the two steps. Notify keys put for a cell that then conflicts belong to a transaction that rolls
 //!   back, which observers ignore (status through the primary).
 //! - *Secondaries*: each request is the roll-forward of one lock of ours from the exact bytes we
 //!   wrote; one that lost means someone resolved the lock already (or the head changed), and
@@ -124,7 +132,8 @@
 //! `batch_get`; each head then goes through the same lock resolution as `get` and is kept as
 //! the expectation of the prewrite; one GC check covers every answer from beyond a head. Raw
 //! store calls per transaction (a batched CAS counting one; the txn bench prints them): a read
-//! transaction 1, a blind one-cell write 2 (plus a spill `batch_put` every few commits), a
+//! transaction 1, a blind one-cell write 2 (its spill, every few commits, rides in the
+//! prewrite's call on the embedded store and is one more call elsewhere), a
 //! ten-cell read-modify-write with `get_many` 4 (`batch_get`, batched prewrite CAS, commit
 //! point, batched secondaries).
 //!

@@ -252,6 +252,30 @@ pub fn check_distinct_cas_keys(requests: &[CasRequest]) -> KvResult<()> {
     Ok(())
 }
 
+/// Refuses a [`RawKv::batch_put_and_compare_and_swap`] naming a key twice among its
+/// requests, or a key both among its pairs and its requests, with
+/// [`KvError::InvalidArgument`]. Backends call it before applying anything.
+pub fn check_put_and_cas_keys(pairs: &[KvPair], requests: &[CasRequest]) -> KvResult<()> {
+    check_distinct_cas_keys(requests)?;
+    if pairs.is_empty() || requests.is_empty() {
+        return Ok(());
+    }
+    let swapped: crate::FastSet<&[u8]> = requests.iter().map(|r| r.key.as_slice()).collect();
+    match pairs
+        .iter()
+        .find(|(key, _)| swapped.contains(key.as_slice()))
+    {
+        Some((key, _)) => Err(KvError::InvalidArgument {
+            op: "batch_put_and_compare_and_swap",
+            message: format!(
+                "key {} is both put and swapped in one call",
+                key.escape_ascii()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The raw store contract every backend implements.
 ///
 /// Writes are durable when they return (to the backend's configured degree). Batched calls
@@ -334,6 +358,27 @@ pub trait RawKv: Send + Sync + 'static {
             .into_iter()
             .map(|r| self.compare_and_swap(r.key, r.expected, r.new));
         futures::future::join_all(swaps).await.into_iter().collect()
+    }
+
+    /// [`RawKv::batch_put`] of `pairs`, then [`RawKv::batch_compare_and_swap`] of
+    /// `requests`, in one call: no request's swap is seen without every pair (a transaction's
+    /// extra writes and the locks that need them). A key both put and swapped, or swapped
+    /// twice, is refused with [`KvError::InvalidArgument`] before anything applies.
+    ///
+    /// **When the call returns `Err`**, any subset of the pairs and of the requests may have
+    /// applied, as after the two calls. The default makes the two calls (so wrappers see
+    /// them as such); the embedded store writes both in one fjall batch (one journal write
+    /// instead of two).
+    async fn batch_put_and_compare_and_swap(
+        &self,
+        pairs: Vec<KvPair>,
+        requests: Vec<CasRequest>,
+    ) -> KvResult<Vec<CasOutcome>> {
+        check_put_and_cas_keys(&pairs, &requests)?;
+        if !pairs.is_empty() {
+            self.batch_put(pairs).await?;
+        }
+        self.batch_compare_and_swap(requests).await
     }
 
     /// Makes every write this store acknowledged so far survive power loss (and kernel

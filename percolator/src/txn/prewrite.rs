@@ -6,7 +6,9 @@
 //!    seen there ends the commit before anything is written;
 //! 2. one `batch_put` of every cell's extra writes (out-of-line values, versions spilled from
 //!    full heads, notify keys), then the notify-floor settling of every notify key;
-//! 3. one `batch_compare_and_swap` of every head from its expected bytes to the locked head.
+//! 3. one `batch_compare_and_swap` of every head from its expected bytes to the locked head
+//!    (with no notify key to settle and no record, steps 2 and 3 are one
+//!    `batch_put_and_compare_and_swap`: one fjall batch on the embedded store).
 //!
 //! (Write sets larger than [`PREWRITE_CHUNK`] cells take one such round per chunk, the
 //! primary's first; write sets larger than [`PRIMARY_ALONE_ABOVE`] cells lock the primary
@@ -227,12 +229,17 @@ impl Transaction {
         if batched.is_empty() && !records {
             return Ok(());
         }
+        // With no notify key to settle and no record (whose loss a failed call would hide
+        // from the per-cell loop), the extra writes ride in the locks' call (step 3): one
+        // fjall batch on the embedded store, so no lock is seen, or survives a crash,
+        // without them.
+        let puts_with_locks = notify_entries.is_empty() && !records && !batched.is_empty();
         // 2. Extra writes, durable (and notify keys settled above the floor) before any lock
         //    of the batch exists: invariant 4 and the notify-floor argument.
         wrote.store(true, Ordering::SeqCst);
         let step = tokio::time::Instant::now();
-        if !puts.is_empty() {
-            shared.kv.batch_put(puts).await?;
+        if !puts.is_empty() && !puts_with_locks {
+            shared.kv.batch_put(std::mem::take(&mut puts)).await?;
         }
         if let Some((plan, _)) = plans.first().zip(notify_entries.first()) {
             shared
@@ -267,7 +274,18 @@ impl Transaction {
         let news: Vec<Vec<u8>> = requests.iter().map(|r| r.new.clone()).collect();
         let mut confirmed = Vec::with_capacity(batched.len());
         let step = tokio::time::Instant::now();
-        let swapped = shared.kv.batch_compare_and_swap(requests).await;
+        // Extra writes not yet put go with the locks; whether they applied is unknown when
+        // the call fails, so the per-cell loop then puts them again (the same keys, the same
+        // bytes).
+        let extras_in_call = !puts.is_empty();
+        let swapped = if extras_in_call {
+            shared
+                .kv
+                .batch_put_and_compare_and_swap(puts, requests)
+                .await
+        } else {
+            shared.kv.batch_compare_and_swap(requests).await
+        };
         if swapped.is_ok() {
             shared.round_trips.note_since(step);
         }
@@ -298,7 +316,7 @@ impl Transaction {
                 fallbacks.extend(batched.into_iter().map(|(index, _)| Fallback {
                     index,
                     start: None,
-                    extras_written: true,
+                    extras_written: !extras_in_call,
                 }));
             }
         }

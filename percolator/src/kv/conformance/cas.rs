@@ -279,6 +279,113 @@ pub async fn batch_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
     );
 }
 
+/// Puts with CASes in one call ([`RawKv::batch_put_and_compare_and_swap`]): every pair
+/// written, each request decided as a batched CAS would decide it (outcomes in request
+/// order), empty calls answered empty, and a key both put and swapped (or swapped twice)
+/// refused with `InvalidArgument` before anything applies.
+pub async fn batch_put_and_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
+    let k = |name: &[u8]| key(prefix, name);
+    assert_eq!(
+        kv.batch_put_and_compare_and_swap(Vec::new(), Vec::new())
+            .await
+            .unwrap(),
+        Vec::new(),
+        "an empty call"
+    );
+    kv.put(k(b"head"), b"h0".to_vec()).await.unwrap();
+    let pairs = vec![(k(b"extra1"), b"x1".to_vec()), (k(b"extra2"), Vec::new())];
+    let requests = vec![
+        CasRequest::new(k(b"head"), Some(b"h0".to_vec()), b"h1".to_vec()),
+        CasRequest::new(k(b"other"), Some(b"wrong".to_vec()), b"o1".to_vec()),
+        CasRequest::new(k(b"new"), None, b"n1".to_vec()),
+    ];
+    let outcomes: Vec<CasOutcome> = kv
+        .batch_put_and_compare_and_swap(pairs, requests)
+        .await
+        .unwrap()
+        .into_iter()
+        .zip([
+            (Some(b"h0".to_vec()), b"h1".to_vec()),
+            (Some(b"wrong".to_vec()), b"o1".to_vec()),
+            (None, b"n1".to_vec()),
+        ])
+        .map(|(out, (expected, new))| out.own_write_decided(expected, &new))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            CasOutcome {
+                previous: Some(b"h0".to_vec()),
+                swapped: true
+            },
+            CasOutcome {
+                previous: None,
+                swapped: false
+            },
+            CasOutcome {
+                previous: None,
+                swapped: true
+            },
+        ],
+        "outcomes in request order"
+    );
+    for (name, value) in [
+        (&b"extra1"[..], Some(&b"x1"[..])),
+        (b"extra2", Some(b"")),
+        (b"head", Some(b"h1")),
+        (b"other", None),
+        (b"new", Some(b"n1")),
+    ] {
+        assert_eq!(
+            kv.get(&k(name)).await.unwrap().as_deref(),
+            value,
+            "value of {} after the call",
+            name.escape_ascii()
+        );
+    }
+    // Pairs alone, and requests alone, are a batch put and a batched CAS.
+    kv.batch_put_and_compare_and_swap(vec![(k(b"alone"), b"a".to_vec())], Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(kv.get(&k(b"alone")).await.unwrap(), Some(b"a".to_vec()));
+    // A key both put and swapped: refused as a whole, nothing applied.
+    let refused = kv
+        .batch_put_and_compare_and_swap(
+            vec![
+                (k(b"both-other"), b"o".to_vec()),
+                (k(b"both"), b"p".to_vec()),
+            ],
+            vec![CasRequest::new(k(b"both"), None, b"c".to_vec())],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(KvError::InvalidArgument { .. })),
+        "a key both put and swapped must be refused, got {refused:?}"
+    );
+    for name in [&b"both"[..], b"both-other"] {
+        assert_eq!(
+            kv.get(&k(name)).await.unwrap(),
+            None,
+            "refused call applied {}",
+            name.escape_ascii()
+        );
+    }
+    let twice = kv
+        .batch_put_and_compare_and_swap(
+            vec![(k(b"twice-pair"), b"p".to_vec())],
+            vec![
+                CasRequest::new(k(b"twice"), None, b"1".to_vec()),
+                CasRequest::new(k(b"twice"), None, b"2".to_vec()),
+            ],
+        )
+        .await;
+    assert!(
+        matches!(twice, Err(KvError::InvalidArgument { .. })),
+        "a key swapped twice must be refused, got {twice:?}"
+    );
+    assert_eq!(kv.get(&k(b"twice-pair")).await.unwrap(), None);
+}
+
 /// Concurrent increments of `counters` keys, half of the tasks through batched CAS (all
 /// counters in one batch, re-batching the ones not yet done) and half through single CAS,
 /// with the same hazard-aware decision per key as [`cas_counter`]. Every counter must end

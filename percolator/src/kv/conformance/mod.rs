@@ -24,7 +24,8 @@ mod scans;
 mod values;
 
 pub use cas::{
-    batch_cas_counters, batch_cas_semantics, cas_counter, cas_sees_every_write, cas_semantics,
+    batch_cas_counters, batch_cas_semantics, batch_put_and_cas_semantics, cas_counter,
+    cas_sees_every_write, cas_semantics,
 };
 pub use scans::{calls_yield_to_other_tasks, paging, scan_limits_are_checked, scan_many, scans};
 pub use values::{absent_vs_empty, batch_calls, binary_keys, large_values};
@@ -80,6 +81,8 @@ macro_rules! conformance_suite {
                 |kv, p| $crate::kv::conformance::cas_sees_every_write(kv.as_ref(), p);
             batch_cas_semantics =>
                 |kv, p| $crate::kv::conformance::batch_cas_semantics(kv.as_ref(), p);
+            batch_put_and_cas_semantics =>
+                |kv, p| $crate::kv::conformance::batch_put_and_cas_semantics(kv.as_ref(), p);
             batch_cas_counters_6x40 =>
                 |kv, p| $crate::kv::conformance::batch_cas_counters(kv.clone(), p, 6, 40);
             scans => |kv, p| $crate::kv::conformance::scans(kv.as_ref(), p);
@@ -119,6 +122,7 @@ pub async fn run_all(kv: Arc<dyn RawKv>, prefix: &[u8]) {
     cas_counter(kv.clone(), &p("counter/"), 8, 100).await;
     cas_sees_every_write(kv.as_ref(), &p("seen/")).await;
     batch_cas_semantics(kv.as_ref(), &p("bcas/")).await;
+    batch_put_and_cas_semantics(kv.as_ref(), &p("putcas/")).await;
     batch_cas_counters(kv.clone(), &p("bcounters/"), 6, 40).await;
     scans(kv.as_ref(), &p("scan/")).await;
     scan_limits_are_checked(kv.as_ref(), &p("limits/")).await;

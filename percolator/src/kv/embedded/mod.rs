@@ -32,7 +32,7 @@
 
 use super::memory::range_bounds;
 use super::{
-    check_distinct_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
+    check_put_and_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
     KvResult, RawKv, ScanOrder,
 };
 use ahash::RandomState;
@@ -399,6 +399,49 @@ impl EmbeddedKv {
         }
     }
 
+    /// Writes `pairs` and every request of `requests` that swaps in one fjall batch, under
+    /// the stripes of all their keys (ascending, each once: no deadlock between batches),
+    /// each request decided on its key as read under its stripe. Returns the requests'
+    /// outcomes and whether anything was written. The caller has checked the keys
+    /// ([`check_put_and_cas_keys`]): no request's key is put or swapped twice.
+    fn write_batch(
+        &self,
+        op: &'static str,
+        pairs: Vec<KvPair>,
+        requests: Vec<CasRequest>,
+    ) -> KvResult<(Vec<CasOutcome>, bool)> {
+        if pairs.is_empty() && requests.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let mut stripes: Vec<usize> = pairs
+            .iter()
+            .map(|(k, _)| self.stripe_of(k))
+            .chain(requests.iter().map(|r| self.stripe_of(&r.key)))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut batch = self.keyspace.batch();
+        let mut wrote = !pairs.is_empty();
+        for (k, v) in pairs {
+            batch.insert(self.home(&k), k, v);
+        }
+        for r in requests {
+            let home = self.home(&r.key);
+            let outcome = decide(home.get(&r.key).map_err(engine("get"))?, r.expected);
+            if outcome.swapped {
+                batch.insert(home, r.key, r.new);
+                wrote = true;
+            }
+            outcomes.push(outcome);
+        }
+        if wrote {
+            batch.commit().map_err(engine(op))?;
+        }
+        Ok((outcomes, wrote))
+    }
+
     fn get_sync(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
         Ok(self
             .home(key)
@@ -449,22 +492,10 @@ impl RawKv for EmbeddedKv {
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
         crate::kv::yield_point().await;
         refuse_after_failed_sync(&self.group, "batch_put")?;
-        if pairs.is_empty() {
-            return Ok(());
+        if self.write_batch("batch_put", pairs, Vec::new())?.1 {
+            self.ack_sync("batch_put").await?;
         }
-        let mut stripes: Vec<usize> = pairs.iter().map(|(k, _)| self.stripe_of(k)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        {
-            // Stripes are taken in ascending order, so two batches cannot deadlock.
-            let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
-            let mut batch = self.keyspace.batch();
-            for (k, v) in pairs {
-                batch.insert(self.home(&k), k, v);
-            }
-            batch.commit().map_err(engine("batch_put"))?;
-        }
-        self.ack_sync("batch_put").await
+        Ok(())
     }
 
     async fn delete(&self, key: Vec<u8>) -> KvResult<()> {
@@ -556,35 +587,27 @@ impl RawKv for EmbeddedKv {
     async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
         crate::kv::yield_point().await;
         refuse_after_failed_sync(&self.group, "batch_compare_and_swap")?;
-        check_distinct_cas_keys(&requests)?;
-        if requests.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut stripes: Vec<usize> = requests.iter().map(|r| self.stripe_of(&r.key)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let (outcomes, any_swapped) = {
-            // Ascending, each stripe once: no deadlock with batch puts or other batches.
-            let _guards: Vec<_> = stripes.iter().map(|&i| self.lock_stripe(i)).collect();
-            let mut outcomes = Vec::with_capacity(requests.len());
-            let mut batch = self.keyspace.batch();
-            let mut any_swapped = false;
-            for r in requests {
-                let home = self.home(&r.key);
-                let outcome = decide(home.get(&r.key).map_err(engine("get"))?, r.expected);
-                if outcome.swapped {
-                    batch.insert(home, r.key, r.new);
-                    any_swapped = true;
-                }
-                outcomes.push(outcome);
-            }
-            if any_swapped {
-                batch.commit().map_err(engine("batch_compare_and_swap"))?;
-            }
-            (outcomes, any_swapped)
-        };
-        if any_swapped {
+        check_put_and_cas_keys(&[], &requests)?;
+        let (outcomes, wrote) = self.write_batch("batch_compare_and_swap", Vec::new(), requests)?;
+        if wrote {
             self.ack_sync("batch_compare_and_swap").await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// The pairs and every request that swaps in one fjall batch (one journal write).
+    async fn batch_put_and_compare_and_swap(
+        &self,
+        pairs: Vec<KvPair>,
+        requests: Vec<CasRequest>,
+    ) -> KvResult<Vec<CasOutcome>> {
+        crate::kv::yield_point().await;
+        let op = "batch_put_and_compare_and_swap";
+        refuse_after_failed_sync(&self.group, op)?;
+        check_put_and_cas_keys(&pairs, &requests)?;
+        let (outcomes, wrote) = self.write_batch(op, pairs, requests)?;
+        if wrote {
+            self.ack_sync(op).await?;
         }
         Ok(outcomes)
     }
