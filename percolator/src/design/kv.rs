@@ -12,6 +12,7 @@
 //! | `compare_and_swap(key, expected, new)` | atomic for its key; returns the value found and whether it swapped; never deletes |
 //! | `scan_many(ranges, each_limit)` | each range's first `each_limit` pairs ascending, answers in the order of `ranges` (disjoint, any order); the default scans them one by one, TiKV sends them in one `batch_scan` (one RPC per region holding some) |
 //! | `batch_compare_and_swap(Vec<CasRequest>)` | each request atomic for its own key, as a single CAS; not atomic across keys; outcomes in request order; one key twice → `InvalidArgument` before anything applies; on `Err`, any subset of the requests may have applied (each wholly or not at all) |
+//! | `batch_put_and_compare_and_swap(pairs, requests)` | a `batch_put` then a `batch_compare_and_swap`, in one call: no swap is seen without every pair; a key put and swapped, or swapped twice → `InvalidArgument` before anything applies; on `Err`, any subset of both may have applied; the default makes the two calls, the embedded store writes one fjall batch |
 //! | `sync` | everything acknowledged before is on disk (an `fdatasync` of an embedded store whatever its durability; nothing for TiKV, which syncs its Raft log before acknowledging) |
 //!
 //! [`crate::kv::scan_all`] and [`crate::kv::RangePager`] page through ranges of any size
