@@ -1,5 +1,6 @@
 //! Planted bugs (feature `planted`, compiled only into the simulator `percolator-sim`): each
-//! is a real bug this project once had, put back at the place it was, behind a runtime
+//! is a real bug this project once had (or one a change was checked against before it
+//! landed), put back at the place it was, behind a runtime
 //! switch that is off unless a simulation turns it on for its own thread. The simulator
 //! proves it can find each class of bug by finding these (`percolator-sim planted`).
 //!
@@ -73,6 +74,12 @@ pub enum Bug {
     /// scan is returned instead of checked again, so a drain in the tail of an outage fails
     /// (found by the simulator's drain harness meeting the same in its own read, seed 19532).
     QuiescenceGivesUpOnTransient,
+    /// `txn::prewrite`, a chunk whose extra writes ride in its locks' call
+    /// (`batch_put_and_compare_and_swap`): a failed call is taken to have put them, so the
+    /// per-cell loop locks a cell without its out-of-line value and the committed version
+    /// points at nothing (checked against the riding change before it landed: the simulator
+    /// wrote no out-of-line values until then).
+    RidingExtrasTakenForWritten,
 }
 
 thread_local! {

@@ -35,6 +35,10 @@ pub const BUGS: &[(&str, Bug)] = &[
         "quiescence_gives_up_on_transient",
         Bug::QuiescenceGivesUpOnTransient,
     ),
+    (
+        "riding_extras_taken_for_written",
+        Bug::RidingExtrasTakenForWritten,
+    ),
 ];
 
 /// Seeds tried per planted bug by default. The GC races and the worker's rolled-back

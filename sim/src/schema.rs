@@ -76,6 +76,17 @@ pub fn lease(p: usize) -> Cell {
     Cell::new("leases", format!("p{p}"), "seq")
 }
 
+/// Lease `seq`'s value: every third one padded past the client's inline limit (1 KiB), so
+/// its commit puts an out-of-line value before its lock (riding in the lock's call where the
+/// store takes both at once) and readers fetch it from there.
+pub fn lease_value(seq: u64) -> Vec<u8> {
+    let mut value = seq.to_string().into_bytes();
+    if seq.is_multiple_of(3) {
+        value.resize(1_500, b'.');
+    }
+    value
+}
+
 /// Parses a decimal value.
 pub fn number(v: Option<Vec<u8>>) -> Option<u64> {
     v.and_then(|v| std::str::from_utf8(&v).ok()?.parse().ok())

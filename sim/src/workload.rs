@@ -141,7 +141,7 @@ pub async fn lease_writer(ctx: Ctx) {
         let Ok(txn) = ctx.client.begin().await else {
             continue;
         };
-        txn.set(schema::lease(p), seq.to_string());
+        txn.set(schema::lease(p), schema::lease_value(seq));
         let outcome = txn.commit().await;
         let ended = Instant::now();
         let judged = ctx.model.with(|m| {
@@ -171,16 +171,21 @@ pub async fn lease_writer(ctx: Ctx) {
 }
 
 /// A poker: reads every lease cell now and then (resolving the locks it meets: waiting on a
-/// live one, fencing an expired one).
+/// live one, fencing an expired one). A committed lease whose out-of-line value is gone (a
+/// `Corrupt` read at a fresh snapshot, which GC cannot explain) is a violation.
 pub async fn poker(ctx: Ctx) {
     let cells: Vec<_> = (0..crate::world::PROCESSES).map(schema::lease).collect();
     loop {
         tokio::time::sleep(ctx.rng.millis(100, 300)).await;
         let cells = &cells;
-        let _ = ctx
+        let read = ctx
             .client
             .run(|txn| async move { txn.get_many(cells).await })
             .await;
+        if let Err(e @ TxnError::Corrupt { .. }) = read {
+            ctx.model
+                .violation(format!("p{} read a lease: {e}", ctx.process));
+        }
     }
 }
 

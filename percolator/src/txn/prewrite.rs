@@ -313,6 +313,11 @@ impl Transaction {
                 // Any subset may have applied: each cell is decided again on its head as
                 // read now (our own lock found there is kept).
                 tracing::debug!(start_ts = s, error = %e, "batched prewrite failed; prewriting cell by cell");
+                // Planted bug `RidingExtrasTakenForWritten` (`crate::planted`): the riding
+                // extra writes taken for written.
+                #[cfg(feature = "planted")]
+                let extras_in_call = extras_in_call
+                    && !crate::planted::active(crate::planted::Bug::RidingExtrasTakenForWritten);
                 fallbacks.extend(batched.into_iter().map(|(index, _)| Fallback {
                     index,
                     start: None,

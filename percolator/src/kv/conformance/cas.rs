@@ -171,6 +171,24 @@ pub async fn cas_sees_every_write(kv: &dyn RawKv, prefix: &[u8]) {
     assert_eq!(kv.get(&k).await.unwrap(), current);
 }
 
+/// Asserts the value under `prefix ‖ name` of each `(name, value)` (`None`: absent) after
+/// `what`.
+async fn assert_values(
+    kv: &dyn RawKv,
+    prefix: &[u8],
+    expected: &[(&[u8], Option<&[u8]>)],
+    what: &str,
+) {
+    for &(name, value) in expected {
+        assert_eq!(
+            kv.get(&key(prefix, name)).await.unwrap().as_deref(),
+            value,
+            "value of {} after {what}",
+            name.escape_ascii()
+        );
+    }
+}
+
 /// One CAS of `key` from `expected` to `new` (unique to the caller, so a retried CAS that
 /// applied reads as swapped: the retry hazard decided), single or as a batch of one.
 async fn own_cas(
@@ -243,20 +261,19 @@ pub async fn batch_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
             "batched CAS request {i}: outcome in request order"
         );
     }
-    for (name, value) in [
-        (&b"absent"[..], Some(&b"a1"[..])),
-        (b"present", Some(b"p")),
-        (b"empty", Some(b"e1")),
-        (b"absent2", None),
-        (b"present2", Some(b"q1")),
-    ] {
-        assert_eq!(
-            kv.get(&k(name)).await.unwrap().as_deref(),
-            value,
-            "value of {} after the batch",
-            name.escape_ascii()
-        );
-    }
+    assert_values(
+        kv,
+        prefix,
+        &[
+            (b"absent", Some(b"a1")),
+            (b"present", Some(b"p")),
+            (b"empty", Some(b"e1")),
+            (b"absent2", None),
+            (b"present2", Some(b"q1")),
+        ],
+        "the batch",
+    )
+    .await;
     // One key twice: refused as a whole, nothing applied.
     let twice = vec![
         CasRequest::new(k(b"dup-other"), None, b"o".to_vec()),
@@ -329,20 +346,19 @@ pub async fn batch_put_and_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
         ],
         "outcomes in request order"
     );
-    for (name, value) in [
-        (&b"extra1"[..], Some(&b"x1"[..])),
-        (b"extra2", Some(b"")),
-        (b"head", Some(b"h1")),
-        (b"other", None),
-        (b"new", Some(b"n1")),
-    ] {
-        assert_eq!(
-            kv.get(&k(name)).await.unwrap().as_deref(),
-            value,
-            "value of {} after the call",
-            name.escape_ascii()
-        );
-    }
+    assert_values(
+        kv,
+        prefix,
+        &[
+            (b"extra1", Some(b"x1")),
+            (b"extra2", Some(b"")),
+            (b"head", Some(b"h1")),
+            (b"other", None),
+            (b"new", Some(b"n1")),
+        ],
+        "the call",
+    )
+    .await;
     // Pairs alone, and requests alone, are a batch put and a batched CAS.
     kv.batch_put_and_compare_and_swap(vec![(k(b"alone"), b"a".to_vec())], Vec::new())
         .await
@@ -362,14 +378,13 @@ pub async fn batch_put_and_cas_semantics(kv: &dyn RawKv, prefix: &[u8]) {
         matches!(refused, Err(KvError::InvalidArgument { .. })),
         "a key both put and swapped must be refused, got {refused:?}"
     );
-    for name in [&b"both"[..], b"both-other"] {
-        assert_eq!(
-            kv.get(&k(name)).await.unwrap(),
-            None,
-            "refused call applied {}",
-            name.escape_ascii()
-        );
-    }
+    assert_values(
+        kv,
+        prefix,
+        &[(b"both", None), (b"both-other", None)],
+        "a refused call",
+    )
+    .await;
     let twice = kv
         .batch_put_and_compare_and_swap(
             vec![(k(b"twice-pair"), b"p".to_vec())],

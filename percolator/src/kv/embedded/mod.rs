@@ -32,8 +32,8 @@
 
 use super::memory::range_bounds;
 use super::{
-    check_put_and_cas_keys, check_scan_limit, CasOutcome, CasRequest, KeyRange, KvError, KvPair,
-    KvResult, RawKv, ScanOrder,
+    check_distinct_cas_keys, check_put_and_cas_keys, check_scan_limit, CasOutcome, CasRequest,
+    KeyRange, KvError, KvPair, KvResult, RawKv, ScanOrder,
 };
 use ahash::RandomState;
 use async_trait::async_trait;
@@ -587,7 +587,7 @@ impl RawKv for EmbeddedKv {
     async fn batch_compare_and_swap(&self, requests: Vec<CasRequest>) -> KvResult<Vec<CasOutcome>> {
         crate::kv::yield_point().await;
         refuse_after_failed_sync(&self.group, "batch_compare_and_swap")?;
-        check_put_and_cas_keys(&[], &requests)?;
+        check_distinct_cas_keys(&requests)?;
         let (outcomes, wrote) = self.write_batch("batch_compare_and_swap", Vec::new(), requests)?;
         if wrote {
             self.ack_sync("batch_compare_and_swap").await?;
