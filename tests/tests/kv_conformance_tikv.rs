@@ -118,10 +118,12 @@ async fn weather(seed: u64) -> (RunningServer, Arc<TikvKv>) {
 fn report(what: &str, server: &RunningServer, kv: &TikvKv) -> RetryCounts {
     let retries = kv.retry_counts();
     eprintln!(
-        "{what}: injected {:?}; regions {}; adapter retries {retries:?}; reverse-scan fallbacks {}",
+        "{what}: injected {:?}; regions {}; adapter retries {retries:?}; reverse-scan fallbacks {}; \
+         direct CASes (sent, refused) {:?}",
         server.fault_counts(),
         server.regions().len(),
-        kv.reverse_scan_fallbacks()
+        kv.reverse_scan_fallbacks(),
+        kv.direct_compare_and_swaps()
     );
     retries
 }
@@ -637,8 +639,8 @@ async fn server_down_is_unavailable_naming_the_call() {
     );
 }
 
-/// The whole suite in one store under the weather: every check passes, and the adapter did
-/// retry (the faults reached it).
+/// The whole suite in one store under the weather: every check passes, and the faults
+/// reached the adapter (it retried, or sent a refused direct CAS through tikv-client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_checks_in_the_weather() {
     let (server, kv) = weather(12).await;
@@ -646,9 +648,11 @@ async fn all_checks_in_the_weather() {
     let retries = report("run_all", &server, &kv);
     let faults = server.fault_counts();
     assert!(faults.server_busy + faults.region_error + faults.lost_reply > 0);
+    let (direct, refused) = kv.direct_compare_and_swaps();
+    assert!(direct > 0, "no CAS went to its region's leader directly");
     assert!(
-        retries.total() > 0,
-        "no fault reached the adapter: {retries:?}"
+        retries.total() + refused > 0,
+        "no fault reached the adapter: {retries:?}, direct CASes refused {refused}"
     );
 }
 

@@ -1,21 +1,31 @@
 //! Requests the adapter sends to a TiKV store itself, where tikv-client 0.4.0 would send
-//! many: a `RawBatchScan` of several ranges in the last region.
+//! more, or spend more on each.
 //!
-//! tikv-client groups a batch scan's ranges by region (`PdClient::group_ranges_by_region`),
-//! but ends a group at a range whose start is past the region's end without minding that an
-//! empty end is the end of the key space. In the last region every range after the first
-//! is therefore a group, and an RPC, of its own: on a fresh cluster (one region) a join run's
-//! `scan_many` of 2 ranges per click cost 2.07 `RawBatchScan`s per joined click. The adapter
-//! sends the ranges that lie in a cached last region as one request instead
-//! ([`raw_batch_scan`]), with the region's epoch and leader as PD named them.
+//! **`RawBatchScan` in the last region.** tikv-client groups a batch scan's ranges by region
+//! (`PdClient::group_ranges_by_region`), but ends a group at a range whose start is past the
+//! region's end without minding that an empty end is the end of the key space. In the last
+//! region every range after the first is therefore a group, and an RPC, of its own: on a fresh
+//! cluster (one region) a join run's `scan_many` of 2 ranges per click cost 2.07
+//! `RawBatchScan`s per joined click. The adapter sends the ranges that lie in a cached last
+//! region as one request instead ([`raw_batch_scan`]), with the region's epoch and leader as
+//! PD named them.
+//!
+//! **`RawCompareAndSwap`.** Every CAS is one RPC either way, but tikv-client runs each
+//! through its request plan (the request cloned for its retries, sharded, dispatched,
+//! merged, its errors extracted): about a fifth of photon's CPU per joined click through
+//! TiKV, where CASes are most of the RPCs. The adapter sends a CAS whose key lies in a
+//! cached region to that region's leader itself ([`raw_cas`]).
 //!
 //! Exactness rests on the store, as for tikv-client's own requests: a request whose epoch or
-//! leader is stale, or a range that starts outside the region, is refused with a region error
-//! (TiKV clips a range's end to the region; in the last region there is nothing past it),
+//! leader is stale, or a key or range that starts outside the region, is refused with a region
+//! error (TiKV clips a range's end to the region; in the last region there is nothing past it),
 //! never served from another layout. Any answer but a clean one (a region error, a key error,
 //! a transport error, the caller's time budget spent) makes the caller forget the region and
-//! read the same ranges through tikv-client: the fast path can cost time and a few PD
-//! lookups, never a key.
+//! send the same request through tikv-client: the fast path can cost time and a few PD
+//! lookups, never a key. A CAS refused for its region was not applied; one whose reply was
+//! lost (transport, budget) may have been, and the request sent again through tikv-client is
+//! then the retry hazard tikv-client's own retries already carry (`crate::design`, "Why
+//! every call may be repeated").
 
 use crate::pd::{PdRegions, Peer, RegionBounds, RegionEpoch};
 use percolator::kv::KeyRange;
@@ -71,7 +81,35 @@ struct RawBatchScanResponse {
     kvs: Vec<WirePair>,
 }
 
-/// Why a direct request gave no answer (the caller reads the ranges through tikv-client).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawCasRequest {
+    #[prost(message, optional, tag = "1")]
+    context: Option<Context>,
+    #[prost(bytes = "vec", tag = "2")]
+    key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    value: Vec<u8>,
+    #[prost(bool, tag = "4")]
+    previous_not_exist: bool,
+    #[prost(bytes = "vec", tag = "5")]
+    previous_value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawCasResponse {
+    #[prost(message, optional, tag = "1")]
+    region_error: Option<AnyError>,
+    #[prost(string, tag = "2")]
+    error: String,
+    #[prost(bool, tag = "3")]
+    succeed: bool,
+    #[prost(bool, tag = "4")]
+    previous_not_exist: bool,
+    #[prost(bytes = "vec", tag = "5")]
+    previous_value: Vec<u8>,
+}
+
+/// Why a direct request gave no answer (the caller sends it through tikv-client).
 #[derive(Debug)]
 pub(crate) enum Refused {
     /// The cached region carries no epoch and leader.
@@ -80,7 +118,7 @@ pub(crate) enum Refused {
     Transport(tikv_client::Error),
     /// The store refused the request for the region (stale epoch, leader moved, ...).
     RegionError,
-    /// The store answered a pair with an error.
+    /// The store answered a pair, or the key, with an error.
     KeyError,
 }
 
@@ -137,4 +175,47 @@ pub(crate) async fn raw_batch_scan(
         return Err(Refused::KeyError);
     }
     Ok(reply.kvs.into_iter().map(|p| (p.key, p.value)).collect())
+}
+
+/// The CAS of `key` (from `expected`, `None`: absent, to `new`) through one
+/// `RawCompareAndSwap` to the leader of `region` (which holds `key`): the value found before
+/// and whether it swapped, as tikv-client's `compare_and_swap` answers.
+pub(crate) async fn raw_cas(
+    pd: &PdRegions,
+    region: &RegionBounds,
+    key: &[u8],
+    expected: Option<&[u8]>,
+    new: &[u8],
+) -> Result<(Option<Vec<u8>>, bool), Refused> {
+    let route = region.route.ok_or(Refused::NoRoute)?;
+    let channel = pd
+        .store_channel(route.leader.store_id)
+        .await
+        .map_err(Refused::Transport)?;
+    let request = RawCasRequest {
+        context: Some(Context {
+            region_id: region.id,
+            region_epoch: Some(route.epoch),
+            peer: Some(route.leader),
+        }),
+        key: key.to_vec(),
+        value: new.to_vec(),
+        previous_not_exist: expected.is_none(),
+        previous_value: expected.map(<[u8]>::to_vec).unwrap_or_default(),
+    };
+    let reply: RawCasResponse = pd
+        .unary(channel, "/tikvpb.Tikv/RawCompareAndSwap", request)
+        .await
+        .map_err(|e| {
+            pd.forget_store(route.leader.store_id);
+            Refused::Transport(e)
+        })?;
+    if reply.region_error.is_some() {
+        return Err(Refused::RegionError);
+    }
+    if !reply.error.is_empty() {
+        return Err(Refused::KeyError);
+    }
+    let previous = (!reply.previous_not_exist).then_some(reply.previous_value);
+    Ok((previous, reply.succeed))
 }

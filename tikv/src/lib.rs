@@ -109,7 +109,7 @@ use percolator::kv::{
 };
 use retry::{Deadline, RetryCounters};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tikv_client::{Key, RawClient};
 
@@ -121,6 +121,8 @@ pub struct TikvKv {
     reverse_fallbacks: AtomicU64,
     direct_scans: AtomicU64,
     direct_refusals: AtomicU64,
+    direct_cas: AtomicU64,
+    direct_cas_refusals: AtomicU64,
     retries: RetryCounters,
     pd: pd::PdRegions,
 }
@@ -196,6 +198,8 @@ impl TikvKv {
             reverse_fallbacks: AtomicU64::new(0),
             direct_scans: AtomicU64::new(0),
             direct_refusals: AtomicU64::new(0),
+            direct_cas: AtomicU64::new(0),
+            direct_cas_refusals: AtomicU64::new(0),
             retries: RetryCounters::default(),
         })
     }
@@ -430,13 +434,16 @@ impl TikvKv {
         new: Vec<u8>,
         deadline: Deadline,
     ) -> KvResult<CasOutcome> {
-        let (previous, swapped) = self
-            .call("compare_and_swap", deadline, || {
-                self.atomic
-                    .compare_and_swap(key.clone(), expected.clone(), new.clone())
-            })
-            .await
-            .map_err(|e| limits::name_key(e, &key, key.len() + new.len()))?;
+        let (previous, swapped) = match self.cas_direct(&key, &expected, &new, &deadline).await {
+            Some(answer) => answer,
+            None => self
+                .call("compare_and_swap", deadline, || {
+                    self.atomic
+                        .compare_and_swap(key.clone(), expected.clone(), new.clone())
+                })
+                .await
+                .map_err(|e| limits::name_key(e, &key, key.len() + new.len()))?,
+        };
         let outcome = CasOutcome { previous, swapped };
         Ok(if self.config.unique_cas_values {
             // Our own write, reported by the client's retry (values are unique).
@@ -444,6 +451,43 @@ impl TikvKv {
         } else {
             outcome
         })
+    }
+
+    /// The CAS sent to the leader of the cached region holding `key` by the adapter itself
+    /// (`crate::direct`), if regions are cached (`region_cache_ttl` above zero), the one
+    /// holding `key` is known or PD names it, and the store answers cleanly within the RPC's
+    /// budget (`rpc_timeout`, at most half of what `deadline` leaves); `None` (the region
+    /// forgotten) when the caller must send it through tikv-client.
+    async fn cas_direct(
+        &self,
+        key: &[u8],
+        expected: &Option<Vec<u8>>,
+        new: &[u8],
+        deadline: &Deadline,
+    ) -> Option<(Option<Vec<u8>>, bool)> {
+        if self.config.region_cache_ttl.is_zero() {
+            // No cache: a PD lookup per CAS would double its RPCs.
+            return None;
+        }
+        let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
+        let attempt = async {
+            let region = self.pd.region_routed(key).await.ok()?;
+            let answer =
+                crate::direct::raw_cas(&self.pd, &region, key, expected.as_deref(), new).await;
+            if let Err(refused) = &answer {
+                tracing::debug!(%refused, region = region.id, "direct RawCompareAndSwap refused; sent through tikv-client");
+            }
+            answer.ok()
+        };
+        let answer = tokio::time::timeout(budget, attempt).await.ok().flatten();
+        match &answer {
+            Some(_) => self.direct_cas.fetch_add(1, Ordering::Relaxed),
+            None => {
+                self.pd.forget(key);
+                self.direct_cas_refusals.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+        answer
     }
 }
 

@@ -277,6 +277,24 @@ impl PdRegions {
         Ok(region)
     }
 
+    /// The region holding `key` as last learned, however long ago (a request sent with a
+    /// stale route is refused by the store: for callers that forget the region then), else
+    /// from PD (remembered when it holds `key`). Fails when PD names none holding `key`.
+    pub(crate) async fn region_routed(&self, key: &[u8]) -> tikv_client::Result<RegionBounds> {
+        if let Some(region) = self.cache().get(key, Duration::MAX) {
+            return Ok(region);
+        }
+        let region = self.region(key).await?;
+        if !region.contains(key) {
+            return Err(pd_err(format!(
+                "PD named region {} for a key outside it",
+                region.id
+            )));
+        }
+        self.cache().insert(region.clone());
+        Ok(region)
+    }
+
     /// Drops the cached region holding `key` (a read of its part failed: the layout may
     /// have changed).
     pub(crate) fn forget(&self, key: &[u8]) {

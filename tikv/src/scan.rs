@@ -588,6 +588,16 @@ impl TikvKv {
             self.direct_refusals.load(Ordering::Relaxed),
         )
     }
+
+    /// CASes the adapter sent to their region's leader itself (`crate::direct`), and those
+    /// it sent through tikv-client after the store refused them, their reply was lost or
+    /// their region could not be had.
+    pub fn direct_compare_and_swaps(&self) -> (u64, u64) {
+        (
+            self.direct_cas.load(Ordering::Relaxed),
+            self.direct_cas_refusals.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// The pairs of `keys` whose value was found (`values` in the same order).
