@@ -16,6 +16,11 @@
 //! TiKV, where CASes are most of the RPCs. The adapter sends a CAS whose key lies in a
 //! cached region to that region's leader itself ([`raw_cas`]).
 //!
+//! **`RawBatchPut` in one region.** tikv-client cuts a batch put into requests of 16 KiB
+//! and runs each through the same plan. A batch whose keys all lie in one known region, up to
+//! [`DIRECT_PUT_MAX_BYTES`], goes to its leader as one request of the adapter's own
+//! ([`raw_batch_put`]), with `for_cas` set as tikv-client sets it in atomic mode.
+//!
 //! Exactness rests on the store, as for tikv-client's own requests: a request whose epoch or
 //! leader is stale, or a key or range that starts outside the region, is refused with a region
 //! error (TiKV clips a range's end to the region; in the last region there is nothing past it),
@@ -108,6 +113,29 @@ struct RawCasResponse {
     #[prost(bytes = "vec", tag = "5")]
     previous_value: Vec<u8>,
 }
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawBatchPutRequest {
+    #[prost(message, optional, tag = "1")]
+    context: Option<Context>,
+    #[prost(message, repeated, tag = "2")]
+    pairs: Vec<WirePair>,
+    #[prost(bool, tag = "5")]
+    for_cas: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawBatchPutResponse {
+    #[prost(message, optional, tag = "1")]
+    region_error: Option<AnyError>,
+    #[prost(string, tag = "2")]
+    error: String,
+}
+
+/// The most bytes (keys and values) of a batch put sent as one direct `RawBatchPut`; a
+/// larger batch goes through tikv-client (in requests of 16 KiB). Far below TiKV's raft
+/// entry limit (8 MiB by default), and a few times a join batch's writes.
+pub(crate) const DIRECT_PUT_MAX_BYTES: usize = 256 * 1024;
 
 /// Why a direct request gave no answer (the caller sends it through tikv-client).
 #[derive(Debug)]
@@ -218,4 +246,50 @@ pub(crate) async fn raw_cas(
     }
     let previous = (!reply.previous_not_exist).then_some(reply.previous_value);
     Ok((previous, reply.succeed))
+}
+
+/// `pairs` (all inside `region`) written through one `RawBatchPut` to the region's leader,
+/// `for_cas` as tikv-client's atomic mode sets it (the keys' writes then take the latches
+/// their CASes take).
+pub(crate) async fn raw_batch_put(
+    pd: &PdRegions,
+    region: &RegionBounds,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+    for_cas: bool,
+) -> Result<(), Refused> {
+    let route = region.route.ok_or(Refused::NoRoute)?;
+    let channel = pd
+        .store_channel(route.leader.store_id)
+        .await
+        .map_err(Refused::Transport)?;
+    let request = RawBatchPutRequest {
+        context: Some(Context {
+            region_id: region.id,
+            region_epoch: Some(route.epoch),
+            peer: Some(route.leader),
+        }),
+        pairs: pairs
+            .iter()
+            .map(|(key, value)| WirePair {
+                error: None,
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        for_cas,
+    };
+    let reply: RawBatchPutResponse = pd
+        .unary(channel, "/tikvpb.Tikv/RawBatchPut", request)
+        .await
+        .map_err(|e| {
+            pd.forget_store(route.leader.store_id);
+            Refused::Transport(e)
+        })?;
+    if reply.region_error.is_some() {
+        return Err(Refused::RegionError);
+    }
+    if !reply.error.is_empty() {
+        return Err(Refused::KeyError);
+    }
+    Ok(())
 }

@@ -123,6 +123,8 @@ pub struct TikvKv {
     direct_refusals: AtomicU64,
     direct_cas: AtomicU64,
     direct_cas_refusals: AtomicU64,
+    direct_puts: AtomicU64,
+    direct_put_refusals: AtomicU64,
     retries: RetryCounters,
     pd: pd::PdRegions,
 }
@@ -200,6 +202,8 @@ impl TikvKv {
             direct_refusals: AtomicU64::new(0),
             direct_cas: AtomicU64::new(0),
             direct_cas_refusals: AtomicU64::new(0),
+            direct_puts: AtomicU64::new(0),
+            direct_put_refusals: AtomicU64::new(0),
             retries: RetryCounters::default(),
         })
     }
@@ -294,14 +298,14 @@ impl RawKv for TikvKv {
             .into_iter()
             .partition(|(k, _)| self.config.atomic_keys.is_atomic(k));
         let deadline = self.deadline();
-        if !plain.is_empty() {
+        if !plain.is_empty() && !self.put_direct(&plain, false, &deadline).await {
             self.call("batch_put", deadline, || {
                 self.plain.batch_put(plain.clone())
             })
             .await
             .map_err(name)?;
         }
-        if !atomic.is_empty() {
+        if !atomic.is_empty() && !self.put_direct(&atomic, true, &deadline).await {
             self.call("batch_put", deadline, || {
                 self.atomic.batch_put(atomic.clone())
             })
@@ -472,8 +476,7 @@ impl TikvKv {
         let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
         let attempt = async {
             let region = self.pd.region_routed(key).await.ok()?;
-            let answer =
-                crate::direct::raw_cas(&self.pd, &region, key, expected.as_deref(), new).await;
+            let answer = direct::raw_cas(&self.pd, &region, key, expected.as_deref(), new).await;
             if let Err(refused) = &answer {
                 tracing::debug!(%refused, region = region.id, "direct RawCompareAndSwap refused; sent through tikv-client");
             }
@@ -488,6 +491,50 @@ impl TikvKv {
             }
         };
         answer
+    }
+
+    /// Whether `pairs` (of one mode: `for_cas` for the atomic keys) were written by one
+    /// `RawBatchPut` of the adapter's own (`crate::direct`): when regions are cached, the
+    /// pairs hold at most [`direct::DIRECT_PUT_MAX_BYTES`], all their keys lie in the region
+    /// of the first (known, or named by PD) and the store answers cleanly within the RPC's
+    /// budget. `false` (the region forgotten if the store refused): the caller writes them
+    /// through tikv-client.
+    async fn put_direct(&self, pairs: &[KvPair], for_cas: bool, deadline: &Deadline) -> bool {
+        let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let Some((first, _)) = pairs.first() else {
+            return false;
+        };
+        if self.config.region_cache_ttl.is_zero() || bytes > direct::DIRECT_PUT_MAX_BYTES {
+            return false;
+        }
+        let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
+        let attempt = async {
+            let region = self.pd.region_routed(first).await.ok()?;
+            if !pairs.iter().all(|(k, _)| region.contains(k)) {
+                // Not refused: the batch spans regions, which tikv-client splits.
+                return Some(false);
+            }
+            match direct::raw_batch_put(&self.pd, &region, pairs, for_cas).await {
+                Ok(()) => Some(true),
+                Err(refused) => {
+                    tracing::debug!(%refused, region = region.id, "direct RawBatchPut refused; sent through tikv-client");
+                    None
+                }
+            }
+        };
+        match tokio::time::timeout(budget, attempt).await.ok().flatten() {
+            Some(written) => {
+                if written {
+                    self.direct_puts.fetch_add(1, Ordering::Relaxed);
+                }
+                written
+            }
+            None => {
+                self.pd.forget(first);
+                self.direct_put_refusals.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
     }
 }
 

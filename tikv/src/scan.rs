@@ -598,6 +598,16 @@ impl TikvKv {
             self.direct_cas_refusals.load(Ordering::Relaxed),
         )
     }
+
+    /// Batch puts (of one mode) the adapter sent to their region's leader as one request of
+    /// its own (`crate::direct`), and those it wrote through tikv-client after the store
+    /// refused them, their reply was lost or their region could not be had.
+    pub fn direct_batch_puts(&self) -> (u64, u64) {
+        (
+            self.direct_puts.load(Ordering::Relaxed),
+            self.direct_put_refusals.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// The pairs of `keys` whose value was found (`values` in the same order).
