@@ -119,12 +119,13 @@ fn report(what: &str, server: &RunningServer, kv: &TikvKv) -> RetryCounts {
     let retries = kv.retry_counts();
     eprintln!(
         "{what}: injected {:?}; regions {}; adapter retries {retries:?}; reverse-scan fallbacks {}; \
-         direct CASes (sent, refused) {:?}; direct batch puts {:?}",
+         direct CASes (sent, refused) {:?}, puts {:?}, reads {:?}",
         server.fault_counts(),
         server.regions().len(),
         kv.reverse_scan_fallbacks(),
         kv.direct_compare_and_swaps(),
-        kv.direct_batch_puts()
+        kv.direct_puts(),
+        kv.direct_reads()
     );
     retries
 }
@@ -640,8 +641,8 @@ async fn server_down_is_unavailable_naming_the_call() {
     );
 }
 
-/// The whole suite in one store under the weather: every check passes, CASes and batch puts
-/// went to their regions' leaders directly, and the faults reached the adapter (it retried,
+/// The whole suite in one store under the weather: every check passes, CASes, puts and
+/// reads went to their regions' leaders directly, and the faults reached the adapter (it retried,
 /// or sent a refused direct request through tikv-client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_checks_in_the_weather() {
@@ -652,15 +653,20 @@ async fn all_checks_in_the_weather() {
     assert!(faults.server_busy + faults.region_error + faults.lost_reply > 0);
     let (direct, refused) = kv.direct_compare_and_swaps();
     assert!(direct > 0, "no CAS went to its region's leader directly");
-    let (direct_puts, refused_puts) = kv.direct_batch_puts();
+    let (direct_puts, refused_puts) = kv.direct_puts();
     assert!(
         direct_puts > 0,
-        "no batch put went to its region's leader directly"
+        "no put went to its region's leader directly"
+    );
+    let (direct_reads, refused_reads) = kv.direct_reads();
+    assert!(
+        direct_reads > 0,
+        "no read went to its region's leader directly"
     );
     assert!(
-        retries.total() + refused + refused_puts > 0,
-        "no fault reached the adapter: {retries:?}, direct CASes refused {refused}, \
-         direct batch puts refused {refused_puts}"
+        retries.total() + refused + refused_puts + refused_reads > 0,
+        "no fault reached the adapter: {retries:?}, direct requests refused: CASes \
+         {refused}, puts {refused_puts}, reads {refused_reads}"
     );
 }
 

@@ -16,10 +16,11 @@
 //! TiKV, where CASes are most of the RPCs. The adapter sends a CAS whose key lies in a
 //! cached region to that region's leader itself ([`raw_cas`]).
 //!
-//! **`RawBatchPut` in one region.** tikv-client cuts a batch put into requests of 16 KiB
-//! and runs each through the same plan. A batch whose keys all lie in one known region, up to
-//! [`DIRECT_PUT_MAX_BYTES`], goes to its leader as one request of the adapter's own
-//! ([`raw_batch_put`]), with `for_cas` set as tikv-client sets it in atomic mode.
+//! **Puts and reads in one region.** tikv-client cuts a batch put into requests of 16 KiB and
+//! runs each through the same plan. A put, a batch put whose keys all lie in one known region
+//! (up to [`DIRECT_PUT_MAX_BYTES`]; `for_cas` set as tikv-client sets it in atomic mode), a
+//! get and a batch get whose keys all lie in one known region go to its leader as one request
+//! of the adapter's own ([`raw_batch_put`], [`raw_get`], [`raw_batch_get`]).
 //!
 //! Exactness rests on the store, as for tikv-client's own requests: a request whose epoch or
 //! leader is stale, or a key or range that starts outside the region, is refused with a region
@@ -34,6 +35,7 @@
 
 use crate::pd::{PdRegions, Peer, RegionBounds, RegionEpoch};
 use percolator::kv::KeyRange;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct Context {
@@ -115,6 +117,42 @@ struct RawCasResponse {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
+struct RawGetRequest {
+    #[prost(message, optional, tag = "1")]
+    context: Option<Context>,
+    #[prost(bytes = "vec", tag = "2")]
+    key: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawGetResponse {
+    #[prost(message, optional, tag = "1")]
+    region_error: Option<AnyError>,
+    #[prost(string, tag = "2")]
+    error: String,
+    #[prost(bytes = "vec", tag = "3")]
+    value: Vec<u8>,
+    #[prost(bool, tag = "4")]
+    not_found: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawBatchGetRequest {
+    #[prost(message, optional, tag = "1")]
+    context: Option<Context>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    keys: Vec<Vec<u8>>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RawBatchGetResponse {
+    #[prost(message, optional, tag = "1")]
+    region_error: Option<AnyError>,
+    #[prost(message, repeated, tag = "2")]
+    pairs: Vec<WirePair>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
 struct RawBatchPutRequest {
     #[prost(message, optional, tag = "1")]
     context: Option<Context>,
@@ -136,6 +174,24 @@ struct RawBatchPutResponse {
 /// larger batch goes through tikv-client (in requests of 16 KiB). Far below TiKV's raft
 /// entry limit (8 MiB by default), and a few times a join batch's writes.
 pub(crate) const DIRECT_PUT_MAX_BYTES: usize = 256 * 1024;
+
+/// Requests of one kind the adapter sent itself: answered, and refused (then sent through
+/// tikv-client).
+#[derive(Default)]
+pub(crate) struct DirectCounts {
+    pub(crate) sent: AtomicU64,
+    pub(crate) refused: AtomicU64,
+}
+
+impl DirectCounts {
+    /// `(answered, refused)`.
+    pub(crate) fn snapshot(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        )
+    }
+}
 
 /// Why a direct request gave no answer (the caller sends it through tikv-client).
 #[derive(Debug)]
@@ -169,17 +225,9 @@ pub(crate) async fn raw_batch_scan(
     ranges: &[&KeyRange],
     each_limit: u32,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Refused> {
-    let route = region.route.ok_or(Refused::NoRoute)?;
-    let channel = pd
-        .store_channel(route.leader.store_id)
-        .await
-        .map_err(Refused::Transport)?;
+    let (channel, context, store) = route_to(pd, region).await?;
     let request = RawBatchScanRequest {
-        context: Some(Context {
-            region_id: region.id,
-            region_epoch: Some(route.epoch),
-            peer: Some(route.leader),
-        }),
+        context: Some(context),
         ranges: ranges
             .iter()
             .map(|r| WireRange {
@@ -189,13 +237,8 @@ pub(crate) async fn raw_batch_scan(
             .collect(),
         each_limit,
     };
-    let reply: RawBatchScanResponse = pd
-        .unary(channel, "/tikvpb.Tikv/RawBatchScan", request)
-        .await
-        .map_err(|e| {
-            pd.forget_store(route.leader.store_id);
-            Refused::Transport(e)
-        })?;
+    let reply: RawBatchScanResponse =
+        send(pd, channel, store, "/tikvpb.Tikv/RawBatchScan", request).await?;
     if reply.region_error.is_some() {
         return Err(Refused::RegionError);
     }
@@ -215,29 +258,22 @@ pub(crate) async fn raw_cas(
     expected: Option<&[u8]>,
     new: &[u8],
 ) -> Result<(Option<Vec<u8>>, bool), Refused> {
-    let route = region.route.ok_or(Refused::NoRoute)?;
-    let channel = pd
-        .store_channel(route.leader.store_id)
-        .await
-        .map_err(Refused::Transport)?;
+    let (channel, context, store) = route_to(pd, region).await?;
     let request = RawCasRequest {
-        context: Some(Context {
-            region_id: region.id,
-            region_epoch: Some(route.epoch),
-            peer: Some(route.leader),
-        }),
+        context: Some(context),
         key: key.to_vec(),
         value: new.to_vec(),
         previous_not_exist: expected.is_none(),
         previous_value: expected.map(<[u8]>::to_vec).unwrap_or_default(),
     };
-    let reply: RawCasResponse = pd
-        .unary(channel, "/tikvpb.Tikv/RawCompareAndSwap", request)
-        .await
-        .map_err(|e| {
-            pd.forget_store(route.leader.store_id);
-            Refused::Transport(e)
-        })?;
+    let reply: RawCasResponse = send(
+        pd,
+        channel,
+        store,
+        "/tikvpb.Tikv/RawCompareAndSwap",
+        request,
+    )
+    .await?;
     if reply.region_error.is_some() {
         return Err(Refused::RegionError);
     }
@@ -257,17 +293,9 @@ pub(crate) async fn raw_batch_put(
     pairs: &[(Vec<u8>, Vec<u8>)],
     for_cas: bool,
 ) -> Result<(), Refused> {
-    let route = region.route.ok_or(Refused::NoRoute)?;
-    let channel = pd
-        .store_channel(route.leader.store_id)
-        .await
-        .map_err(Refused::Transport)?;
+    let (channel, context, store) = route_to(pd, region).await?;
     let request = RawBatchPutRequest {
-        context: Some(Context {
-            region_id: region.id,
-            region_epoch: Some(route.epoch),
-            peer: Some(route.leader),
-        }),
+        context: Some(context),
         pairs: pairs
             .iter()
             .map(|(key, value)| WirePair {
@@ -278,13 +306,8 @@ pub(crate) async fn raw_batch_put(
             .collect(),
         for_cas,
     };
-    let reply: RawBatchPutResponse = pd
-        .unary(channel, "/tikvpb.Tikv/RawBatchPut", request)
-        .await
-        .map_err(|e| {
-            pd.forget_store(route.leader.store_id);
-            Refused::Transport(e)
-        })?;
+    let reply: RawBatchPutResponse =
+        send(pd, channel, store, "/tikvpb.Tikv/RawBatchPut", request).await?;
     if reply.region_error.is_some() {
         return Err(Refused::RegionError);
     }
@@ -292,4 +315,86 @@ pub(crate) async fn raw_batch_put(
         return Err(Refused::KeyError);
     }
     Ok(())
+}
+
+/// The value of `key` (inside `region`) through one `RawGet` to the region's leader.
+pub(crate) async fn raw_get(
+    pd: &PdRegions,
+    region: &RegionBounds,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, Refused> {
+    let (channel, context, store) = route_to(pd, region).await?;
+    let request = RawGetRequest {
+        context: Some(context),
+        key: key.to_vec(),
+    };
+    let reply: RawGetResponse = send(pd, channel, store, "/tikvpb.Tikv/RawGet", request).await?;
+    if reply.region_error.is_some() {
+        return Err(Refused::RegionError);
+    }
+    if !reply.error.is_empty() {
+        return Err(Refused::KeyError);
+    }
+    Ok((!reply.not_found).then_some(reply.value))
+}
+
+/// The pairs found of `keys` (all inside `region`) through one `RawBatchGet` to the
+/// region's leader, in the store's order.
+pub(crate) async fn raw_batch_get(
+    pd: &PdRegions,
+    region: &RegionBounds,
+    keys: &[Vec<u8>],
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Refused> {
+    let (channel, context, store) = route_to(pd, region).await?;
+    let request = RawBatchGetRequest {
+        context: Some(context),
+        keys: keys.to_vec(),
+    };
+    let reply: RawBatchGetResponse =
+        send(pd, channel, store, "/tikvpb.Tikv/RawBatchGet", request).await?;
+    if reply.region_error.is_some() {
+        return Err(Refused::RegionError);
+    }
+    if reply.pairs.iter().any(|p| p.error.is_some()) {
+        return Err(Refused::KeyError);
+    }
+    Ok(reply.pairs.into_iter().map(|p| (p.key, p.value)).collect())
+}
+
+/// The channel to `region`'s leader, the context a request to it carries, and the leader's
+/// store id.
+async fn route_to(
+    pd: &PdRegions,
+    region: &RegionBounds,
+) -> Result<(tonic::transport::Channel, Context, u64), Refused> {
+    let route = region.route.ok_or(Refused::NoRoute)?;
+    let channel = pd
+        .store_channel(route.leader.store_id)
+        .await
+        .map_err(Refused::Transport)?;
+    let context = Context {
+        region_id: region.id,
+        region_epoch: Some(route.epoch),
+        peer: Some(route.leader),
+    };
+    Ok((channel, context, route.leader.store_id))
+}
+
+/// One unary call of `path` to the store `store` on `channel`; a failed call forgets the
+/// store's address and channel.
+async fn send<Req, Resp>(
+    pd: &PdRegions,
+    channel: tonic::transport::Channel,
+    store: u64,
+    path: &'static str,
+    request: Req,
+) -> Result<Resp, Refused>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    pd.unary(channel, path, request).await.map_err(|e| {
+        pd.forget_store(store);
+        Refused::Transport(e)
+    })
 }

@@ -48,17 +48,18 @@
 //!   `rpc_timeout` and half of what the call's deadline leaves; any refusal (stale epoch,
 //!   moved leader, transport, time) drops the remembered region and reads those ranges
 //!   through the client (`direct`; [`TikvKv::direct_batch_scans`]).
-//! - **CASes and batch puts sent directly.** tikv-client runs every request through its
-//!   plan (cloned for its retries, sharded, dispatched, merged): about a fifth of photon's CPU
-//!   per joined click through TiKV, where CASes are most of the RPCs. A CAS whose key lies in
-//!   a known region (remembered as PD named it, until a request to it is refused; none while
-//!   `region_cache_ttl` is zero), and a batch put of one mode whose keys all lie in the
-//!   region of its first, up to 256 KiB, go to that region's leader as one request of the
-//!   adapter's own (`RawCompareAndSwap`; `RawBatchPut`, `for_cas` as the atomic client sets
-//!   it), within the same budget as the scans'. Any refusal drops the remembered region and
-//!   sends the request through the client; a refused region error was not applied, and a
-//!   lost reply resent is the retry hazard below ([`TikvKv::direct_compare_and_swaps`],
-//!   [`TikvKv::direct_batch_puts`]).
+//! - **Requests sent directly.** tikv-client runs every request through its plan (cloned for
+//!   its retries, sharded, dispatched, merged): about a fifth of photon's CPU per joined click
+//!   through TiKV, where CASes are most of the RPCs. A CAS, get or put whose key lies in a
+//!   known region (remembered as PD named it, until a request to it is refused; none while
+//!   `region_cache_ttl` is zero), and a batch get or batch put (of one mode, up to 256 KiB)
+//!   whose keys all lie in the region of its first, go to that region's leader as one request
+//!   of the adapter's own (`RawCompareAndSwap`, `RawGet`, `RawBatchGet`, `RawBatchPut` with
+//!   `for_cas` as the atomic client sets it), within the same budget as the scans'. Any
+//!   refusal drops the remembered region and sends the request through the client; a request
+//!   refused with a region error was not applied, and a write whose reply was lost, resent,
+//!   is the retry hazard below ([`TikvKv::direct_compare_and_swaps`],
+//!   [`TikvKv::direct_puts`], [`TikvKv::direct_reads`]).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -131,12 +132,10 @@ pub struct TikvKv {
     atomic: RawClient,
     config: TikvConfig,
     reverse_fallbacks: AtomicU64,
-    direct_scans: AtomicU64,
-    direct_refusals: AtomicU64,
-    direct_cas: AtomicU64,
-    direct_cas_refusals: AtomicU64,
-    direct_puts: AtomicU64,
-    direct_put_refusals: AtomicU64,
+    direct_scans: direct::DirectCounts,
+    direct_cas: direct::DirectCounts,
+    direct_puts: direct::DirectCounts,
+    direct_reads: direct::DirectCounts,
     retries: RetryCounters,
     pd: pd::PdRegions,
 }
@@ -210,12 +209,10 @@ impl TikvKv {
             pd,
             config,
             reverse_fallbacks: AtomicU64::new(0),
-            direct_scans: AtomicU64::new(0),
-            direct_refusals: AtomicU64::new(0),
-            direct_cas: AtomicU64::new(0),
-            direct_cas_refusals: AtomicU64::new(0),
-            direct_puts: AtomicU64::new(0),
-            direct_put_refusals: AtomicU64::new(0),
+            direct_scans: direct::DirectCounts::default(),
+            direct_cas: direct::DirectCounts::default(),
+            direct_puts: direct::DirectCounts::default(),
+            direct_reads: direct::DirectCounts::default(),
             retries: RetryCounters::default(),
         })
     }
@@ -247,20 +244,33 @@ impl TikvKv {
         keys: &[Vec<u8>],
         deadline: Deadline,
     ) -> KvResult<Vec<Option<Vec<u8>>>> {
-        if keys.is_empty() {
+        let Some(first) = keys.first() else {
             return Ok(Vec::new());
-        }
-        let found: HashMap<Vec<u8>, Vec<u8>> = self
-            .call("batch_get", deadline, || {
-                self.plain.batch_get(keys.to_vec())
+        };
+        let direct = self
+            .to_leader(first, &deadline, &self.direct_reads, |region| async move {
+                if !keys.iter().all(|k| region.contains(k)) {
+                    return Ok(None);
+                }
+                direct::raw_batch_get(&self.pd, &region, keys)
+                    .await
+                    .map(Some)
             })
-            .await?
-            .into_iter()
-            .map(|p| {
-                let (k, v): (Key, Vec<u8>) = p.into();
-                (Vec::from(k), v)
-            })
-            .collect();
+            .await;
+        let found: HashMap<Vec<u8>, Vec<u8>> = match direct {
+            Some(pairs) => pairs.into_iter().collect(),
+            None => self
+                .call("batch_get", deadline, || {
+                    self.plain.batch_get(keys.to_vec())
+                })
+                .await?
+                .into_iter()
+                .map(|p| {
+                    let (k, v): (Key, Vec<u8>) = p.into();
+                    (Vec::from(k), v)
+                })
+                .collect(),
+        };
         Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
     }
 }
@@ -269,8 +279,19 @@ impl TikvKv {
 impl RawKv for TikvKv {
     async fn get(&self, key: &[u8]) -> KvResult<Option<Vec<u8>>> {
         self.check_key("get", key)?;
-        self.call("get", self.deadline(), || self.plain.get(key.to_vec()))
-            .await
+        let deadline = self.deadline();
+        let direct = self
+            .to_leader(key, &deadline, &self.direct_reads, |region| async move {
+                direct::raw_get(&self.pd, &region, key).await.map(Some)
+            })
+            .await;
+        match direct {
+            Some(value) => Ok(value),
+            None => {
+                self.call("get", deadline, || self.plain.get(key.to_vec()))
+                    .await
+            }
+        }
     }
 
     async fn batch_get(&self, keys: &[Vec<u8>]) -> KvResult<Vec<Option<Vec<u8>>>> {
@@ -283,11 +304,16 @@ impl RawKv for TikvKv {
     async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> KvResult<()> {
         self.check_write("put", &key, value.len())?;
         let writer = self.writer(&key);
-        self.call("put", self.deadline(), || {
-            writer.put(key.clone(), value.clone())
-        })
-        .await
-        .map_err(|e| limits::name_key(e, &key, key.len() + value.len()))
+        let deadline = self.deadline();
+        let pair = [(key, value)];
+        let for_cas = self.config.atomic_keys.is_atomic(&pair[0].0);
+        if self.put_direct(&pair, for_cas, &deadline).await {
+            return Ok(());
+        }
+        let [(key, value)] = pair;
+        self.call("put", deadline, || writer.put(key.clone(), value.clone()))
+            .await
+            .map_err(|e| limits::name_key(e, &key, key.len() + value.len()))
     }
 
     /// Every pair is checked against TiKV's limits before anything is sent; the client
@@ -469,11 +495,8 @@ impl TikvKv {
         })
     }
 
-    /// The CAS sent to the leader of the cached region holding `key` by the adapter itself
-    /// (`crate::direct`), if regions are cached (`region_cache_ttl` above zero), the one
-    /// holding `key` is known or PD names it, and the store answers cleanly within the RPC's
-    /// budget (`rpc_timeout`, at most half of what `deadline` leaves); `None` (the region
-    /// forgotten) when the caller must send it through tikv-client.
+    /// The CAS sent to the leader of the region holding `key` as the adapter's own
+    /// request ([`TikvKv::to_leader`]); `None`: the caller sends it through tikv-client.
     async fn cas_direct(
         &self,
         key: &[u8],
@@ -481,70 +504,82 @@ impl TikvKv {
         new: &[u8],
         deadline: &Deadline,
     ) -> Option<(Option<Vec<u8>>, bool)> {
-        if self.config.region_cache_ttl.is_zero() {
-            // No cache: a PD lookup per CAS would double its RPCs.
-            return None;
-        }
-        let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
-        let attempt = async {
-            let region = self.pd.region_routed(key).await.ok()?;
-            let answer = direct::raw_cas(&self.pd, &region, key, expected.as_deref(), new).await;
-            if let Err(refused) = &answer {
-                tracing::debug!(%refused, region = region.id, "direct RawCompareAndSwap refused; sent through tikv-client");
-            }
-            answer.ok()
-        };
-        let answer = tokio::time::timeout(budget, attempt).await.ok().flatten();
-        match &answer {
-            Some(_) => self.direct_cas.fetch_add(1, Ordering::Relaxed),
-            None => {
-                self.pd.forget(key);
-                self.direct_cas_refusals.fetch_add(1, Ordering::Relaxed)
-            }
-        };
-        answer
+        self.to_leader(key, deadline, &self.direct_cas, |region| async move {
+            direct::raw_cas(&self.pd, &region, key, expected.as_deref(), new)
+                .await
+                .map(Some)
+        })
+        .await
     }
 
     /// Whether `pairs` (of one mode: `for_cas` for the atomic keys) were written by one
-    /// `RawBatchPut` of the adapter's own (`crate::direct`): when regions are cached, the
-    /// pairs hold at most [`direct::DIRECT_PUT_MAX_BYTES`], all their keys lie in the region
-    /// of the first (known, or named by PD) and the store answers cleanly within the RPC's
-    /// budget. `false` (the region forgotten if the store refused): the caller writes them
-    /// through tikv-client.
+    /// `RawBatchPut` of the adapter's own ([`TikvKv::to_leader`]): only when they hold at
+    /// most [`direct::DIRECT_PUT_MAX_BYTES`] and their keys all lie in the region of the
+    /// first. `false`: the caller writes them through tikv-client.
     async fn put_direct(&self, pairs: &[KvPair], for_cas: bool, deadline: &Deadline) -> bool {
         let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
         let Some((first, _)) = pairs.first() else {
             return false;
         };
-        if self.config.region_cache_ttl.is_zero() || bytes > direct::DIRECT_PUT_MAX_BYTES {
+        if bytes > direct::DIRECT_PUT_MAX_BYTES {
             return false;
+        }
+        self.to_leader(first, deadline, &self.direct_puts, |region| async move {
+            if !pairs.iter().all(|(k, _)| region.contains(k)) {
+                return Ok(None);
+            }
+            direct::raw_batch_put(&self.pd, &region, pairs, for_cas)
+                .await
+                .map(Some)
+        })
+        .await
+        .is_some()
+    }
+
+    /// A request of the adapter's own (`crate::direct`) to the leader of the region holding
+    /// `key` (remembered, or named by PD), built and sent by `send`, which answers `Ok(None)`
+    /// when the request does not fit that region (its keys span others). Only when regions
+    /// are cached (`region_cache_ttl` above zero: else a PD lookup per request would double
+    /// its RPCs), within the RPC's budget (`rpc_timeout`, at most half of what `deadline`
+    /// leaves). `None` when the caller must send it through tikv-client; a refusal (the
+    /// store's, the transport's, the budget's, or no region from PD) also forgets the region
+    /// and is counted in `counts`.
+    async fn to_leader<T, F, Fut>(
+        &self,
+        key: &[u8],
+        deadline: &Deadline,
+        counts: &direct::DirectCounts,
+        send: F,
+    ) -> Option<T>
+    where
+        F: FnOnce(pd::RegionBounds) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, direct::Refused>>,
+    {
+        if self.config.region_cache_ttl.is_zero() {
+            return None;
         }
         let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
         let attempt = async {
-            let region = self.pd.region_routed(first).await.ok()?;
-            if !pairs.iter().all(|(k, _)| region.contains(k)) {
-                // Not refused: the batch spans regions, which tikv-client splits.
-                return Some(false);
-            }
-            match direct::raw_batch_put(&self.pd, &region, pairs, for_cas).await {
-                Ok(()) => Some(true),
-                Err(refused) => {
-                    tracing::debug!(%refused, region = region.id, "direct RawBatchPut refused; sent through tikv-client");
-                    None
-                }
-            }
+            let region = self
+                .pd
+                .region_routed(key)
+                .await
+                .map_err(direct::Refused::Transport)?;
+            let id = region.id;
+            send(region).await.inspect_err(|refused| {
+                tracing::debug!(%refused, region = id, "direct request refused; sent through tikv-client");
+            })
         };
-        match tokio::time::timeout(budget, attempt).await.ok().flatten() {
-            Some(written) => {
-                if written {
-                    self.direct_puts.fetch_add(1, Ordering::Relaxed);
-                }
-                written
+        match tokio::time::timeout(budget, attempt).await {
+            Ok(Ok(Some(answer))) => {
+                counts.sent.fetch_add(1, Ordering::Relaxed);
+                Some(answer)
             }
-            None => {
-                self.pd.forget(first);
-                self.direct_put_refusals.fetch_add(1, Ordering::Relaxed);
-                false
+            Ok(Ok(None)) => None,
+            Ok(Err(_)) | Err(_) => {
+                self.pd.forget(key);
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                None
             }
         }
     }

@@ -187,7 +187,7 @@ impl TikvKv {
         {
             Ok(answer) => answer,
             Err(_) => {
-                self.direct_refusals.fetch_add(1, Ordering::Relaxed);
+                self.direct_scans.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(
                     ?budget,
                     "direct RawBatchScan took too long; read through tikv-client"
@@ -226,11 +226,11 @@ impl TikvKv {
         let parts: Vec<&KeyRange> = tail.iter().map(|i| &ranges[*i]).collect();
         match crate::direct::raw_batch_scan(&self.pd, &region, &parts, each_limit as u32).await {
             Ok(pairs) => {
-                self.direct_scans.fetch_add(1, Ordering::Relaxed);
+                self.direct_scans.sent.fetch_add(1, Ordering::Relaxed);
                 (pairs, tail)
             }
             Err(refused) => {
-                self.direct_refusals.fetch_add(1, Ordering::Relaxed);
+                self.direct_scans.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%refused, region = region.id, "direct RawBatchScan refused; read through tikv-client");
                 self.pd.forget(&region.start);
                 (Vec::new(), Vec::new())
@@ -583,30 +583,26 @@ impl TikvKv {
     /// adapter's own (`crate::direct`), and those whose request the store refused (read
     /// through tikv-client instead: a stale cached region, a moved leader).
     pub fn direct_batch_scans(&self) -> (u64, u64) {
-        (
-            self.direct_scans.load(Ordering::Relaxed),
-            self.direct_refusals.load(Ordering::Relaxed),
-        )
+        self.direct_scans.snapshot()
     }
 
     /// CASes the adapter sent to their region's leader itself (`crate::direct`), and those
     /// it sent through tikv-client after the store refused them, their reply was lost or
     /// their region could not be had.
     pub fn direct_compare_and_swaps(&self) -> (u64, u64) {
-        (
-            self.direct_cas.load(Ordering::Relaxed),
-            self.direct_cas_refusals.load(Ordering::Relaxed),
-        )
+        self.direct_cas.snapshot()
     }
 
-    /// Batch puts (of one mode) the adapter sent to their region's leader as one request of
-    /// its own (`crate::direct`), and those it wrote through tikv-client after the store
-    /// refused them, their reply was lost or their region could not be had.
-    pub fn direct_batch_puts(&self) -> (u64, u64) {
-        (
-            self.direct_puts.load(Ordering::Relaxed),
-            self.direct_put_refusals.load(Ordering::Relaxed),
-        )
+    /// Puts and batch puts (of one mode) the adapter sent to their region's leader as one
+    /// request of its own, and those it wrote through tikv-client after a refusal.
+    pub fn direct_puts(&self) -> (u64, u64) {
+        self.direct_puts.snapshot()
+    }
+
+    /// Gets and batch gets the adapter sent to their region's leader as one request of its
+    /// own, and those it read through tikv-client after a refusal.
+    pub fn direct_reads(&self) -> (u64, u64) {
+        self.direct_reads.snapshot()
     }
 }
 
