@@ -642,8 +642,9 @@ async fn server_down_is_unavailable_naming_the_call() {
 }
 
 /// The whole suite in one store under the weather: every check passes, CASes, puts and
-/// reads went to their regions' leaders directly, and the faults reached the adapter (it retried,
-/// or sent a refused direct request through tikv-client).
+/// reads went to their regions' leaders directly, and the adapter met the weather: it
+/// retried, or sent a refused direct request (an injected fault, or a route the churn made
+/// stale) through tikv-client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn all_checks_in_the_weather() {
     let (server, kv) = weather(12).await;
@@ -665,8 +666,8 @@ async fn all_checks_in_the_weather() {
     );
     assert!(
         retries.total() + refused + refused_puts + refused_reads > 0,
-        "no fault reached the adapter: {retries:?}, direct requests refused: CASes \
-         {refused}, puts {refused_puts}, reads {refused_reads}"
+        "the weather never reached the adapter: {retries:?}, direct requests refused: \
+         CASes {refused}, puts {refused_puts}, reads {refused_reads}"
     );
 }
 
@@ -711,6 +712,42 @@ async fn server_is_busy_is_retried_not_returned() {
     }
     let retries = report("busy", &server, &kv);
     assert!(retries.server_busy > 0, "{retries:?}");
+}
+
+/// A busy store is no news about its regions: the adapter's direct requests refused as busy
+/// keep the region they were sent to (forgetting it cost a PD lookup per busy answer: about
+/// a hundred here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn busy_answers_keep_the_region_of_direct_requests() {
+    let busy = minitikv::Faults {
+        server_busy: 0.5,
+        ..minitikv::Faults::none()
+    };
+    let (server, kv) = faulty(vec![], 4, busy, false).await;
+    for i in 0..50u32 {
+        let k = format!("busy/{i}").into_bytes();
+        kv.put(k.clone(), b"v".to_vec()).await.unwrap();
+        let out = kv
+            .compare_and_swap(k.clone(), Some(b"v".to_vec()), format!("w{i}").into_bytes())
+            .await
+            .unwrap();
+        assert!(out.swapped, "CAS {i} after busy answers");
+        assert_eq!(
+            kv.get(&k).await.unwrap(),
+            Some(format!("w{i}").into_bytes())
+        );
+    }
+    report("busy, point calls", &server, &kv);
+    let refused = kv.direct_compare_and_swaps().1 + kv.direct_puts().1 + kv.direct_reads().1;
+    let lookups = server.rpc_counts().calls("GetRegion");
+    assert!(
+        refused > 20,
+        "only {refused} direct requests met a busy store"
+    );
+    assert!(
+        lookups < 5,
+        "{lookups} PD region lookups for one region under {refused} busy answers"
+    );
 }
 
 /// Every reply lost after apply at 30%: reverse scans (whose client call retries no gRPC

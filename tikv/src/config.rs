@@ -57,9 +57,12 @@ pub struct TikvConfig {
     /// pages the whole range forward (O(range size)).
     pub reverse_scan_fast_path: bool,
     /// How long a region learned from PD is used to cut forward scans into parts without
-    /// asking PD again (default 10 s; zero: ask PD for every part, as before the cache).
-    /// A stale entry costs RPCs, never keys: each part is read exactly on any layout (see
-    /// the crate documentation, "Scans"). A failed read of a part drops its entry at once.
+    /// asking PD again (default 10 s; zero: ask PD for every part, as before the cache, and
+    /// send no request of the adapter's own). A stale entry costs RPCs, never keys: each part
+    /// is read exactly on any layout (see the crate documentation, "Scans"). A failed read of
+    /// a part drops its entry at once. The requests the adapter sends to a region's leader
+    /// itself (crate documentation, "Requests sent directly") use an entry whatever its age,
+    /// until the store refuses one.
     pub region_cache_ttl: Duration,
     /// First delay of the adapter's retries of transient errors (default 5 ms); each retry
     /// doubles it up to [`TikvConfig::retry_max_delay`], with jitter (a delay is drawn
@@ -73,8 +76,8 @@ pub struct TikvConfig {
     /// TiKV's `raftstore.raft-entry-max-size` (default 8 MiB). A pair whose key and value
     /// (with [`crate::ENTRY_OVERHEAD_BYTES`] for the raft command around them) would not fit
     /// in one raft entry is refused with [`KvError::InvalidArgument`](percolator::KvError::InvalidArgument) before anything is
-    /// sent; the client splits batches into ~16 KiB requests, so only single pairs can
-    /// reach the limit.
+    /// sent; the client splits batches into ~16 KiB requests, and a batch the adapter sends
+    /// itself fits in one entry, so only single pairs can reach the limit.
     pub max_entry_bytes: usize,
 }
 

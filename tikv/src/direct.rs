@@ -26,12 +26,13 @@
 //! leader is stale, or a key or range that starts outside the region, is refused with a region
 //! error (TiKV clips a range's end to the region; in the last region there is nothing past it),
 //! never served from another layout. Any answer but a clean one (a region error, a key error,
-//! a transport error, the caller's time budget spent) makes the caller forget the region and
-//! send the same request through tikv-client: the fast path can cost time and a few PD
-//! lookups, never a key. A CAS refused for its region was not applied; one whose reply was
-//! lost (transport, budget) may have been, and the request sent again through tikv-client is
-//! then the retry hazard tikv-client's own retries already carry (`crate::design`, "Why
-//! every call may be repeated").
+//! a transport error, the caller's time budget spent) makes the caller send the same request
+//! through tikv-client, and forget the region unless the store was only busy (and the
+//! store's channel too when the budget ran out: a connection may hang): the fast path can
+//! cost time and a few PD lookups, never a key. A refused write is taken as one that may have
+//! applied (TiKV can answer an applied write with `NotLeader` or `StaleCommand`, and a lost
+//! reply says nothing): sent again through tikv-client, it is the retry hazard tikv-client's
+//! own retries already carry (`crate::design`, "Why every call may be repeated").
 
 use crate::pd::{PdRegions, Peer, RegionBounds, RegionEpoch};
 use percolator::kv::KeyRange;
@@ -70,6 +71,22 @@ struct RawBatchScanRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 struct AnyError {}
 
+/// A region error (`errorpb.Error`): whether the store was only busy is read.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RegionError {
+    #[prost(message, optional, tag = "6")]
+    server_is_busy: Option<AnyError>,
+}
+
+/// The refusal a region error stands for.
+fn region_refusal(error: &RegionError) -> Refused {
+    if error.server_is_busy.is_some() {
+        Refused::Busy
+    } else {
+        Refused::RegionError
+    }
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 struct WirePair {
     #[prost(message, optional, tag = "1")]
@@ -83,7 +100,7 @@ struct WirePair {
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawBatchScanResponse {
     #[prost(message, optional, tag = "1")]
-    region_error: Option<AnyError>,
+    region_error: Option<RegionError>,
     #[prost(message, repeated, tag = "2")]
     kvs: Vec<WirePair>,
 }
@@ -105,7 +122,7 @@ struct RawCasRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawCasResponse {
     #[prost(message, optional, tag = "1")]
-    region_error: Option<AnyError>,
+    region_error: Option<RegionError>,
     #[prost(string, tag = "2")]
     error: String,
     #[prost(bool, tag = "3")]
@@ -127,7 +144,7 @@ struct RawGetRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawGetResponse {
     #[prost(message, optional, tag = "1")]
-    region_error: Option<AnyError>,
+    region_error: Option<RegionError>,
     #[prost(string, tag = "2")]
     error: String,
     #[prost(bytes = "vec", tag = "3")]
@@ -147,7 +164,7 @@ struct RawBatchGetRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawBatchGetResponse {
     #[prost(message, optional, tag = "1")]
-    region_error: Option<AnyError>,
+    region_error: Option<RegionError>,
     #[prost(message, repeated, tag = "2")]
     pairs: Vec<WirePair>,
 }
@@ -165,14 +182,15 @@ struct RawBatchPutRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 struct RawBatchPutResponse {
     #[prost(message, optional, tag = "1")]
-    region_error: Option<AnyError>,
+    region_error: Option<RegionError>,
     #[prost(string, tag = "2")]
     error: String,
 }
 
-/// The most bytes (keys and values) of a batch put sent as one direct `RawBatchPut`; a
-/// larger batch goes through tikv-client (in requests of 16 KiB). Far below TiKV's raft
-/// entry limit (8 MiB by default), and a few times a join batch's writes.
+/// The most bytes (keys and values) of a batch put sent as one direct `RawBatchPut`, which
+/// must also fit in one raft entry (`max_entry_bytes`, with [`crate::ENTRY_OVERHEAD_BYTES`]
+/// per pair); a larger batch goes through tikv-client (in requests of 16 KiB). A few times a
+/// join batch's writes.
 pub(crate) const DIRECT_PUT_MAX_BYTES: usize = 256 * 1024;
 
 /// Requests of one kind the adapter sent itself: answered, and refused (then sent through
@@ -202,6 +220,8 @@ pub(crate) enum Refused {
     Transport(tikv_client::Error),
     /// The store refused the request for the region (stale epoch, leader moved, ...).
     RegionError,
+    /// The store was too busy to serve it (`ServerIsBusy`): the region is still right.
+    Busy,
     /// The store answered a pair, or the key, with an error.
     KeyError,
 }
@@ -212,6 +232,7 @@ impl std::fmt::Display for Refused {
             Refused::NoRoute => f.write_str("the cached region names no epoch and leader"),
             Refused::Transport(e) => write!(f, "transport: {e}"),
             Refused::RegionError => f.write_str("region error"),
+            Refused::Busy => f.write_str("server is busy"),
             Refused::KeyError => f.write_str("key error in the answer"),
         }
     }
@@ -239,8 +260,8 @@ pub(crate) async fn raw_batch_scan(
     };
     let reply: RawBatchScanResponse =
         send(pd, channel, store, "/tikvpb.Tikv/RawBatchScan", request).await?;
-    if reply.region_error.is_some() {
-        return Err(Refused::RegionError);
+    if let Some(error) = &reply.region_error {
+        return Err(region_refusal(error));
     }
     if reply.kvs.iter().any(|p| p.error.is_some()) {
         return Err(Refused::KeyError);
@@ -274,8 +295,8 @@ pub(crate) async fn raw_cas(
         request,
     )
     .await?;
-    if reply.region_error.is_some() {
-        return Err(Refused::RegionError);
+    if let Some(error) = &reply.region_error {
+        return Err(region_refusal(error));
     }
     if !reply.error.is_empty() {
         return Err(Refused::KeyError);
@@ -308,8 +329,8 @@ pub(crate) async fn raw_batch_put(
     };
     let reply: RawBatchPutResponse =
         send(pd, channel, store, "/tikvpb.Tikv/RawBatchPut", request).await?;
-    if reply.region_error.is_some() {
-        return Err(Refused::RegionError);
+    if let Some(error) = &reply.region_error {
+        return Err(region_refusal(error));
     }
     if !reply.error.is_empty() {
         return Err(Refused::KeyError);
@@ -329,8 +350,8 @@ pub(crate) async fn raw_get(
         key: key.to_vec(),
     };
     let reply: RawGetResponse = send(pd, channel, store, "/tikvpb.Tikv/RawGet", request).await?;
-    if reply.region_error.is_some() {
-        return Err(Refused::RegionError);
+    if let Some(error) = &reply.region_error {
+        return Err(region_refusal(error));
     }
     if !reply.error.is_empty() {
         return Err(Refused::KeyError);
@@ -352,8 +373,8 @@ pub(crate) async fn raw_batch_get(
     };
     let reply: RawBatchGetResponse =
         send(pd, channel, store, "/tikvpb.Tikv/RawBatchGet", request).await?;
-    if reply.region_error.is_some() {
-        return Err(Refused::RegionError);
+    if let Some(error) = &reply.region_error {
+        return Err(region_refusal(error));
     }
     if reply.pairs.iter().any(|p| p.error.is_some()) {
         return Err(Refused::KeyError);

@@ -51,15 +51,16 @@
 //! - **Requests sent directly.** tikv-client runs every request through its plan (cloned for
 //!   its retries, sharded, dispatched, merged): about a fifth of photon's CPU per joined click
 //!   through TiKV, where CASes are most of the RPCs. A CAS, get or put whose key lies in a
-//!   known region (remembered as PD named it, until a request to it is refused; none while
-//!   `region_cache_ttl` is zero), and a batch get or batch put (of one mode, up to 256 KiB)
-//!   whose keys all lie in the region of its first, go to that region's leader as one request
-//!   of the adapter's own (`RawCompareAndSwap`, `RawGet`, `RawBatchGet`, `RawBatchPut` with
-//!   `for_cas` as the atomic client sets it), within the same budget as the scans'. Any
-//!   refusal drops the remembered region and sends the request through the client; a request
-//!   refused with a region error was not applied, and a write whose reply was lost, resent,
-//!   is the retry hazard below ([`TikvKv::direct_compare_and_swaps`],
-//!   [`TikvKv::direct_puts`], [`TikvKv::direct_reads`]).
+//!   region the adapter knows (remembered as PD named it, or asked of PD, until a request to
+//!   it is refused; none while `region_cache_ttl` is zero), and a batch get or batch put (of
+//!   one mode, up to 256 KiB and one raft entry) whose keys all lie in the region of its
+//!   first, go to that region's leader as one request of the adapter's own
+//!   (`RawCompareAndSwap`, `RawGet`, `RawBatchGet`, `RawBatchPut` with `for_cas` as the
+//!   atomic client sets it), within the same budget as the scans'. Any refusal sends the
+//!   request through the client (and drops the remembered region unless the store was only
+//!   busy); a refused write is taken as one that may have applied, and resent it is the
+//!   retry hazard below ([`TikvKv::direct_compare_and_swaps`], [`TikvKv::direct_puts`],
+//!   [`TikvKv::direct_reads`]).
 //! - **Scan limit.** At most 10,240 pairs per call, like the contract; ranges of any size page
 //!   with [`percolator::kv::scan_all`] / [`percolator::kv::RangePager`].
 //! - **CAS retry hazard.** The client retries a CAS after a transport error, and the retry can
@@ -316,9 +317,10 @@ impl RawKv for TikvKv {
             .map_err(|e| limits::name_key(e, &key, key.len() + value.len()))
     }
 
-    /// Every pair is checked against TiKV's limits before anything is sent; the client
-    /// splits the batch into requests of ~16 KiB (and one per region), so that no raft
-    /// entry is larger than the largest pair.
+    /// Every pair is checked against TiKV's limits before anything is sent; a batch in one
+    /// region that fits in one raft entry may go as one request of the adapter's own, any
+    /// other is split by the client into requests of ~16 KiB (and one per region), so that
+    /// no raft entry is larger than the largest pair or the limit.
     async fn batch_put(&self, pairs: Vec<KvPair>) -> KvResult<()> {
         for (key, value) in &pairs {
             self.check_write("batch_put", key, value.len())?;
@@ -513,15 +515,17 @@ impl TikvKv {
     }
 
     /// Whether `pairs` (of one mode: `for_cas` for the atomic keys) were written by one
-    /// `RawBatchPut` of the adapter's own ([`TikvKv::to_leader`]): only when they hold at
-    /// most [`direct::DIRECT_PUT_MAX_BYTES`] and their keys all lie in the region of the
-    /// first. `false`: the caller writes them through tikv-client.
+    /// `RawBatchPut` of the adapter's own ([`TikvKv::to_leader`]): only when they fit in
+    /// [`direct::DIRECT_PUT_MAX_BYTES`] and in one raft entry (`max_entry_bytes`, with
+    /// [`ENTRY_OVERHEAD_BYTES`] per pair) and their keys all lie in the region of the first.
+    /// `false`: the caller writes them through tikv-client.
     async fn put_direct(&self, pairs: &[KvPair], for_cas: bool, deadline: &Deadline) -> bool {
         let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let entry = bytes.saturating_add(pairs.len().saturating_mul(ENTRY_OVERHEAD_BYTES));
         let Some((first, _)) = pairs.first() else {
             return false;
         };
-        if bytes > direct::DIRECT_PUT_MAX_BYTES {
+        if bytes > direct::DIRECT_PUT_MAX_BYTES || entry > self.config.max_entry_bytes {
             return false;
         }
         self.to_leader(first, deadline, &self.direct_puts, |region| async move {
@@ -542,8 +546,9 @@ impl TikvKv {
     /// are cached (`region_cache_ttl` above zero: else a PD lookup per request would double
     /// its RPCs), within the RPC's budget (`rpc_timeout`, at most half of what `deadline`
     /// leaves). `None` when the caller must send it through tikv-client; a refusal (the
-    /// store's, the transport's, the budget's, or no region from PD) also forgets the region
-    /// and is counted in `counts`.
+    /// store's, the transport's, the budget's, or no region from PD) is counted in `counts`
+    /// and forgets the region (not when the store was only busy), and the leader's channel
+    /// too when the budget ran out.
     async fn to_leader<T, F, Fut>(
         &self,
         key: &[u8],
@@ -570,15 +575,31 @@ impl TikvKv {
                 tracing::debug!(%refused, region = id, "direct request refused; sent through tikv-client");
             })
         };
-        match tokio::time::timeout(budget, attempt).await {
+        let answer = tokio::time::timeout(budget, attempt).await;
+        if !matches!(answer, Ok(Ok(_))) {
+            counts.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        match answer {
             Ok(Ok(Some(answer))) => {
                 counts.sent.fetch_add(1, Ordering::Relaxed);
                 Some(answer)
             }
             Ok(Ok(None)) => None,
-            Ok(Err(_)) | Err(_) => {
+            // Busy: the region and its leader are right; tikv-client's answer (and the
+            // adapter's backoff on it) decides.
+            Ok(Err(direct::Refused::Busy)) => None,
+            Ok(Err(_)) => {
                 self.pd.forget(key);
-                counts.refused.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(_) => {
+                // No answer in time: the store's connection may hang (a half-open one
+                // fails only when TCP gives up), so its channel goes with the region.
+                tracing::debug!(
+                    ?budget,
+                    "direct request unanswered; sent through tikv-client"
+                );
+                self.pd.forget_with_leader(key);
                 None
             }
         }

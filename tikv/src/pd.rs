@@ -217,6 +217,9 @@ impl RegionCache {
     }
 }
 
+/// How often an idle channel (to PD or a store) checks its connection.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
 /// Connection to the PD leader, made on first use and again after a failure.
 pub(crate) struct PdRegions {
     endpoints: Vec<String>,
@@ -295,6 +298,20 @@ impl PdRegions {
         Ok(region)
     }
 
+    /// Drops the cached region holding `key` and the channel to its leader's store (a
+    /// request to it went unanswered: the connection may hang).
+    pub(crate) fn forget_with_leader(&self, key: &[u8]) {
+        let leader = self
+            .cache()
+            .get(key, Duration::MAX)
+            .and_then(|r| r.route)
+            .map(|route| route.leader.store_id);
+        self.forget(key);
+        if let Some(store) = leader {
+            self.forget_store(store);
+        }
+    }
+
     /// Drops the cached region holding `key` (a read of its part failed: the layout may
     /// have changed).
     pub(crate) fn forget(&self, key: &[u8]) {
@@ -312,10 +329,17 @@ impl PdRegions {
     }
 
     async fn channel(&self, addr: &str) -> tikv_client::Result<Channel> {
+        // Keepalives, as tikv-client's connections have them: a half-open connection (a
+        // NAT or conntrack flush, a one-way partition) fails within seconds instead of when
+        // TCP gives up.
         let mut endpoint = Endpoint::from_shared(self.url(addr))
             .map_err(|e| pd_err(format!("address {addr}: {e}")))?
             .timeout(self.timeout)
-            .connect_timeout(self.timeout);
+            .connect_timeout(self.timeout)
+            .tcp_keepalive(Some(KEEPALIVE))
+            .http2_keep_alive_interval(KEEPALIVE)
+            .keep_alive_timeout(self.timeout)
+            .keep_alive_while_idle(true);
         if let Some(tls) = &self.tls {
             let read = |p: &std::path::Path| {
                 std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
