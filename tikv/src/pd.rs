@@ -219,6 +219,9 @@ impl RegionCache {
 
 /// How often an idle channel (to PD or a store) checks its connection.
 const KEEPALIVE: Duration = Duration::from_secs(10);
+/// How long a channel waits for the answer to its check before it drops the connection:
+/// long enough that a busy machine's late answer does not cut a healthy one.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Connection to the PD leader, made on first use and again after a failure.
 pub(crate) struct PdRegions {
@@ -338,7 +341,7 @@ impl PdRegions {
             .connect_timeout(self.timeout)
             .tcp_keepalive(Some(KEEPALIVE))
             .http2_keep_alive_interval(KEEPALIVE)
-            .keep_alive_timeout(self.timeout)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         if let Some(tls) = &self.tls {
             let read = |p: &std::path::Path| {
