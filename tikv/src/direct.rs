@@ -14,11 +14,13 @@
 //! through its request plan (the request cloned for its retries, sharded, dispatched,
 //! merged, its errors extracted): about a fifth of photon's CPU per joined click through
 //! TiKV, where CASes are most of the RPCs. The adapter sends a CAS whose key lies in a
-//! cached region to that region's leader itself ([`raw_cas`]).
+//! region it knows (remembered as PD named it, or asked of PD) to that region's leader
+//! itself ([`raw_cas`]).
 //!
 //! **Puts and reads in one region.** tikv-client cuts a batch put into requests of 16 KiB and
 //! runs each through the same plan. A put, a batch put whose keys all lie in one known region
-//! (up to [`DIRECT_PUT_MAX_BYTES`]; `for_cas` set as tikv-client sets it in atomic mode), a
+//! (up to [`DIRECT_PUT_MAX_BYTES`] and one raft entry; `for_cas` set as tikv-client sets it
+//! in atomic mode), a
 //! get and a batch get whose keys all lie in one known region go to its leader as one request
 //! of the adapter's own ([`raw_batch_put`], [`raw_get`], [`raw_batch_get`]).
 //!
