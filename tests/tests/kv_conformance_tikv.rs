@@ -687,6 +687,20 @@ async fn faulty(
     started_with(server, |c| c.unique_cas_values = unique_cas_values).await
 }
 
+/// Puts `busy/<i>` and swaps it to `w<i>` (the swap must apply); returns the key and its
+/// value.
+async fn put_then_swap(kv: &TikvKv, i: u32) -> (Vec<u8>, Vec<u8>) {
+    let k = format!("busy/{i}").into_bytes();
+    let value = format!("w{i}").into_bytes();
+    kv.put(k.clone(), b"v".to_vec()).await.unwrap();
+    let out = kv
+        .compare_and_swap(k.clone(), Some(b"v".to_vec()), value.clone())
+        .await
+        .unwrap();
+    assert!(out.swapped, "CAS {i} after busy answers");
+    (k, value)
+}
+
 /// ServerIsBusy on every other request: tikv-client returns it at once, the adapter backs
 /// off and retries within `op_timeout`, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -697,13 +711,7 @@ async fn server_is_busy_is_retried_not_returned() {
     };
     let (server, kv) = faulty(vec![], 3, busy, false).await;
     for i in 0..50u32 {
-        let k = format!("busy/{i}").into_bytes();
-        kv.put(k.clone(), b"v".to_vec()).await.unwrap();
-        let out = kv
-            .compare_and_swap(k.clone(), Some(b"v".to_vec()), format!("w{i}").into_bytes())
-            .await
-            .unwrap();
-        assert!(out.swapped, "CAS {i} after busy retries");
+        put_then_swap(&kv, i).await;
         let got = kv
             .scan(KeyRange::prefix(b"busy/"), 5, ScanOrder::Reverse)
             .await
@@ -725,17 +733,8 @@ async fn busy_answers_keep_the_region_of_direct_requests() {
     };
     let (server, kv) = faulty(vec![], 4, busy, false).await;
     for i in 0..50u32 {
-        let k = format!("busy/{i}").into_bytes();
-        kv.put(k.clone(), b"v".to_vec()).await.unwrap();
-        let out = kv
-            .compare_and_swap(k.clone(), Some(b"v".to_vec()), format!("w{i}").into_bytes())
-            .await
-            .unwrap();
-        assert!(out.swapped, "CAS {i} after busy answers");
-        assert_eq!(
-            kv.get(&k).await.unwrap(),
-            Some(format!("w{i}").into_bytes())
-        );
+        let (k, value) = put_then_swap(&kv, i).await;
+        assert_eq!(kv.get(&k).await.unwrap(), Some(value));
     }
     report("busy, point calls", &server, &kv);
     let refused = kv.direct_compare_and_swaps().1 + kv.direct_puts().1 + kv.direct_reads().1;

@@ -80,15 +80,6 @@ struct RegionError {
     server_is_busy: Option<AnyError>,
 }
 
-/// The refusal a region error stands for.
-fn region_refusal(error: &RegionError) -> Refused {
-    if error.server_is_busy.is_some() {
-        Refused::Busy
-    } else {
-        Refused::RegionError
-    }
-}
-
 #[derive(Clone, PartialEq, prost::Message)]
 struct WirePair {
     #[prost(message, optional, tag = "1")]
@@ -248,26 +239,20 @@ pub(crate) async fn raw_batch_scan(
     ranges: &[&KeyRange],
     each_limit: u32,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Refused> {
-    let (channel, context, store) = route_to(pd, region).await?;
-    let request = RawBatchScanRequest {
-        context: Some(context),
-        ranges: ranges
-            .iter()
-            .map(|r| WireRange {
-                start_key: r.start.clone(),
-                end_key: r.end.clone().unwrap_or_default(),
-            })
-            .collect(),
-        each_limit,
-    };
-    let reply: RawBatchScanResponse =
-        send(pd, channel, store, "/tikvpb.Tikv/RawBatchScan", request).await?;
-    if let Some(error) = &reply.region_error {
-        return Err(region_refusal(error));
-    }
-    if reply.kvs.iter().any(|p| p.error.is_some()) {
-        return Err(Refused::KeyError);
-    }
+    let reply: RawBatchScanResponse = call(pd, region, "/tikvpb.Tikv/RawBatchScan", |context| {
+        RawBatchScanRequest {
+            context: Some(context),
+            ranges: ranges
+                .iter()
+                .map(|r| WireRange {
+                    start_key: r.start.clone(),
+                    end_key: r.end.clone().unwrap_or_default(),
+                })
+                .collect(),
+            each_limit,
+        }
+    })
+    .await?;
     Ok(reply.kvs.into_iter().map(|p| (p.key, p.value)).collect())
 }
 
@@ -281,28 +266,16 @@ pub(crate) async fn raw_cas(
     expected: Option<&[u8]>,
     new: &[u8],
 ) -> Result<(Option<Vec<u8>>, bool), Refused> {
-    let (channel, context, store) = route_to(pd, region).await?;
-    let request = RawCasRequest {
-        context: Some(context),
-        key: key.to_vec(),
-        value: new.to_vec(),
-        previous_not_exist: expected.is_none(),
-        previous_value: expected.map(<[u8]>::to_vec).unwrap_or_default(),
-    };
-    let reply: RawCasResponse = send(
-        pd,
-        channel,
-        store,
-        "/tikvpb.Tikv/RawCompareAndSwap",
-        request,
-    )
+    let reply: RawCasResponse = call(pd, region, "/tikvpb.Tikv/RawCompareAndSwap", |context| {
+        RawCasRequest {
+            context: Some(context),
+            key: key.to_vec(),
+            value: new.to_vec(),
+            previous_not_exist: expected.is_none(),
+            previous_value: expected.map(<[u8]>::to_vec).unwrap_or_default(),
+        }
+    })
     .await?;
-    if let Some(error) = &reply.region_error {
-        return Err(region_refusal(error));
-    }
-    if !reply.error.is_empty() {
-        return Err(Refused::KeyError);
-    }
     let previous = (!reply.previous_not_exist).then_some(reply.previous_value);
     Ok((previous, reply.succeed))
 }
@@ -316,27 +289,21 @@ pub(crate) async fn raw_batch_put(
     pairs: &[(Vec<u8>, Vec<u8>)],
     for_cas: bool,
 ) -> Result<(), Refused> {
-    let (channel, context, store) = route_to(pd, region).await?;
-    let request = RawBatchPutRequest {
-        context: Some(context),
-        pairs: pairs
-            .iter()
-            .map(|(key, value)| WirePair {
-                error: None,
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-        for_cas,
-    };
-    let reply: RawBatchPutResponse =
-        send(pd, channel, store, "/tikvpb.Tikv/RawBatchPut", request).await?;
-    if let Some(error) = &reply.region_error {
-        return Err(region_refusal(error));
-    }
-    if !reply.error.is_empty() {
-        return Err(Refused::KeyError);
-    }
+    let _: RawBatchPutResponse = call(pd, region, "/tikvpb.Tikv/RawBatchPut", |context| {
+        RawBatchPutRequest {
+            context: Some(context),
+            pairs: pairs
+                .iter()
+                .map(|(key, value)| WirePair {
+                    error: None,
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            for_cas,
+        }
+    })
+    .await?;
     Ok(())
 }
 
@@ -346,18 +313,11 @@ pub(crate) async fn raw_get(
     region: &RegionBounds,
     key: &[u8],
 ) -> Result<Option<Vec<u8>>, Refused> {
-    let (channel, context, store) = route_to(pd, region).await?;
-    let request = RawGetRequest {
+    let reply: RawGetResponse = call(pd, region, "/tikvpb.Tikv/RawGet", |context| RawGetRequest {
         context: Some(context),
         key: key.to_vec(),
-    };
-    let reply: RawGetResponse = send(pd, channel, store, "/tikvpb.Tikv/RawGet", request).await?;
-    if let Some(error) = &reply.region_error {
-        return Err(region_refusal(error));
-    }
-    if !reply.error.is_empty() {
-        return Err(Refused::KeyError);
-    }
+    })
+    .await?;
     Ok((!reply.not_found).then_some(reply.value))
 }
 
@@ -368,56 +328,95 @@ pub(crate) async fn raw_batch_get(
     region: &RegionBounds,
     keys: &[Vec<u8>],
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Refused> {
-    let (channel, context, store) = route_to(pd, region).await?;
-    let request = RawBatchGetRequest {
-        context: Some(context),
-        keys: keys.to_vec(),
-    };
-    let reply: RawBatchGetResponse =
-        send(pd, channel, store, "/tikvpb.Tikv/RawBatchGet", request).await?;
-    if let Some(error) = &reply.region_error {
-        return Err(region_refusal(error));
-    }
-    if reply.pairs.iter().any(|p| p.error.is_some()) {
-        return Err(Refused::KeyError);
-    }
+    let reply: RawBatchGetResponse = call(pd, region, "/tikvpb.Tikv/RawBatchGet", |context| {
+        RawBatchGetRequest {
+            context: Some(context),
+            keys: keys.to_vec(),
+        }
+    })
+    .await?;
     Ok(reply.pairs.into_iter().map(|p| (p.key, p.value)).collect())
 }
 
-/// The channel to `region`'s leader, the context a request to it carries, and the leader's
-/// store id.
-async fn route_to(
+/// The answer of the leader of `region` to the request `build` makes with the region's
+/// context, through one unary call of `path`: refused when the region names no leader, the
+/// call fails in transport (the store's address and channel are then forgotten), or the
+/// answer carries a region error or a key error.
+async fn call<Req, Resp>(
     pd: &PdRegions,
     region: &RegionBounds,
-) -> Result<(tonic::transport::Channel, Context, u64), Refused> {
-    let route = region.route.ok_or(Refused::NoRoute)?;
-    let channel = pd
-        .store_channel(route.leader.store_id)
-        .await
-        .map_err(Refused::Transport)?;
-    let context = Context {
-        region_id: region.id,
-        region_epoch: Some(route.epoch),
-        peer: Some(route.leader),
-    };
-    Ok((channel, context, route.leader.store_id))
-}
-
-/// One unary call of `path` to the store `store` on `channel`; a failed call forgets the
-/// store's address and channel.
-async fn send<Req, Resp>(
-    pd: &PdRegions,
-    channel: tonic::transport::Channel,
-    store: u64,
     path: &'static str,
-    request: Req,
+    build: impl FnOnce(Context) -> Req,
 ) -> Result<Resp, Refused>
 where
     Req: prost::Message + Send + Sync + 'static,
-    Resp: prost::Message + Default + Send + Sync + 'static,
+    Resp: Reply + prost::Message + Default + Send + Sync + 'static,
 {
-    pd.unary(channel, path, request).await.map_err(|e| {
+    let route = region.route.ok_or(Refused::NoRoute)?;
+    let store = route.leader.store_id;
+    let channel = pd.store_channel(store).await.map_err(Refused::Transport)?;
+    let request = build(Context {
+        region_id: region.id,
+        region_epoch: Some(route.epoch),
+        peer: Some(route.leader),
+    });
+    let reply: Resp = pd.unary(channel, path, request).await.map_err(|e| {
         pd.forget_store(store);
         Refused::Transport(e)
-    })
+    })?;
+    match reply.refusal() {
+        Some(refused) => Err(refused),
+        None => Ok(reply),
+    }
+}
+
+/// An answer that may refuse its request.
+trait Reply {
+    /// Why the store refused the request, if it did.
+    fn refusal(&self) -> Option<Refused>;
+}
+
+/// The refusal of an answer with `region_error` and a key `error` (empty: none).
+fn refusal_of(region_error: &Option<RegionError>, key_error: bool) -> Option<Refused> {
+    match region_error {
+        Some(error) if error.server_is_busy.is_some() => Some(Refused::Busy),
+        Some(_) => Some(Refused::RegionError),
+        None => key_error.then_some(Refused::KeyError),
+    }
+}
+
+impl Reply for RawBatchScanResponse {
+    fn refusal(&self) -> Option<Refused> {
+        refusal_of(
+            &self.region_error,
+            self.kvs.iter().any(|p| p.error.is_some()),
+        )
+    }
+}
+
+impl Reply for RawBatchGetResponse {
+    fn refusal(&self) -> Option<Refused> {
+        refusal_of(
+            &self.region_error,
+            self.pairs.iter().any(|p| p.error.is_some()),
+        )
+    }
+}
+
+impl Reply for RawCasResponse {
+    fn refusal(&self) -> Option<Refused> {
+        refusal_of(&self.region_error, !self.error.is_empty())
+    }
+}
+
+impl Reply for RawGetResponse {
+    fn refusal(&self) -> Option<Refused> {
+        refusal_of(&self.region_error, !self.error.is_empty())
+    }
+}
+
+impl Reply for RawBatchPutResponse {
+    fn refusal(&self) -> Option<Refused> {
+        refusal_of(&self.region_error, !self.error.is_empty())
+    }
 }
