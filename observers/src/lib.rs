@@ -46,6 +46,7 @@ pub mod admin;
 mod deadletter;
 pub mod design;
 mod error;
+mod lane;
 #[doc = include_str!("../../docs/observers.md")]
 pub mod guide {}
 mod metrics;

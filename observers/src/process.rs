@@ -334,10 +334,12 @@ impl Ctx<'_> {
             match runs.len() {
                 0 => Vec::new(),
                 1 => {
+                    let entered = self.registered.lane.enter().await;
                     let outcome = self.run_single(&runs[0]).await;
+                    entered.ended(matches!(outcome, Ok(Outcome::Pending)));
                     vec![(runs[0].index, outcome)]
                 }
-                _ => match self.run_batch_once(&runs).await {
+                _ => match self.run_batch_in_lane(&runs).await {
                     Ok(outcomes) => outcomes,
                     Err(ObserverError::Txn(e)) if is_outage(&e) => {
                         // An outage fails every half the same way: retry the batch whole,
@@ -371,6 +373,19 @@ impl Ctx<'_> {
                 },
             }
         })
+    }
+
+    /// [`Ctx::run_batch_once`] once the observer's lane lets it go ([`crate::lane`]).
+    async fn run_batch_in_lane(
+        &self,
+        runs: &[Runnable],
+    ) -> Result<Vec<(usize, Result<Outcome, TxnError>)>, ObserverError> {
+        let entered = self.registered.lane.enter().await;
+        let result = self.run_batch_once(runs).await;
+        entered.ended(
+            matches!(&result, Err(e) if e.as_txn_error().is_some_and(TxnError::is_retryable)),
+        );
+        result
     }
 
     /// One attempt at `runs` (two or more cells) in one transaction: checks and sets each

@@ -120,6 +120,8 @@ pub(crate) struct Registered {
     pub name: String,
     pub kind: ObserverKind,
     pub observer: Arc<dyn Observer>,
+    /// How many of its transactions go at once ([`crate::lane`]).
+    pub lane: Arc<crate::lane::Lane>,
 }
 
 /// The observers of an application, by (table, column).
@@ -156,6 +158,7 @@ impl Registry {
                 name: name.to_string(),
                 kind,
                 observer,
+                lane: Arc::default(),
             },
         );
         Ok(self)
