@@ -1,10 +1,11 @@
-//! Lanes: how many transactions of one observer go at once in a process
+//! Lanes: how many batch transactions of one observer go at once
 //! (`crate::design::worker`, "Lanes": why, and what it changes).
 //!
-//! Each observer's limit is halved by a write conflict (to the transactions going, halved;
-//! at least one) and raised by one after as many transactions in a row without one
-//! (additive increase, multiplicative decrease). A transaction past the limit waits for one to
-//! end, in the order they came. The lane decides only when an attempt starts.
+//! One lane per registration (table, column). A write conflict sets its limit to half of
+//! the attempts going (at least one); as many clean attempts in a row as the limit raise it
+//! by one (additive increase, multiplicative decrease). An attempt past the limit waits for
+//! one to end, in the order attempts reach the lane. The lane decides only when an attempt
+//! starts; single-cell runs are not paced (`Client::run` retries their conflicts itself).
 
 use std::sync::Mutex;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -13,9 +14,8 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 /// `max_in_flight` bounds its runs before that).
 const MOST: usize = 1024;
 
-/// One observer's lane (shared by the workers of a process that share its registry). Its
-/// transactions wait in the order they came (a fair semaphore): the oldest changes, which
-/// hold the watermark, are not passed by newer ones.
+/// One registration's lane (shared by the workers that share its registry). Attempts wait
+/// in the order they reach it (a fair semaphore).
 pub(crate) struct Lane {
     /// One permit per transaction that may go.
     permits: Semaphore,
@@ -68,16 +68,16 @@ impl Lane {
     }
 }
 
-/// A transaction of the lane, going: [`Entered::ended`] says how it ended (dropping it
-/// counts as an end without a conflict).
+/// A transaction of the lane, going: [`Entered::ended`] books how it ended; dropping it
+/// without that (a run aborted) only gives its place back.
 pub(crate) struct Entered<'a> {
     lane: &'a Lane,
     permit: Option<SemaphorePermit<'a>>,
 }
 
 impl Entered<'_> {
-    /// Ends the transaction: a write conflict halves the lane's limit (to those going,
-    /// halved; at least one), a run of clean ends as long as the limit raises it by one.
+    /// Ends the transaction: a write conflict sets the lane's limit to half of those going
+    /// (at least one), a run of clean ends as long as the limit raises it by one.
     pub(crate) fn ended(mut self, conflicted: bool) {
         let lane = self.lane;
         let mut state = lane.lock();

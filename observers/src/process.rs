@@ -334,9 +334,10 @@ impl Ctx<'_> {
             match runs.len() {
                 0 => Vec::new(),
                 1 => {
-                    let entered = self.registered.lane.enter().await;
+                    // Not paced by the lane: `Client::run` retries a single cell's conflicts
+                    // itself (with backoff), which the lane would neither see nor want to
+                    // wait behind.
                     let outcome = self.run_single(&runs[0]).await;
-                    entered.ended(matches!(outcome, Ok(Outcome::Pending)));
                     vec![(runs[0].index, outcome)]
                 }
                 _ => match self.run_batch_in_lane(&runs).await {
@@ -375,7 +376,8 @@ impl Ctx<'_> {
         })
     }
 
-    /// [`Ctx::run_batch_once`] once the observer's lane lets it go ([`crate::lane`]).
+    /// [`Ctx::run_batch_once`] once the observer's lane lets it go ([`crate::lane`]); a
+    /// write conflict lowers the lane's limit.
     async fn run_batch_in_lane(
         &self,
         runs: &[Runnable],

@@ -86,7 +86,7 @@ async fn batches_that_conflict_on_one_cell_run_fewer_at_once() {
     let snapshot = h.worker().metrics().snapshot();
     let attempts = observer.attempts.load(Ordering::SeqCst);
     // Side by side, a burst's batches all but one conflict, and each conflict splits its
-    // batch in halves: with the lane never lowered, 190-230 conflicts in 310-380 attempts.
+    // batch in halves: with the lane never lowered, 190-235 conflicts in 310-385 attempts.
     // Fewer at once after the first conflicts: about 40 in about 95 (the first burst's, then
     // one for each probe of a higher limit).
     assert!(

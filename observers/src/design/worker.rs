@@ -62,25 +62,29 @@
 //! - **Backpressure.** A semaphore bounds observer runs in flight (`max_in_flight`; both paths
 //!   wait: no unbounded queue).
 //!
-//! ## Lanes: fewer transactions of an observer at once after conflicts
+//! ## Lanes: fewer batch transactions of an observer at once after conflicts
 //!
 //! A worker runs an observer's batches side by side (a burst fills several runs, and hints
 //! and scans start more), and a batch that conflicts is split in halves down to single cells
 //! (`process`, `run_split`), so that one hot cell does not starve the rest. When every batch
 //! writes the same few cells (an aggregate over few keys, a window's timer), that policy
 //! feeds on itself: all but one of the batches going conflict, each conflict makes more
-//! transactions, and the backlog it leaves makes the next burst larger. Each observer
-//! therefore has a lane ([`crate::lane`], shared by the workers that share a registry): a
-//! limit on its transactions going at once, halved by a write conflict (to those going,
-//! halved; at least one) and raised by one after as many transactions in a row without one,
-//! as TCP paces a connection that meets loss. A transaction past the limit waits, in the
-//! order the transactions came (a fair semaphore), so the oldest changes, which hold the
-//! watermark, are not passed by newer ones. The lane decides only when an attempt starts:
-//! nothing is skipped or reordered within a batch, an attempt waiting holds no lock of the
-//! store, and an aborted run gives back what it held. `observers/tests/lanes.rs`: a burst of
-//! 2,000 changes whose batches all write one total takes about 40 conflicts in about 95
-//! attempts, against 190-230 in 310-380 with the limit never lowered. Measured on
-//! `app/examples/window_count.rs`: `docs/perf/photon.md`, "Event-time windows".
+//! transactions, and the backlog it leaves makes the next burst larger. So each registration
+//! (table, column) has a lane ([`crate::lane`], shared by the workers that share a registry):
+//! a limit on its batch transactions going at once, set by a write conflict to half of those
+//! going (at least one) and raised by one after as many clean ones in a row, as TCP paces a
+//! connection that meets loss. An attempt past the limit waits, in the order attempts reach
+//! the lane. Single-cell runs are not paced: `Client::run` retries their conflicts itself.
+//! The lane decides only when an attempt starts: nothing in a batch is skipped or reordered,
+//! an attempt waits before its transaction begins (holding no lock of the store), and an
+//! aborted run gives its place back. What it costs: a run waiting for its lane holds its
+//! worker slot (`max_in_flight`) and its cells, so while one observer is held to a low
+//! limit, its waiting runs can take the slots other observers of the worker would use
+//! (limiting the runs the dispatcher starts, instead, would not; not built).
+//! `observers/tests/lanes.rs`: a burst of 2,000 changes whose batches all write one total
+//! takes about 40 conflicts in about 95 attempts, against 190-235 in 310-385 with the limit
+//! never lowered. Measured on `app/examples/window_count.rs`: `docs/perf/photon.md`,
+//! "Event-time windows".
 //!
 //! ## Membership, the hash split and orphan sweeps
 //!
