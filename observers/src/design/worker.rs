@@ -70,10 +70,10 @@
 //! writes the same few cells (an aggregate over few keys, a window's timer), that policy
 //! feeds on itself: all but one of the batches going conflict, each conflict makes more
 //! transactions, and the backlog it leaves makes the next burst larger. So each registration
-//! (table, column) has a lane ([`crate::lane`], shared by the workers that share a registry):
-//! a limit on its batch transactions going at once, set by a write conflict to half of those
-//! going (at least one) and raised by one after as many clean ones in a row, as TCP paces a
-//! connection that meets loss. An attempt past the limit waits, in the order attempts reach
+//! (table, column) has a lane (`observers/src/lane.rs`, shared by the workers that share a
+//! registry): a limit on its batch transactions going at once, set by a write conflict to half
+//! of those going (at least one) and raised by one after as many clean ones in a row, as TCP
+//! paces a connection that meets loss. An attempt past the limit waits, in the order attempts reach
 //! the lane. Single-cell runs are not paced: `Client::run` retries their conflicts itself.
 //! The lane decides only when an attempt starts: nothing in a batch is skipped or reordered,
 //! an attempt waits before its transaction begins (holding no lock of the store), and an
