@@ -43,11 +43,10 @@
 //! - **`scan_many` in the last region.** The client's `batch_scan` groups ranges by region,
 //!   but in the last region (empty end key) it ends every group after its first range: one
 //!   `RawBatchScan` per range. When two or more ranges of a `scan_many` lie in the last
-//!   region (as PD names it, remembered like the scans' regions), they go as one
-//!   `RawBatchScan` of the adapter's own, with the region's epoch and leader from PD, within
-//!   `rpc_timeout` and half of what the call's deadline leaves; any refusal (stale epoch,
-//!   moved leader, transport, time) drops the remembered region and reads those ranges
-//!   through the client (`direct`; [`TikvKv::direct_batch_scans`]).
+//!   region, they go as one `RawBatchScan` of the adapter's own to its leader, as the other
+//!   requests sent directly (next item: the same regions, budget and refusals); a refused
+//!   request's ranges are read through the client (`direct`;
+//!   [`TikvKv::direct_batch_scans`]).
 //! - **Requests sent directly.** tikv-client runs every request through its plan (cloned for
 //!   its retries, sharded, dispatched, merged): about a fifth of photon's CPU per joined click
 //!   through TiKV, where CASes are most of the RPCs. A CAS, get or put whose key lies in a

@@ -167,10 +167,10 @@ impl TikvKv {
     }
 
     /// The pairs of the ranges (indexes into `ranges`, `by_start` ascending by start) that lie
-    /// in the last region, read by one `RawBatchScan` of the adapter's own when there are two
-    /// or more of them and PD names the region's epoch and leader; and which ranges those
-    /// were (none when the request was refused or took longer than `rpc_timeout`, or than
-    /// half of what `deadline` leaves: they are then read like the others).
+    /// in the last region, read by one `RawBatchScan` of the adapter's own
+    /// ([`TikvKv::to_leader`]) when there are two or more of them; and which ranges those were
+    /// (none when the request was not sent or was refused: they are then read like the
+    /// others).
     async fn scan_last_region(
         &self,
         ranges: &[KeyRange],
@@ -178,64 +178,32 @@ impl TikvKv {
         each_limit: usize,
         deadline: &Deadline,
     ) -> (Vec<KvPair>, Vec<usize>) {
-        let budget = self.config.rpc_timeout.min(deadline.remaining() / 2);
-        match tokio::time::timeout(
-            budget,
-            self.scan_last_region_within(ranges, by_start, each_limit),
-        )
-        .await
-        {
-            Ok(answer) => answer,
-            Err(_) => {
-                self.direct_scans.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(
-                    ?budget,
-                    "direct RawBatchScan took too long; read through tikv-client"
-                );
-                (Vec::new(), Vec::new())
-            }
-        }
-    }
-
-    async fn scan_last_region_within(
-        &self,
-        ranges: &[KeyRange],
-        by_start: &[usize],
-        each_limit: usize,
-    ) -> (Vec<KvPair>, Vec<usize>) {
         let Some(&last) = by_start.last() else {
             return (Vec::new(), Vec::new());
         };
         if by_start.len() < 2 {
             return (Vec::new(), Vec::new());
         }
-        let Ok(region) = self.pd.region_cached(&ranges[last].start).await else {
-            return (Vec::new(), Vec::new());
+        let send = |region: pd::RegionBounds| async move {
+            if !region.end.is_empty() {
+                return Ok(None);
+            }
+            let tail: Vec<usize> = by_start
+                .iter()
+                .copied()
+                .filter(|i| ranges[*i].start >= region.start)
+                .collect();
+            if tail.len() < 2 {
+                return Ok(None);
+            }
+            let parts: Vec<&KeyRange> = tail.iter().map(|i| &ranges[*i]).collect();
+            let pairs =
+                crate::direct::raw_batch_scan(&self.pd, &region, &parts, each_limit as u32).await?;
+            Ok(Some((pairs, tail)))
         };
-        if !region.end.is_empty() {
-            return (Vec::new(), Vec::new());
-        }
-        let tail: Vec<usize> = by_start
-            .iter()
-            .copied()
-            .filter(|i| ranges[*i].start >= region.start)
-            .collect();
-        if tail.len() < 2 {
-            return (Vec::new(), Vec::new());
-        }
-        let parts: Vec<&KeyRange> = tail.iter().map(|i| &ranges[*i]).collect();
-        match crate::direct::raw_batch_scan(&self.pd, &region, &parts, each_limit as u32).await {
-            Ok(pairs) => {
-                self.direct_scans.sent.fetch_add(1, Ordering::Relaxed);
-                (pairs, tail)
-            }
-            Err(refused) => {
-                self.direct_scans.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%refused, region = region.id, "direct RawBatchScan refused; read through tikv-client");
-                self.pd.forget(&region.start);
-                (Vec::new(), Vec::new())
-            }
-        }
+        self.to_leader(&ranges[last].start, deadline, &self.direct_scans, send)
+            .await
+            .unwrap_or_default()
     }
 
     /// Up to `limit` pairs (values empty when `key_only`) of a non-empty `range`, ascending,
