@@ -687,6 +687,14 @@ async fn faulty(
     started_with(server, |c| c.unique_cas_values = unique_cas_values).await
 }
 
+/// A store that answers every other request with `ServerIsBusy`.
+fn half_busy() -> minitikv::Faults {
+    minitikv::Faults {
+        server_busy: 0.5,
+        ..minitikv::Faults::none()
+    }
+}
+
 /// Puts `busy/<i>` and swaps it to `w<i>` (the swap must apply); returns the key and its
 /// value.
 async fn put_then_swap(kv: &TikvKv, i: u32) -> (Vec<u8>, Vec<u8>) {
@@ -705,11 +713,7 @@ async fn put_then_swap(kv: &TikvKv, i: u32) -> (Vec<u8>, Vec<u8>) {
 /// off and retries within `op_timeout`, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_is_busy_is_retried_not_returned() {
-    let busy = minitikv::Faults {
-        server_busy: 0.5,
-        ..minitikv::Faults::none()
-    };
-    let (server, kv) = faulty(vec![], 3, busy, false).await;
+    let (server, kv) = faulty(vec![], 3, half_busy(), false).await;
     for i in 0..50u32 {
         put_then_swap(&kv, i).await;
         let got = kv
@@ -727,11 +731,7 @@ async fn server_is_busy_is_retried_not_returned() {
 /// a hundred here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn busy_answers_keep_the_region_of_direct_requests() {
-    let busy = minitikv::Faults {
-        server_busy: 0.5,
-        ..minitikv::Faults::none()
-    };
-    let (server, kv) = faulty(vec![], 4, busy, false).await;
+    let (server, kv) = faulty(vec![], 4, half_busy(), false).await;
     for i in 0..50u32 {
         let (k, value) = put_then_swap(&kv, i).await;
         assert_eq!(kv.get(&k).await.unwrap(), Some(value));
