@@ -6,7 +6,7 @@ use super::notify::NotifyEntry;
 use super::transaction::Transaction;
 use super::{lock_wait, Shared, TxnError, TxnResult};
 use crate::codec::{Cell, Key, Space};
-use crate::kv::{retry_unavailable, KvPair, RangePager, ScanOrder};
+use crate::kv::{retry_unavailable, CasRequest, KvPair, RangePager, ScanOrder};
 use crate::record::{Notification, OnceRecord, Op, PendingRecords};
 use crate::ts::Timestamp;
 
@@ -340,14 +340,25 @@ fn once_key(shared: &Shared, key: &[u8]) -> TxnResult<(Cell, u64)> {
     }
 }
 
+/// Rewrites of pending records per batched CAS: a prewrite round's size, so that one call
+/// stays well inside the store's request deadline on TiKV (its requests run 64 at a time).
+const REWRITES_PER_CALL: usize = 256;
+
 /// Rewrites every pending record of a writer that started below `below` as committed, or
 /// deletes it if its writer rolled back, so that no status check needs versions GC is about
 /// to delete. Returns how many it resolved.
+///
+/// The rewrites of a page go in batched CASes of [`REWRITES_PER_CALL`] (one journal write
+/// each on the embedded store, concurrent requests on TiKV) once every record of the page is
+/// decided; each request is still a CAS from the pending bytes read, and nothing in the pass
+/// reads the rewrites before they return (the steps that delete come after this one). A
+/// batch that fails goes again request by request.
 pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResult<usize> {
     let mut resolved = 0;
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page_retrying().await? {
+        let mut rewrites = Vec::new();
         for (key, raw) in page {
             let (_, s) = once_key(shared, &key)?;
             if s >= below.0 {
@@ -381,15 +392,7 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                         resolved += 1;
                         continue;
                     }
-                    // Retried after a lost reply: one that applied then finds the record
-                    // rewritten, which is the outcome above.
-                    let encoded = record.encode();
-                    retry_unavailable(|| {
-                        shared
-                            .kv
-                            .compare_and_swap(key.clone(), Some(raw.clone()), encoded.clone())
-                    })
-                    .await?;
+                    rewrites.push(CasRequest::new(key, Some(raw), record.encode()));
                 }
                 _ => {
                     // Only if the record is still the pending one read above: "rolled back"
@@ -405,6 +408,28 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
                 }
             }
             resolved += 1;
+        }
+        for chunk in rewrites.chunks(REWRITES_PER_CALL) {
+            if shared
+                .kv
+                .batch_compare_and_swap(chunk.to_vec())
+                .await
+                .is_ok()
+            {
+                continue;
+            }
+            // Any subset may have applied. Each request goes again on its own, retried after
+            // a lost reply as before (a batch retried whole would fail as long as any one of
+            // its requests does, on a store failing one request in a few hundred): one that
+            // applied then finds the record rewritten, which is the outcome above.
+            for r in chunk {
+                retry_unavailable(|| {
+                    shared
+                        .kv
+                        .compare_and_swap(r.key.clone(), r.expected.clone(), r.new.clone())
+                })
+                .await?;
+            }
         }
     }
     Ok(resolved)
