@@ -123,7 +123,7 @@ pub fn register_gc<M>(metrics: &Metrics, namespace: &str, gc: Arc<M>)
 where
     M: AsRef<GcMetrics> + Send + Sync + 'static,
 {
-    let counters: [CounterRow<GcMetrics>; 6] = [
+    let counters: [CounterRow<GcMetrics>; 8] = [
         (
             "percolator_gc_passes",
             "Periodic GC passes completed.",
@@ -154,16 +154,35 @@ where
             "Locks resolved by GC.",
             |g| get(&g.locks_resolved),
         ),
+        (
+            "percolator_gc_records_resolved",
+            "Pending write-once records GC rewrote as committed or deleted as rolled back.",
+            |g| get(&g.records_resolved),
+        ),
+        (
+            "percolator_gc_records_deleted",
+            "Write-once records GC deleted under a newer committed write.",
+            |g| get(&g.records_deleted),
+        ),
     ];
     let mut families = namespace_counters(namespace, gc.clone(), M::as_ref, counters);
-    let namespace = namespace.to_string();
-    families.push(Sampled::gauge(
+    let gauge = |name: &'static str, help: &'static str, ms_of: fn(&GcMetrics) -> u64| {
+        let (gc, namespace) = (gc.clone(), namespace.to_string());
+        Sampled::gauge(name, help, move || {
+            let ms = ms_of((*gc).as_ref());
+            vec![(labels(&namespace, &[]), ms as f64 / 1000.0)]
+        })
+    };
+    families.push(gauge(
         "percolator_gc_safe_point_timestamp_seconds",
         "Safe point of this process's last GC pass, as Unix time (0: none yet).",
-        move || {
-            let ms = get(&(*gc).as_ref().last_safe_point_ms);
-            vec![(labels(&namespace, &[]), ms as f64 / 1000.0)]
-        },
+        |g| get(&g.last_safe_point_ms),
+    ));
+    families.push(gauge(
+        "percolator_gc_last_pass_seconds",
+        "How long this process's last version GC pass took (0: none yet); it grows with \
+         the history kept, and a pass longer than the period means GC falls behind.",
+        |g| get(&g.last_pass_ms),
     ));
     metrics.register_sampled(families);
 }

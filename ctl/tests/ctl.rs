@@ -349,6 +349,8 @@ async fn scan_shows_the_latest_a_past_snapshot_and_the_history() {
     // published (status shows it).
     let gc = env.ok(&["gc"]).await;
     assert_eq!(gc["versions_deleted"], 0, "{gc}");
+    assert_eq!(gc["records_resolved"], 0, "{gc}");
+    assert_eq!(gc["records_deleted"], 0, "{gc}");
     let status = env.ok(&["status"]).await;
     assert_eq!(status["gc_safe_point"], gc["safe_point"], "{status}");
     assert!(status["oracle"]["leader"]["addr"].is_string(), "{status}");

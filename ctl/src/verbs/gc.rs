@@ -26,7 +26,9 @@ pub async fn gc(client: &Client) -> Result<Answer, CtlError> {
                 "VERSIONS_DELETED",
                 "DATA_DELETED",
                 "HEADS_TOMBSTONED",
-                "NOTIFICATIONS_RESOLVED"
+                "NOTIFICATIONS_RESOLVED",
+                "RECORDS_RESOLVED",
+                "RECORDS_DELETED"
             ],
             &[vec![
                 stats.locks_resolved.to_string(),
@@ -34,6 +36,8 @@ pub async fn gc(client: &Client) -> Result<Answer, CtlError> {
                 stats.data_deleted.to_string(),
                 stats.heads_tombstoned.to_string(),
                 stats.notifications_resolved.to_string(),
+                stats.records_resolved.to_string(),
+                stats.records_deleted.to_string(),
             ]],
         )
     );
@@ -46,6 +50,8 @@ pub async fn gc(client: &Client) -> Result<Answer, CtlError> {
         "data_deleted": stats.data_deleted,
         "heads_tombstoned": stats.heads_tombstoned,
         "notifications_resolved": stats.notifications_resolved,
+        "records_resolved": stats.records_resolved,
+        "records_deleted": stats.records_deleted,
     });
     Ok(Answer::ok(text, json))
 }

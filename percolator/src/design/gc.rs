@@ -37,7 +37,9 @@
 //! exact bytes it read (of a pending record it rewrites, of a head it trims or shrinks): one
 //! that applied but lost its reply either finds its own bytes (heads carry a `seq`, so equal
 //! bytes are this CAS's) or fails as a race lost to another pass, which the pass already
-//! handles. Not retried: the put of a committed notify key (a late repeat could land after a
+//! handles. (A page's record rewrites go in batched CASes; a batch that fails goes again
+//! request by request, each retried, since a batch retried whole fails while any one of its
+//! requests does.) Not retried: the put of a committed notify key (a late repeat could land after a
 //! floor raise's rescan moved the key, below `scan_from`, where nothing scans it again),
 //! status checks and lock resolution; their failure ends the pass, and the next one repeats
 //! it (passes are safe to repeat, as concurrent ones are). Transactions' own reads are not

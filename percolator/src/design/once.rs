@@ -54,7 +54,9 @@
 //! delete once a newer version of the primary is below the safe point. So GC, in the pass
 //! that resolves locks (before it deletes anything), rewrites every `Pending` record below
 //! its safe point as `Committed { c }` (by a CAS from the pending bytes, so a record another
-//! pass rewrote and collected meanwhile stays gone) or, if its writer rolled back, deletes it when a
+//! pass rewrote and collected meanwhile stays gone; a page's rewrites go in batched CASes of
+//! 256, and a batch that fails goes again request by request, since a whole batch retried
+//! fails while any one of its requests does) or, if its writer rolled back, deletes it when a
 //! re-read finds it still pending (a "rolled back" answer read after another pass trimmed the
 //! evidence is wrong, and that pass rewrote the record first: [`super::gc`], "Decisions on a
 //! rolled-back fate"). Then it deletes, per cell, the committed records older than the
@@ -99,7 +101,10 @@
 //! ## Cost
 //!
 //! A write-once cell costs no store call of its own at commit (its record rides in the
-//! `batch_put` the prewrite makes for notify keys anyway) and no secondary commit. A read
+//! `batch_put` the prewrite makes for notify keys anyway) and no secondary commit. GC pays
+//! later: the first pass above a record's writer rewrites it (a batched CAS), and every pass
+//! scans the whole space, so a pass costs in proportion to the records kept, not to those
+//! written since the last one (`docs/perf/photon.md`, "GC passes"). A read
 //! costs one scan of the cell's records besides its head (in the same `batch_get` as the
 //! other heads), and a read no record answers (a miss) one read of the safe point per
 //! `get`, `get_many`, scan or page. Tests: `tests/tests/txn_once.rs` (readers meeting records of running,

@@ -352,7 +352,8 @@ const REWRITES_PER_CALL: usize = 256;
 /// each on the embedded store, concurrent requests on TiKV) once every record of the page is
 /// decided; each request is still a CAS from the pending bytes read, and nothing in the pass
 /// reads the rewrites before they return (the steps that delete come after this one). A
-/// batch that fails goes again request by request.
+/// batch that fails goes again request by request. A status check or a delete that fails
+/// ends the pass with the page's rewrites not sent: the next pass decides them again.
 pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResult<usize> {
     let mut resolved = 0;
     let range = shared.codec.space_range(Space::Once);
@@ -410,14 +411,10 @@ pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResul
             resolved += 1;
         }
         for chunk in rewrites.chunks(REWRITES_PER_CALL) {
-            if shared
-                .kv
-                .batch_compare_and_swap(chunk.to_vec())
-                .await
-                .is_ok()
-            {
+            let Err(e) = shared.kv.batch_compare_and_swap(chunk.to_vec()).await else {
                 continue;
-            }
+            };
+            tracing::debug!(error = %e, "batched record rewrites failed; sent one by one");
             // Any subset may have applied. Each request goes again on its own, retried after
             // a lost reply as before (a batch retried whole would fail as long as any one of
             // its requests does, on a store failing one request in a few hundred): one that

@@ -103,8 +103,10 @@
 //! concurrent GCs are safe anyway (`percolator::design::gc`). A GC pass walks every head of the
 //! namespace, hence the long period. Metrics: `percolator_gc_passes_total`, `_skipped_total`
 //! (lease held elsewhere), `_failures_total`, `_versions_deleted_total`,
-//! `_heads_tombstoned_total`, `_locks_resolved_total`,
-//! `percolator_gc_safe_point_timestamp_seconds`, and Photon's
+//! `_heads_tombstoned_total`, `_locks_resolved_total`, `_records_resolved_total`,
+//! `_records_deleted_total`, `percolator_gc_safe_point_timestamp_seconds`,
+//! `percolator_gc_last_pass_seconds` (a pass reads every record and head kept, so it grows
+//! with the history: `docs/operating.md`), and Photon's
 //! `photon_gc_registry_keys_deleted_total`. Tests:
 //! `photon/tests/maintenance.rs` (two workers' GC tasks leave a 200-times rewritten cell with at
 //! most one `V` entry and no old IdRegistry day, every read still right; GC passes racing each
