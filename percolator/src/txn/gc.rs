@@ -244,12 +244,29 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
     while let Some(page) = pager.next_page_retrying().await? {
+        let mut cells = Vec::with_capacity(page.len());
         for (key, raw) in page {
             let Key::Head(cell) = cell_of(shared, &key)? else {
                 continue;
             };
-            let snap = HeadSnapshot::decode(&key, Some(raw))?;
-            collect_cell(shared, &cell, snap, sp, &mut stats).await?;
+            cells.push((cell, HeadSnapshot::decode(&key, Some(raw))?));
+        }
+        // Which of the page's cells have any `V` entry, in one call (a scan per cell made a
+        // pass one round trip per head kept on TiKV): a cell with none, most of them, has
+        // nothing in `V` for `collect_cell` to delete. An entry spilled after this probe is
+        // left to the next pass, as one spilled after a scan of the cell would be.
+        let ranges: Vec<KeyRange> = cells
+            .iter()
+            .map(|(cell, _)| shared.codec.cell_range(Space::Version, cell))
+            .collect();
+        let probes = if ranges.is_empty() {
+            Vec::new()
+        } else {
+            retry_unavailable(|| shared.kv.scan_many(ranges.clone(), 1)).await?
+        };
+        for ((cell, snap), probe) in cells.into_iter().zip(probes) {
+            let in_v = !probe.is_empty();
+            collect_cell(shared, &cell, snap, sp, in_v, &mut stats).await?;
         }
     }
     // Orphan out-of-line values (no lock, no version refers to them) below sp.
@@ -289,11 +306,15 @@ async fn delete_versions(
     Ok(())
 }
 
+/// Drops `cell`'s versions hidden below its newest one at or below `sp` (or shrinks its head
+/// to a tombstone). `in_v`: whether the cell had any `V` entry when its page was probed
+/// (without one, its `V` is not scanned).
 async fn collect_cell(
     shared: &Shared,
     cell: &Cell,
     snap: HeadSnapshot,
     sp: u64,
+    in_v: bool,
     stats: &mut GcStats,
 ) -> TxnResult<()> {
     let head = &snap.head;
@@ -313,7 +334,7 @@ async fn collect_cell(
     let Some(c_star) = c_star else {
         // Nothing visible at sp. V entries below the floor are garbage readers ignore, put
         // after an earlier GC (a stale write or spill that landed late): delete them.
-        if head.floor > 0 {
+        if head.floor > 0 && in_v {
             let below_floor = shared.codec.versions_at_or_below(cell, head.floor - 1);
             let garbage = versions_in(shared, below_floor).await?;
             if !garbage.is_empty() {
@@ -347,8 +368,11 @@ async fn collect_cell(
             // Only versions at or below sp: once the head is a tombstone, new transactions
             // may commit the cell again (above sp, since sp is published and lags the
             // oracle), and the next prewrite puts their version in V: those must stay.
-            let below = versions_in(shared, shared.codec.versions_at_or_below(cell, sp)).await?;
-            delete_versions(shared, cell, below, stats).await?;
+            if in_v {
+                let below =
+                    versions_in(shared, shared.codec.versions_at_or_below(cell, sp)).await?;
+                delete_versions(shared, cell, below, stats).await?;
+            }
         }
         return Ok(());
     }
@@ -369,6 +393,9 @@ async fn collect_cell(
         }
     }
     // Every V entry strictly older than c*.
+    if !in_v {
+        return Ok(());
+    }
     let older = versions_in(shared, shared.codec.versions_at_or_below(cell, c_star - 1)).await?;
     if !older.is_empty() {
         delete_versions(shared, cell, older, stats).await?;
