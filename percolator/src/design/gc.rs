@@ -8,7 +8,11 @@
 //! whose latest is a delete below the safe point to tombstones `{seq+1, rollback_ts, floor =
 //! sp}` and drops their `V`/`D`; deletes orphan `D` keys below it. `snapshot_at(ts)` refuses
 //! `ts` below the published safe point. GC also resolves strong notify keys below the safe point
-//! ([`super::notify`]).
+//! ([`super::notify`]). Heads are read a page (1,024) at a time, and one `scan_many` of the
+//! page asks which of its cells have any `V` entry; only those are scanned (an entry spilled
+//! after the probe waits for the next pass, as one spilled after a scan of the cell would).
+//! A pass still reads every head and write-once record kept, so its cost grows with the
+//! history, not with the writes since the last pass.
 //!
 //! Concurrent GCs are safe and supported (two passes at once are expected: the GC lease is
 //! taken on each process's wall clock, and `percolator-ctl gc` runs beside the periodic pass;
@@ -24,8 +28,9 @@
 //! stored map that differs otherwise (`TableIdsError::Mismatch`) or lacks the id too
 //! ([`crate::codec::TableIdsError::UnknownId`]) fails the pass.
 //!
-//! **Transient failures.** A pass makes calls per cell (a scan of each cell's `V`, a read of
-//! the versions a hot head hides, a batched delete, a CAS of a head it trims), so a store
+//! **Transient failures.** A pass makes calls per cell (a scan of the `V` of each cell that
+//! has one, a read of the versions a hot head hides, a batched delete, a CAS of a head it
+//! trims), so a store
 //! that fails one call in a few hundred failed almost every pass on a table of thousands of
 //! cells, and GC never completed while the store was flaky (in the simulator no pass
 //! completed while its faults were on). A pass retries on
