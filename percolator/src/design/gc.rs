@@ -28,28 +28,27 @@
 //! stored map that differs otherwise (`TableIdsError::Mismatch`) or lacks the id too
 //! ([`crate::codec::TableIdsError::UnknownId`]) fails the pass.
 //!
-//! **Transient failures.** A pass makes calls per cell (a scan of the `V` of each cell that
-//! has one, a read of the versions a hot head hides, a batched delete, a CAS of a head it
-//! trims), so a store
-//! that fails one call in a few hundred failed almost every pass on a table of thousands of
-//! cells, and GC never completed while the store was flaky (in the simulator no pass
-//! completed while its faults were on). A pass retries on
-//! [`crate::kv::KvError::Unavailable`], up to [`crate::kv::UNAVAILABLE_RETRIES`] times over
-//! about 5 s ([`crate::kv::retry_unavailable`], `gc::retried`), every step that is safe to
-//! repeat: its scans and batched reads (a retried read is a slower read); its deletes of
-//! versions, records and values nobody writes again (a repeated delete deletes nothing
-//! more); the publication of the safe point (read, then CAS, again); and its CASes from the
-//! exact bytes it read (of a pending record it rewrites, of a head it trims or shrinks): one
-//! that applied but lost its reply either finds its own bytes (heads carry a `seq`, so equal
-//! bytes are this CAS's) or fails as a race lost to another pass, which the pass already
-//! handles. (A page's record rewrites go in batched CASes; a batch that fails goes again
-//! request by request, each retried, since a batch retried whole fails while any one of its
-//! requests does.) Not retried: the put of a committed notify key (a late repeat could land after a
-//! floor raise's rescan moved the key, below `scan_from`, where nothing scans it again),
-//! status checks and lock resolution; their failure ends the pass, and the next one repeats
-//! it (passes are safe to repeat, as concurrent ones are). Transactions' own reads are not
-//! retried (an outage reaches the caller at once). `tests/tests/txn_gc_retries.rs`: reads and
-//! deletes failing before they reach the store, and CASes whose replies are lost.
+//! **Transient failures.** A pass makes calls per cell (a scan of the `V` of each cell that has
+//! one, a read of the versions a hot head hides, a batched delete, a CAS of a head it trims), so a
+//! store that fails one call in a few hundred failed almost every pass on a table of thousands of
+//! cells, and GC never completed while the store was flaky (in the simulator no pass completed
+//! while its faults were on). A pass retries on [`crate::kv::KvError::Unavailable`], up to
+//! [`crate::kv::UNAVAILABLE_RETRIES`] times over about 5 s ([`crate::kv::retry_unavailable`],
+//! `gc::retried`), every step that is safe to repeat: its scans and batched reads (a retried read
+//! is a slower read); its deletes of versions, records and values nobody writes again (a repeated
+//! delete deletes nothing more); the publication of the safe point (read, then CAS, again); and its
+//! CASes from the exact bytes it read (of a pending record it rewrites, of a head it trims or
+//! shrinks): one that applied but lost its reply either finds its own bytes (heads carry a `seq`,
+//! so equal bytes are this CAS's) or fails as a race lost to another pass, which the pass already
+//! handles. (A page's record rewrites go in batched CASes; a batch that fails goes again request by
+//! request, each retried, since a batch retried whole fails while any one of its requests does.)
+//! Not retried: the put of a committed notify key (a late repeat could land after a floor raise's
+//! rescan moved the key, below `scan_from`, where nothing scans it again), status checks and lock
+//! resolution; their failure ends the pass, and the next one repeats it (passes are safe to repeat,
+//! as concurrent ones are). Transactions' own reads are not retried (an outage reaches the caller
+//! at once). `tests/tests/txn_gc_retries.rs`: reads and deletes failing before they reach the
+//! store, CASes whose replies are lost, and the calls a pass makes (batched rewrites, one
+//! version probe per page of heads).
 //!
 //! ## Decisions on a "rolled back" fate
 //!
