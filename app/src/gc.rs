@@ -193,9 +193,23 @@ where
 mod tests {
     use super::*;
     use crate::metrics::{register_gc, Metrics};
-    use percolator::kv::MemoryKv;
+    use percolator::kv::intercept::{Call, Hooks, Intercepted};
+    use percolator::kv::{KvResult, MemoryKv};
     use percolator::ts::LocalClock;
     use percolator::txn::ClientConfig;
+
+    /// Every scan takes 20 ms, so a GC pass (which scans) takes at least that long.
+    struct SlowScans;
+
+    #[async_trait::async_trait]
+    impl Hooks for SlowScans {
+        async fn before(&self, call: Call<'_>) -> KvResult<()> {
+            if matches!(call, Call::Scan { .. }) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(())
+        }
+    }
 
     /// A pass adds the write-once records it resolved to the counters and keeps its own
     /// duration, and the scrape shows both.
@@ -205,11 +219,8 @@ mod tests {
             gc_lag: Duration::from_millis(20),
             ..ClientConfig::default()
         };
-        let client = Client::with_config(
-            Arc::new(MemoryKv::new()),
-            Arc::new(LocalClock::new()),
-            config,
-        );
+        let store = Intercepted::wrap(Arc::new(MemoryKv::new()), SlowScans);
+        let client = Client::with_config(Arc::new(store), Arc::new(LocalClock::new()), config);
         client.write_once_column("events", "body");
         let txn = client.begin().await.unwrap();
         txn.set(Cell::new("t", "offset", "c"), "1");
@@ -225,6 +236,7 @@ mod tests {
         version_gc(&client, Duration::ZERO, &gc).await.unwrap();
         assert_eq!(gc.records_resolved.load(Ordering::Relaxed), 10);
         assert!(gc.last_safe_point_ms.load(Ordering::Relaxed) > 0);
+        assert!(gc.last_pass_ms.load(Ordering::Relaxed) >= 20);
         let text = metrics.encode();
         assert!(
             text.contains("percolator_gc_records_resolved_total{namespace=\"ns\"} 10"),

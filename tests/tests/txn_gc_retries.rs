@@ -9,7 +9,7 @@
 mod common;
 
 use common::test_config;
-use percolator::kv::intercept::{Call, Hooks, Intercepted, Op};
+use percolator::kv::intercept::{Call, Hooks, Intercepted, Op, OpCounts};
 use percolator::kv::{KvError, KvResult, MemoryKv, RawKv, UNAVAILABLE_RETRIES};
 use percolator::ts::{LocalClock, Timestamp};
 use percolator::txn::{Client, ClientConfig, TxnError};
@@ -113,6 +113,11 @@ async fn history(writer: &Client) -> Timestamp {
         }
         txn.commit().await.unwrap();
     }
+    safe_point_past_lag(writer).await
+}
+
+/// A safe point above every write `writer` made so far, once it is past the GC lag.
+async fn safe_point_past_lag(writer: &Client) -> Timestamp {
     let txn = writer.begin().await.unwrap();
     let sp = txn.start_ts();
     txn.rollback();
@@ -211,29 +216,6 @@ async fn a_gc_pass_completes_when_its_cases_apply_and_lose_their_replies() {
     );
 }
 
-/// Counts single CASes (not those inside a batch) and batched CAS calls.
-#[derive(Debug, Default)]
-struct CasCalls {
-    single: AtomicU64,
-    batches: AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl Hooks for CasCalls {
-    async fn before(&self, call: Call<'_>) -> KvResult<()> {
-        match call {
-            Call::CompareAndSwap { batched: false, .. } => {
-                self.single.fetch_add(1, Ordering::Relaxed);
-            }
-            Call::BatchCompareAndSwap { .. } => {
-                self.batches.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
 /// The pending records of a page are rewritten as committed in batched CASes (a prewrite
 /// round's size each), not one CAS per record: a pass over 600 records of 3 loader-shaped
 /// transactions makes a few batched calls and none per record, and what it rewrote reads
@@ -254,19 +236,16 @@ async fn a_gc_pass_rewrites_pending_records_in_batched_calls() {
         }
         txn.commit().await.unwrap();
     }
-    let txn = writer.begin().await.unwrap();
-    let sp = txn.start_ts();
-    txn.rollback();
-    tokio::time::sleep(GC_LAG * 3).await;
-    let counted = Arc::new(Intercepted::wrap(store.clone(), CasCalls::default()));
+    let sp = safe_point_past_lag(&writer).await;
+    let counted = Arc::new(Intercepted::wrap(store.clone(), OpCounts::default()));
     let stats = client(counted.clone(), &clock).gc(sp).await.unwrap();
     assert_eq!(stats.records_resolved, 600, "{stats:?}");
     // The evidence of the first two commits (the offset cell's older versions) is trimmed,
     // so the reads below need the rewrites: a record left pending reads as `CommitUnknown`.
     assert_eq!(stats.versions_deleted, 2, "{stats:?}");
     let (single, batches) = (
-        counted.hooks().single.load(Ordering::Relaxed),
-        counted.hooks().batches.load(Ordering::Relaxed),
+        counted.hooks().get(Op::CompareAndSwap),
+        counted.hooks().get(Op::BatchCompareAndSwap),
     );
     // The single CASes left are the pass's own (the safe points it publishes, the offset
     // cell's trimmed head).
@@ -285,20 +264,6 @@ async fn a_gc_pass_rewrites_pending_records_in_batched_calls() {
             body.as_deref(),
             Some(format!("body {batch}/199").as_bytes())
         );
-    }
-}
-
-/// Counts scan calls (`scan` and `scan_many`).
-#[derive(Debug, Default)]
-struct ScanCalls(AtomicU64);
-
-#[async_trait::async_trait]
-impl Hooks for ScanCalls {
-    async fn before(&self, call: Call<'_>) -> KvResult<()> {
-        if matches!(call, Call::Scan { .. } | Call::ScanMany { .. }) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
     }
 }
 
@@ -321,13 +286,10 @@ async fn a_gc_pass_probes_a_page_of_heads_for_versions_at_once() {
         txn.set(Cell::new("t", "hot", "c"), format!("v{n}"));
         txn.commit().await.unwrap();
     }
-    let txn = writer.begin().await.unwrap();
-    let sp = txn.start_ts();
-    txn.rollback();
-    tokio::time::sleep(GC_LAG * 3).await;
-    let counted = Arc::new(Intercepted::wrap(store.clone(), ScanCalls::default()));
+    let sp = safe_point_past_lag(&writer).await;
+    let counted = Arc::new(Intercepted::wrap(store.clone(), OpCounts::default()));
     let stats = client(counted.clone(), &clock).gc(sp).await.unwrap();
-    let scans = counted.hooks().0.load(Ordering::Relaxed);
+    let scans = counted.hooks().get(Op::Scan) + counted.hooks().get(Op::ScanMany);
     assert!(scans < 30, "{scans} scans for 301 heads");
     assert_eq!(stats.versions_deleted, 11, "{stats:?}");
     let txn = client(store, &clock).begin().await.unwrap();
