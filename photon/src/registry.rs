@@ -169,13 +169,16 @@ pub async fn gc_registry(
         boundary,
         deleted = purged.deleted,
         deferred = purged.deferred,
+        rewritten = purged.rewritten,
         "IdRegistry days below the boundary deleted (deferred: entries whose transactions GC \
-         has not resolved yet)"
+         has not resolved yet; rewritten: entries kept, written by another run than their old \
+         index cell's)"
     );
     Ok(RegistryPurge {
         boundary,
         deleted: purged.deleted,
         deferred: purged.deferred,
+        rewritten: purged.rewritten,
     })
 }
 
@@ -189,6 +192,10 @@ pub struct RegistryPurge {
     /// Entries below the boundary kept for a later pass: a transaction that wrote them is
     /// not resolved by GC yet (their index cells stay with them).
     pub deferred: usize,
+    /// Index cells below the boundary whose entry another transaction wrote than the
+    /// cell's (its run never committed, or a later run decided the click under a later
+    /// day): the entry is kept, the index cell deleted.
+    pub rewritten: usize,
 }
 
 /// Deletes the IdRegistry behind `boundary`: the entries filed under days below `boundary -
@@ -202,10 +209,13 @@ pub struct RegistryPurge {
 /// them: deleted before that, the entry would make them read as rolled back. So an entry is
 /// deleted only once GC has resolved below its last commit
 /// ([`crate::schema::purge_settled_rows`]); the others, and the index cells of the pass, wait
-/// for a later pass.
+/// for a later pass. An entry is deleted only through the index cell of the transaction that
+/// wrote its latest version; another's index cell is deleted alone (`photon::design::join`,
+/// "Whose entry").
 async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError> {
     use percolator::codec::{Key, Space};
     use percolator::kv::{RangePager, ScanOrder};
+    use percolator::txn::Settlement;
     /// Index cells read per store call.
     const PAGE: usize = 1000;
     // Read once, before the heads it is compared with: it only rises.
@@ -217,6 +227,7 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError>
         b"",
         legacy_end.as_bytes(),
         resolved_below,
+        None,
     )
     .await?;
     let (start, end) = (
@@ -238,9 +249,17 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError>
         let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
         while let Some(page) = pager.next_page().await? {
             for (key, _) in page {
-                let (Ok(Key::Head(cell)) | Ok(Key::Once(cell, _))) = client.codec().decode(&key)
-                else {
-                    continue;
+                // The transaction that wrote the index cell, and so the entry with it.
+                let (cell, writer) = match client.codec().decode(&key) {
+                    Ok(Key::Once(cell, start_ts)) => (cell, Some(Timestamp(start_ts))),
+                    Ok(Key::Head(cell)) => match client.settlement(&cell, resolved_below).await? {
+                        Settlement::Unsettled => {
+                            purged.deferred += 1;
+                            continue;
+                        }
+                        Settlement::Settled { latest_writer } => (cell, latest_writer),
+                    },
+                    _ => continue,
                 };
                 // `day/<day:08>/<click_id>`.
                 let Some(click_id) = cell
@@ -254,16 +273,25 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError>
                 row.extend_from_slice(click_id);
                 let mut row_end = row.clone();
                 row_end.push(0);
+                // Only the entry as that transaction left it: one a later run wrote (the index
+                // cell's run never committed, or the click was decided again under a later
+                // day) is filed under that run's own index cell.
+                let Some(writer) = writer else {
+                    purged.rewritten += 1;
+                    continue;
+                };
                 let entry = crate::schema::purge_settled_rows(
                     client,
                     IDREGISTRY,
                     &row,
                     &row_end,
                     resolved_below,
+                    Some(writer),
                 )
                 .await?;
                 purged.deleted += entry.deleted;
                 purged.deferred += entry.deferred;
+                purged.rewritten += entry.rewritten;
             }
         }
     }

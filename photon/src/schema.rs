@@ -366,30 +366,38 @@ pub struct Purged {
     pub deleted: usize,
     /// Cells kept because a transaction whose primary they may be is not resolved yet.
     pub deferred: usize,
+    /// Cells kept because their latest version is not the one the caller's index entry
+    /// names: another transaction wrote them, which files them under an index entry of
+    /// its own (or none).
+    pub rewritten: usize,
 }
 
 /// [`purge_rows`] for rows whose cells may be primaries of transactions with records or
 /// locks elsewhere: the rows in `[row_start, row_end)` are deleted only if every head in
 /// them is settled at or below `resolved_below` (read from `Client::gc_resolved_below`
-/// before this call; `percolator::design::gc`, "Resolved below"); otherwise nothing is
-/// deleted and the unsettled cells are counted as deferred, for a later pass after GC has
-/// resolved their transactions. The same conditions as [`purge_rows`] apply.
+/// before this call; `percolator::design::gc`, "Resolved below") and, with `written_by`,
+/// holds as its latest version one written by that transaction. Otherwise nothing is
+/// deleted: the unsettled cells are counted as deferred, for a later pass after GC has
+/// resolved their transactions, and the cells another transaction wrote as rewritten. The
+/// same conditions as [`purge_rows`] apply.
 pub async fn purge_settled_rows(
     client: &Client,
     table: &str,
     row_start: &[u8],
     row_end: &[u8],
     resolved_below: percolator::Timestamp,
+    written_by: Option<percolator::Timestamp>,
 ) -> Result<Purged, percolator::TxnError> {
     use percolator::codec::{Key, Space};
     use percolator::kv::{RangePager, ScanOrder};
+    use percolator::txn::Settlement;
     /// Heads read per store call.
     const PAGE: usize = 1000;
     let range = client
         .codec()
         .rows_range(Space::Head, table.as_bytes(), row_start, Some(row_end));
     let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
-    let mut deferred = 0;
+    let mut kept = Purged::default();
     while let Some(page) = pager.next_page().await? {
         for (key, _) in page {
             let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
@@ -401,21 +409,30 @@ pub async fn purge_settled_rows(
             {
                 continue;
             }
-            if !client.settled_at_or_below(&cell, resolved_below).await? {
-                deferred += 1;
+            match client.settlement(&cell, resolved_below).await? {
+                Settlement::Unsettled => kept.deferred += 1,
+                Settlement::Settled { latest_writer } => {
+                    // Planted bug `RegistryPurgeIgnoresWriter` (`percolator::planted`).
+                    #[cfg(feature = "planted")]
+                    if percolator::planted::active(
+                        percolator::planted::Bug::RegistryPurgeIgnoresWriter,
+                    ) {
+                        continue;
+                    }
+                    if written_by.is_some_and(|writer| latest_writer != Some(writer)) {
+                        kept.rewritten += 1;
+                    }
+                }
             }
         }
     }
-    if deferred > 0 {
-        return Ok(Purged {
-            deleted: 0,
-            deferred,
-        });
+    if kept.deferred > 0 || kept.rewritten > 0 {
+        return Ok(kept);
     }
     let deleted = purge_rows(client, table, row_start, row_end).await?;
     Ok(Purged {
         deleted,
-        deferred: 0,
+        ..Purged::default()
     })
 }
 

@@ -565,3 +565,55 @@ async fn a_purge_keeps_the_entries_of_unresolved_joins() {
         "the joined output outlives its entry"
     );
 }
+
+/// A run that died after putting its write-once records leaves an index cell under its
+/// delivery's day for an entry it never committed; the click is then settled by a later run
+/// that files its entry under the day of the boundary it read. A purge that passes the dead
+/// run's day must delete that index cell and keep the later run's entry: deleting the entry
+/// the cell's key names, whoever wrote it, lost it (and, had it been the primary of a batch
+/// whose records GC had not rewritten yet, the batch's joined outputs; found by the
+/// simulator, seed 35583 of an unmerged GC branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_an_entry_its_index_cell_did_not_write() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let writer = client_with_oracle(kv.clone(), 0, Duration::from_millis(500)).await;
+    photon::schema::declare_columns(&writer);
+    let today = registry::today(&writer).await.unwrap();
+    // The settling run: its entry filed under today, resolved by a GC pass.
+    let t = writer.begin().await.unwrap();
+    registry::write_entry(&t, today, "c1", "too_old/1".into());
+    t.commit().await.unwrap();
+    resolve_past_lag(&writer).await;
+    // The dead run, after the pass: its records (the index cell under an old day) are put,
+    // its primary (the entry) never locked.
+    let dead = writer.begin().await.unwrap();
+    registry::write_entry(&dead, today - 10, "c1", "token".into());
+    dead.set_crash_hook(Arc::new(|point| {
+        point == percolator::txn::CrashPoint::RecordsWritten
+    }));
+    assert!(matches!(
+        dead.commit().await,
+        Err(TxnError::InjectedCrash(_))
+    ));
+    assert_eq!(
+        registry_keys(&writer, Space::Once, today - 10).await,
+        1,
+        "the dead run's index cell is in the store"
+    );
+    let purge = registry::gc_registry(&writer, today - 3, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        (purge.deleted, purge.deferred, purge.rewritten),
+        (1, 0, 1),
+        "{purge:?}"
+    );
+    assert_eq!(registry_entries(&writer, today - 10).await, 0, "index cell purged");
+    let t = writer.begin().await.unwrap();
+    assert_eq!(
+        t.get(&idregistry_cell("c1")).await.unwrap().as_deref(),
+        Some(b"too_old/1".as_slice()),
+        "the settling run's entry is kept"
+    );
+    assert_eq!(registry_entries(&writer, today).await, 1);
+}

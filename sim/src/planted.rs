@@ -31,6 +31,7 @@ pub const BUGS: &[(&str, Bug)] = &[
         "registry_purge_ignores_resolution",
         Bug::RegistryPurgeIgnoresResolution,
     ),
+    ("registry_purge_ignores_writer", Bug::RegistryPurgeIgnoresWriter),
     (
         "quiescence_gives_up_on_transient",
         Bug::QuiescenceGivesUpOnTransient,

@@ -67,6 +67,21 @@ use std::time::Duration;
 // Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
 use tokio::time::Instant;
 
+/// What [`Client::settlement`] found of a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// A lock, or a commit above the point asked about: a transaction whose primary the cell
+    /// is may still need it.
+    Unsettled,
+    /// No lock, and every commit at or below the point: the cell may be deleted outright by
+    /// a caller that knows no transaction can write it again.
+    Settled {
+        /// The start_ts of the transaction that wrote the newest version (`None`: the cell
+        /// holds none: never written, or a tombstone).
+        latest_writer: Option<crate::ts::Timestamp>,
+    },
+}
+
 /// What every transaction of a client shares.
 pub(crate) struct Shared {
     pub(crate) kv: Arc<dyn RawKv>,
@@ -709,9 +724,29 @@ impl Client {
         cell: &crate::codec::Cell,
         resolved_below: crate::ts::Timestamp,
     ) -> TxnResult<bool> {
+        Ok(self.settlement(cell, resolved_below).await? != Settlement::Unsettled)
+    }
+
+    /// [`Client::settled_at_or_below`], saying also which transaction wrote the cell's
+    /// latest version: a caller that deletes a cell outright on behalf of one writer (an
+    /// index entry that names the cell) checks that the version is that writer's, not a
+    /// later one's that the writer's index does not cover.
+    pub async fn settlement(
+        &self,
+        cell: &crate::codec::Cell,
+        resolved_below: crate::ts::Timestamp,
+    ) -> TxnResult<Settlement> {
         let head = self.shared.read_head(cell).await?.head;
         let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
-        Ok(head.lock.is_none() && newest <= resolved_below.0)
+        if head.lock.is_some() || newest > resolved_below.0 {
+            return Ok(Settlement::Unsettled);
+        }
+        Ok(Settlement::Settled {
+            latest_writer: head
+                .latest
+                .as_ref()
+                .map(|v| crate::ts::Timestamp(v.start_ts)),
+        })
     }
 
     /// Garbage-collects below `safe_point` (`percolator::design::gc`):

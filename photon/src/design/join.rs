@@ -265,6 +265,23 @@
 //! periodic pass runs version GC first. Test: `photon/tests/maintenance.rs`
 //! `a_purge_keeps_the_entries_of_unresolved_joins`.
 //!
+//! *Whose entry.* An index cell names a click, not a version of its entry. The cell of a run
+//! that never committed (it died after its first round, or lost a conflict) stays until GC
+//! deletes it, and the click may meanwhile be decided by another run that files the entry
+//! under a later day (a settling run files it under the boundary it read). Deleting the entry
+//! through the dead run's cell lost that entry, and with it the joined outputs of the batch
+//! whose primary it was (found by the simulator; planted as `registry_purge_ignores_writer`).
+//! So the purge deletes an entry only if its latest version was written by the index cell's
+//! own transaction (the record's start_ts; for an index head of the older layout, the
+//! transaction of its latest version: entry and index cell are written together); otherwise
+//! it deletes the index cell alone and counts it `rewritten`. No run writes the entry between
+//! that check and the raw delete: the check found it settled, its writer `s` resolved below
+//! the point, and `s` wrote in the same transaction a joined output or a final outcome of the
+//! click. Every run that writes an entry either reads it first (a join or a park: present, so
+//! it writes nothing) or, settling below the boundary, writes it only when its snapshot holds
+//! neither a joined output nor a final outcome, and every snapshot that can still commit
+//! holds `s`'s. Test: `a_purge_keeps_an_entry_its_index_cell_did_not_write`.
+//!
 //! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
 //! the join reads that cell too (the delivery's own day, in the same batched read), and GC
 //! deletes those rows below `B` as before (the new rows start with letters, which sort after
