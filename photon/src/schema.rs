@@ -376,10 +376,15 @@ pub struct Purged {
 /// locks elsewhere: the rows in `[row_start, row_end)` are deleted only if every head in
 /// them is settled at or below `resolved_below` (read from `Client::gc_resolved_below`
 /// before this call; `percolator::design::gc`, "Resolved below") and, with `written_by`,
-/// holds as its latest version one written by that transaction. Otherwise nothing is
-/// deleted: the unsettled cells are counted as deferred, for a later pass after GC has
-/// resolved their transactions, and the cells another transaction wrote as rewritten. The
-/// same conditions as [`purge_rows`] apply.
+/// holds as its latest version one written by that transaction. Each such head is fenced
+/// first (`Client::fence_settled`: from then on no transaction can lock it, and only this
+/// call deletes it), so a transaction that writes the cell after the check cannot lose its
+/// head to this delete. Otherwise nothing is deleted: the unsettled cells are counted as
+/// deferred, for a later pass after GC has resolved their transactions; the cells another
+/// transaction wrote, or another purge fenced, as rewritten; with `written_by`, a row with no
+/// head counts as rewritten too (the writer's cell is gone, and a run may be creating it
+/// again). A row of several heads of which only some could be fenced keeps those fenced (read
+/// as before, never written again). The same conditions as [`purge_rows`] apply.
 pub async fn purge_settled_rows(
     client: &Client,
     table: &str,
@@ -390,41 +395,45 @@ pub async fn purge_settled_rows(
 ) -> Result<Purged, percolator::TxnError> {
     use percolator::codec::{Key, Space};
     use percolator::kv::{RangePager, ScanOrder};
-    use percolator::txn::Settlement;
+    use percolator::txn::Fence;
     /// Heads read per store call.
     const PAGE: usize = 1000;
     let range = client
         .codec()
         .rows_range(Space::Head, table.as_bytes(), row_start, Some(row_end));
     let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
+    // Planted bug `RegistryPurgeIgnoresWriter`: as if no writer were named.
+    #[cfg(feature = "planted")]
+    let written_by = written_by.filter(|_| {
+        !percolator::planted::active(percolator::planted::Bug::RegistryPurgeIgnoresWriter)
+    });
     let mut kept = Purged::default();
+    // Heads fenced by this call.
+    let mut fenced = 0;
     while let Some(page) = pager.next_page().await? {
         for (key, _) in page {
             let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
                 continue;
             };
-            // Planted bug `RegistryPurgeIgnoresResolution` (`percolator::planted`).
-            #[cfg(feature = "planted")]
-            if percolator::planted::active(percolator::planted::Bug::RegistryPurgeIgnoresResolution)
-            {
-                continue;
-            }
-            match client.settlement(&cell, resolved_below).await? {
-                Settlement::Unsettled => kept.deferred += 1,
-                Settlement::Settled { latest_writer } => {
-                    // Planted bug `RegistryPurgeIgnoresWriter` (`percolator::planted`).
-                    #[cfg(feature = "planted")]
-                    if percolator::planted::active(
-                        percolator::planted::Bug::RegistryPurgeIgnoresWriter,
-                    ) {
-                        continue;
-                    }
-                    if written_by.is_some_and(|writer| latest_writer != Some(writer)) {
-                        kept.rewritten += 1;
-                    }
+            let fence = planted_fence(client, &cell, resolved_below, written_by).await?;
+            let fence = match fence {
+                Some(fence) => fence,
+                None => {
+                    client
+                        .fence_settled(&cell, resolved_below, written_by)
+                        .await?
                 }
+            };
+            match fence {
+                Fence::Fenced => fenced += 1,
+                Fence::Unsettled => kept.deferred += 1,
+                Fence::Rewritten | Fence::FencedByAnother => kept.rewritten += 1,
+                Fence::Absent => {}
             }
         }
+    }
+    if written_by.is_some() && fenced == 0 && kept.deferred == 0 {
+        kept.rewritten = kept.rewritten.max(1);
     }
     if kept.deferred > 0 || kept.rewritten > 0 {
         return Ok(kept);
@@ -434,6 +443,36 @@ pub async fn purge_settled_rows(
         deleted,
         ..Purged::default()
     })
+}
+
+/// What a planted bug of the purge (`percolator::planted`) decides for `cell` instead of
+/// its fence (`None`: none is planted).
+#[allow(unused_variables)]
+async fn planted_fence(
+    client: &Client,
+    cell: &percolator::Cell,
+    resolved_below: percolator::Timestamp,
+    written_by: Option<percolator::Timestamp>,
+) -> Result<Option<percolator::txn::Fence>, percolator::TxnError> {
+    #[cfg(feature = "planted")]
+    {
+        use percolator::planted::{active, Bug};
+        use percolator::txn::{Fence, Settlement};
+        // Deleted without a look at the head.
+        if active(Bug::RegistryPurgeIgnoresResolution) {
+            return Ok(Some(Fence::Fenced));
+        }
+        // Deleted once settled, whoever wrote it, with no fence.
+        if active(Bug::RegistryPurgeIgnoresWriter) {
+            return Ok(Some(
+                match client.settlement(cell, resolved_below).await? {
+                    Settlement::Unsettled => Fence::Unsettled,
+                    Settlement::Settled { .. } => Fence::Fenced,
+                },
+            ));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

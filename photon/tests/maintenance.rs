@@ -608,7 +608,11 @@ async fn a_purge_keeps_an_entry_its_index_cell_did_not_write() {
         (1, 0, 1),
         "{purge:?}"
     );
-    assert_eq!(registry_entries(&writer, today - 10).await, 0, "index cell purged");
+    assert_eq!(
+        registry_entries(&writer, today - 10).await,
+        0,
+        "index cell purged"
+    );
     let t = writer.begin().await.unwrap();
     assert_eq!(
         t.get(&idregistry_cell("c1")).await.unwrap().as_deref(),
@@ -616,4 +620,100 @@ async fn a_purge_keeps_an_entry_its_index_cell_did_not_write() {
         "the settling run's entry is kept"
     );
     assert_eq!(registry_entries(&writer, today).await, 1);
+}
+
+/// What [`SettleAfterCheck`] knows and did.
+#[derive(Default)]
+struct SettleState {
+    /// Where the purge's scan of the entry row's heads starts.
+    head_scan_start: std::sync::Mutex<Vec<u8>>,
+    checked: std::sync::atomic::AtomicBool,
+    /// The settling run's client and the day it files the entry under; taken when it runs.
+    settle: std::sync::Mutex<Option<(Client, u64)>>,
+    committed: std::sync::atomic::AtomicBool,
+}
+
+/// Commits a settling run's entry of `c2` (through its own client, on the store beneath)
+/// right after the purge's check of that entry's row: before the call after the row's head
+/// scan.
+struct SettleAfterCheck(Arc<SettleState>);
+
+#[async_trait::async_trait]
+impl percolator::kv::intercept::Hooks for SettleAfterCheck {
+    async fn before(
+        &self,
+        call: percolator::kv::intercept::Call<'_>,
+    ) -> percolator::kv::KvResult<()> {
+        let state = &self.0;
+        if let percolator::kv::intercept::Call::Scan { range, .. } = call {
+            if range.start == *state.head_scan_start.lock().unwrap() {
+                state.checked.store(true, Ordering::SeqCst);
+                return Ok(());
+            }
+        }
+        if !state.checked.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let settle = state.settle.lock().unwrap().take();
+        if let Some((client, day)) = settle {
+            let t = client.begin().await.unwrap();
+            registry::write_entry(&t, day, "c2", "too_old/2".into());
+            t.commit().await.unwrap();
+            state.committed.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// The dead run's index cell leads the purge to a click with no entry yet; a settling run
+/// commits the click's entry between the purge's check of the row (no head) and the purge's
+/// next call. Deleting the row after a check that found nothing met the new head and lost
+/// the entry (the interleaving of the simulator's seed 35583; a review of the first fix found
+/// it still open for a row with no head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_an_entry_committed_after_its_check() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let state = Arc::new(SettleState::default());
+    let hooked: Arc<dyn RawKv> = Arc::new(percolator::kv::intercept::Intercepted::wrap(
+        kv.clone(),
+        SettleAfterCheck(state.clone()),
+    ));
+    let writer = client_with_oracle(hooked, 0, Duration::from_millis(500)).await;
+    photon::schema::declare_columns(&writer);
+    let today = registry::today(&writer).await.unwrap();
+    let dead = writer.begin().await.unwrap();
+    registry::write_entry(&dead, today - 10, "c2", "token".into());
+    dead.set_crash_hook(Arc::new(|point| {
+        point == percolator::txn::CrashPoint::RecordsWritten
+    }));
+    assert!(matches!(
+        dead.commit().await,
+        Err(TxnError::InjectedCrash(_))
+    ));
+    *state.head_scan_start.lock().unwrap() = writer
+        .codec()
+        .rows_range(Space::Head, b"idregistry", b"id/c2", Some(b"id/c2\0"))
+        .start;
+    let settler = Client::with_config(kv, writer.oracle().clone(), writer.config().clone());
+    photon::schema::declare_columns(&settler);
+    *state.settle.lock().unwrap() = Some((settler.clone(), today));
+    let purge = registry::gc_registry(&writer, today - 3, true)
+        .await
+        .unwrap();
+    assert!(
+        state.committed.load(Ordering::SeqCst),
+        "the settling run ran after the check"
+    );
+    assert_eq!((purge.deferred, purge.rewritten), (0, 1), "{purge:?}");
+    assert_eq!(
+        registry_entries(&writer, today - 10).await,
+        0,
+        "index cell purged"
+    );
+    let t = settler.begin().await.unwrap();
+    assert_eq!(
+        t.get(&idregistry_cell("c2")).await.unwrap().as_deref(),
+        Some(b"too_old/2".as_slice()),
+        "the settling run's entry is kept"
+    );
 }

@@ -31,7 +31,10 @@ pub const BUGS: &[(&str, Bug)] = &[
         "registry_purge_ignores_resolution",
         Bug::RegistryPurgeIgnoresResolution,
     ),
-    ("registry_purge_ignores_writer", Bug::RegistryPurgeIgnoresWriter),
+    (
+        "registry_purge_ignores_writer",
+        Bug::RegistryPurgeIgnoresWriter,
+    ),
     (
         "quiescence_gives_up_on_transient",
         Bug::QuiescenceGivesUpOnTransient,

@@ -93,7 +93,15 @@
 //! cell only when its head has no lock and every commit in it (its latest version, or for a
 //! tombstone its floor) is at or below [`crate::Client::gc_resolved_below`]; a transaction's
 //! start_ts is below its commit_ts, so all of the cell's writers started below the point.
-//! Photon's IdRegistry purge does (`photon::design::join`).
+//! The check and the delete are two steps (a CAS never deletes), and between them another
+//! client may delete the cell and a transaction create it again, whose head a stale delete
+//! would remove. So the client first fences the head it checked ([`crate::Client::fence_settled`]):
+//! a CAS from exactly that head to the same head with `rollback_ts` at or above
+//! [`crate::txn::FENCE_FLOOR`] (low bits random: unique to the caller), which every prewrite
+//! refuses and every read ignores. Only the client whose fence landed deletes the cell (its
+//! head last), and no transaction writes it until it is gone. A fence left by a client that
+//! stopped before its delete stays (read as before, never written again). Photon's
+//! IdRegistry purge does this (`photon::design::join`); tests: `tests/tests/txn_fence.rs`.
 //!
 //! ## Snapshots and GC
 //!

@@ -31,6 +31,7 @@ mod commit;
 mod config;
 mod error;
 mod failpoint;
+mod fence;
 mod gc;
 mod heads;
 mod layout;
@@ -50,6 +51,7 @@ pub use error::{RunError, TxnError, TxnResult};
 #[cfg(feature = "failpoints")]
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
+pub use fence::{Fence, FENCE_FLOOR};
 pub use gc::GcStats;
 pub use layout::{declare_table_ids, stored_table_ids};
 pub use locks::TxnStatus;

@@ -274,13 +274,20 @@
 //! So the purge deletes an entry only if its latest version was written by the index cell's
 //! own transaction (the record's start_ts; for an index head of the older layout, the
 //! transaction of its latest version: entry and index cell are written together); otherwise
-//! it deletes the index cell alone and counts it `rewritten`. No run writes the entry between
-//! that check and the raw delete: the check found it settled, its writer `s` resolved below
-//! the point, and `s` wrote in the same transaction a joined output or a final outcome of the
-//! click. Every run that writes an entry either reads it first (a join or a park: present, so
-//! it writes nothing) or, settling below the boundary, writes it only when its snapshot holds
-//! neither a joined output nor a final outcome, and every snapshot that can still commit
-//! holds `s`'s. Test: `a_purge_keeps_an_entry_its_index_cell_did_not_write`.
+//! it deletes the index cell alone and counts it `rewritten`; an entry row with no head
+//! counts so too (the simulator's interleaving: the check found no head, a settling run
+//! committed one, and the delete met it). The check is a fence (`percolator::design::gc`,
+//! "Resolved below"): a CAS from the head checked to the same head refusing every lock, so
+//! no run writes the entry between the check and the raw delete, and a purge that finds
+//! another's fence leaves the row to it (two purges at once, one stalled after its check while
+//! the other deleted the entry and a late delivery joined the click again, lost that join's
+//! entry to the stalled delete; found by a review). Runs have no cause to write the entry
+//! then anyway: `s`, resolved below the point, wrote a joined output or a final outcome of the
+//! click in the same transaction, every run that writes an entry either reads it first (a join
+//! or a park: present, so it writes nothing) or, settling below the boundary, writes it only
+//! when its snapshot holds neither, and every snapshot that can still commit holds `s`'s.
+//! Tests: `a_purge_keeps_an_entry_its_index_cell_did_not_write`,
+//! `a_purge_keeps_an_entry_committed_after_its_check`.
 //!
 //! *Earlier layout.* Stores written before this layout hold `idregistry/<d:08>/<click_id>/token`:
 //! the join reads that cell too (the delivery's own day, in the same batched read), and GC
