@@ -70,12 +70,6 @@ pub enum Bug {
     /// primary of, so their pending records (joined outputs, index cells) read as rolled back
     /// (found by a review of the write-once index change: a boundary jump).
     RegistryPurgeIgnoresResolution,
-    /// `photon::schema::purge_settled_rows` (the IdRegistry purge): an entry reached through
-    /// a day index record is deleted whichever transaction wrote it, so the record of a run
-    /// that never committed deletes the entry a later run wrote (filed under a later day):
-    /// a click settled `too_old` loses its entry, the primary of a batch's joined outputs
-    /// (found by the simulator, seed 35583 of an unmerged GC branch).
-    RegistryPurgeIgnoresWriter,
     /// `observers::Worker::wait_until_quiescent`: the first transient failure of its store
     /// scan is returned instead of checked again, so a drain in the tail of an outage fails
     /// (found by the simulator's drain harness meeting the same in its own read, seed 19532).

@@ -402,11 +402,6 @@ pub async fn purge_settled_rows(
         .codec()
         .rows_range(Space::Head, table.as_bytes(), row_start, Some(row_end));
     let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
-    // Planted bug `RegistryPurgeIgnoresWriter`: as if no writer were named.
-    #[cfg(feature = "planted")]
-    let written_by = written_by.filter(|_| {
-        !percolator::planted::active(percolator::planted::Bug::RegistryPurgeIgnoresWriter)
-    });
     let mut kept = Purged::default();
     // Heads fenced by this call.
     let mut fenced = 0;
@@ -415,16 +410,18 @@ pub async fn purge_settled_rows(
             let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
                 continue;
             };
-            let fence = planted_fence(client, &cell, resolved_below, written_by).await?;
-            let fence = match fence {
-                Some(fence) => fence,
-                None => {
-                    client
-                        .fence_settled(&cell, resolved_below, written_by)
-                        .await?
-                }
-            };
-            match fence {
+            // Planted bug `RegistryPurgeIgnoresResolution` (`percolator::planted`): deleted
+            // without a look at the head.
+            #[cfg(feature = "planted")]
+            if percolator::planted::active(percolator::planted::Bug::RegistryPurgeIgnoresResolution)
+            {
+                fenced += 1;
+                continue;
+            }
+            match client
+                .fence_settled(&cell, resolved_below, written_by)
+                .await?
+            {
                 Fence::Fenced => fenced += 1,
                 Fence::Unsettled => kept.deferred += 1,
                 Fence::Rewritten | Fence::FencedByAnother => kept.rewritten += 1,
@@ -443,36 +440,6 @@ pub async fn purge_settled_rows(
         deleted,
         ..Purged::default()
     })
-}
-
-/// What a planted bug of the purge (`percolator::planted`) decides for `cell` instead of
-/// its fence (`None`: none is planted).
-#[allow(unused_variables)]
-async fn planted_fence(
-    client: &Client,
-    cell: &percolator::Cell,
-    resolved_below: percolator::Timestamp,
-    written_by: Option<percolator::Timestamp>,
-) -> Result<Option<percolator::txn::Fence>, percolator::TxnError> {
-    #[cfg(feature = "planted")]
-    {
-        use percolator::planted::{active, Bug};
-        use percolator::txn::{Fence, Settlement};
-        // Deleted without a look at the head.
-        if active(Bug::RegistryPurgeIgnoresResolution) {
-            return Ok(Some(Fence::Fenced));
-        }
-        // Deleted once settled, whoever wrote it, with no fence.
-        if active(Bug::RegistryPurgeIgnoresWriter) {
-            return Ok(Some(
-                match client.settlement(cell, resolved_below).await? {
-                    Settlement::Unsettled => Fence::Unsettled,
-                    Settlement::Settled { .. } => Fence::Fenced,
-                },
-            ));
-        }
-    }
-    Ok(None)
 }
 
 #[cfg(test)]

@@ -32,10 +32,6 @@ pub const BUGS: &[(&str, Bug)] = &[
         Bug::RegistryPurgeIgnoresResolution,
     ),
     (
-        "registry_purge_ignores_writer",
-        Bug::RegistryPurgeIgnoresWriter,
-    ),
-    (
         "quiescence_gives_up_on_transient",
         Bug::QuiescenceGivesUpOnTransient,
     ),

@@ -270,7 +270,7 @@
 //! deletes it, and the click may meanwhile be decided by another run that files the entry
 //! under a later day (a settling run files it under the boundary it read). Deleting the entry
 //! through the dead run's cell lost that entry, and with it the joined outputs of the batch
-//! whose primary it was (found by the simulator; planted as `registry_purge_ignores_writer`).
+//! whose primary it was (found by the simulator once; not planted: `docs/testing.md`).
 //! So the purge deletes an entry only if its latest version was written by the index cell's
 //! own transaction (the record's start_ts; for an index head of the older layout, the
 //! transaction of its latest version: entry and index cell are written together); otherwise
