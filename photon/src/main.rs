@@ -426,6 +426,13 @@ async fn command(cli: Cli) -> anyhow::Result<i32> {
                     purge.deferred
                 );
             }
+            if purge.rewritten > 0 {
+                println!(
+                    "deleted {} index cells below it alone: another run wrote their entries \
+                     (filed under a day of their own), or none did",
+                    purge.rewritten
+                );
+            }
         }
         Command::Demo {
             clicks,
