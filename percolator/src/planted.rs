@@ -14,18 +14,18 @@ use std::cell::Cell;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Bug {
-    /// `once::resolve_below` / `gc::resolve_notifications_below`: a "rolled back" fate
+    /// `once::resolve_and_collect` / `gc::resolve_notifications_below`: a "rolled back" fate
     /// deletes the record or notify key unconditionally (issue 38, hole 1).
     GcUnconditionalDelete,
-    /// `once::collect` keeps the newest committed record without looking at the head: a
-    /// head delete of a write-once cell comes back after GC (issue 38, hole 2).
+    /// `once::resolve_and_collect` keeps the newest committed record without looking at the
+    /// head: a head delete of a write-once cell comes back after GC (issue 38, hole 2).
     GcCollectIgnoresHead,
     /// `observers::process` deletes a strong notify key on "rolled back" without re-reading
     /// it (issue 38, hole 3).
     WorkerDeletesRolledBack,
     /// `once::record_fate` takes a gone record for rolled back (issue 38, hole 4).
     RecordGoneIsRolledBack,
-    /// `once::resolve_below` rewrites a record decided committed by a plain put: a record
+    /// `once::resolve_and_collect` rewrites a record decided committed by a plain put: a record
     /// another pass rewrote and collected under a head delete comes back (found by the
     /// simulator in the first fix of issue 38).
     GcRewriteByPut,

@@ -59,8 +59,11 @@
 //! fails while any one of its requests does) or, if its writer rolled back, deletes it when a
 //! re-read finds it still pending (a "rolled back" answer read after another pass trimmed the
 //! evidence is wrong, and that pass rewrote the record first: [`super::gc`], "Decisions on a
-//! rolled-back fate"). Then it deletes, per cell, the committed records older than the
-//! cell's newest committed write at or below the safe point. That write is the newest such
+//! rolled-back fate"). In the same walk of `W` (one read of each record per pass) it deletes,
+//! once a cell's records are all read and their rewrites sent, the cell's committed records
+//! older than its newest committed write at or below the safe point (a record decided
+//! committed counts at its commit_ts, whichever pass's rewrite landed; records are never
+//! primaries, so deleting one early trims no evidence). That write is the newest such
 //! record, which stays, a delete too (a tombstone, as a head's: a cell with no record was
 //! never written), or a version in the cell's head (a transaction of write-once cells only
 //! writes its first through the head), and then every record below it goes. Records are
@@ -103,7 +106,7 @@
 //! A write-once cell costs no store call of its own at commit (its record rides in the
 //! `batch_put` the prewrite makes for notify keys anyway) and no secondary commit. GC pays
 //! later: the first pass above a record's writer rewrites it (a batched CAS), and every pass
-//! scans the whole space, so a pass costs in proportion to the records kept, not to those
+//! scans the whole space once, so a pass costs in proportion to the records kept, not to those
 //! written since the last one (`docs/perf/photon.md`, "GC passes"). A read
 //! costs one scan of the cell's records besides its head (in the same `batch_get` as the
 //! other heads), and a read no record answers (a miss) one read of the safe point per

@@ -231,15 +231,16 @@ pub(crate) async fn collect(shared: &Shared, safe_point: Timestamp) -> TxnResult
     retried(|| publish_safe_point(shared, SAFE_POINT_META, safe_point)).await?;
     stats.locks_resolved = resolve_locks_below(shared, safe_point).await?;
     stats.notifications_resolved = resolve_notifications_below(shared, safe_point).await?;
-    stats.records_resolved = super::once::resolve_below(shared, safe_point).await?;
+    // Records resolved, and those hidden collected, in one walk; before heads: a record
+    // hidden under a head's delete goes before that head may shrink to a tombstone
+    // (`percolator::design::once`).
+    let records = super::once::resolve_and_collect(shared, safe_point).await?;
+    (stats.records_resolved, stats.records_deleted) = (records.resolved, records.deleted);
     // Nothing below the safe point needs its primary now: say so, for clients that delete
     // primaries outright (`percolator::design::gc`, "Resolved below").
     retried(|| publish_safe_point(shared, RESOLVED_BELOW_META, safe_point)).await?;
     // Below, sp is compared with the timestamps inside records.
     let sp = safe_point.0;
-    // Records before heads: a record hidden under a head's delete goes before that head may
-    // shrink to a tombstone (`percolator::design::once`).
-    stats.records_deleted = super::once::collect(shared, sp).await?;
     // 3–4. Per cell: drop versions hidden below the newest one at or below sp.
     let range = shared.codec.space_range(Space::Head);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);

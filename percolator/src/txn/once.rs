@@ -344,142 +344,150 @@ fn once_key(shared: &Shared, key: &[u8]) -> TxnResult<(Cell, u64)> {
 /// stays well inside the store's request deadline on TiKV (its requests run 64 at a time).
 const REWRITES_PER_CALL: usize = 256;
 
-/// Rewrites every pending record of a writer that started below `below` as committed, or
-/// deletes it if its writer rolled back, so that no status check needs versions GC is about
-/// to delete. Returns how many it resolved.
-///
-/// The rewrites of a page go in batched CASes of [`REWRITES_PER_CALL`] (one journal write
-/// each on the embedded store, concurrent requests on TiKV) once every record of the page is
-/// decided; each request is still a CAS from the pending bytes read, and nothing in the pass
-/// reads the rewrites before they return (the steps that delete come after this one). A
-/// batch that fails goes again request by request. A status check or a delete that fails
-/// ends the pass with the page's rewrites not sent: the next pass decides them again.
-pub(super) async fn resolve_below(shared: &Shared, below: Timestamp) -> TxnResult<usize> {
-    let mut resolved = 0;
-    let range = shared.codec.space_range(Space::Once);
-    let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    while let Some(page) = pager.next_page_retrying().await? {
-        let mut rewrites = Vec::new();
-        for (key, raw) in page {
-            let (_, s) = once_key(shared, &key)?;
-            if s >= below.0 {
-                continue;
-            }
-            let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
-            let OnceRecord::Pending {
-                primary,
-                ttl_ms,
-                op,
-            } = record
-            else {
-                continue;
-            };
-            match shared
-                .decided_status(&primary, Timestamp(s), ttl_ms)
-                .await?
-            {
-                TxnStatus::Committed(c) => {
-                    // A CAS from the pending record read above, never a plain put: another
-                    // pass may have rewritten this record and collected it meanwhile (hidden
-                    // under a newer write of the cell, maybe a delete through the cell's head,
-                    // which that pass then shrank to a tombstone), and a put would bring the
-                    // deleted value back. Not swapped: the record was rewritten (the same
-                    // bytes: two passes write equal `Committed` records, S3's exemption) or
-                    // is gone, and either way it is decided.
-                    let record = OnceRecord::Committed { commit_ts: c.0, op };
-                    #[cfg(feature = "planted")]
-                    if crate::planted::active(crate::planted::Bug::GcRewriteByPut) {
-                        shared.kv.put(key.clone(), record.encode()).await?;
-                        resolved += 1;
-                        continue;
-                    }
-                    rewrites.push(CasRequest::new(key, Some(raw), record.encode()));
-                }
-                _ => {
-                    // Only if the record is still the pending one read above: "rolled back"
-                    // is wrong once another pass rewrote it as committed and trimmed the
-                    // evidence of the commit (`percolator::design::once`).
-                    #[cfg(feature = "planted")]
-                    if crate::planted::active(crate::planted::Bug::GcUnconditionalDelete) {
-                        shared.kv.delete(key.clone()).await?;
-                        resolved += 1;
-                        continue;
-                    }
-                    shared.delete_if_unchanged(&key, &raw).await?;
-                }
-            }
-            resolved += 1;
-        }
-        for chunk in rewrites.chunks(REWRITES_PER_CALL) {
-            let Err(e) = shared.kv.batch_compare_and_swap(chunk.to_vec()).await else {
-                continue;
-            };
-            tracing::debug!(error = %e, "batched record rewrites failed; sent one by one");
-            // Any subset may have applied. Each request goes again on its own, retried after
-            // a lost reply as before (a batch retried whole would fail as long as any one of
-            // its requests does, on a store failing one request in a few hundred): one that
-            // applied then finds the record rewritten, which is the outcome above.
-            for r in chunk {
-                retry_unavailable(|| {
-                    shared
-                        .kv
-                        .compare_and_swap(r.key.clone(), r.expected.clone(), r.new.clone())
-                })
-                .await?;
-            }
-        }
-    }
-    Ok(resolved)
+/// What [`resolve_and_collect`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct RecordsPass {
+    /// Pending records of writers below the safe point rewritten as committed, or deleted
+    /// as rolled back.
+    pub(super) resolved: usize,
+    /// Committed records no snapshot at or above the safe point sees, deleted.
+    pub(super) deleted: usize,
 }
 
-/// Deletes, per write-once cell, the records no snapshot at or above `sp` can see: those
-/// older than the newest committed write of the cell at or below `sp`, which is its newest
-/// committed record (that one stays, a delete too) or a version in the cell's head (a
-/// transaction of write-once cells only writes its first through the head: then every
-/// record below it goes). Runs after [`resolve_below`] and before the head pass, which may
-/// shrink a head whose newest version is a delete to a tombstone: the records hidden under
-/// that delete must be gone first, or they would be visible again. Returns how many it
-/// deleted.
-pub(super) async fn collect(shared: &Shared, sp: u64) -> TxnResult<usize> {
+/// One walk of `W` at safe point `sp`: rewrites every pending record of a writer that started
+/// below `sp` as committed, or deletes it if its writer rolled back, so that no status check
+/// needs versions GC is about to delete; and deletes, per cell, the committed records no
+/// snapshot at or above `sp` can see: those older than the newest committed write of the cell
+/// at or below `sp`, which is its newest committed record (that one stays, a delete too) or a
+/// version in the cell's head (a transaction of write-once cells only writes its first
+/// through the head: then every record below it goes).
+///
+/// A page's rewrites go in batched CASes of [`REWRITES_PER_CALL`] (one journal write each on
+/// the embedded store, concurrent requests on TiKV) once every record of the page is decided;
+/// each request is still a CAS from the pending bytes read, and a batch that fails goes again
+/// request by request. A cell's hidden records are deleted once all its records are read
+/// (its rewrites sent): a record decided committed counts at its commit_ts whether its
+/// rewrite landed or another pass's did (or that pass collected it meanwhile). Records are
+/// never primaries (a transaction writes its first cell through the head), so deleting a
+/// hidden one before the rest of `W` is resolved trims no evidence anyone needs. Runs before
+/// the head pass, which may shrink a head whose newest version is a delete to a tombstone:
+/// the records hidden under that delete must be gone first, or they would be visible again.
+/// A status check or a delete that fails ends the pass with the page's rewrites not sent:
+/// the next pass decides them again.
+pub(super) async fn resolve_and_collect(shared: &Shared, sp: Timestamp) -> TxnResult<RecordsPass> {
     let range = shared.codec.space_range(Space::Once);
     let mut pager = RangePager::new(shared.kv.as_ref(), range, ScanOrder::Forward, 1024);
-    let mut deleted = 0;
+    let mut pass = RecordsPass::default();
     let mut group: Option<(Cell, Vec<CommittedRecord>)> = None;
     // Cells whose records are all read, waiting for one batched read of their heads.
     let mut cells: Vec<(Cell, Vec<CommittedRecord>)> = Vec::new();
     loop {
         let page = pager.next_page_retrying().await?;
         let done = page.is_none();
+        let mut rewrites = Vec::new();
         for (key, raw) in page.into_iter().flatten() {
-            let (cell, _) = once_key(shared, &key)?;
-            // Only committed records at or below sp matter here (resolve_below decided the
-            // rest below sp; records of later writers are left alone).
-            let committed = match OnceRecord::decode(&raw) {
-                Ok(OnceRecord::Committed { commit_ts, .. }) if commit_ts <= sp => Some(commit_ts),
-                _ => None,
+            let (cell, s) = once_key(shared, &key)?;
+            let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
+            // The commit_ts of a committed record, decided now or before.
+            let committed = match record {
+                OnceRecord::Committed { commit_ts, .. } => Some(commit_ts),
+                OnceRecord::Pending { .. } if s >= sp.0 => None,
+                OnceRecord::Pending {
+                    primary,
+                    ttl_ms,
+                    op,
+                } => {
+                    pass.resolved += 1;
+                    match shared
+                        .decided_status(&primary, Timestamp(s), ttl_ms)
+                        .await?
+                    {
+                        TxnStatus::Committed(c) => {
+                            // A CAS from the pending record read above, never a plain put:
+                            // another pass may have rewritten this record and collected it
+                            // meanwhile (hidden under a newer write of the cell, maybe a delete
+                            // through the cell's head, which that pass then shrank to a
+                            // tombstone), and a put would bring the deleted value back. Not
+                            // swapped: the record was rewritten (the same bytes: two passes
+                            // write equal `Committed` records, S3's exemption) or is gone, and
+                            // either way it is decided.
+                            let record = OnceRecord::Committed { commit_ts: c.0, op };
+                            if planted_rewrite_by_put() {
+                                shared.kv.put(key.clone(), record.encode()).await?;
+                            } else {
+                                rewrites.push(CasRequest::new(
+                                    key.clone(),
+                                    Some(raw),
+                                    record.encode(),
+                                ));
+                            }
+                            Some(c.0)
+                        }
+                        _ => {
+                            // Only if the record is still the pending one read above: "rolled
+                            // back" is wrong once another pass rewrote it as committed and
+                            // trimmed the evidence of the commit (`percolator::design::once`).
+                            if planted_unconditional_delete() {
+                                shared.kv.delete(key.clone()).await?;
+                            } else {
+                                shared.delete_if_unchanged(&key, &raw).await?;
+                            }
+                            None
+                        }
+                    }
+                }
             };
             if !matches!(&group, Some((g, _)) if *g == cell) {
                 cells.extend(group.take().filter(|(_, records)| !records.is_empty()));
                 group = Some((cell, Vec::new()));
             }
+            // Only committed records at or below sp can hide others from every snapshot at or
+            // above it; records of later writers are left alone.
             if let (Some((_, records)), Some(c)) = (group.as_mut(), committed) {
-                records.push((key, c));
+                if c <= sp.0 {
+                    records.push((key, c));
+                }
             }
         }
+        send_rewrites(shared, rewrites).await?;
         if done {
             cells.extend(group.take().filter(|(_, records)| !records.is_empty()));
         }
         if cells.len() >= 1024 || (done && !cells.is_empty()) {
-            let doomed = hidden_records(shared, std::mem::take(&mut cells), sp).await?;
+            let doomed = hidden_records(shared, std::mem::take(&mut cells), sp.0).await?;
             if !doomed.is_empty() {
-                deleted += doomed.len();
+                pass.deleted += doomed.len();
                 retry_unavailable(|| shared.kv.batch_delete(doomed.clone())).await?;
             }
         }
         if done {
-            return Ok(deleted);
+            return Ok(pass);
         }
     }
+}
+
+/// Sends a page's rewrites of pending records in batched CASes of [`REWRITES_PER_CALL`]; a
+/// batch that fails goes again request by request.
+async fn send_rewrites(shared: &Shared, rewrites: Vec<CasRequest>) -> TxnResult<()> {
+    for chunk in rewrites.chunks(REWRITES_PER_CALL) {
+        let Err(e) = shared.kv.batch_compare_and_swap(chunk.to_vec()).await else {
+            continue;
+        };
+        tracing::debug!(error = %e, "batched record rewrites failed; sent one by one");
+        // Any subset may have applied. Each request goes again on its own, retried after a
+        // lost reply as before (a batch retried whole would fail as long as any one of its
+        // requests does, on a store failing one request in a few hundred): one that applied
+        // then finds the record rewritten, which is the outcome above.
+        for r in chunk {
+            retry_unavailable(|| {
+                shared
+                    .kv
+                    .compare_and_swap(r.key.clone(), r.expected.clone(), r.new.clone())
+            })
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// A committed record at or below the safe point: (key, commit_ts).
@@ -520,6 +528,24 @@ async fn hidden_records(
         doomed.extend(records.into_iter().skip(keep).map(|(key, _)| key));
     }
     Ok(doomed)
+}
+
+/// Planted bug `GcRewriteByPut` (`crate::planted`): a record decided committed rewritten by a
+/// plain put.
+fn planted_rewrite_by_put() -> bool {
+    #[cfg(feature = "planted")]
+    return crate::planted::active(crate::planted::Bug::GcRewriteByPut);
+    #[cfg(not(feature = "planted"))]
+    false
+}
+
+/// Planted bug `GcUnconditionalDelete` (`crate::planted`): a record decided rolled back
+/// deleted whatever it holds now.
+fn planted_unconditional_delete() -> bool {
+    #[cfg(feature = "planted")]
+    return crate::planted::active(crate::planted::Bug::GcUnconditionalDelete);
+    #[cfg(not(feature = "planted"))]
+    false
 }
 
 /// Planted bug `RecordGoneIsRolledBack` (`crate::planted`): a gone record read as rolled back.
