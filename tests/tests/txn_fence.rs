@@ -151,3 +151,111 @@ async fn a_head_rewritten_after_the_check_is_not_fenced() {
         "not fenced"
     );
 }
+
+/// An oracle whose physical time the test moves: strictly increasing, one logical step a
+/// call.
+#[derive(Default)]
+struct ManualOracle {
+    last: std::sync::atomic::AtomicU64,
+}
+
+impl ManualOracle {
+    fn starting_now() -> Self {
+        let oracle = ManualOracle::default();
+        let now = LocalClock::new().next();
+        oracle.last.store(now.0, Ordering::SeqCst);
+        oracle
+    }
+
+    /// Moves physical time on by `ms`.
+    fn advance(&self, ms: u64) {
+        let now = Timestamp(self.last.load(Ordering::SeqCst));
+        let next = Timestamp::compose(now.physical_ms() + ms, 0);
+        self.last.fetch_max(next.0, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl percolator::ts::TimestampSource for ManualOracle {
+    async fn get_timestamp(&self) -> Result<Timestamp, percolator::ts::TimestampError> {
+        Ok(Timestamp(self.last.fetch_add(1, Ordering::SeqCst) + 1))
+    }
+}
+
+/// A transaction whose primary is fenced for a raw delete may still lock the cell once the
+/// delete has run, so a status check answers `Pending` for it, not `RolledBack` (answered
+/// and remembered, that made a reader skip the transaction's records, and a worker delete
+/// its notification, though it then committed: found by a review); once its lifetime has
+/// passed it cannot commit, and the answer is `RolledBack`. Time is the test's oracle's.
+#[tokio::test]
+async fn a_fence_decides_no_transaction_that_may_still_commit() {
+    let config = percolator::ClientConfig {
+        lock_ttl: std::time::Duration::from_millis(50),
+        max_lifetime: std::time::Duration::from_millis(300),
+        ..test_config()
+    };
+    let oracle = Arc::new(ManualOracle::starting_now());
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = Client::with_config(kv, oracle.clone(), config);
+    let primary = Cell::new("t", "r", "c");
+    let writer = write(&client, &primary, "v1").await;
+    let settled = now(&client).await;
+    // A transaction that will write the cell, begun before the fence.
+    let young = client.begin().await.unwrap().start_ts();
+    assert_eq!(
+        client
+            .fence_settled(&primary, settled, Some(writer))
+            .await
+            .unwrap(),
+        Fence::Fenced
+    );
+    // Past its lock TTL, not its lifetime.
+    oracle.advance(100);
+    assert_eq!(
+        client.txn_status(&primary, young).await.unwrap(),
+        percolator::txn::TxnStatus::Pending
+    );
+    oracle.advance(300);
+    assert_eq!(
+        client.txn_status(&primary, young).await.unwrap(),
+        percolator::txn::TxnStatus::RolledBack
+    );
+}
+
+/// A rollback mark above the point asked about is of a transaction that may still be in
+/// flight: deleted outright with the cell, it would no longer stop that transaction locking
+/// the cell, so the cell is not settled.
+#[tokio::test]
+async fn a_rollback_mark_above_the_point_is_not_settled() {
+    let config = percolator::ClientConfig {
+        lock_ttl: std::time::Duration::from_millis(50),
+        ..test_config()
+    };
+    let oracle = Arc::new(ManualOracle::starting_now());
+    let client = Client::with_config(Arc::new(MemoryKv::new()), oracle.clone(), config);
+    let cell = Cell::new("t", "r", "c");
+    let writer = write(&client, &cell, "v1").await;
+    let settled = now(&client).await;
+    // A transaction whose primary is the cell, rolled back by a status check after its TTL.
+    let later = client.begin().await.unwrap().start_ts();
+    oracle.advance(100);
+    assert_eq!(
+        client.txn_status(&cell, later).await.unwrap(),
+        percolator::txn::TxnStatus::RolledBack
+    );
+    assert_eq!(
+        client
+            .fence_settled(&cell, settled, Some(writer))
+            .await
+            .unwrap(),
+        Fence::Unsettled
+    );
+    assert_eq!(
+        client
+            .fence_settled(&cell, now(&client).await, Some(writer))
+            .await
+            .unwrap(),
+        Fence::Fenced,
+        "settled once the point passes the mark"
+    );
+}

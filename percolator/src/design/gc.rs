@@ -100,7 +100,15 @@
 //! [`crate::txn::FENCE_FLOOR`] (low bits random: unique to the caller), which every prewrite
 //! refuses and every read ignores. Only the client whose fence landed deletes the cell (its
 //! head last), and no transaction writes it until it is gone. A fence left by a client that
-//! stopped before its delete stays (read as before, never written again). Photon's
+//! stopped before its delete stays (read as before, never written again). A fence is not a
+//! rollback decision: a transaction whose primary it is may lock the cell once the delete
+//! has run, so a status check answers `Pending` for it until its `max_lifetime` has passed
+//! (drawn before the head is read again: any commit_ts it draws after locking the recreated
+//! cell is later still, and its commit refuses it), and only then `RolledBack` (found by a
+//! review: remembered at once, that answer made readers skip the records of a transaction
+//! that then committed). For the same reason a cell whose rollback mark is above the point
+//! (a transaction that may still be in flight) is not settled: deleted, the mark would no
+//! longer stop it. Photon's
 //! IdRegistry purge does this (`photon::design::join`); tests: `tests/tests/txn_fence.rs`.
 //!
 //! ## Snapshots and GC

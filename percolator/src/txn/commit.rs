@@ -471,7 +471,10 @@ async fn heartbeat(
                 let Some(lock) = snap.head.lock.as_ref().filter(|l| l.start_ts == s) else {
                     // Not locked yet (a slow prewrite): keep watching; committed or
                     // fenced: done.
-                    let decided = snap.head.committed_by(s).is_some() || snap.head.rollback_ts >= s;
+                    // A fence for a raw delete is no decision: the cell may be recreated.
+                    let fenced = snap.head.rollback_ts >= s
+                        && snap.head.rollback_ts < super::fence::FENCE_FLOOR;
+                    let decided = snap.head.committed_by(s).is_some() || fenced;
                     return Ok(HeadStep::Keep(decided));
                 };
                 if lock.ttl_ms >= wanted {

@@ -6,7 +6,8 @@
 //! its head to the stale delete. The fence closes that gap: a CAS from the head the check
 //! read to the same head refusing every lock, unique to this caller. Only the caller whose
 //! fence landed deletes the cell, and until it does no transaction can write it; readers
-//! still see its versions.
+//! still see its versions. A status check does not take a fence for a rollback of a
+//! transaction that may still commit after the delete (`Shared::txn_status`).
 
 use super::Client;
 use crate::codec::Cell;
@@ -59,15 +60,19 @@ impl Client {
                 return Ok(Fence::FencedByAnother);
             }
             let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
-            if head.lock.is_some() || newest > resolved_below.0 {
+            // A rollback mark above the point is of a transaction that may still be in
+            // flight: deleted, the mark would no longer stop it locking the cell.
+            if head.lock.is_some()
+                || newest > resolved_below.0
+                || head.rollback_ts > resolved_below.0
+            {
                 return Ok(Fence::Unsettled);
             }
             let writer = head.latest.as_ref().map(|v| v.start_ts);
             if written_by.is_some_and(|w| writer != Some(w.0)) {
                 return Ok(Fence::Rewritten);
             }
-            let mut fenced = head;
-            fenced.seq += 1;
+            let mut fenced = head.next();
             // Never FENCE_FLOOR itself: 1 to u32::MAX above it.
             fenced.rollback_ts =
                 FENCE_FLOOR + 1 + shared.config.random.next_u64() % u32::MAX as u64;

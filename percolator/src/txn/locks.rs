@@ -92,6 +92,45 @@ impl Shared {
         if let Some(status) = self.decided.get(&decided_key) {
             return Ok(status);
         }
+        let status = self
+            .primary_status(primary, start_ts, ttl_ms, false)
+            .await?;
+        let status = match status {
+            // The primary is fenced for a raw delete (`Client::fence_settled`): no decision
+            // while the transaction may still lock the cell once it is gone. Past its
+            // lifetime, drawn before the head is read again, it cannot: any commit_ts it drew
+            // after locking the recreated cell would be later still.
+            PrimaryStatus::Fenced => {
+                let now = self.oracle.get_timestamp().await?;
+                let lifetime = self.config.max_lifetime.as_millis() as u64;
+                if now.physical_ms() <= start_ts.physical_ms().saturating_add(lifetime) {
+                    TxnStatus::Pending
+                } else {
+                    match self.primary_status(primary, start_ts, ttl_ms, true).await? {
+                        PrimaryStatus::Known(status) => status,
+                        PrimaryStatus::Fenced => TxnStatus::RolledBack,
+                    }
+                }
+            }
+            PrimaryStatus::Known(status) => status,
+        };
+        if status != TxnStatus::Pending {
+            self.decided.insert(decided_key, status);
+        }
+        Ok(status)
+    }
+
+    /// One read (and maybe fence) of `primary` for [`Self::txn_status`]; `lifetime_over`:
+    /// the transaction's lifetime had passed before this read began, so a fence for a raw
+    /// delete decides it.
+    async fn primary_status(
+        &self,
+        primary: &Cell,
+        start_ts: Timestamp,
+        ttl_ms: u64,
+        lifetime_over: bool,
+    ) -> TxnResult<PrimaryStatus> {
+        let s = start_ts.0;
         let update = self
             .update_head(primary, None, |snap: Arc<HeadSnapshot>| async move {
                 let head = &snap.head;
@@ -100,7 +139,7 @@ impl Shared {
                 //    CAS (invariant 3).
                 if let Some(lock) = head.lock.as_ref().filter(|l| l.start_ts == s) {
                     if !self.expired(start_ts, lock.ttl_ms).await? {
-                        return Ok(HeadStep::Keep(TxnStatus::Pending));
+                        return Ok(HeadStep::Keep(PrimaryStatus::Known(TxnStatus::Pending)));
                     }
                     let mut fenced = head.next();
                     fenced.lock = None;
@@ -110,37 +149,40 @@ impl Shared {
                 // 2. Committed: one of the primary's versions (in the head or in V) says so.
                 if let Some(version) = head.committed_by(s) {
                     let commit_ts = Timestamp(version.commit_ts);
-                    return Ok(HeadStep::Keep(TxnStatus::Committed(commit_ts)));
+                    return Ok(HeadStep::Keep(PrimaryStatus::Known(TxnStatus::Committed(
+                        commit_ts,
+                    ))));
                 }
                 if let Some(commit_ts) = self.committed_in_versions(primary, start_ts).await? {
-                    return Ok(HeadStep::Keep(TxnStatus::Committed(commit_ts)));
+                    return Ok(HeadStep::Keep(PrimaryStatus::Known(TxnStatus::Committed(
+                        commit_ts,
+                    ))));
                 }
                 // 3. No lock, no commit: rolled back if the mark covers it, else maybe in
                 //    flight (prewrites run in parallel): wait out its TTL, then fence with
                 //    a CAS expecting exactly the head steps 1-2 examined, so a lock or a
                 //    commit that lands meanwhile fails it and is decided on again.
+                if head.rollback_ts >= super::fence::FENCE_FLOOR && !lifetime_over {
+                    return Ok(HeadStep::Keep(PrimaryStatus::Fenced));
+                }
                 if head.rollback_ts >= s {
-                    return Ok(HeadStep::Keep(TxnStatus::RolledBack));
+                    return Ok(HeadStep::Keep(PrimaryStatus::Known(TxnStatus::RolledBack)));
                 }
                 if !self.expired(start_ts, ttl_ms).await? {
-                    return Ok(HeadStep::Keep(TxnStatus::Pending));
+                    return Ok(HeadStep::Keep(PrimaryStatus::Known(TxnStatus::Pending)));
                 }
                 let mut fenced = head.next();
                 fenced.rollback_ts = s;
                 Ok(HeadStep::Write(fenced))
             })
             .await?;
-        let status = match update {
+        Ok(match update {
             HeadUpdate::Kept(status, _) => status,
             HeadUpdate::Written(_) => {
                 tracing::debug!(%start_ts, %primary, "fenced an expired transaction");
-                TxnStatus::RolledBack
+                PrimaryStatus::Known(TxnStatus::RolledBack)
             }
-        };
-        if status != TxnStatus::Pending {
-            self.decided.insert(decided_key, status);
-        }
-        Ok(status)
+        })
     }
 
     /// [`Self::txn_status`], waiting (with backoff) while the transaction is pending: its
@@ -399,6 +441,16 @@ impl Shared {
             HeadUpdate::Written(_) => TxnStatus::RolledBack,
         })
     }
+}
+
+/// What one read of a transaction's primary tells [`Shared::txn_status`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PrimaryStatus {
+    /// The transaction's status as the head decides it.
+    Known(TxnStatus),
+    /// No lock or commit of the transaction, and the head fenced for a raw delete: not a
+    /// decision while the transaction may lock the cell once it is gone.
+    Fenced,
 }
 
 /// The head after committing the lock of `start_ts` in `head` at `commit_ts` (the lock

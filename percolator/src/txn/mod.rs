@@ -740,7 +740,8 @@ impl Client {
     ) -> TxnResult<Settlement> {
         let head = self.shared.read_head(cell).await?.head;
         let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
-        if head.lock.is_some() || newest > resolved_below.0 {
+        // A rollback mark above the point is of a transaction that may still be in flight.
+        if head.lock.is_some() || newest > resolved_below.0 || head.rollback_ts > resolved_below.0 {
             return Ok(Settlement::Unsettled);
         }
         Ok(Settlement::Settled {
