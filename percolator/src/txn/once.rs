@@ -387,16 +387,22 @@ pub(super) async fn resolve_and_collect(shared: &Shared, sp: Timestamp) -> TxnRe
         let mut rewrites = Vec::new();
         for (key, raw) in page.into_iter().flatten() {
             let (cell, s) = once_key(shared, &key)?;
-            let record = OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?;
-            // The commit_ts of a committed record, decided now or before.
+            // The commit_ts of a committed record, decided now or before. A writer at or
+            // above sp commits above it: its record neither needs resolving nor hides any
+            // (nor is it decoded: a pass never read those).
+            let record = if s >= sp.0 {
+                None
+            } else {
+                Some(OnceRecord::decode(&raw).map_err(|e| TxnError::corrupt(&key, e))?)
+            };
             let committed = match record {
-                OnceRecord::Committed { commit_ts, .. } => Some(commit_ts),
-                OnceRecord::Pending { .. } if s >= sp.0 => None,
-                OnceRecord::Pending {
+                None => None,
+                Some(OnceRecord::Committed { commit_ts, .. }) => Some(commit_ts),
+                Some(OnceRecord::Pending {
                     primary,
                     ttl_ms,
                     op,
-                } => {
+                }) => {
                     pass.resolved += 1;
                     match shared
                         .decided_status(&primary, Timestamp(s), ttl_ms)
