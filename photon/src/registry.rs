@@ -220,16 +220,7 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError>
     const PAGE: usize = 1000;
     // Read once, before the heads it is compared with: it only rises.
     let resolved_below = client.gc_resolved_below().await?;
-    let legacy_end = format!("{boundary:08}");
-    let mut purged = crate::schema::purge_settled_rows(
-        client,
-        IDREGISTRY,
-        b"",
-        legacy_end.as_bytes(),
-        resolved_below,
-        None,
-    )
-    .await?;
+    let mut purged = purge_legacy_below(client, boundary, resolved_below).await?;
     let (start, end) = (
         REGISTRY_DAY_PREFIX.to_string(),
         format!(
@@ -299,6 +290,55 @@ async fn purge_below(client: &Client, boundary: u64) -> Result<Purged, TxnError>
     if purged.deferred == 0 {
         purged.deleted +=
             crate::schema::purge_rows(client, IDREGISTRY, start.as_bytes(), end.as_bytes()).await?;
+    }
+    Ok(purged)
+}
+
+/// Deletes the entries of the earlier layout (`<day:08>/<click_id>`, no index) of days below
+/// `boundary`, row by row (a row one purge fenced and could not delete, left by a crash, holds
+/// up no other), then whatever is left of the range once every row went.
+async fn purge_legacy_below(
+    client: &Client,
+    boundary: u64,
+    resolved_below: Timestamp,
+) -> Result<Purged, TxnError> {
+    use percolator::codec::{Key, Space};
+    use percolator::kv::{RangePager, ScanOrder};
+    /// Heads read per store call.
+    const PAGE: usize = 1000;
+    let legacy_end = format!("{boundary:08}");
+    let range = client.codec().rows_range(
+        Space::Head,
+        IDREGISTRY.as_bytes(),
+        b"",
+        Some(legacy_end.as_bytes()),
+    );
+    let mut purged = Purged::default();
+    let mut pager = RangePager::new(client.store().as_ref(), range, ScanOrder::Forward, PAGE);
+    while let Some(page) = pager.next_page().await? {
+        for (key, _) in page {
+            let Ok(Key::Head(cell)) = client.codec().decode(&key) else {
+                continue;
+            };
+            let mut row_end = cell.row.clone();
+            row_end.push(0);
+            let row = crate::schema::purge_settled_rows(
+                client,
+                IDREGISTRY,
+                &cell.row,
+                &row_end,
+                resolved_below,
+                None,
+            )
+            .await?;
+            purged.deleted += row.deleted;
+            purged.deferred += row.deferred;
+            purged.rewritten += row.rewritten;
+        }
+    }
+    if purged.deferred == 0 && purged.rewritten == 0 {
+        purged.deleted +=
+            crate::schema::purge_rows(client, IDREGISTRY, b"", legacy_end.as_bytes()).await?;
     }
     Ok(purged)
 }

@@ -717,3 +717,42 @@ async fn a_purge_keeps_an_entry_committed_after_its_check() {
         "the settling run's entry is kept"
     );
 }
+
+/// A purge that stopped between its fence and its delete leaves that row fenced for good; the
+/// rows of the earlier layout are purged one by one, so the others still go (purged as one
+/// range, a single fenced head held up all of them on every later pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_left_fenced_holds_up_no_other() {
+    let kv: Arc<dyn RawKv> = Arc::new(MemoryKv::new());
+    let client = client_with_oracle(kv, 0, Duration::from_millis(500)).await;
+    photon::schema::declare_columns(&client);
+    let boundary = registry::today(&client).await.unwrap();
+    let t = client.begin().await.unwrap();
+    for click in ["a", "b", "c"] {
+        t.set(legacy_idregistry_cell(boundary - 1, click), "token");
+    }
+    t.commit().await.unwrap();
+    resolve_past_lag(&client).await;
+    let resolved = client.gc_resolved_below().await.unwrap();
+    let stopped = legacy_idregistry_cell(boundary - 1, "b");
+    assert_eq!(
+        client
+            .fence_settled(&stopped, resolved, None)
+            .await
+            .unwrap(),
+        percolator::txn::Fence::Fenced
+    );
+    let purge = registry::gc_registry(&client, boundary, false)
+        .await
+        .unwrap();
+    assert_eq!(purge.rewritten, 1, "{purge:?}");
+    let t = client.begin().await.unwrap();
+    for gone in ["a", "c"] {
+        let cell = legacy_idregistry_cell(boundary - 1, gone);
+        assert!(t.get(&cell).await.unwrap().is_none(), "{gone} purged");
+    }
+    assert!(
+        t.get(&stopped).await.unwrap().is_some(),
+        "the fenced row is left, and reads as before"
+    );
+}
