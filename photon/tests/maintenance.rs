@@ -566,6 +566,26 @@ async fn a_purge_keeps_the_entries_of_unresolved_joins() {
     );
 }
 
+/// A join run of `click` on `day` that dies after putting its write-once records: its index
+/// cell is in the store, its entry (the primary) never locked.
+async fn die_after_records(client: &Client, day: u64, click: &str) {
+    let dead = client.begin().await.unwrap();
+    registry::write_entry(&dead, day, click, "token".into());
+    dead.set_crash_hook(Arc::new(|point| {
+        point == percolator::txn::CrashPoint::RecordsWritten
+    }));
+    assert!(matches!(
+        dead.commit().await,
+        Err(TxnError::InjectedCrash(_))
+    ));
+}
+
+/// The IdRegistry entry of `click`, read in a transaction of its own.
+async fn entry(client: &Client, click: &str) -> Option<Vec<u8>> {
+    let t = client.begin().await.unwrap();
+    t.get(&idregistry_cell(click)).await.unwrap()
+}
+
 /// A run that died after putting its write-once records leaves an index cell under its
 /// delivery's day for an entry it never committed; the click is then settled by a later run
 /// that files its entry under the day of the boundary it read. A purge that passes the dead
@@ -586,15 +606,7 @@ async fn a_purge_keeps_an_entry_its_index_cell_did_not_write() {
     resolve_past_lag(&writer).await;
     // The dead run, after the pass: its records (the index cell under an old day) are put,
     // its primary (the entry) never locked.
-    let dead = writer.begin().await.unwrap();
-    registry::write_entry(&dead, today - 10, "c1", "token".into());
-    dead.set_crash_hook(Arc::new(|point| {
-        point == percolator::txn::CrashPoint::RecordsWritten
-    }));
-    assert!(matches!(
-        dead.commit().await,
-        Err(TxnError::InjectedCrash(_))
-    ));
+    die_after_records(&writer, today - 10, "c1").await;
     assert_eq!(
         registry_keys(&writer, Space::Once, today - 10).await,
         1,
@@ -613,9 +625,8 @@ async fn a_purge_keeps_an_entry_its_index_cell_did_not_write() {
         0,
         "index cell purged"
     );
-    let t = writer.begin().await.unwrap();
     assert_eq!(
-        t.get(&idregistry_cell("c1")).await.unwrap().as_deref(),
+        entry(&writer, "c1").await.as_deref(),
         Some(b"too_old/1".as_slice()),
         "the settling run's entry is kept"
     );
@@ -681,15 +692,7 @@ async fn a_purge_keeps_an_entry_committed_after_its_check() {
     let writer = client_with_oracle(hooked, 0, Duration::from_millis(500)).await;
     photon::schema::declare_columns(&writer);
     let today = registry::today(&writer).await.unwrap();
-    let dead = writer.begin().await.unwrap();
-    registry::write_entry(&dead, today - 10, "c2", "token".into());
-    dead.set_crash_hook(Arc::new(|point| {
-        point == percolator::txn::CrashPoint::RecordsWritten
-    }));
-    assert!(matches!(
-        dead.commit().await,
-        Err(TxnError::InjectedCrash(_))
-    ));
+    die_after_records(&writer, today - 10, "c2").await;
     *state.head_scan_start.lock().unwrap() = writer
         .codec()
         .rows_range(Space::Head, b"idregistry", b"id/c2", Some(b"id/c2\0"))
@@ -710,9 +713,8 @@ async fn a_purge_keeps_an_entry_committed_after_its_check() {
         0,
         "index cell purged"
     );
-    let t = settler.begin().await.unwrap();
     assert_eq!(
-        t.get(&idregistry_cell("c2")).await.unwrap().as_deref(),
+        entry(&settler, "c2").await.as_deref(),
         Some(b"too_old/2".as_slice()),
         "the settling run's entry is kept"
     );

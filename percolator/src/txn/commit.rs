@@ -473,7 +473,7 @@ async fn heartbeat(
                     // fenced: done.
                     // A fence for a raw delete is no decision: the cell may be recreated.
                     let fenced = snap.head.rollback_ts >= s
-                        && snap.head.rollback_ts < super::fence::FENCE_FLOOR;
+                        && !super::fence::is_fence(snap.head.rollback_ts);
                     let decided = snap.head.committed_by(s).is_some() || fenced;
                     return Ok(HeadStep::Keep(decided));
                 };

@@ -1,4 +1,4 @@
-//! Fencing a settled cell before a raw delete (`percolator::design::gc`, "Resolved below").
+//! Settled cells, and the fence on one before a raw delete (`percolator::design::gc`, "Resolved below").
 //!
 //! A client that deletes cells outright checks first that no transaction needs them, but a
 //! raw delete cannot be made conditional (a CAS never deletes), so between the check and the
@@ -12,6 +12,7 @@
 use super::Client;
 use crate::codec::Cell;
 use crate::kv::retry_unavailable;
+use crate::record::Head;
 use crate::ts::Timestamp;
 use crate::txn::TxnResult;
 
@@ -19,6 +20,40 @@ use crate::txn::TxnResult;
 /// (physical milliseconds in the high bits reach it in about 2^46 ms), so every lock is
 /// refused. The low bits make each fence unique to its caller.
 pub const FENCE_FLOOR: u64 = u64::MAX - u32::MAX as u64;
+
+/// Whether a head's `rollback_ts` is a fence for a raw delete, not a transaction's rollback
+/// mark.
+pub(super) fn is_fence(rollback_ts: u64) -> bool {
+    rollback_ts >= FENCE_FLOOR
+}
+
+/// What [`Client::settlement`] found of a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// A lock, a commit or a rollback mark above the point asked about (or a fence): a
+    /// transaction whose primary the cell is may still need it.
+    Unsettled,
+    /// No lock, and every commit and rollback mark at or below the point: the cell may be
+    /// deleted outright by a caller that knows no transaction can write it again.
+    Settled {
+        /// The start_ts of the transaction that wrote the newest version (`None`: the cell
+        /// holds none: never written, or a tombstone).
+        latest_writer: Option<Timestamp>,
+    },
+}
+
+/// [`Settlement`] of `head` at `resolved_below`. A rollback mark above the point is of a
+/// transaction that may still be in flight: deleted, the mark would no longer stop it
+/// locking the cell.
+fn settlement_of(head: &Head, resolved_below: Timestamp) -> Settlement {
+    let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
+    if head.lock.is_some() || newest > resolved_below.0 || head.rollback_ts > resolved_below.0 {
+        return Settlement::Unsettled;
+    }
+    Settlement::Settled {
+        latest_writer: head.latest.as_ref().map(|v| Timestamp(v.start_ts)),
+    }
+}
 
 /// What [`Client::fence_settled`] found and did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +73,23 @@ pub enum Fence {
 }
 
 impl Client {
+    /// Whether `cell` may be deleted outright without changing the fate of a transaction
+    /// whose primary it was, and which transaction wrote its latest version: its head has
+    /// no lock, and every commit it holds (its latest version; a tombstone's floor) and its
+    /// rollback mark are at or below `resolved_below`, a point read from
+    /// [`Client::gc_resolved_below`]. A cell with no head qualifies (never written). A caller
+    /// that deletes a cell on behalf of one writer (an index entry that names the cell)
+    /// checks that the version is that writer's. A read only: [`Client::fence_settled`]
+    /// decides the same and fences the head for the delete.
+    pub async fn settlement(
+        &self,
+        cell: &Cell,
+        resolved_below: Timestamp,
+    ) -> TxnResult<Settlement> {
+        let head = self.shared.read_head(cell).await?.head;
+        Ok(settlement_of(&head, resolved_below))
+    }
+
     /// Fences `cell` for a raw delete if it may be deleted now: its head has no lock, every
     /// commit in it is at or below `resolved_below` (as [`Client::settlement`] decides),
     /// and, with `written_by`, its newest version was written by that transaction. A caller
@@ -56,20 +108,13 @@ impl Client {
                 return Ok(Fence::Absent);
             };
             let head = snap.head;
-            if head.rollback_ts >= FENCE_FLOOR {
+            if is_fence(head.rollback_ts) {
                 return Ok(Fence::FencedByAnother);
             }
-            let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
-            // A rollback mark above the point is of a transaction that may still be in
-            // flight: deleted, the mark would no longer stop it locking the cell.
-            if head.lock.is_some()
-                || newest > resolved_below.0
-                || head.rollback_ts > resolved_below.0
-            {
+            let Settlement::Settled { latest_writer } = settlement_of(&head, resolved_below) else {
                 return Ok(Fence::Unsettled);
-            }
-            let writer = head.latest.as_ref().map(|v| v.start_ts);
-            if written_by.is_some_and(|w| writer != Some(w.0)) {
+            };
+            if written_by.is_some_and(|w| latest_writer != Some(w)) {
                 return Ok(Fence::Rewritten);
             }
             let mut fenced = head.next();

@@ -162,7 +162,7 @@ impl Shared {
                 //    flight (prewrites run in parallel): wait out its TTL, then fence with
                 //    a CAS expecting exactly the head steps 1-2 examined, so a lock or a
                 //    commit that lands meanwhile fails it and is decided on again.
-                if head.rollback_ts >= super::fence::FENCE_FLOOR && !lifetime_over {
+                if super::fence::is_fence(head.rollback_ts) && !lifetime_over {
                     return Ok(HeadStep::Keep(PrimaryStatus::Fenced));
                 }
                 if head.rollback_ts >= s {

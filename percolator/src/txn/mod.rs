@@ -51,7 +51,7 @@ pub use error::{RunError, TxnError, TxnResult};
 #[cfg(feature = "failpoints")]
 pub use failpoint::CrashHook;
 pub use failpoint::CrashPoint;
-pub use fence::{Fence, FENCE_FLOOR};
+pub use fence::{Fence, Settlement, FENCE_FLOOR};
 pub use gc::GcStats;
 pub use layout::{declare_table_ids, stored_table_ids};
 pub use locks::TxnStatus;
@@ -68,21 +68,6 @@ use std::sync::Arc;
 use std::time::Duration;
 // Tokio's clock: the monotonic clock in production, paused time in tests and the simulation.
 use tokio::time::Instant;
-
-/// What [`Client::settlement`] found of a cell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Settlement {
-    /// A lock, or a commit above the point asked about: a transaction whose primary the cell
-    /// is may still need it.
-    Unsettled,
-    /// No lock, and every commit at or below the point: the cell may be deleted outright by
-    /// a caller that knows no transaction can write it again.
-    Settled {
-        /// The start_ts of the transaction that wrote the newest version (`None`: the cell
-        /// holds none: never written, or a tombstone).
-        latest_writer: Option<crate::ts::Timestamp>,
-    },
-}
 
 /// What every transaction of a client shares.
 pub(crate) struct Shared {
@@ -714,42 +699,6 @@ impl Client {
     /// write it again (`percolator::design::gc`, "Resolved below").
     pub async fn gc_resolved_below(&self) -> TxnResult<crate::ts::Timestamp> {
         gc::read_resolved_below(&self.shared).await
-    }
-
-    /// Whether `cell` may be deleted outright without changing the fate of a transaction
-    /// whose primary it was: its head has no lock, and every commit it holds (its latest
-    /// version; a tombstone's floor) is at or below `resolved_below`, a point read from
-    /// [`Client::gc_resolved_below`]. A cell with no head qualifies (never written).
-    /// `percolator::design::gc`, "Resolved below".
-    pub async fn settled_at_or_below(
-        &self,
-        cell: &crate::codec::Cell,
-        resolved_below: crate::ts::Timestamp,
-    ) -> TxnResult<bool> {
-        Ok(self.settlement(cell, resolved_below).await? != Settlement::Unsettled)
-    }
-
-    /// [`Client::settled_at_or_below`], saying also which transaction wrote the cell's
-    /// latest version: a caller that deletes a cell outright on behalf of one writer (an
-    /// index entry that names the cell) checks that the version is that writer's, not a
-    /// later one's that the writer's index does not cover.
-    pub async fn settlement(
-        &self,
-        cell: &crate::codec::Cell,
-        resolved_below: crate::ts::Timestamp,
-    ) -> TxnResult<Settlement> {
-        let head = self.shared.read_head(cell).await?.head;
-        let newest = head.latest.as_ref().map_or(head.floor, |v| v.commit_ts);
-        // A rollback mark above the point is of a transaction that may still be in flight.
-        if head.lock.is_some() || newest > resolved_below.0 || head.rollback_ts > resolved_below.0 {
-            return Ok(Settlement::Unsettled);
-        }
-        Ok(Settlement::Settled {
-            latest_writer: head
-                .latest
-                .as_ref()
-                .map(|v| crate::ts::Timestamp(v.start_ts)),
-        })
     }
 
     /// Garbage-collects below `safe_point` (`percolator::design::gc`):
